@@ -196,22 +196,36 @@ class TransitionProblem:
         )
         return expected, curvature
 
+    def value(self, vec):
+        """Penalised NLL at ``vec``, up to the constant node-score term."""
+        post = self.posterior(TransitionParams.from_vector(vec, self.num_labels))
+        return self.seq_weight @ post.log_z - self.counts @ vec + 0.5 * self.reg * vec @ vec
+
     def value_and_grad(self, vec):
         """Penalised NLL (up to the constant node-score term) and its gradient."""
-        params = TransitionParams.from_vector(vec, self.num_labels)
-        post = self.posterior(params)
-        expected, _ = self.expected_counts(post)
-        value = self.seq_weight @ post.log_z - self.counts @ vec + 0.5 * self.reg * vec @ vec
+        value = self.value(vec)
+        expected, _ = self.expected_counts(self._last[1])
         return value, expected - self.counts + self.reg * vec
 
-    def newton_step(self, params):
-        """One monotone diagonal-bound Newton step (Theorem 4.2)."""
-        post = self.posterior(params)
+    def newton_step(self, params, max_halvings=30):
+        """One diagonal-bound Newton step (Theorem 4.2), halved until it descends.
+
+        The bound of Lemma 2.1 holds to second order only, so a full step
+        taken far from the optimum (where some ``p (1 - p)`` are tiny) can
+        overshoot; the step is halved until the penalised NLL does not rise.
+        The accepted point's messages stay cached for the caller.
+        """
         vec = params.to_vector()
-        expected, curvature = self.expected_counts(post, with_curvature=True)
-        grad = expected - self.counts + self.reg * vec
-        step = grad / (2.0 * curvature + self.reg + 1e-12)
-        return TransitionParams.from_vector(vec - step, self.num_labels)
+        f0 = self.value(vec)
+        expected, curvature = self.expected_counts(self._last[1], with_curvature=True)
+        step = (expected - self.counts + self.reg * vec) / (2.0 * curvature + self.reg + 1e-12)
+        for _ in range(max_halvings):
+            cand = vec - step
+            if self.value(cand) <= f0:
+                return TransitionParams.from_vector(cand, self.num_labels)
+            step *= 0.5
+        self.posterior(params)
+        return params
 
     def lbfgs(self, params, max_iter):
         """Warm-started L-BFGS, at most ``max_iter`` iterations."""
