@@ -4,7 +4,7 @@ Each training row is one position of one sequence; the engine's K outputs
 per row are the CRF node potentials. See :func:`crf_objective`.
 """
 
-from . import inference
+from . import datasets, inference, metrics
 from .objective import CRFObjective
 from .predict import predict, predict_marginals, sequence_log_likelihood
 from .transitions import TransitionParams
@@ -17,7 +17,9 @@ __all__ = [
     "TransitionParams",
     "__version__",
     "crf_objective",
+    "datasets",
     "inference",
+    "metrics",
     "predict",
     "predict_marginals",
     "sequence_log_likelihood",

@@ -27,9 +27,12 @@ import numpy as np
 from numba import njit, prange
 
 _TINY = 1e-280
+# Reassociation lets LLVM vectorise the K-long reductions; no "nnan"/"ninf",
+# because forbidden (-inf) transitions are legal input.
+_FAST = {"reassoc", "contract", "arcp"}
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FAST)
 def _scaled_product(m, u_row, w_row, row_max, out):
     """``out = m * exp(u_row)`` normalised to sum one; returns the log of the factor removed.
 
@@ -63,7 +66,7 @@ def _scaled_product(m, u_row, w_row, row_max, out):
     return top + np.log(s)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FAST)
 def _exp_shifted(x, out):
     """``out = exp(x - max(x))``; returns ``max(x)``."""
     top = -np.inf
@@ -75,20 +78,39 @@ def _exp_shifted(x, out):
     return top
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FAST)
 def _normalise(v):
     s = v.sum()
     for j in range(v.shape[0]):
         v[j] /= s
 
 
-@njit(cache=True, parallel=True)
-def messages(unary, offsets, transitions, start, end):
+@njit(cache=True, parallel=True, fastmath=_FAST)
+def exp_rows(unary):
+    """Row-wise ``exp(unary - max)`` and the maxima.
+
+    Returns
+    -------
+    w : (n, K) float64
+    row_max : (n,) float64
+    """
+    n, k = unary.shape
+    w = np.empty((n, k))
+    row_max = np.empty(n)
+    for t in prange(n):
+        row_max[t] = _exp_shifted(unary[t], w[t])
+    return w, row_max
+
+
+@njit(cache=True, parallel=True, fastmath=_FAST)
+def messages(unary, w, row_max, offsets, transitions, start, end):
     """Scaled forward-backward messages of every sequence.
 
     Parameters
     ----------
     unary : (n, K) float64
+    w, row_max : (n, K), (n,) float64
+        From :func:`exp_rows` (computed once per set of node potentials).
     offsets : (m + 1,) int64
     transitions : (K, K) float64, ``transitions[a, b]`` scores ``a`` then ``b``
     start, end : (K,) float64
@@ -103,8 +125,6 @@ def messages(unary, offsets, transitions, start, end):
     n_seq = offsets.shape[0] - 1
     t_max = transitions.max()
     emat = np.exp(transitions - t_max)
-    w = np.empty((n, k))
-    row_max = np.empty(n)
     alpha = np.empty((n, k))
     beta = np.empty((n, k))
     r = np.empty((n, k))
@@ -112,8 +132,6 @@ def messages(unary, offsets, transitions, start, end):
     for i in prange(n_seq):
         lo, hi = offsets[i], offsets[i + 1]
         m = np.empty(k)
-        for t in range(lo, hi):
-            row_max[t] = _exp_shifted(unary[t], w[t])
         acc = _exp_shifted(start, m)
         acc += _scaled_product(m, unary[lo], w[lo], row_max[lo], alpha[lo])
         for t in range(lo + 1, hi):
@@ -141,7 +159,7 @@ def messages(unary, offsets, transitions, start, end):
     return log_z, alpha, beta, r
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FAST)
 def _edge_joint(alpha_t, emat, r_next, out):
     """``out[a, b] = P(y_t = a, y_{t+1} = b)`` from the scaled messages."""
     k = alpha_t.shape[0]
@@ -157,7 +175,7 @@ def _edge_joint(alpha_t, emat, r_next, out):
             out[a, b] *= inv
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=_FAST)
 def edge_marginals(alpha, r, offsets, transitions):
     """Pairwise marginals of consecutive positions.
 
@@ -176,7 +194,7 @@ def edge_marginals(alpha, r, offsets, transitions):
     return out
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=_FAST)
 def edge_statistics(alpha, r, offsets, transitions, seq_weight, edge_gamma):
     """Weighted sums over all edges of the pairwise marginals.
 
@@ -203,23 +221,25 @@ def edge_statistics(alpha, r, offsets, transitions, seq_weight, edge_gamma):
     k = alpha.shape[1]
     n_seq = offsets.shape[0] - 1
     emat = np.exp(transitions - transitions.max())
-    marg = np.zeros((n_seq, k, k))
-    curv = np.zeros((n_seq, k, k))
-    for i in prange(n_seq):
+    n_chunks = min(n_seq, 64)
+    marg = np.zeros((n_chunks, k, k))
+    curv = np.zeros((n_chunks, k, k))
+    for c in prange(n_chunks):
         joint = np.empty((k, k))
-        wi = seq_weight[i]
-        for t in range(offsets[i], offsets[i + 1] - 1):
-            _edge_joint(alpha[t], emat, r[t + 1], joint)
-            g = edge_gamma[t]
-            for a in range(k):
-                for b in range(k):
-                    p = joint[a, b]
-                    marg[i, a, b] += wi * p
-                    curv[i, a, b] += wi * g * p * (1.0 - p)
+        for i in range(c * n_seq // n_chunks, (c + 1) * n_seq // n_chunks):
+            wi = seq_weight[i]
+            for t in range(offsets[i], offsets[i + 1] - 1):
+                _edge_joint(alpha[t], emat, r[t + 1], joint)
+                g = wi * edge_gamma[t]
+                for a in range(k):
+                    for b in range(k):
+                        p = joint[a, b]
+                        marg[c, a, b] += wi * p
+                        curv[c, a, b] += g * p * (1.0 - p)
     return marg.sum(axis=0), curv.sum(axis=0)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FAST)
 def _forward_conditional(emat, r_next, out):
     """``out[a, b] = P(y_{t+1} = b | y_t = a)``; rows of impossible ``a`` are zero."""
     k = r_next.shape[0]
@@ -234,7 +254,7 @@ def _forward_conditional(emat, r_next, out):
             out[a, b] *= inv
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FAST)
 def _backward_conditional(alpha_t, emat, out):
     """``out[b, a] = P(y_t = a | y_{t+1} = b)``; rows of impossible ``b`` are zero."""
     k = alpha_t.shape[0]
@@ -249,25 +269,56 @@ def _backward_conditional(alpha_t, emat, out):
             out[b, a] *= inv
 
 
-@njit(cache=True)
-def _contraction(cond):
-    """``1 - sum_j min_i cond[i, j]`` over the rows ``i`` that are possible (non-zero)."""
-    k = cond.shape[0]
-    possible = np.empty(k, dtype=np.bool_)
-    for i in range(k):
-        possible[i] = cond[i].sum() > 0.0
+@njit(cache=True, fastmath=_FAST)
+def _right_rate(emat, r_next, scratch):
+    """``alpha_{t,t+1} = 1 - sum_b min_a P(y_{t+1}=b | y_t=a)`` without forming the matrix.
+
+    ``P(b | a) = E[a, b] r[b] / (E r)[a]``; labels ``a`` with ``(E r)[a] = 0``
+    are impossible and skipped.
+    """
+    k = r_next.shape[0]
+    for a in range(k):
+        s = 0.0
+        for b in range(k):
+            s += emat[a, b] * r_next[b]
+        scratch[a] = 1.0 / s if s > 0.0 else -1.0
     total = 0.0
-    for j in range(k):
+    for b in range(k):
         low = np.inf
-        for i in range(k):
-            if possible[i] and cond[i, j] < low:
-                low = cond[i, j]
-        if low < np.inf:
-            total += low
+        for a in range(k):
+            if scratch[a] >= 0.0:
+                v = emat[a, b] * scratch[a]
+                if v < low:
+                    low = v
+        total += low * r_next[b]
     return max(0.0, 1.0 - total)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, fastmath=_FAST)
+def _left_rate(alpha_t, emat, scratch):
+    """``alpha_{t+1,t} = 1 - sum_a min_b P(y_t=a | y_{t+1}=b)`` without forming the matrix.
+
+    ``P(a | b) = alpha[a] E[a, b] / (alpha' E)[b]``.
+    """
+    k = alpha_t.shape[0]
+    for b in range(k):
+        s = 0.0
+        for a in range(k):
+            s += alpha_t[a] * emat[a, b]
+        scratch[b] = 1.0 / s if s > 0.0 else -1.0
+    total = 0.0
+    for a in range(k):
+        low = np.inf
+        for b in range(k):
+            if scratch[b] >= 0.0:
+                v = emat[a, b] * scratch[b]
+                if v < low:
+                    low = v
+        total += low * alpha_t[a]
+    return max(0.0, 1.0 - total)
+
+
+@njit(cache=True, parallel=True, fastmath=_FAST)
 def mixing_rates(alpha, r, offsets, transitions):
     """Dobrushin contraction coefficients of both conditional chains.
 
@@ -284,16 +335,14 @@ def mixing_rates(alpha, r, offsets, transitions):
     right = np.zeros(n)
     left = np.zeros(n)
     for i in prange(offsets.shape[0] - 1):
-        cond = np.empty((k, k))
+        scratch = np.empty(k)
         for t in range(offsets[i], offsets[i + 1] - 1):
-            _forward_conditional(emat, r[t + 1], cond)
-            right[t] = _contraction(cond)
-            _backward_conditional(alpha[t], emat, cond)
-            left[t + 1] = _contraction(cond)
+            right[t] = _right_rate(emat, r[t + 1], scratch)
+            left[t + 1] = _left_rate(alpha[t], emat, scratch)
     return right, left
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=_FAST)
 def path_sums(right, left, offsets):
     """Eq. 17 on a chain: sums over other positions of the products of rates.
 
@@ -316,7 +365,7 @@ def path_sums(right, left, offsets):
     return to_right, to_left
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=_FAST)
 def exact_gamma(alpha, r, marginals, offsets, transitions):
     """Smallest valid node bound: ``max_k sum_j |H_ij| / H_ii`` per position.
 
@@ -366,7 +415,7 @@ def exact_gamma(alpha, r, marginals, offsets, transitions):
     return out
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=_FAST)
 def viterbi(unary, offsets, transitions, start, end):
     """Most probable label path of every sequence (max-product in log space).
 

@@ -119,9 +119,14 @@ class ChainPosterior:
         return out
 
 
-def posterior(unary, offsets, transitions, start, end):
-    """Run the message passes on validated arrays (see :func:`check_chain`)."""
-    log_z, alpha, beta, r = _chain.messages(unary, offsets, transitions, start, end)
+def posterior(unary, offsets, transitions, start, end, exp_unary=None):
+    """Run the message passes on validated arrays (see :func:`check_chain`).
+
+    ``exp_unary`` is ``_chain.exp_rows(unary)``, passed in by callers that
+    run several passes over the same node potentials.
+    """
+    w, row_max = _chain.exp_rows(unary) if exp_unary is None else exp_unary
+    log_z, alpha, beta, r = _chain.messages(unary, w, row_max, offsets, transitions, start, end)
     return ChainPosterior(offsets, transitions, log_z, alpha, beta, r)
 
 

@@ -153,6 +153,7 @@ class TransitionProblem:
         self.counts = counts
         self.reg = float(reg)
         self.num_labels = unary.shape[1]
+        self._exp_unary = _chain.exp_rows(unary)
         self._last = None
 
     def posterior(self, params):
@@ -160,7 +161,14 @@ class TransitionProblem:
         vec = params.to_vector()
         if self._last is not None and np.array_equal(self._last[0], vec):
             return self._last[1]
-        post = posterior(self.unary, self.offsets, params.transitions, params.start, params.end)
+        post = posterior(
+            self.unary,
+            self.offsets,
+            params.transitions,
+            params.start,
+            params.end,
+            exp_unary=self._exp_unary,
+        )
         self._last = (vec, post)
         return post
 
