@@ -155,17 +155,19 @@ class ChainOracle:
 
         Returns ``forward[h] = alpha_{h, h+1}`` (shape (L - 1,)), computed from
         ``P(y_{h+1} | y_h)``, and ``backward[h] = alpha_{h+1, h}``, computed from
-        ``P(y_h | y_{h+1})``.
+        ``P(y_h | y_{h+1})``. The minimum runs over the conditioning labels of
+        nonzero probability (a conditional given an impossible label is undefined).
         """
         pair = self.edge_marginals
         node = self.marginals
-        forward = np.empty(self.length - 1)
-        backward = np.empty(self.length - 1)
-        for h in range(self.length - 1):
-            next_given_this = pair[h] / node[h][:, None]  # [i, j] = P(y_{h+1}=j | y_h=i)
-            this_given_next = pair[h].T / node[h + 1][:, None]  # [i, j] = P(y_h=j | y_{h+1}=i)
-            forward[h] = 1.0 - next_given_this.min(axis=0).sum()
-            backward[h] = 1.0 - this_given_next.min(axis=0).sum()
+
+        def rate(joint, given):  # joint[i, j] = P(given = i, other = j)
+            possible = given > 0
+            conditional = joint[possible] / given[possible][:, None]
+            return 1.0 - conditional.min(axis=0).sum()
+
+        forward = np.array([rate(pair[h], node[h]) for h in range(self.length - 1)])
+        backward = np.array([rate(pair[h].T, node[h + 1]) for h in range(self.length - 1)])
         return forward, backward
 
     def _path_decay(self, forward, backward, s, t):

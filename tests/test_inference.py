@@ -153,6 +153,95 @@ def test_edge_gamma_bounds_exact_edge_gamma(crf):
     np.testing.assert_allclose(got, expected["edge_gamma_mixing"], rtol=1e-9, atol=1e-9)
 
 
+def make_forbidding_crf(seed, lengths, num_labels, scale=1.0):
+    """Random batch where some moves, first and last labels are ``-inf`` (forbidden).
+
+    Label 0 may always start, repeat and end, so every sequence keeps a possible labelling.
+    """
+    unary, lengths, transitions, start, end = make_crf(seed, lengths, num_labels, scale)
+    rng = np.random.default_rng(seed + 1)
+    transitions[rng.random(transitions.shape) < 0.35] = -np.inf
+    start[rng.random(num_labels) < 0.3] = -np.inf
+    end[rng.random(num_labels) < 0.3] = -np.inf
+    transitions[0, 0] = start[0] = end[0] = 0.0
+    return unary, lengths, transitions, start, end
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**31),
+    st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    st.integers(1, 4),
+    st.sampled_from([0.3, 1.0, 3.0]),
+)
+def test_forbidden_moves_match_oracle(seed, lengths, num_labels, scale):
+    crf = make_forbidding_crf(seed, lengths, num_labels, scale)
+    unary, lengths, transitions, start, end = crf
+    expected = naive.batch(*crf)
+    log_z, marginals = inference.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-10)
+    np.testing.assert_allclose(inference.edge_marginals(*crf), expected["edge_marginals"], atol=1e-10)
+    scores = naive.batch_scores(unary, lengths, inference.viterbi(*crf), transitions, start, end)
+    np.testing.assert_allclose(scores, expected["map_score"], rtol=1e-12, atol=1e-10)
+    mixing = inference.gamma(*crf, "mixing")
+    defined = ~np.isnan(expected["gamma_exact"])
+    np.testing.assert_allclose(inference.gamma(*crf, "exact")[defined], expected["gamma_exact"][defined], rtol=1e-7, atol=1e-9)
+    assert np.all(mixing[defined] >= expected["gamma_exact"][defined] - 1e-9)
+    defined = ~np.isnan(expected["edge_gamma_exact"])
+    assert np.all(inference.edge_gamma(*crf)[defined] >= expected["edge_gamma_exact"][defined] - 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**31),
+    st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    st.integers(1, 4),
+    st.sampled_from([0.3, 1.0, 3.0]),
+)
+def test_mixing_gamma_with_forbidden_moves_is_theorem_4_1(seed, lengths, num_labels, scale):
+    """alpha_{s,v} takes its minimum over the labels of y_s that have nonzero probability.
+
+    A conditional given an impossible label is undefined; such labels add nothing to the
+    total variation in the proof of Theorem 3.1, so they are left out of the minimum.
+    """
+    crf = make_forbidding_crf(seed, lengths, num_labels, scale)
+    expected = naive.batch(*crf)["gamma_mixing"]
+    np.testing.assert_allclose(inference.gamma(*crf, "mixing"), expected, rtol=1e-9, atol=1e-9)
+
+
+def _forbidding_extreme(case, margin):
+    """Tiny chains whose only possible paths go through labels that the margins disfavour.
+
+    ``tie``: both positions prefer label 1 by ``2 * margin`` but 1 -> 1 is forbidden, so
+    (0, 1) and (1, 0) tie: log Z = log 2 and every marginal is 1/2. ``end``: the preferred
+    label may not end the sequence. ``dead end``: the preferred first label has no allowed
+    successor.
+    """
+    inf = np.inf
+    if case == "tie":
+        return (np.array([[-margin, margin], [-margin, margin]]), np.array([2]),
+                np.array([[0.0, 0.0], [0.0, -inf]]), np.zeros(2), np.zeros(2))
+    if case == "end":
+        return (np.array([[margin, -margin]]), np.array([1]), np.zeros((2, 2)),
+                np.zeros(2), np.array([-inf, 0.0]))
+    return (np.array([[margin, -margin], [0.0, 0.0]]), np.array([2]),
+            np.array([[-inf, -inf], [0.0, 0.0]]), np.zeros(2), np.zeros(2))
+
+
+@pytest.mark.parametrize("margin", [10.0, 400.0, 1e4])
+@pytest.mark.parametrize("case", ["tie", "end", "dead end"])
+def test_forbidden_moves_with_extreme_margins(case, margin):
+    crf = _forbidding_extreme(case, margin)
+    expected = naive.batch(*crf)
+    log_z, marginals = inference.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-12)
+    np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-9)
+    np.testing.assert_allclose(inference.edge_marginals(*crf), expected["edge_marginals"], atol=1e-9)
+    scores = naive.batch_scores(crf[0], crf[1], inference.viterbi(*crf), *crf[2:])
+    np.testing.assert_allclose(scores, expected["map_score"], rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------
 # finite differences on the implementation itself
 
@@ -342,6 +431,15 @@ def test_single_label():
     np.testing.assert_array_equal(pair[:, 0, 0], [1, 1, 0, 0, 1, 0])
 
 
+def test_empty_batch():
+    K = 3
+    args = (np.zeros((0, K)), np.zeros(0, dtype=np.int64), np.zeros((K, K)), np.zeros(K), np.zeros(K))
+    outputs = _all_outputs(*args, labels=np.zeros(0, dtype=np.int64))
+    for name, value in outputs.items():
+        assert value.shape[0] == 0, name
+    assert outputs["marginals"].shape == (0, K)
+
+
 # ---------------------------------------------------------------------------
 # bad input
 
@@ -393,6 +491,7 @@ def _bad_inputs():
         "lengths sum too large": dict(lengths=np.array([3, 3])),
         "zero length": dict(lengths=np.array([2, 0, 3])),
         "negative length": dict(lengths=np.array([6, -1])),
+        "lengths 2-D": dict(lengths=np.array([[2, 3]])),
         "unary 1-D": dict(unary=np.zeros(n)),
         "unary 3-D": dict(unary=np.zeros((n, K, 1))),
         "transitions not square": dict(transitions=np.zeros((K, K + 1))),

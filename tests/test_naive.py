@@ -227,3 +227,22 @@ def test_finite_differences_on_oracle():
         step[idx] = eps
         grad_trans[idx] = (log_z(tr=transitions + step) - log_z(tr=transitions - step)) / (2 * eps)
     np.testing.assert_allclose(grad_trans, oracle.edge_marginals.sum(axis=0), atol=1e-7)
+
+
+def test_forbidden_labellings_get_zero_probability():
+    unary, transitions, start, end = random_chain(11, 4, 3)
+    transitions[0, 1] = transitions[2, 2] = -np.inf
+    start[1] = -np.inf
+    oracle = ChainOracle(unary, transitions, start, end)
+    forbidden = oracle.labellings[:, 0] == 1
+    for t in range(3):
+        pairs = oracle.labellings[:, t : t + 2]
+        forbidden |= ((pairs[:, 0] == 0) & (pairs[:, 1] == 1)) | ((pairs[:, 0] == 2) & (pairs[:, 1] == 2))
+    np.testing.assert_array_equal(oracle.probs[forbidden], 0.0)
+    assert np.isclose(oracle.probs.sum(), 1.0)
+    assert np.isclose(oracle.log_z, log_forward(unary, transitions, start, end), rtol=1e-12)
+    np.testing.assert_array_equal(oracle.edge_marginals[:, 0, 1], 0.0)
+    # mixing rates stay defined: the minimum skips labels of zero probability
+    assert np.all(np.isfinite(oracle.mixing_node_gamma))
+    ok = ~np.isnan(oracle.exact_node_gamma)
+    assert np.all(oracle.mixing_node_gamma[ok] >= oracle.exact_node_gamma[ok] - 1e-9)
