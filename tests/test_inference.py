@@ -35,6 +35,19 @@ def crfs(draw, scales=(0.3, 1.0, 2.5), sticky=(0.0, 3.0, 6.0, -4.0), max_labels=
     return make_crf(seed, lengths, num_labels, draw(st.sampled_from(scales)), draw(st.sampled_from(sticky)))
 
 
+def exact_gamma_tolerance(marginals):
+    """Absolute error allowed in the exact gamma of every position, shape (n,).
+
+    A message-based exact gamma divides total variations (differences of conditionals
+    that are all close to 1) by ``1 - p`` of near-certain labels, so float64 rounding
+    grows like ``eps / (1 - p)`` there; the oracle's enumerated, centred covariance
+    has no such cancellation (checked against 60-digit arithmetic).
+    """
+    q = 1.0 - marginals
+    considered = marginals * q >= naive.VARIANCE_FLOOR
+    return 1e-9 + 1e-13 / np.where(considered, q, 1.0).min(axis=1)
+
+
 def sequence_ends(lengths):
     """Row index of the last position of every sequence."""
     return np.cumsum(lengths) - 1
@@ -100,12 +113,13 @@ def test_sequence_nll_matches_oracle(crf, label_seed):
 @settings(max_examples=60, deadline=None)
 @given(crfs(scales=(0.3, 1.0, 2.0), sticky=(0.0, 3.0, -3.0)))
 def test_gamma_exact_matches_oracle(crf):
-    expected = naive.batch(*crf)["gamma_exact"]
+    expected = naive.batch(*crf)
     got = inference.gamma(*crf, "exact")
     assert got.shape == (crf[0].shape[0],)
     assert np.all(np.isfinite(got))
-    defined = ~np.isnan(expected)  # NaN: every label of that position has H_ii < 1e-12
-    np.testing.assert_allclose(got[defined], expected[defined], rtol=1e-7, atol=1e-9)
+    defined = ~np.isnan(expected["gamma_exact"])  # NaN: every label has H_ii < 1e-12
+    error = np.abs(got - expected["gamma_exact"])[defined]
+    assert np.all(error <= exact_gamma_tolerance(expected["marginals"])[defined])
 
 
 @settings(max_examples=60, deadline=None)
@@ -128,13 +142,14 @@ def test_gamma_length_is_twice_the_length():
 def test_gamma_bounds_are_ordered(crf):
     """length >= mixing >= exact (the true value), including strongly sticky chains."""
     unary, lengths, transitions, start, end = crf
-    exact_true = naive.batch(*crf)["gamma_exact"]
+    expected = naive.batch(*crf)
+    exact_true = expected["gamma_exact"]
     exact = inference.gamma(*crf, "exact")
     mixing = inference.gamma(*crf, "mixing")
     length = inference.gamma(*crf, "length")
     defined = ~np.isnan(exact_true)
     assert np.all(mixing[defined] >= exact_true[defined] - 1e-9)
-    assert np.all(mixing >= exact - 1e-9)
+    assert np.all(mixing >= exact - exact_gamma_tolerance(expected["marginals"]))
     assert np.all(length >= mixing - 1e-12)
     assert np.all(mixing >= 2.0 - 1e-12)
 
@@ -186,7 +201,8 @@ def test_forbidden_moves_match_oracle(seed, lengths, num_labels, scale):
     np.testing.assert_allclose(scores, expected["map_score"], rtol=1e-12, atol=1e-10)
     mixing = inference.gamma(*crf, "mixing")
     defined = ~np.isnan(expected["gamma_exact"])
-    np.testing.assert_allclose(inference.gamma(*crf, "exact")[defined], expected["gamma_exact"][defined], rtol=1e-7, atol=1e-9)
+    error = np.abs(inference.gamma(*crf, "exact") - expected["gamma_exact"])[defined]
+    assert np.all(error <= exact_gamma_tolerance(expected["marginals"])[defined])
     assert np.all(mixing[defined] >= expected["gamma_exact"][defined] - 1e-9)
     defined = ~np.isnan(expected["edge_gamma_exact"])
     assert np.all(inference.edge_gamma(*crf)[defined] >= expected["edge_gamma_exact"][defined] - 1e-9)
