@@ -14,6 +14,7 @@ float64 and calls the numba kernels of :mod:`structboost._chain`.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -90,14 +91,16 @@ class ChainPosterior:
         """Pairwise marginals ``(n, K, K)``; row ``t`` joins ``t`` and ``t + 1``."""
         return _chain.edge_marginals(self.alpha, self.r, self.offsets, self.transitions)
 
+    @cached_property
     def _path_sums(self):
+        """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
         right, left = _chain.mixing_rates(self.alpha, self.r, self.offsets, self.transitions)
         return _chain.path_sums(right, left, self.offsets)
 
     def node_gamma(self, method="mixing", marginals=None):
         """Per-position node bound ``(n,)`` (Theorem 4.1, Corollary 4.1 or exact)."""
         if method == "mixing":
-            to_right, to_left = self._path_sums()
+            to_right, to_left = self._path_sums
             return 2.0 * (1.0 + to_right + to_left)
         if method == "length":
             lengths = np.diff(self.offsets)
@@ -109,7 +112,7 @@ class ChainPosterior:
 
     def edge_gamma(self):
         """Per-edge bound ``(n,)`` of Theorem 4.2; zero on each sequence's last row."""
-        to_right, to_left = self._path_sums()
+        to_right, to_left = self._path_sums
         out = np.zeros_like(to_right)
         out[:-1] = 2.0 * (3.0 + to_left[:-1] + to_right[1:])
         out[self.offsets[1:] - 1] = 0.0
