@@ -270,18 +270,19 @@ def _backward_conditional(alpha_t, emat, out):
 
 
 @njit(cache=True, fastmath=_FAST)
-def _right_rate(emat, r_next, scratch):
+def _right_rate(emat, r_next, possible, scratch):
     """``alpha_{t,t+1} = 1 - sum_b min_a P(y_{t+1}=b | y_t=a)`` without forming the matrix.
 
-    ``P(b | a) = E[a, b] r[b] / (E r)[a]``; labels ``a`` with ``(E r)[a] = 0``
-    are impossible and skipped.
+    ``P(b | a) = E[a, b] r[b] / (E r)[a]``; labels ``a`` of zero probability
+    (``possible[a] == 0``) are skipped: they add nothing to the total
+    variation in the proof of Theorem 3.1.
     """
     k = r_next.shape[0]
     for a in range(k):
         s = 0.0
         for b in range(k):
             s += emat[a, b] * r_next[b]
-        scratch[a] = 1.0 / s if s > 0.0 else -1.0
+        scratch[a] = 1.0 / s if s > 0.0 and possible[a] > 0.0 else -1.0
     total = 0.0
     for b in range(k):
         low = np.inf
@@ -295,17 +296,18 @@ def _right_rate(emat, r_next, scratch):
 
 
 @njit(cache=True, fastmath=_FAST)
-def _left_rate(alpha_t, emat, scratch):
+def _left_rate(alpha_t, emat, possible, scratch):
     """``alpha_{t+1,t} = 1 - sum_a min_b P(y_t=a | y_{t+1}=b)`` without forming the matrix.
 
-    ``P(a | b) = alpha[a] E[a, b] / (alpha' E)[b]``.
+    ``P(a | b) = alpha[a] E[a, b] / (alpha' E)[b]``; labels ``b`` of zero
+    probability at ``t + 1`` are skipped.
     """
     k = alpha_t.shape[0]
     for b in range(k):
         s = 0.0
         for a in range(k):
             s += alpha_t[a] * emat[a, b]
-        scratch[b] = 1.0 / s if s > 0.0 else -1.0
+        scratch[b] = 1.0 / s if s > 0.0 and possible[b] > 0.0 else -1.0
     total = 0.0
     for a in range(k):
         low = np.inf
@@ -319,7 +321,7 @@ def _left_rate(alpha_t, emat, scratch):
 
 
 @njit(cache=True, parallel=True, fastmath=_FAST)
-def mixing_rates(alpha, r, offsets, transitions):
+def mixing_rates(alpha, beta, r, offsets, transitions):
     """Dobrushin contraction coefficients of both conditional chains.
 
     Returns
@@ -336,9 +338,14 @@ def mixing_rates(alpha, r, offsets, transitions):
     left = np.zeros(n)
     for i in prange(offsets.shape[0] - 1):
         scratch = np.empty(k)
+        here = np.empty(k)
+        there = np.empty(k)
         for t in range(offsets[i], offsets[i + 1] - 1):
-            right[t] = _right_rate(emat, r[t + 1], scratch)
-            left[t + 1] = _left_rate(alpha[t], emat, scratch)
+            for j in range(k):
+                here[j] = alpha[t, j] * beta[t, j]
+                there[j] = alpha[t + 1, j] * beta[t + 1, j]
+            right[t] = _right_rate(emat, r[t + 1], here, scratch)
+            left[t + 1] = _left_rate(alpha[t], emat, there, scratch)
     return right, left
 
 

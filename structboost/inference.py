@@ -11,6 +11,10 @@ score of a labelling ``y`` of one sequence is::
 Every public function validates its input, converts it once to C-contiguous
 float64 and calls the numba kernels of :mod:`structboost._chain`.
 ``-inf`` entries of ``transitions``, ``start`` or ``end`` forbid a move.
+Messages live in scaled probability space (fast, no logs in the inner
+loops); with forbidden moves, a sequence whose only allowed labellings lie
+more than ~700 (natural-log units) below a forbidden one cannot be
+represented and raises a ``ValueError`` rather than returning NaN.
 """
 
 from dataclasses import dataclass
@@ -94,7 +98,9 @@ class ChainPosterior:
     @cached_property
     def _path_sums(self):
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
-        right, left = _chain.mixing_rates(self.alpha, self.r, self.offsets, self.transitions)
+        right, left = _chain.mixing_rates(
+            self.alpha, self.beta, self.r, self.offsets, self.transitions
+        )
         return _chain.path_sums(right, left, self.offsets)
 
     def node_gamma(self, method="mixing", marginals=None):
@@ -108,7 +114,7 @@ class ChainPosterior:
         if method == "exact":
             p = self.marginals() if marginals is None else marginals
             return _chain.exact_gamma(self.alpha, self.r, p, self.offsets, self.transitions)
-        raise ValueError(f"gamma method must be one of {GAMMA_METHODS} or a float; got {method!r}.")
+        raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
 
     def edge_gamma(self):
         """Per-edge bound ``(n,)`` of Theorem 4.2; zero on each sequence's last row."""
@@ -127,6 +133,19 @@ def posterior(unary, offsets, transitions, start, end, exp_unary=None):
     """
     w, row_max = _chain.exp_rows(unary) if exp_unary is None else exp_unary
     log_z, alpha, beta, r = _chain.messages(unary, w, row_max, offsets, transitions, start, end)
+    forbids = not (np.isfinite(transitions).all() and np.isfinite(start).all() and np.isfinite(end).all())
+    if forbids:
+        mass = np.einsum("nk,nk->n", alpha, beta)
+        bad_rows = ~(mass > 0.0)
+        if bad_rows.any() or not np.isfinite(log_z).all():
+            seq = np.flatnonzero(~np.isfinite(log_z))
+            seq = int(seq[0]) if seq.size else int(np.searchsorted(offsets, np.flatnonzero(bad_rows)[0], "right") - 1)
+            raise ValueError(
+                f"sequence {seq}: every allowed labelling is either forbidden by the -inf "
+                "transition/start/end scores or lies more than ~700 below a forbidden one in "
+                "node potential, beyond float64 range in scaled space. Check that the "
+                "constraints allow a labelling, or bound the node potentials (e.g. clip margins)."
+            )
     return ChainPosterior(offsets, transitions, log_z, alpha, beta, r)
 
 
