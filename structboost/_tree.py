@@ -12,7 +12,8 @@ Messages are kept in log space, so margins of +-1e4 (or ``-inf`` transitions)
 stay finite, but the inner products run in scaled probability space: with
 ``E = exp(T - max(T))`` precomputed per edge type and ``w = exp(x - max(x))``
 an edge message costs ``K`` exps, ``K^2`` multiply-adds and ``K`` logs. A row
-whose scaled sum underflows is redone exactly in log space.
+whose scaled sum underflows (only with transitions spanning hundreds of nats)
+is redone exactly in log space.
 
 Per non-root row ``v`` with parent ``p`` the kernels keep
 
@@ -104,10 +105,22 @@ def structure(offsets, parents):
 
 
 @njit(cache=True)
-def _exp_transitions(transitions):
-    """Per type ``E = exp(T - max(T))`` and ``max(T)`` (each type has a finite entry)."""
+def _edge_tables(transitions):
+    """Transposed transitions and the scaled exponentials of both orientations.
+
+    Returns
+    -------
+    backward : (n_types, K, K) float64
+        ``backward[e, b, a] = transitions[e, a, b]`` (child label first).
+    emat, emat_back : (n_types, K, K) float64
+        ``exp(T - max(T))`` per type, in both orientations.
+    t_max : (n_types,) float64
+        ``max(T)`` per type (each type has a finite entry).
+    """
     n_types, k, _ = transitions.shape
+    backward = np.empty((n_types, k, k))
     emat = np.empty((n_types, k, k))
+    emat_back = np.empty((n_types, k, k))
     t_max = np.full(n_types, -np.inf)
     for e in range(n_types):
         for a in range(k):
@@ -115,8 +128,10 @@ def _exp_transitions(transitions):
                 t_max[e] = max(t_max[e], transitions[e, a, b])
         for a in range(k):
             for b in range(k):
+                backward[e, b, a] = transitions[e, a, b]
                 emat[e, a, b] = np.exp(transitions[e, a, b] - t_max[e])
-    return emat, t_max
+                emat_back[e, b, a] = emat[e, a, b]
+    return backward, emat, emat_back, t_max
 
 
 @njit(cache=True)
@@ -134,17 +149,20 @@ def _exp_shifted(x, out):
     return top
 
 
-@njit(cache=True)
-def _pair(trans, a, b, transpose):
-    """``trans[a, b]``, or ``trans[b, a]`` when ``transpose``."""
-    return trans[b, a] if transpose else trans[a, b]
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _dot(x, y):
+    """``sum_j x[j] * y[j]`` (reassociated, so the loop vectorises; inputs are finite)."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += x[j] * y[j]
+    return s
 
 
 @njit(cache=True)
-def _log_matvec(trans, emat, t_max, x, transpose, w, out):
-    """``out[a] = log sum_b exp(T~[a, b] + x[b])`` with ``T~`` = ``trans`` or its transpose.
+def _log_matvec(trans, emat, t_max, x, w, out):
+    """``out[a] = log sum_b exp(trans[a, b] + x[b])``.
 
-    ``w`` is a ``(K,)`` scratch buffer.
+    ``emat = exp(trans - t_max)``; ``w`` is a ``(K,)`` scratch buffer.
     """
     k = x.shape[0]
     top = _exp_shifted(x, w)
@@ -152,21 +170,19 @@ def _log_matvec(trans, emat, t_max, x, transpose, w, out):
         out[:] = -np.inf
         return
     for a in range(k):
-        s = 0.0
-        for b in range(k):
-            s += _pair(emat, a, b, transpose) * w[b]
+        s = _dot(emat[a], w)
         if s > _TINY:
             out[a] = np.log(s) + top + t_max
             continue
         best = -np.inf
         for b in range(k):
-            best = max(best, _pair(trans, a, b, transpose) + x[b])
+            best = max(best, trans[a, b] + x[b])
         if best == -np.inf:
             out[a] = -np.inf
             continue
         s = 0.0
         for b in range(k):
-            s += np.exp(_pair(trans, a, b, transpose) + x[b] - best)
+            s += np.exp(trans[a, b] + x[b] - best)
         out[a] = best + np.log(s)
 
 
@@ -204,7 +220,7 @@ def messages(unary, offsets, order, gparent, child_ptr, child_idx, etype, transi
     """
     n, k = unary.shape
     n_inst = offsets.shape[0] - 1
-    emat, t_max = _exp_transitions(transitions)
+    backward, emat, emat_back, t_max = _edge_tables(transitions)
     inside = unary.copy()
     up = np.zeros((n, k))
     outside = np.zeros((n, k))
@@ -222,7 +238,7 @@ def messages(unary, offsets, order, gparent, child_ptr, child_idx, etype, transi
                 log_z[i] += _logsumexp(inside[v])
                 continue
             e = etype[v]
-            _log_matvec(transitions[e], emat[e], t_max[e], inside[v], False, w, up[v])
+            _log_matvec(transitions[e], emat[e], t_max[e], inside[v], w, up[v])
             for a in range(k):
                 inside[p, a] += up[v, a]
         for idx in range(lo, hi):
@@ -244,7 +260,7 @@ def messages(unary, offsets, order, gparent, child_ptr, child_idx, etype, transi
                     outside[v, a] += acc[a]
                     acc[a] += up[v, a]
                 e = etype[v]
-                _log_matvec(transitions[e], emat[e], t_max[e], outside[v], True, w, down[v])
+                _log_matvec(backward[e], emat_back[e], t_max[e], outside[v], w, down[v])
     return log_z, inside, up, outside, down, belief
 
 
@@ -263,8 +279,19 @@ def softmax_rows(belief):
 
 
 @njit(cache=True)
-def _conditional(trans, emat, t_max, x, lnorm, transpose, w, out):
-    """``out[a, b] = exp(T~[a, b] + x[b] - lnorm[a])``, a conditional distribution per row.
+def _row_scale(lnorm_a, top, t_max):
+    """Factor turning ``emat[a] * w`` into a conditional row, or 0 when that underflows.
+
+    A zero return means row ``a`` must be formed in log space (or is
+    impossible when ``lnorm_a = -inf``).
+    """
+    gap = lnorm_a - top - t_max
+    return np.exp(-gap) if gap > _LOG_TINY else 0.0
+
+
+@njit(cache=True)
+def _conditional(trans, emat, t_max, x, lnorm, w, out):
+    """``out[a, b] = exp(trans[a, b] + x[b] - lnorm[a])``, a conditional distribution per row.
 
     ``lnorm`` is the matching :func:`_log_matvec` output; rows with
     ``lnorm[a] = -inf`` (impossible conditioning labels) are set to zero.
@@ -272,31 +299,14 @@ def _conditional(trans, emat, t_max, x, lnorm, transpose, w, out):
     k = x.shape[0]
     top = _exp_shifted(x, w)
     for a in range(k):
-        if lnorm[a] == -np.inf:
-            out[a] = 0.0
-            continue
-        gap = lnorm[a] - top - t_max
-        if gap > _LOG_TINY:
-            scale = np.exp(-gap)
-            for b in range(k):
-                out[a, b] = _pair(emat, a, b, transpose) * w[b] * scale
-        else:
-            for b in range(k):
-                out[a, b] = np.exp(_pair(trans, a, b, transpose) + x[b] - lnorm[a])
-
-
-@njit(cache=True)
-def _child_conditional(v, transitions, emat, t_max, etype, inside, up, w, out):
-    """``out[a, b] = P(y_v = b | y_parent = a)``."""
-    e = etype[v]
-    _conditional(transitions[e], emat[e], t_max[e], inside[v], up[v], False, w, out)
-
-
-@njit(cache=True)
-def _parent_conditional(v, transitions, emat, t_max, etype, outside, down, w, out):
-    """``out[b, a] = P(y_parent = a | y_v = b)``."""
-    e = etype[v]
-    _conditional(transitions[e], emat[e], t_max[e], outside[v], down[v], True, w, out)
+        scale = _row_scale(lnorm[a], top, t_max)
+        for b in range(k):
+            if scale > 0.0:
+                out[a, b] = emat[a, b] * w[b] * scale
+            elif lnorm[a] > -np.inf:
+                out[a, b] = np.exp(trans[a, b] + x[b] - lnorm[a])
+            else:
+                out[a, b] = 0.0
 
 
 @njit(cache=True)
@@ -309,14 +319,15 @@ def edge_marginals(marginals, gparent, etype, transitions, inside, up):
         Row ``v`` holds ``P(y_parent(v) = a, y_v = b)``; zero for roots.
     """
     n, k = marginals.shape
-    emat, t_max = _exp_transitions(transitions)
+    _, emat, _, t_max = _edge_tables(transitions)
     out = np.zeros((n, k, k))
     w = np.empty(k)
     for v in range(n):
         p = gparent[v]
         if p < 0:
             continue
-        _child_conditional(v, transitions, emat, t_max, etype, inside, up, w, out[v])
+        e = etype[v]
+        _conditional(transitions[e], emat[e], t_max[e], inside[v], up[v], w, out[v])
         for a in range(k):
             for b in range(k):
                 out[v, a, b] *= marginals[p, a]
@@ -324,15 +335,38 @@ def edge_marginals(marginals, gparent, etype, transitions, inside, up):
 
 
 @njit(cache=True)
-def _contraction(cond, lnorm):
-    """``1 - sum_j min_i cond[i, j]`` over the possible rows ``i`` (``lnorm[i] > -inf``)."""
-    k = cond.shape[0]
+def _contraction(trans, emat_t, t_max, x, lnorm, w, rows, scale):
+    """``1 - sum_j min_i M[i, j]`` for the conditional ``M`` of :func:`_conditional`.
+
+    ``emat_t`` is ``exp(trans - t_max)`` transposed. The minimum runs over the possible rows
+    ``i`` (``lnorm[i] > -inf``) and ``M`` is never stored: for rows formed in
+    scaled space ``M[i, j] = emat_t[j, i] * scale[i] * w[j]``, so column minima
+    are contiguous reductions. ``rows`` (int64) and ``scale`` are ``(K,)`` scratch.
+    """
+    k = x.shape[0]
+    top = _exp_shifted(x, w)
+    n_fast = 0
+    n_slow = 0
+    for a in range(k):
+        factor = _row_scale(lnorm[a], top, t_max)
+        if factor > 0.0:
+            rows[n_fast] = a
+            scale[n_fast] = factor
+            n_fast += 1
+        elif lnorm[a] > -np.inf:
+            n_slow += 1
     total = 0.0
-    for j in range(k):
+    for b in range(k):
         low = np.inf
-        for i in range(k):
-            if lnorm[i] > -np.inf and cond[i, j] < low:
-                low = cond[i, j]
+        for r in range(n_fast):
+            val = emat_t[b, rows[r]] * scale[r]
+            low = val if val < low else low
+        if low < np.inf:
+            low *= w[b]
+        if n_slow > 0:
+            for a in range(k):
+                if lnorm[a] > -np.inf and _row_scale(lnorm[a], top, t_max) == 0.0:
+                    low = min(low, np.exp(trans[a, b] + x[b] - lnorm[a]))
         if low < np.inf:
             total += low
     return min(1.0, max(0.0, 1.0 - total))
@@ -351,18 +385,22 @@ def mixing_rates(gparent, etype, transitions, inside, up, outside, down):
         ``alpha_{v, p} = 1 - sum_j min_i P(y_p = j | y_v = i)``; zero for roots.
     """
     n, k = inside.shape
-    emat, t_max = _exp_transitions(transitions)
+    backward, emat, emat_back, t_max = _edge_tables(transitions)
     rate_down = np.zeros(n)
     rate_up = np.zeros(n)
     w = np.empty(k)
-    cond = np.empty((k, k))
+    rows = np.empty(k, dtype=np.int64)
+    scale = np.empty(k)
     for v in range(n):
         if gparent[v] < 0:
             continue
-        _child_conditional(v, transitions, emat, t_max, etype, inside, up, w, cond)
-        rate_down[v] = _contraction(cond, up[v])
-        _parent_conditional(v, transitions, emat, t_max, etype, outside, down, w, cond)
-        rate_up[v] = _contraction(cond, down[v])
+        e = etype[v]
+        rate_down[v] = _contraction(
+            transitions[e], emat_back[e], t_max[e], inside[v], up[v], w, rows, scale
+        )
+        rate_up[v] = _contraction(
+            backward[e], emat[e], t_max[e], outside[v], down[v], w, rows, scale
+        )
     return rate_down, rate_up
 
 
@@ -472,10 +510,12 @@ def exact_gamma(
 
     For ``i = (t, k)``, ``sum_j |H_ij| / H_ii = 2 (1 + sum_{s != t} TV_s / (1 - p_i))``
     with ``TV_s`` the total variation between ``P(y_s | y_t = k)`` and
-    ``P(y_s)``; the conditionals are chained along tree paths, so labels of
-    tiny probability stay exact. Labels with ``H_ii < 1e-12`` are skipped; a
-    node whose labels are all skipped gets 2. Costs ``O(L^2 K^3)`` per instance
-    of ``L`` rows.
+    ``P(y_s)`` (Lemmas 3.1 and 3.3 of Chen et al.). The conditionals are
+    chained along tree paths from the edge conditionals, so labels of tiny
+    probability stay exact, and the difference to the marginal is formed
+    without cancellation (see :func:`_visit`). Labels with ``H_ii < 1e-12``
+    are skipped; a node whose labels are all skipped gets 2. Costs
+    ``O(L^2 K^3)`` per instance of ``L`` rows and ``O(L K^2)`` memory.
 
     Returns
     -------
@@ -483,7 +523,7 @@ def exact_gamma(
     """
     n, k = marginals.shape
     n_inst = offsets.shape[0] - 1
-    emat, t_max = _exp_transitions(transitions)
+    backward, emat, emat_back, t_max = _edge_tables(transitions)
     out = np.empty(n)
     w = np.empty(k)
     max_len = 0
@@ -500,11 +540,11 @@ def exact_gamma(
         lo, hi = offsets[i], offsets[i + 1]
         for v in range(lo, hi):
             if gparent[v] >= 0:
-                _child_conditional(
-                    v, transitions, emat, t_max, etype, inside, up, w, to_child[v - lo]
-                )
-                _parent_conditional(
-                    v, transitions, emat, t_max, etype, outside, down, w, to_parent[v - lo]
+                e = etype[v]
+                c = v - lo
+                _conditional(transitions[e], emat[e], t_max[e], inside[v], up[v], w, to_child[c])
+                _conditional(
+                    backward[e], emat_back[e], t_max[e], outside[v], down[v], w, to_parent[c]
                 )
         for t in range(lo, hi):
             p_t = marginals[t]

@@ -36,6 +36,10 @@ class NaiveTree:
         self.log_z = logsumexp(self.scores)
         self.prob = np.exp(self.scores - self.log_z)
         self.edges = [v for v in range(n) if self.parents[v] >= 0]
+        self.neighbours = [[] for _ in range(n)]
+        for v in self.edges:
+            self.neighbours[v].append(int(self.parents[v]))
+            self.neighbours[self.parents[v]].append(v)
 
     def score(self, y):
         """Score of one labelling ``y (n,)``."""
@@ -113,4 +117,78 @@ class NaiveTree:
         kk = self.k * self.k
         groups = [range(e * kk, (e + 1) * kk) for e in range(len(self.edges))]
         out[self.edges] = self._ratio_max(h, groups, 0.0)
+        return out
+
+    def mixing_rate(self, s, v):
+        """``alpha_{s,v} = 1 - sum_j min_i P(y_v = j | y_s = i)`` over possible ``i``.
+
+        The conditionals come from log-space sums over labellings, so they stay
+        exact when marginals underflow.
+        """
+        log_p = self.scores - self.log_z
+        log_joint = np.full((self.k, self.k), -np.inf)
+        for a in range(self.k):
+            for b in range(self.k):
+                hit = (self.labellings[:, s] == a) & (self.labellings[:, v] == b)
+                if hit.any():
+                    log_joint[a, b] = logsumexp(log_p[hit])
+        log_marg = logsumexp(log_joint, axis=1)
+        possible = log_marg > -np.inf
+        cond = np.exp(log_joint[possible] - log_marg[possible, None])
+        return 1.0 - cond.min(axis=0).sum()
+
+    def _path(self, t, s):
+        """Nodes on the tree path from ``t`` to ``s`` (inclusive), or None if unconnected."""
+        came_from = {t: None}
+        queue = [t]
+        while queue:
+            u = queue.pop()
+            for w in self.neighbours[u]:
+                if w not in came_from:
+                    came_from[w] = u
+                    queue.append(w)
+        if s not in came_from:
+            return None
+        path = [s]
+        while path[-1] != t:
+            path.append(came_from[path[-1]])
+        return path[::-1]
+
+    def _path_product(self, t, s):
+        path = self._path(t, s)
+        if path is None:
+            return 0.0
+        return float(np.prod([self.mixing_rate(a, b) for a, b in zip(path[:-1], path[1:])]))
+
+    def mixing_gamma(self):
+        """``(n,)`` Theorem 4.1 by explicit paths: ``2 (1 + sum_{s != t} prod alpha)``."""
+        return np.array(
+            [
+                2.0 * (1.0 + sum(self._path_product(t, s) for s in range(self.n) if s != t))
+                for t in range(self.n)
+            ]
+        )
+
+    def mixing_edge_gamma(self):
+        """``(n,)`` edge bound by explicit paths; 0 for roots.
+
+        For the edge ``(p, v)`` every other edge of its tree adds the product of
+        rates from the nearer of ``p, v`` to that edge's near endpoint.
+        """
+        out = np.zeros(self.n)
+        for v in self.edges:
+            ends = (int(self.parents[v]), v)
+            total = 1.0
+            for f in self.edges:
+                if f == v:
+                    continue
+                best = None
+                for near in (int(self.parents[f]), f):
+                    for end in ends:
+                        path = self._path(end, near)
+                        if path is not None and (best is None or len(path) < len(best)):
+                            best = path
+                if best is not None:
+                    total += self._path_product(best[0], best[-1])
+            out[v] = 2.0 * total
         return out

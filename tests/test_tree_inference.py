@@ -89,6 +89,16 @@ def test_against_brute_force(k):
     close(exact, stacked(naives, "exact_gamma"), rtol=1e-7)
 
 
+@pytest.mark.parametrize("unary_scale, trans_scale", [(1.0, 1.0), (1e4, 1.0), (3.0, 1e3)])
+def test_mixing_bounds_match_explicit_paths(unary_scale, trans_scale):
+    rng = np.random.default_rng(17)
+    unary, lengths, parents, transitions, types = random_batch(rng, 3, 2, [6, 5, 6, 4])
+    batch = (unary * unary_scale, lengths, parents, transitions * trans_scale, types)
+    naives = oracles(batch)
+    close(tree_gamma(*batch), stacked(naives, "mixing_gamma"), rtol=1e-9)
+    close(tree_edge_gamma(*batch), stacked(naives, "mixing_edge_gamma"), rtol=1e-9)
+
+
 def test_forbidden_pairs_against_brute_force():
     rng = np.random.default_rng(7)
     batch = list(random_batch(rng, 3, 2, [5, 6, 4, 6]))
@@ -99,7 +109,10 @@ def test_forbidden_pairs_against_brute_force():
     close(marg, stacked(naives, "marginals"), atol=1e-12)
     close(tree_edge_marginals(*batch), stacked(naives, "edge_marginals"), atol=1e-12)
     close(tree_gamma(*batch, method="exact"), stacked(naives, "exact_gamma"), rtol=1e-7)
-    assert np.all(tree_gamma(*batch) >= tree_gamma(*batch, method="exact") - 1e-9)
+    assert np.all(tree_gamma(*batch) >= stacked(naives, "mixing_gamma") - 1e-9)
+    assert np.all(tree_gamma(*batch, method="exact") >= 2.0)
+    assert np.all(tree_edge_gamma(*batch) >= stacked(naives, "mixing_edge_gamma") - 1e-9)
+    assert np.all(tree_gamma(*batch) >= stacked(naives, "exact_gamma") - 1e-9)
     assert np.all(tree_edge_gamma(*batch) >= stacked(naives, "exact_edge_gamma") - 1e-9)
 
 
