@@ -1,0 +1,137 @@
+"""Per-round cost of the CRF objective beside XGBoost's native multi:softprob.
+
+Generates data the size of the OCR letters set (about 47,000 rows, K = 26,
+128 binary features, words of 3-14 letters), then times ``--rounds`` boosting
+rounds of native ``multi:softprob`` and of each structboost mode with the same
+tree parameters, in the same process. Our round is split into transitions
+(refit), inference (forward-backward), gamma + G/H assembly, and the rest
+(tree building), from the objective's own timers.
+
+Usage::
+
+    python benchmarks/objective_speed.py [--rounds 10] [--max-depth 6] [--threads 2]
+
+Prints a Markdown table for benchmarks/README.md.
+"""
+
+import argparse
+import os
+import platform
+import time
+
+import numba
+import numpy as np
+import xgboost as xgb
+
+import structboost as sb
+from structboost import inference
+
+
+def make_data(n_words, k, d, seed):
+    """OCR-shaped synthetic words: sticky-ish labels, noisy binary prototypes."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(3, 15, size=n_words)
+    n = int(lengths.sum())
+    trans = rng.dirichlet(np.full(k, 0.3), size=k)
+    y = np.empty(n, dtype=np.int64)
+    pos = 0
+    for length in lengths:
+        y[pos] = rng.integers(k)
+        for t in range(1, length):
+            y[pos + t] = rng.choice(k, p=trans[y[pos + t - 1]])
+        pos += length
+    protos = rng.random((k, d)) < 0.25
+    flip = rng.random((n, d)) < 0.2
+    X = (protos[y] ^ flip).astype(np.float32)
+    return X, y, lengths
+
+
+def time_rounds(params, dtrain, rounds, obj=None, callbacks=()):
+    # One warm-up round compiles kernels and builds the quantile sketch.
+    xgb.train(params, dtrain, 1, obj=obj, callbacks=list(callbacks))
+    if obj is not None:
+        obj.crf.timings = dict.fromkeys(obj.crf.timings, 0.0)
+        obj.crf.params = sb.TransitionParams.zeros(obj.num_labels)
+    t0 = time.perf_counter()
+    xgb.train(params, dtrain, rounds, obj=obj, callbacks=list(callbacks))
+    return (time.perf_counter() - t0) / rounds
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--words", type=int, default=6200)
+    ap.add_argument("--labels", type=int, default=26)
+    ap.add_argument("--features", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--max-depth", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    k = args.labels
+    X, y, lengths = make_data(args.words, k, args.features, args.seed)
+    tree = {"max_depth": args.max_depth, "eta": 0.3, "nthread": args.threads, "tree_method": "hist"}
+    print(
+        f"data: {len(y)} rows, {len(lengths)} sequences, K={k}, d={args.features}; "
+        f"{args.rounds} rounds, max_depth={args.max_depth}, nthread={args.threads}"
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"python {platform.python_version()}, xgboost {xgb.__version__}, numba {numba.__version__}, "
+        f"numpy {np.__version__}, structboost {sb.__version__}"
+    )
+
+    dnative = xgb.DMatrix(X, label=y)
+    native = time_rounds(
+        {**tree, "objective": "multi:softprob", "num_class": k, "base_score": 0.0},
+        dnative,
+        args.rounds,
+    )
+
+    # Kernel-level timings on zero margins and random transitions.
+    rng = np.random.default_rng(1)
+    u = rng.normal(size=(len(y), k))
+    T = rng.normal(size=(k, k))
+    z = np.zeros(k)
+    inference.forward_backward(u[: lengths[:5].sum()], lengths[:5], T, z, z)
+    t0 = time.perf_counter()
+    inference.forward_backward(u, lengths, T, z, z)
+    t_fb = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    inference.gamma(u, lengths, T, z, z, "mixing")
+    t_gamma = time.perf_counter() - t0
+    print(f"forward_backward alone: {t_fb * 1e3:.1f} ms; gamma('mixing') incl. messages: {t_gamma * 1e3:.1f} ms")
+
+    rows = [("XGBoost multi:softprob (native)", native, None)]
+    configs = [
+        ("logitboost", {"mode": "logitboost"}),
+        ("treecrf, lbfgs", {"mode": "treecrf"}),
+        ("gbcrf, lbfgs", {"mode": "gbcrf"}),
+        ("gbcrf, newton", {"mode": "gbcrf", "transitions": "newton"}),
+    ]
+    for name, kw in configs:
+        obj = sb.crf_objective(k, **kw)
+        dtrain = xgb.DMatrix(X, label=y, group=lengths)
+        per_round = time_rounds(sb.xgb_params(k, **tree), dtrain, args.rounds, obj=obj)
+        split = {key: v / args.rounds for key, v in obj.crf.timings.items()}
+        rows.append((name, per_round, split))
+
+    print()
+    print(
+        "| run | s / round | ratio to native | transitions | inference | gamma + G/H | "
+        "objective share |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, sec, split in rows:
+        if split is None:
+            print(f"| {name} | {sec:.3f} | 1.00 | | | | |")
+            continue
+        obj_s = sum(split.values())
+        print(
+            f"| {name} | {sec:.3f} | {sec / native:.2f} | {split['transitions']:.3f} | "
+            f"{split['inference']:.3f} | {split['gamma']:.3f} | {obj_s / native:.0%} of native |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,402 @@
+"""Numba kernels for linear-chain CRFs over ragged batches of sequences.
+
+Every kernel takes flat, C-contiguous float64 rows of all sequences and
+``offsets (m + 1,)`` int64 with ``offsets[i]:offsets[i + 1]`` the rows of
+sequence ``i``. Nothing here validates input: :mod:`structboost.inference`
+does that once.
+
+Messages are kept in scaled probability space, so the inner loops are plain
+multiply-adds with no ``exp``/``log``:
+
+* ``alpha[t]`` is proportional to the forward message *including* the unary
+  factor of position ``t`` and sums to one;
+* ``beta[t]`` is proportional to the backward message *excluding* position
+  ``t`` and sums to one;
+* ``r[t]`` is proportional to ``exp(unary[t]) * beta[t]`` (the message that
+  position ``t`` sends to its left neighbour) and sums to one.
+
+Hence ``P(y_t = k) ~ alpha[t, k] * beta[t, k]`` and
+``P(y_t = a, y_{t+1} = b) ~ alpha[t, a] * E[a, b] * r[t + 1, b]`` with
+``E = exp(transitions - max(transitions))``. Unary rows are exponentiated
+after subtracting their maximum; a product that underflows (possible only
+with forbidden, ``-inf``, transitions and extreme margins) is redone in log
+space for that step, so margins of +-1e4 stay finite.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+_TINY = 1e-280
+
+
+@njit(cache=True)
+def _scaled_product(m, u_row, w_row, row_max, out):
+    """``out = m * exp(u_row)`` normalised to sum one; returns the log of the factor removed.
+
+    ``w_row = exp(u_row - row_max)``. Falls back to log space when the
+    product underflows.
+    """
+    k = m.shape[0]
+    s = 0.0
+    for j in range(k):
+        v = m[j] * w_row[j]
+        out[j] = v
+        s += v
+    if s > _TINY:
+        inv = 1.0 / s
+        for j in range(k):
+            out[j] *= inv
+        return row_max + np.log(s)
+    top = -np.inf
+    for j in range(k):
+        v = np.log(m[j]) + u_row[j] if m[j] > 0.0 else -np.inf
+        out[j] = v
+        if v > top:
+            top = v
+    s = 0.0
+    for j in range(k):
+        v = np.exp(out[j] - top)
+        out[j] = v
+        s += v
+    for j in range(k):
+        out[j] /= s
+    return top + np.log(s)
+
+
+@njit(cache=True)
+def _exp_shifted(x, out):
+    """``out = exp(x - max(x))``; returns ``max(x)``."""
+    top = -np.inf
+    for j in range(x.shape[0]):
+        if x[j] > top:
+            top = x[j]
+    for j in range(x.shape[0]):
+        out[j] = np.exp(x[j] - top)
+    return top
+
+
+@njit(cache=True)
+def _normalise(v):
+    s = v.sum()
+    for j in range(v.shape[0]):
+        v[j] /= s
+
+
+@njit(cache=True, parallel=True)
+def messages(unary, offsets, transitions, start, end):
+    """Scaled forward-backward messages of every sequence.
+
+    Parameters
+    ----------
+    unary : (n, K) float64
+    offsets : (m + 1,) int64
+    transitions : (K, K) float64, ``transitions[a, b]`` scores ``a`` then ``b``
+    start, end : (K,) float64
+
+    Returns
+    -------
+    log_z : (m,) float64
+    alpha, beta, r : (n, K) float64
+        Scaled messages as described in the module docstring.
+    """
+    n, k = unary.shape
+    n_seq = offsets.shape[0] - 1
+    t_max = transitions.max()
+    emat = np.exp(transitions - t_max)
+    w = np.empty((n, k))
+    row_max = np.empty(n)
+    alpha = np.empty((n, k))
+    beta = np.empty((n, k))
+    r = np.empty((n, k))
+    log_z = np.empty(n_seq)
+    for i in prange(n_seq):
+        lo, hi = offsets[i], offsets[i + 1]
+        m = np.empty(k)
+        for t in range(lo, hi):
+            row_max[t] = _exp_shifted(unary[t], w[t])
+        acc = _exp_shifted(start, m)
+        acc += _scaled_product(m, unary[lo], w[lo], row_max[lo], alpha[lo])
+        for t in range(lo + 1, hi):
+            m[:] = 0.0
+            for a in range(k):
+                pa = alpha[t - 1, a]
+                for b in range(k):
+                    m[b] += pa * emat[a, b]
+            acc += t_max + _scaled_product(m, unary[t], w[t], row_max[t], alpha[t])
+        e_top = _exp_shifted(end, beta[hi - 1])
+        s = 0.0
+        for b in range(k):
+            s += alpha[hi - 1, b] * beta[hi - 1, b]
+        log_z[i] = acc + e_top + np.log(s)
+        _normalise(beta[hi - 1])
+        for t in range(hi - 1, lo, -1):
+            _scaled_product(beta[t], unary[t], w[t], row_max[t], r[t])
+            for a in range(k):
+                acc_a = 0.0
+                for b in range(k):
+                    acc_a += emat[a, b] * r[t, b]
+                beta[t - 1, a] = acc_a
+            _normalise(beta[t - 1])
+        _scaled_product(beta[lo], unary[lo], w[lo], row_max[lo], r[lo])
+    return log_z, alpha, beta, r
+
+
+@njit(cache=True)
+def _edge_joint(alpha_t, emat, r_next, out):
+    """``out[a, b] = P(y_t = a, y_{t+1} = b)`` from the scaled messages."""
+    k = alpha_t.shape[0]
+    s = 0.0
+    for a in range(k):
+        for b in range(k):
+            v = alpha_t[a] * emat[a, b] * r_next[b]
+            out[a, b] = v
+            s += v
+    inv = 1.0 / s
+    for a in range(k):
+        for b in range(k):
+            out[a, b] *= inv
+
+
+@njit(cache=True, parallel=True)
+def edge_marginals(alpha, r, offsets, transitions):
+    """Pairwise marginals of consecutive positions.
+
+    Returns
+    -------
+    (n, K, K) float64
+        Row ``t`` is ``P(y_t = a, y_{t+1} = b)``; the last row of every
+        sequence is zero.
+    """
+    n, k = alpha.shape
+    emat = np.exp(transitions - transitions.max())
+    out = np.zeros((n, k, k))
+    for i in prange(offsets.shape[0] - 1):
+        for t in range(offsets[i], offsets[i + 1] - 1):
+            _edge_joint(alpha[t], emat, r[t + 1], out[t])
+    return out
+
+
+@njit(cache=True, parallel=True)
+def edge_statistics(alpha, r, offsets, transitions, seq_weight, edge_gamma):
+    """Weighted sums over all edges of the pairwise marginals.
+
+    Parameters
+    ----------
+    alpha, r : (n, K) float64
+        Messages from :func:`messages`.
+    offsets : (m + 1,) int64
+    transitions : (K, K) float64
+    seq_weight : (m,) float64
+    edge_gamma : (n,) float64
+        Per-edge bound (row ``t`` for edge ``t, t+1``); used only for the
+        second output.
+
+    Returns
+    -------
+    marg : (K, K) float64
+        ``sum_t w P_t(a, b)``: the gradient of the summed log partition
+        function with respect to ``transitions``.
+    curv : (K, K) float64
+        ``sum_t w gamma_t P_t(a, b) (1 - P_t(a, b))``: the diagonal Hessian
+        bound of Theorem 4.2 aggregated over the shared parameter.
+    """
+    k = alpha.shape[1]
+    n_seq = offsets.shape[0] - 1
+    emat = np.exp(transitions - transitions.max())
+    marg = np.zeros((n_seq, k, k))
+    curv = np.zeros((n_seq, k, k))
+    for i in prange(n_seq):
+        joint = np.empty((k, k))
+        wi = seq_weight[i]
+        for t in range(offsets[i], offsets[i + 1] - 1):
+            _edge_joint(alpha[t], emat, r[t + 1], joint)
+            g = edge_gamma[t]
+            for a in range(k):
+                for b in range(k):
+                    p = joint[a, b]
+                    marg[i, a, b] += wi * p
+                    curv[i, a, b] += wi * g * p * (1.0 - p)
+    return marg.sum(axis=0), curv.sum(axis=0)
+
+
+@njit(cache=True)
+def _forward_conditional(emat, r_next, out):
+    """``out[a, b] = P(y_{t+1} = b | y_t = a)``; rows of impossible ``a`` are zero."""
+    k = r_next.shape[0]
+    for a in range(k):
+        s = 0.0
+        for b in range(k):
+            v = emat[a, b] * r_next[b]
+            out[a, b] = v
+            s += v
+        inv = 1.0 / s if s > 0.0 else 0.0
+        for b in range(k):
+            out[a, b] *= inv
+
+
+@njit(cache=True)
+def _backward_conditional(alpha_t, emat, out):
+    """``out[b, a] = P(y_t = a | y_{t+1} = b)``; rows of impossible ``b`` are zero."""
+    k = alpha_t.shape[0]
+    for b in range(k):
+        s = 0.0
+        for a in range(k):
+            v = alpha_t[a] * emat[a, b]
+            out[b, a] = v
+            s += v
+        inv = 1.0 / s if s > 0.0 else 0.0
+        for a in range(k):
+            out[b, a] *= inv
+
+
+@njit(cache=True)
+def _contraction(cond):
+    """``1 - sum_j min_i cond[i, j]`` over the rows ``i`` that are possible (non-zero)."""
+    k = cond.shape[0]
+    possible = np.empty(k, dtype=np.bool_)
+    for i in range(k):
+        possible[i] = cond[i].sum() > 0.0
+    total = 0.0
+    for j in range(k):
+        low = np.inf
+        for i in range(k):
+            if possible[i] and cond[i, j] < low:
+                low = cond[i, j]
+        if low < np.inf:
+            total += low
+    return max(0.0, 1.0 - total)
+
+
+@njit(cache=True, parallel=True)
+def mixing_rates(alpha, r, offsets, transitions):
+    """Dobrushin contraction coefficients of both conditional chains.
+
+    Returns
+    -------
+    right : (n,) float64
+        ``right[t] = alpha_{t, t+1} = 1 - sum_b min_a P(y_{t+1}=b | y_t=a)``;
+        zero on the last row of each sequence.
+    left : (n,) float64
+        ``left[t] = alpha_{t, t-1}``; zero on the first row of each sequence.
+    """
+    n, k = alpha.shape
+    emat = np.exp(transitions - transitions.max())
+    right = np.zeros(n)
+    left = np.zeros(n)
+    for i in prange(offsets.shape[0] - 1):
+        cond = np.empty((k, k))
+        for t in range(offsets[i], offsets[i + 1] - 1):
+            _forward_conditional(emat, r[t + 1], cond)
+            right[t] = _contraction(cond)
+            _backward_conditional(alpha[t], emat, cond)
+            left[t + 1] = _contraction(cond)
+    return right, left
+
+
+@njit(cache=True)
+def path_sums(right, left, offsets):
+    """Eq. 17 on a chain: sums over other positions of the products of rates.
+
+    Returns
+    -------
+    to_right : (n,) float64
+        ``beta_{t+1 -> t} = sum_{s > t} prod_{h=t}^{s-1} right[h]``.
+    to_left : (n,) float64
+        ``beta_{t-1 -> t} = sum_{s < t} prod_{h=s+1}^{t} left[h]``.
+    """
+    n = right.shape[0]
+    to_right = np.zeros(n)
+    to_left = np.zeros(n)
+    for i in range(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        for t in range(hi - 2, lo - 1, -1):
+            to_right[t] = right[t] * (1.0 + to_right[t + 1])
+        for t in range(lo + 1, hi):
+            to_left[t] = left[t] * (1.0 + to_left[t - 1])
+    return to_right, to_left
+
+
+@njit(cache=True, parallel=True)
+def exact_gamma(alpha, r, marginals, offsets, transitions):
+    """Smallest valid node bound: ``max_k sum_j |H_ij| / H_ii`` per position.
+
+    Uses Lemma 3.1: ``sum_j |H_ij| = 2 p_i sum_s TV(P(y_s | y_t = k), P(y_s))``
+    with the conditionals propagated along the chain. Cost
+    ``O(sum_i L_i^2 K^3)``; labels with ``p (1 - p) < 1e-12`` are skipped.
+
+    Returns
+    -------
+    (n,) float64
+    """
+    n, k = alpha.shape
+    emat = np.exp(transitions - transitions.max())
+    out = np.zeros(n)
+    for i in prange(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        length = hi - lo
+        fwd = np.zeros((length, k, k))
+        bwd = np.zeros((length, k, k))
+        for t in range(length - 1):
+            _forward_conditional(emat, r[lo + t + 1], fwd[t])
+            _backward_conditional(alpha[lo + t], emat, bwd[t + 1])
+        for t in range(length):
+            tv = np.zeros(k)
+            for direction in range(2):
+                cond = np.eye(k)
+                s = t
+                while True:
+                    s = s + 1 if direction == 0 else s - 1
+                    if s < 0 or s >= length:
+                        break
+                    step = fwd[s - 1] if direction == 0 else bwd[s + 1]
+                    cond = cond @ step
+                    for kk in range(k):
+                        d = 0.0
+                        for j in range(k):
+                            d += abs(cond[kk, j] - marginals[lo + s, j])
+                        tv[kk] += 0.5 * d
+            best = 0.0
+            for kk in range(k):
+                p = marginals[lo + t, kk]
+                if p * (1.0 - p) >= 1e-12:
+                    g = 2.0 * (1.0 + tv[kk] / (1.0 - p))
+                    if g > best:
+                        best = g
+            out[lo + t] = best if best > 0.0 else 2.0
+    return out
+
+
+@njit(cache=True, parallel=True)
+def viterbi(unary, offsets, transitions, start, end):
+    """Most probable label path of every sequence (max-product in log space).
+
+    Returns
+    -------
+    (n,) int64
+    """
+    n, k = unary.shape
+    path = np.empty(n, dtype=np.int64)
+    for i in prange(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        back = np.empty((hi - lo, k), dtype=np.int64)
+        score = unary[lo] + start
+        nxt = np.empty(k)
+        for t in range(lo + 1, hi):
+            for b in range(k):
+                best = -np.inf
+                arg = 0
+                for a in range(k):
+                    v = score[a] + transitions[a, b]
+                    if v > best:
+                        best = v
+                        arg = a
+                nxt[b] = best + unary[t, b]
+                back[t - lo, b] = arg
+            score[:] = nxt
+        score += end
+        y = np.argmax(score)
+        for t in range(hi - 1, lo - 1, -1):
+            path[t] = y
+            if t > lo:
+                y = back[t - lo, y]
+    return path

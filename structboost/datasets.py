@@ -1,0 +1,532 @@
+"""Data for sequence labelling: a synthetic HMM, and readers for the OCR
+letters, the Qian & Sejnowski protein files and CoNLL column files.
+
+Everything here is numpy and pandas: arrays come back flat, one row per
+position, with ``lengths (m,)`` giving the rows of each sequence in order, the
+layout every structboost objective and metric takes.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ._tags import as_tags, check_scheme, encode_spans, sentence_offsets, span_arrays
+from .sequences import check_lengths, offsets_from_lengths
+
+__all__ = [
+    "SequenceData",
+    "make_hmm_sequences",
+    "load_ocr",
+    "ocr_split",
+    "read_protein_qs",
+    "read_conll",
+    "convert_tags",
+    "OCR_LETTERS",
+    "AMINO_ACIDS",
+    "PROTEIN_LABELS",
+]
+
+OCR_LETTERS = tuple("abcdefghijklmnopqrstuvwxyz")
+"""Label names of the OCR letters: class ``k`` is ``OCR_LETTERS[k]``."""
+
+AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+"""The 20 standard one-letter amino-acid codes, sorted."""
+
+PROTEIN_LABELS = ("_", "e", "h")
+"""Secondary-structure labels, sorted: coil/other, beta strand, alpha helix."""
+
+
+@dataclass(frozen=True, eq=False)
+class SequenceData:
+    """Labelled sequences stored flat, one row per position.
+
+    Parameters
+    ----------
+    X : ndarray, shape (n, d)
+        Features, sequences concatenated in order.
+    y : array-like of int, shape (n,)
+        Labels ``0..len(label_names) - 1``.
+    lengths : array-like of int, shape (m,)
+        Rows per sequence, in row order; sums to ``n``.
+    folds : array-like of int, shape (m,), optional
+        Cross-validation fold of every sequence.
+    label_names : tuple of str
+        Name of every label; empty when unnamed (then ``y`` only needs to be
+        non-negative).
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    lengths: np.ndarray
+    folds: np.ndarray | None = None
+    label_names: tuple = ()
+
+    def __post_init__(self):
+        X = np.asarray(self.X)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (rows, features); got shape {X.shape}.")
+        y = np.asarray(self.y)
+        if y.shape != (X.shape[0],):
+            raise ValueError(
+                f"y must have one label per row of X ({X.shape[0]}); got shape {y.shape}."
+            )
+        if y.size and y.dtype.kind not in "iu":
+            raise ValueError(f"y must hold integer labels, got dtype {y.dtype}.")
+        y = y.astype(np.int64)
+        n_names = len(self.label_names)
+        bad = (y < 0) | (y >= n_names) if n_names else y < 0
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            expected = f"0..{n_names - 1}" if n_names else "non-negative"
+            raise ValueError(f"label {y[first]} of row {first} is outside {expected}.")
+        lengths = check_lengths(self.lengths, X.shape[0])
+        folds = self.folds
+        if folds is not None:
+            folds = np.asarray(folds)
+            if folds.shape != lengths.shape or (folds.size and folds.dtype.kind not in "iu"):
+                raise ValueError(
+                    f"folds must hold one integer per sequence ({lengths.size}); got shape "
+                    f"{folds.shape}, dtype {folds.dtype}."
+                )
+            folds = folds.astype(np.int64)
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "y", y)
+        object.__setattr__(self, "lengths", lengths)
+        object.__setattr__(self, "folds", folds)
+        object.__setattr__(self, "label_names", tuple(self.label_names))
+
+    @property
+    def n_sequences(self):
+        """Number of sequences ``m``."""
+        return self.lengths.size
+
+    @property
+    def offsets(self):
+        """``(m + 1,)`` row offsets: sequence ``i`` is rows ``offsets[i]:offsets[i + 1]``."""
+        return offsets_from_lengths(self.lengths)
+
+    def subset(self, mask):
+        """The data of the sequences selected by ``mask``, each kept whole, in order.
+
+        Parameters
+        ----------
+        mask : array-like of bool, shape (m,)
+
+        Returns
+        -------
+        SequenceData
+        """
+        mask = np.asarray(mask)
+        if mask.dtype != bool or mask.shape != (self.n_sequences,):
+            raise ValueError(
+                f"mask must be boolean with one entry per sequence ({self.n_sequences}); got "
+                f"shape {mask.shape}, dtype {mask.dtype}."
+            )
+        rows = np.repeat(mask, self.lengths)
+        return SequenceData(
+            X=self.X[rows],
+            y=self.y[rows],
+            lengths=self.lengths[mask],
+            folds=None if self.folds is None else self.folds[mask],
+            label_names=self.label_names,
+        )
+
+
+def _hmm_lengths(n_sequences, length, rng):
+    """Per-sequence lengths from an int, a ``(low, high)`` tuple or an array."""
+    if isinstance(length, tuple):
+        if len(length) != 2 or not all(isinstance(v, (int, np.integer)) for v in length):
+            raise ValueError(f"a tuple length must be (low, high) integers; got {length!r}.")
+        low, high = length
+        if not 1 <= low <= high:
+            raise ValueError(f"length range {length!r} needs 1 <= low <= high.")
+        return rng.integers(low, high + 1, size=n_sequences).astype(np.int64)
+    arr = np.asarray(length)
+    if arr.dtype.kind not in "iu" or arr.ndim > 1:
+        raise ValueError(
+            f"length must be an int, a (low, high) tuple or a 1-D array of ints; got {length!r}."
+        )
+    if arr.ndim == 0:
+        arr = np.full(n_sequences, int(arr))
+    elif arr.size != n_sequences:
+        raise ValueError(
+            f"length gives {arr.size} sequence lengths but n_sequences={n_sequences}; pass "
+            f"n_sequences={arr.size}."
+        )
+    if np.any(arr < 1):
+        raise ValueError("every sequence length must be at least 1.")
+    return arr.astype(np.int64)
+
+
+def make_hmm_sequences(
+    n_sequences=100,
+    length=100,
+    n_labels=3,
+    n_observations=24,
+    stay=0.6,
+    emission=0.6,
+    window=0,
+    random_state=None,
+):
+    """Sample labelled sequences from the HMM of Dietterich et al. (2008, s. 7.3).
+
+    The observations are split into ``n_labels`` equal blocks. Label ``l``
+    emits a symbol drawn uniformly from its own block with probability
+    ``emission``, otherwise uniformly from the other blocks. A label repeats
+    with probability ``stay`` and moves to each other label with probability
+    ``(1 - stay) / (n_labels - 1)``; the first label is uniform (the chain's
+    stationary distribution). The defaults are the paper's: 3 labels, 24
+    symbols, 0.6 and 0.6. A larger ``stay`` (e.g. 0.9) makes the label
+    transitions matter more.
+
+    Parameters
+    ----------
+    n_sequences : int
+        Number of sequences ``m``.
+    length : int, (int, int) tuple or array-like of int
+        Length of every sequence; a tuple ``(low, high)`` draws each length
+        uniformly from ``low..high`` (inclusive); an array (not a tuple) gives
+        the ``n_sequences`` lengths.
+    n_labels : int
+        Number of labels ``K >= 2``.
+    n_observations : int
+        Number of observation symbols; a multiple of ``n_labels``.
+    stay : float
+        Probability of keeping the previous label.
+    emission : float
+        Probability of emitting from the label's own block.
+    window : int
+        Half-width ``w``: each row holds the one-hot symbols of positions
+        ``t - w .. t + w`` side by side, all zeros where that position lies
+        outside the sequence. The paper's "window size" is ``2 w + 1`` (it
+        encodes each position with 25 indicators, presumably one for
+        "outside"; here those blocks are zero instead).
+    random_state : None, int or numpy.random.Generator
+        Seed; the same seed gives the same data.
+
+    Returns
+    -------
+    X : (n, (2 * window + 1) * n_observations) float64 ndarray
+        Block ``j`` holds the one-hot symbol at offset ``j - window``.
+    y : (n,) int64 ndarray
+        Labels ``0..n_labels - 1``.
+    lengths : (m,) int64 ndarray
+        Rows per sequence.
+    """
+    for name, value, low in (("n_sequences", n_sequences, 1), ("n_labels", n_labels, 2),
+                             ("n_observations", n_observations, 1), ("window", window, 0)):
+        if not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
+    if n_observations % n_labels:
+        raise ValueError(
+            f"n_observations={n_observations} must be a multiple of n_labels={n_labels} "
+            "(each label owns an equal block of symbols)."
+        )
+    for name, value in (("stay", stay), ("emission", emission)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} is a probability and must lie in [0, 1]; got {value!r}.")
+    rng = np.random.default_rng(random_state)
+    lengths = _hmm_lengths(n_sequences, length, rng)
+    offsets = offsets_from_lengths(lengths)
+    starts = offsets[:-1]
+    n = int(offsets[-1])
+
+    # The chain is symmetric: moving from label a to each other label is
+    # equally likely, so y_t = (y_start + sum of label shifts) mod K, with a
+    # shift of 0 (stay) or uniform in 1..K-1 (move), independent of a.
+    shift = np.where(rng.random(n) < stay, 0, rng.integers(1, n_labels, size=n))
+    shift[starts] = rng.integers(0, n_labels, size=starts.size)
+    total = np.cumsum(shift)
+    y = (total - np.repeat(total[starts] - shift[starts], lengths)) % n_labels
+
+    block = n_observations // n_labels
+    own = rng.random(n) < emission
+    inside = rng.integers(0, block, size=n)
+    outside = rng.integers(0, n_observations - block, size=n)
+    outside += block * (outside >= y * block)  # skip the label's own block
+    symbols = np.where(own, y * block + inside, outside)
+
+    position = np.arange(n) - np.repeat(starts, lengths)
+    size = np.repeat(lengths, lengths)
+    X = np.zeros((n, (2 * window + 1) * n_observations), dtype=np.float64)
+    for j, offset in enumerate(range(-window, window + 1)):
+        rows = np.flatnonzero((position + offset >= 0) & (position + offset < size))
+        X[rows, j * n_observations + symbols[rows + offset]] = 1.0
+    return X, y.astype(np.int64), lengths
+
+
+def load_ocr(path, dtype=np.float64):
+    """Load the OCR letters (Taskar's handwritten words) from ``letters.npz``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The ``letters.npz`` file or the folder holding it. The file holds
+        ``pixels (n, 128)``, ``labels (n,)``, ``lengths (m,)`` and
+        ``folds (m,)``.
+    dtype : numpy dtype
+        Type of ``X`` (the pixels are 0/1; ``numpy.uint8`` saves memory).
+
+    Returns
+    -------
+    SequenceData
+        ``X (n, 128)`` pixels of the 16 x 8 images in row-major order, ``y``
+        letters 0..25 (``label_names`` ``'a'..'z'``), ``lengths`` letters per
+        word, ``folds`` the fold 0..9 of every word.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "letters.npz"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: pass the letters.npz file or the folder that holds it."
+        )
+    with np.load(path, allow_pickle=False) as archive:
+        missing = [k for k in ("pixels", "labels", "lengths", "folds") if k not in archive]
+        if missing:
+            raise ValueError(
+                f"{path} lacks the arrays {missing}: expected pixels, labels, lengths and folds "
+                "(the letters.npz layout)."
+            )
+        arrays = {k: archive[k] for k in ("pixels", "labels", "lengths", "folds")}
+    try:
+        return SequenceData(
+            X=arrays["pixels"].astype(dtype),
+            y=arrays["labels"],
+            lengths=arrays["lengths"],
+            folds=arrays["folds"],
+            label_names=OCR_LETTERS,
+        )
+    except ValueError as err:
+        raise ValueError(f"{path} is not a valid letters file: {err}") from err
+
+
+def _fold_set(folds, name, present):
+    values = np.unique(np.atleast_1d(np.asarray(folds, dtype=np.int64)))
+    unknown = np.setdiff1d(values, present)
+    if unknown.size:
+        raise ValueError(
+            f"{name} {unknown.tolist()} not in the data; its folds are {present.tolist()}."
+        )
+    return values
+
+
+def ocr_split(data, test_folds, valid_folds=()):
+    """Split sequences by fold into train, validation and test sets.
+
+    Parameters
+    ----------
+    data : SequenceData
+        With ``folds``, e.g. from :func:`load_ocr`.
+    test_folds : int or sequence of int
+        Folds of the test set.
+    valid_folds : int or sequence of int
+        Folds of the validation set; may be empty.
+
+    Returns
+    -------
+    train : SequenceData
+        The sequences of every other fold.
+    valid : SequenceData or None
+        ``None`` when ``valid_folds`` is empty.
+    test : SequenceData
+
+    Examples
+    --------
+    The 10-fold protocol of Chen et al. (2015): ``ocr_split(data, k)`` for
+    ``k`` in 0..9. The "small train" protocol: train on fold 0,
+    ``ocr_split(data, test_folds=range(1, 10))``.
+    """
+    if data.folds is None:
+        raise ValueError("data has no folds: build it with folds=... to split by fold.")
+    present = np.unique(data.folds)
+    test = _fold_set(test_folds, "test_folds", present)
+    valid = _fold_set(valid_folds, "valid_folds", present)
+    both = np.intersect1d(test, valid)
+    if both.size:
+        raise ValueError(f"folds {both.tolist()} are in both test_folds and valid_folds.")
+    in_test = np.isin(data.folds, test)
+    in_valid = np.isin(data.folds, valid)
+    if test.size == 0 or not in_test.any():
+        raise ValueError("test_folds is empty: name at least one fold to test on.")
+    in_train = ~(in_test | in_valid)
+    if not in_train.any():
+        raise ValueError("no fold is left for training: leave some folds out of test and valid.")
+    return (
+        data.subset(in_train),
+        data.subset(in_valid) if valid.size else None,
+        data.subset(in_test),
+    )
+
+
+def read_protein_qs(path):
+    """Read a Qian & Sejnowski (1988) protein secondary-structure file.
+
+    The format: ``#`` comment lines and blank lines are skipped; ``<>`` starts
+    a protein; ``end`` or ``<end>`` ends one, though a protein may also end
+    where the next ``<>`` begins or at the end of the file; every other line
+    is ``RESIDUE LABEL``, a one-letter amino-acid code and ``h`` (helix),
+    ``e`` (strand) or ``_`` (coil).
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    residues : (n,) ndarray of str
+        One-letter codes, proteins concatenated.
+    labels : (n,) ndarray of str
+        ``"h"``, ``"e"`` or ``"_"`` per residue.
+    lengths : (m,) int64 ndarray
+        Residues per protein, in file order.
+    """
+    residues, labels, lengths = [], [], []
+    opened = None  # line number of the current protein's "<>", None outside a protein
+
+    def close(lineno):
+        size = len(residues) - sum(lengths)
+        if size == 0:
+            raise ValueError(
+                f"{path}, line {lineno}: the protein opened at line {opened} has no residues."
+            )
+        lengths.append(size)
+
+    with open(path, encoding="ascii") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            if text == "<>":
+                if opened is not None:
+                    close(lineno)
+                opened = lineno
+            elif text in ("end", "<end>"):
+                if opened is None:
+                    raise ValueError(
+                        f"{path}, line {lineno}: {text!r} outside a protein; each protein "
+                        "starts with '<>'."
+                    )
+                close(lineno)
+                opened = None
+            else:
+                fields = text.split()
+                if len(fields) != 2 or len(fields[0]) != 1 or not fields[0].isupper() \
+                        or fields[1] not in PROTEIN_LABELS:
+                    raise ValueError(
+                        f"{path}, line {lineno}: expected 'RESIDUE LABEL' (a capital "
+                        f"one-letter code and h, e or _), '<>', 'end' or '<end>'; got {text!r}."
+                    )
+                if opened is None:
+                    raise ValueError(
+                        f"{path}, line {lineno}: residue line outside a protein; add '<>' "
+                        "before it."
+                    )
+                residues.append(fields[0])
+                labels.append(fields[1])
+        if opened is not None:
+            close(lineno)
+    if not lengths:
+        raise ValueError(f"{path} holds no proteins: each protein starts with a '<>' line.")
+    return (
+        np.array(residues, dtype="<U1"),
+        np.array(labels, dtype="<U1"),
+        np.array(lengths, dtype=np.int64),
+    )
+
+
+def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8"):
+    """Read a CoNLL column file (CoNLL-2000 chunking, CoNLL-2003 NER).
+
+    One token per line, fields separated by whitespace; a blank line ends a
+    sentence. ``-DOCSTART-`` lines (document boundaries) are skipped and also
+    end a sentence. Leading and trailing whitespace is ignored.
+
+    Parameters
+    ----------
+    path : str or path-like
+    columns : sequence of str
+        Names of the fields of every token line, in order. CoNLL-2003 English:
+        ``("token", "pos", "chunk", "tag")``; CoNLL-2000: three columns.
+    encoding : str
+        Text encoding (the German CoNLL-2003 files are ``"latin-1"``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per token: ``sentence`` (int64 id 0, 1, ... in file order)
+        and the named columns (strings). Sentence lengths are
+        ``numpy.bincount(df["sentence"])``.
+
+    Examples
+    --------
+    IOB1 tags of CoNLL-2003 to IOB2::
+
+        df = read_conll("eng.train")
+        df["tag"] = convert_tags(df["tag"], "iob1", "iob2", np.bincount(df["sentence"]))
+    """
+    columns = tuple(columns)
+    if not columns or len(set(columns)) != len(columns) or "sentence" in columns:
+        raise ValueError(
+            f"columns must be distinct names other than 'sentence', at least one; got {columns!r}."
+        )
+    fields_by_column = [[] for _ in columns]
+    sentence_ids = []
+    sentence = 0
+    in_sentence = False
+    with open(path, encoding=encoding) as handle:
+        for lineno, line in enumerate(handle, start=1):
+            fields = line.split()
+            if not fields or fields[0] == "-DOCSTART-":
+                sentence += in_sentence
+                in_sentence = False
+                continue
+            if len(fields) != len(columns):
+                raise ValueError(
+                    f"{path}, line {lineno}: expected {len(columns)} columns {columns} but "
+                    f"found {len(fields)}: {line.rstrip()!r}. Pass columns= naming every field."
+                )
+            for values, field in zip(fields_by_column, fields):
+                values.append(field)
+            sentence_ids.append(sentence)
+            in_sentence = True
+    data = {"sentence": np.array(sentence_ids, dtype=np.int64)}
+    for name, values in zip(columns, fields_by_column):
+        data[name] = np.array(values, dtype=object)
+    return pd.DataFrame(data)
+
+
+def convert_tags(tags, source, target, lengths=None):
+    """Rewrite chunk tags from one scheme to another ("iob1", "iob2", "bioes").
+
+    The chunks are read from ``tags`` with conlleval's rules (see
+    :func:`structboost.metrics.extract_spans`) and written out in ``target``.
+    Converting a scheme to itself puts ill-formed sequences into canonical
+    form (e.g. a leading ``I-PER`` in IOB2 becomes ``B-PER``).
+
+    Parameters
+    ----------
+    tags : array-like of str, shape (n,)
+        Tags of one sentence, or of several sentences back to back with
+        ``lengths``.
+    source, target : {"iob1", "iob2", "bioes"}
+        IOB1 opens a chunk with ``B-`` only right after a chunk of the same
+        type; IOB2 opens every chunk with ``B-``; BIOES also closes chunks with
+        ``E-`` and writes one-token chunks as ``S-``.
+    lengths : array-like of int, shape (m,), optional
+        Tokens per sentence; ``None`` means one sentence. It matters for IOB1
+        (a sentence's first chunk never takes ``B-``) and keeps chunks from
+        crossing sentences.
+
+    Returns
+    -------
+    tags : (n,) object ndarray of str
+    """
+    source = check_scheme(source, "source scheme")
+    target = check_scheme(target, "target scheme")
+    tags = as_tags(tags)
+    offsets = sentence_offsets(lengths, tags.size)
+    starts, ends, types = span_arrays(tags, source, offsets)
+    return encode_spans(tags.size, starts, ends, types, target, offsets)

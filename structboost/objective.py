@@ -1,0 +1,230 @@
+"""The CRF boosting objective: node potentials and sequences in, G and H out.
+
+Engine-agnostic (numpy only). The XGBoost and LightGBM adapters read the
+margins and the sequence structure from their data objects and call
+:meth:`CRFObjective.grad_hess` once per boosting round.
+
+=================  ==========================================  ==========================
+mode               Hessian per row and label                    transitions
+=================  ==========================================  ==========================
+``"gbcrf"``        ``gamma_t * p * (1 - p)`` (Theorem 4.1)      refit every round
+``"treecrf"``      ``1`` (first order, Dietterich et al.)       refit every round
+``"logitboost"``   ``2 * p * (1 - p)``                          none (independent rows)
+=================  ==========================================  ==========================
+
+The gradient is always ``G = p - onehot(y)`` with ``p`` the CRF node
+marginals. Sequence weights multiply both ``G`` and ``H``; the Hessian is
+floored at ``hess_floor`` before weighting (as XGBoost floors its softmax
+Hessian), so no row loses all weight.
+"""
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _chain
+from .inference import GAMMA_METHODS, path_scores, posterior
+from .sequences import check_labels, check_lengths, offsets_from_lengths
+from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_counts, refit
+
+MODES = ("gbcrf", "treecrf", "logitboost")
+_DEFAULT_ITER = {"lbfgs": 5, "newton": 1}
+
+
+@dataclass
+class SequenceBatch:
+    """Validated labels and sequence structure of one dataset.
+
+    Attributes
+    ----------
+    labels : (n,) int64
+    offsets : (m + 1,) int64
+    seq_weight : (m,) float64
+    counts : (K*K + 2K,) float64
+        Weighted observed transition, start and end counts.
+    """
+
+    labels: np.ndarray
+    offsets: np.ndarray
+    seq_weight: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def build(cls, labels, lengths, num_labels, seq_weight=None):
+        """Validate ``labels (n,)``, ``lengths (m,)`` and optional ``seq_weight (m,)``."""
+        n = len(labels)
+        lengths = check_lengths(lengths, n)
+        y = check_labels(labels, num_labels, n)
+        offsets = offsets_from_lengths(lengths)
+        if seq_weight is None or len(seq_weight) == 0:
+            w = np.ones(len(lengths))
+        else:
+            w = np.asarray(seq_weight, dtype=np.float64)
+            if w.shape != lengths.shape:
+                raise ValueError(
+                    f"weights must be one per sequence ({len(lengths)}); got shape {w.shape}. "
+                    "Give each sequence one weight (XGBoost stores group weights)."
+                )
+            if not np.isfinite(w).all() or (w < 0).any():
+                raise ValueError("sequence weights must be finite and non-negative.")
+        return cls(y, offsets, w, observed_counts(y, offsets, w, num_labels))
+
+    @property
+    def lengths(self):
+        return np.diff(self.offsets)
+
+
+def softmax(margins):
+    """Row-wise softmax of ``(n, K)`` margins."""
+    z = margins - margins.max(axis=1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=1, keepdims=True)
+    return z
+
+
+class CRFObjective:
+    """Gradient and Hessian of the chain-CRF negative log-likelihood.
+
+    Parameters
+    ----------
+    num_labels : int
+        Number of labels K (the engine's number of outputs per row).
+    mode : {"gbcrf", "treecrf", "logitboost"}
+    gamma : {"mixing", "length", "exact"} or float
+        Node bound for ``mode="gbcrf"``; a float fixes gamma everywhere.
+    transitions : {"lbfgs", "newton"}
+        Solver that refits the transition parameters every round.
+    reg_transitions : float
+        L2 penalty on the transition, start and end scores.
+    transition_iter : int, optional
+        Iterations of the solver per round (default 5 for L-BFGS, 1 for Newton).
+    hess_floor : float
+        Smallest Hessian per row and label before weighting.
+
+    Attributes
+    ----------
+    params : TransitionParams
+        The current transition parameters (all zero in ``"logitboost"`` mode).
+    timings : dict
+        Seconds spent so far in ``"transitions"``, ``"inference"`` and ``"gamma"``.
+    """
+
+    def __init__(
+        self,
+        num_labels,
+        mode="gbcrf",
+        gamma="mixing",
+        transitions="lbfgs",
+        reg_transitions=1.0,
+        transition_iter=None,
+        hess_floor=1e-16,
+    ):
+        if int(num_labels) != num_labels or num_labels < 1:
+            raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}; got {mode!r}.")
+        if isinstance(gamma, str):
+            if gamma not in GAMMA_METHODS:
+                raise ValueError(
+                    f"gamma must be one of {GAMMA_METHODS} or a float >= 2; got {gamma!r}."
+                )
+        elif not np.isfinite(gamma) or gamma <= 0:
+            raise ValueError(f"a fixed gamma must be a positive float; got {gamma!r}.")
+        if transitions not in SOLVERS:
+            raise ValueError(f"transitions must be one of {SOLVERS}; got {transitions!r}.")
+        if reg_transitions < 0:
+            raise ValueError("reg_transitions must be >= 0.")
+        self.num_labels = int(num_labels)
+        self.mode = mode
+        self.gamma = gamma
+        self.transitions = transitions
+        self.reg_transitions = float(reg_transitions)
+        self.transition_iter = (
+            _DEFAULT_ITER[transitions] if transition_iter is None else int(transition_iter)
+        )
+        self.hess_floor = float(hess_floor)
+        self.params = TransitionParams.zeros(self.num_labels)
+        self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
+
+    @property
+    def uses_transitions(self):
+        return self.mode != "logitboost"
+
+    def check_margins(self, margins):
+        """``(n, K)`` C-contiguous float64 margins, or a clear error."""
+        m = np.asarray(margins)
+        if m.ndim == 1 and m.size % self.num_labels == 0:
+            m = m.reshape(-1, self.num_labels)
+        if m.ndim != 2 or m.shape[1] != self.num_labels:
+            raise ValueError(
+                f"margins have shape {m.shape} but the objective has num_labels="
+                f"{self.num_labels}: the booster must have one output per label "
+                "(num_target / num_class = num_labels)."
+            )
+        m = np.ascontiguousarray(m, dtype=np.float64)
+        if not np.isfinite(m).all():
+            raise ValueError("margins contain NaN or inf; training has diverged.")
+        return m
+
+    def grad_hess(self, margins, batch):
+        """Refit the transitions, then return the node gradient and Hessian.
+
+        Parameters
+        ----------
+        margins : (n, K) array-like
+            Current node potentials (the engine's raw scores).
+        batch : SequenceBatch
+
+        Returns
+        -------
+        grad, hess : (n, K) float64
+        """
+        u = self.check_margins(margins)
+        lengths = np.diff(batch.offsets)
+        t0 = time.perf_counter()
+        if self.uses_transitions:
+            problem = TransitionProblem(
+                u, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions
+            )
+            self.params = refit(problem, self.params, self.transitions, self.transition_iter)
+            t1 = time.perf_counter()
+            post = problem.posterior(self.params)
+            p = post.marginals()
+        else:
+            t1 = t0
+            p = softmax(u)
+        t2 = time.perf_counter()
+        grad = p.copy()
+        grad[np.arange(u.shape[0]), batch.labels] -= 1.0
+        hess = p * (1.0 - p)
+        if self.mode == "treecrf":
+            hess[:] = 1.0
+        elif self.mode == "logitboost":
+            hess *= 2.0
+        elif isinstance(self.gamma, str):
+            hess *= post.node_gamma(self.gamma, marginals=p)[:, None]
+        else:
+            hess *= float(self.gamma)
+        np.maximum(hess, self.hess_floor, out=hess)
+        row_w = np.repeat(batch.seq_weight, lengths)[:, None]
+        grad *= row_w
+        hess *= row_w
+        t3 = time.perf_counter()
+        self.timings["transitions"] += t1 - t0
+        self.timings["inference"] += t2 - t1
+        self.timings["gamma"] += t3 - t2
+        return grad, hess
+
+    def sequence_nll(self, margins, batch):
+        """Per-sequence negative log-likelihood ``(m,)`` under the current transitions."""
+        u = self.check_margins(margins)
+        p = self.params
+        post = posterior(u, batch.offsets, p.transitions, p.start, p.end)
+        return post.log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
+
+    def decode(self, margins, offsets):
+        """Viterbi labels ``(n,)`` under the current transitions."""
+        u = self.check_margins(margins)
+        p = self.params
+        return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)

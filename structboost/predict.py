@@ -1,0 +1,105 @@
+"""Prediction from a trained booster: Viterbi paths, marginals, log-likelihoods.
+
+The booster supplies the node potentials (its raw margins) and carries the
+transition parameters it was trained with; the sequence boundaries come from
+the data (a grouped ``xgboost.DMatrix``) or from ``lengths=``/``groups=``.
+"""
+
+import numpy as np
+
+from . import _chain
+from .inference import path_scores, posterior
+from .sequences import check_labels, offsets_from_lengths, resolve_lengths
+
+
+def _xgboost_inputs(booster, data, groups, lengths):
+    import xgboost as xgb
+
+    from .xgboost import booster_margins, dmatrix_lengths, load_state
+
+    if isinstance(data, xgb.DMatrix):
+        dmat = data
+        if groups is None and lengths is None:
+            lengths = dmatrix_lengths(dmat)
+        labels = dmat.get_label()
+    else:
+        dmat = xgb.DMatrix(data)
+        labels = None
+    lengths = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
+    num_labels, _, params = load_state(booster)
+    return booster_margins(booster, dmat), lengths, params, num_labels, labels
+
+
+def crf_inputs(model, data, *, groups=None, lengths=None):
+    """Margins, boundaries and transitions of a model on some data.
+
+    Returns
+    -------
+    margins : (n, K) float64, C-contiguous
+    offsets : (m + 1,) int64
+    params : TransitionParams
+    labels : (n,) array or None
+        The labels stored in the data object, if any.
+    """
+    import xgboost as xgb
+
+    if isinstance(model, xgb.Booster):
+        margins, lengths, params, num_labels, labels = _xgboost_inputs(model, data, groups, lengths)
+    else:
+        raise ValueError(
+            f"cannot predict with a {type(model).__name__}: pass an xgboost.Booster "
+            "trained with structboost.crf_objective."
+        )
+    margins = np.ascontiguousarray(np.asarray(margins).reshape(len(margins), -1), dtype=np.float64)
+    if margins.shape[1] != num_labels:
+        raise ValueError(
+            f"the booster outputs {margins.shape[1]} scores per row but its CRF has "
+            f"{num_labels} labels."
+        )
+    return margins, offsets_from_lengths(lengths), params, labels
+
+
+def predict(model, data, *, groups=None, lengths=None):
+    """Most probable label path of every sequence (Viterbi).
+
+    Parameters
+    ----------
+    model : xgboost.Booster
+        Trained with :func:`structboost.crf_objective` and its callback.
+    data : xgboost.DMatrix or array-like (n, d)
+        A DMatrix with groups, or features with ``groups``/``lengths``.
+    groups : (n,) array-like, optional
+        Per-row sequence id (rows of a sequence contiguous).
+    lengths : (m,) array-like, optional
+        Rows per sequence.
+
+    Returns
+    -------
+    (n,) int64
+    """
+    u, offsets, p, _ = crf_inputs(model, data, groups=groups, lengths=lengths)
+    return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)
+
+
+def predict_marginals(model, data, *, groups=None, lengths=None):
+    """Posterior marginals ``P(y_t = k | x)``, shape ``(n, K)``.
+
+    Parameters are as in :func:`predict`.
+    """
+    u, offsets, p, _ = crf_inputs(model, data, groups=groups, lengths=lengths)
+    return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
+
+
+def sequence_log_likelihood(model, data, labels=None, *, groups=None, lengths=None):
+    """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``.
+
+    ``labels`` default to the ones stored in a DMatrix.
+    """
+    u, offsets, p, stored = crf_inputs(model, data, groups=groups, lengths=lengths)
+    if labels is None:
+        labels = stored
+    if labels is None or len(labels) == 0:
+        raise ValueError("no labels: pass labels= or a DMatrix built with label=.")
+    y = check_labels(labels, u.shape[1], u.shape[0])
+    post = posterior(u, offsets, p.transitions, p.start, p.end)
+    return path_scores(u, offsets, y, p.transitions, p.start, p.end) - post.log_z

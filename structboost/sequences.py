@@ -1,0 +1,140 @@
+"""Sequence boundaries: lengths, per-row group ids and offsets, validated once.
+
+All of structboost describes a batch of sequences as flat rows plus
+``lengths (m,)``, the number of rows of each sequence in row order. These
+helpers turn the other common descriptions into that one and raise a
+``ValueError`` that names the problem and the fix.
+"""
+
+import numpy as np
+
+
+def check_lengths(lengths, n_rows):
+    """Validate sequence lengths against a row count.
+
+    Parameters
+    ----------
+    lengths : array-like of int, shape (m,)
+        Rows per sequence, in row order.
+    n_rows : int
+        Number of rows the lengths must cover.
+
+    Returns
+    -------
+    lengths : (m,) int64 ndarray
+    """
+    arr = np.asarray(lengths)
+    if arr.ndim != 1:
+        raise ValueError(f"lengths must be 1-D (one entry per sequence); got shape {arr.shape}.")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise ValueError("lengths must be whole numbers of rows per sequence.")
+    arr = arr.astype(np.int64)
+    if arr.size == 0 and n_rows > 0:
+        raise ValueError(
+            f"no sequence boundaries given for {n_rows} rows: pass lengths (rows per "
+            "sequence) or groups (a per-row sequence id)."
+        )
+    if np.any(arr <= 0):
+        bad = int(np.flatnonzero(arr <= 0)[0])
+        raise ValueError(
+            f"sequence {bad} has length {int(arr[bad])}: every sequence needs at least one "
+            "row; drop empty sequences from lengths."
+        )
+    total = int(arr.sum())
+    if total != n_rows:
+        raise ValueError(
+            f"sequence lengths sum to {total} but there are {n_rows} rows; lengths must "
+            "count the rows of each sequence in row order."
+        )
+    return arr
+
+
+def offsets_from_lengths(lengths):
+    """``(m + 1,)`` int64 row offsets: sequence ``i`` is ``offsets[i]:offsets[i + 1]``."""
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def lengths_from_groups(groups):
+    """Turn a per-row sequence id into lengths.
+
+    Parameters
+    ----------
+    groups : array-like, shape (n,)
+        Sequence id of every row. The rows of a sequence must be contiguous;
+        ids need not be sorted.
+
+    Returns
+    -------
+    lengths : (m,) int64 ndarray
+        In order of first appearance.
+    """
+    ids = np.asarray(groups)
+    if ids.ndim != 1:
+        raise ValueError(f"groups must be 1-D (one sequence id per row); got shape {ids.shape}.")
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    change = np.flatnonzero(ids[1:] != ids[:-1]) + 1
+    starts = np.concatenate(([0], change))
+    firsts = ids[starts]
+    if len(np.unique(firsts)) != len(firsts):
+        values, counts = np.unique(firsts, return_counts=True)
+        dup = values[counts > 1][0]
+        raise ValueError(
+            f"sequence id {dup!r} appears in more than one run of rows: the rows of a "
+            "sequence must be contiguous. Sort the rows by sequence (keeping the order "
+            "within each sequence) first."
+        )
+    return np.diff(np.concatenate((starts, [ids.size]))).astype(np.int64)
+
+
+def resolve_lengths(n_rows, *, groups=None, lengths=None):
+    """Lengths from exactly one of ``groups`` or ``lengths``, validated."""
+    if groups is not None and lengths is not None:
+        raise ValueError("pass either groups (per-row sequence ids) or lengths, not both.")
+    if groups is None and lengths is None:
+        raise ValueError(
+            "sequence boundaries are required: pass groups (a per-row sequence id) or "
+            "lengths (rows per sequence)."
+        )
+    if groups is not None:
+        if len(groups) != n_rows:
+            raise ValueError(f"groups has {len(groups)} entries but X has {n_rows} rows.")
+        lengths = lengths_from_groups(groups)
+    return check_lengths(lengths, n_rows)
+
+
+def check_labels(labels, n_labels, n_rows):
+    """Validate integer labels ``0..n_labels-1``.
+
+    Returns
+    -------
+    labels : (n,) int64 ndarray
+    """
+    arr = np.asarray(labels)
+    if arr.ndim != 1 or arr.shape[0] != n_rows:
+        raise ValueError(
+            f"labels must have one entry per row ({n_rows}); got shape {arr.shape}."
+        )
+    if arr.dtype.kind == "f":
+        if np.isnan(arr).any():
+            first = int(np.flatnonzero(np.isnan(arr))[0])
+            raise ValueError(f"label of row {first} is NaN: every row needs a label.")
+        if not np.all(arr == np.round(arr)):
+            raise ValueError("labels must be whole numbers 0..K-1 (class indices).")
+    elif arr.dtype.kind not in "iub":
+        raise ValueError(
+            f"labels must be integers 0..K-1, got dtype {arr.dtype}; encode them first "
+            "(the scikit-learn estimators do this for you)."
+        )
+    arr = arr.astype(np.int64)
+    bad = (arr < 0) | (arr >= n_labels)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"label {int(arr[first])} of row {first} is outside 0..{n_labels - 1}: "
+            f"num_labels={n_labels} must exceed every label."
+        )
+    return arr

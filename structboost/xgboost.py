@@ -1,0 +1,233 @@
+"""XGBoost wiring: the objective callable, its metric, the transition recorder.
+
+Only XGBoost's public API is used: ``xgb.train(obj=...)`` hands the objective
+the raw margins ``(n, K)`` and the training ``DMatrix``, whose group
+information (``group=`` lengths or sorted ``qid=``) carries the sequence
+boundaries. The transition parameters live on the booster as the JSON
+attribute ``structboost_crf``, so ``save_model``/``load_model`` (JSON and
+UBJ), pickling and slicing keep them.
+"""
+
+import json
+import weakref
+
+import numpy as np
+import xgboost as xgb
+
+from .objective import CRFObjective, SequenceBatch
+from .transitions import TransitionParams
+
+STATE_KEY = "structboost_crf"
+STATE_VERSION = 1
+METRICS = ("nll", "error")
+
+
+def xgb_params(num_labels, **overrides):
+    """Parameters a CRF objective needs in XGBoost.
+
+    Parameters
+    ----------
+    num_labels : int
+    **overrides
+        Any other XGBoost parameter (``max_depth``, ``eta``,
+        ``multi_strategy="multi_output_tree"``, ...).
+
+    Returns
+    -------
+    dict
+        ``num_target=K`` (K outputs, no link function), ``base_score=0``
+        (custom objectives otherwise start from 0.5), the default metric
+        disabled and ``tree_method="hist"``, updated with ``overrides``.
+    """
+    params = {
+        "num_target": int(num_labels),
+        "base_score": 0.0,
+        "disable_default_eval_metric": 1,
+        "tree_method": "hist",
+    }
+    params.update(overrides)
+    return params
+
+
+def dmatrix_lengths(dmat):
+    """Sequence lengths ``(m,)`` from a DMatrix's group information."""
+    ptr = dmat.get_uint_info("group_ptr")
+    if ptr.size == 0:
+        raise ValueError(
+            "the DMatrix has no sequence boundaries: build it with "
+            "DMatrix(X, label=y, group=lengths) or a sorted qid=sequence_id."
+        )
+    return np.diff(ptr.astype(np.int64))
+
+
+def save_state(booster, objective, params):
+    """Store the CRF description and ``params`` on the booster as an attribute."""
+    state = {
+        "version": STATE_VERSION,
+        "num_labels": objective.num_labels,
+        "mode": objective.mode,
+        **params.to_dict(),
+    }
+    booster.set_attr(**{STATE_KEY: json.dumps(state)})
+
+
+def load_state(booster):
+    """The ``(num_labels, mode, TransitionParams)`` stored on a booster."""
+    raw = booster.attr(STATE_KEY)
+    if raw is None:
+        raise ValueError(
+            "this booster carries no CRF transitions: train it with "
+            "callbacks=[obj.callback()] (obj = structboost.crf_objective(...))."
+        )
+    state = json.loads(raw)
+    return state["num_labels"], state["mode"], TransitionParams.from_dict(state)
+
+
+def booster_margins(booster, dmat):
+    """Raw margins ``(n, K)`` of the iterations whose transitions are stored."""
+    best = booster.attr("best_iteration")
+    rng = (0, int(best) + 1) if best is not None else (0, 0)
+    return booster.predict(dmat, output_margin=True, iteration_range=rng)
+
+
+class TransitionRecorder(xgb.callback.TrainingCallback):
+    """Keeps the transition parameters of every iteration on the booster.
+
+    After each round the objective's current parameters are stored on the
+    booster; after training, if early stopping recorded a ``best_iteration``,
+    the parameters of that iteration are put back, so the model and its
+    transitions always belong together.
+
+    Attributes
+    ----------
+    history : dict of int -> TransitionParams
+    """
+
+    def __init__(self, objective):
+        super().__init__()
+        self.objective = objective
+        self.history = {}
+
+    def after_iteration(self, model, epoch, evals_log):
+        params = self.objective.params.copy()
+        self.history[epoch] = params
+        save_state(model, self.objective.crf, params)
+        return False
+
+    def after_training(self, model):
+        best = model.attr("best_iteration")
+        if best is not None and int(best) in self.history:
+            save_state(model, self.objective.crf, self.history[int(best)])
+        return model
+
+
+class XGBCRFObjective:
+    """A chain-CRF objective for ``xgboost.train(obj=...)``.
+
+    Call :func:`crf_objective` to build one. Calling it as
+    ``obj(predt, dtrain)`` refits the transitions and returns ``(grad, hess)``,
+    both ``(n, K)``.
+
+    Attributes
+    ----------
+    crf : CRFObjective
+        The engine-agnostic objective (mode, gamma, solver, timings).
+    metric_name : {"nll", "error"}
+    """
+
+    def __init__(self, crf, metric="nll"):
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
+        self.crf = crf
+        self.metric_name = metric
+        self._batches = weakref.WeakKeyDictionary()
+
+    @property
+    def num_labels(self):
+        return self.crf.num_labels
+
+    @property
+    def params(self):
+        """Current :class:`~structboost.transitions.TransitionParams`."""
+        return self.crf.params
+
+    def batch(self, dmat):
+        """Validated labels, boundaries and weights of a DMatrix (cached)."""
+        batch = self._batches.get(dmat)
+        if batch is None:
+            batch = SequenceBatch.build(
+                dmat.get_label(), dmatrix_lengths(dmat), self.num_labels, dmat.get_weight()
+            )
+            self._batches[dmat] = batch
+        return batch
+
+    def __call__(self, predt, dtrain):
+        return self.crf.grad_hess(predt, self.batch(dtrain))
+
+    def metric(self, predt, dmat):
+        """XGBoost custom metric on any grouped DMatrix.
+
+        Returns
+        -------
+        (str, float)
+            ``("crf-nll", weighted mean NLL per sequence)`` or
+            ``("crf-error", weighted token error of the Viterbi path)``.
+        """
+        batch = self.batch(dmat)
+        w = batch.seq_weight
+        if self.metric_name == "nll":
+            nll = self.crf.sequence_nll(predt, batch)
+            return "crf-nll", float(w @ nll / w.sum())
+        wrong = self.crf.decode(predt, batch.offsets) != batch.labels
+        per_seq = np.add.reduceat(wrong.astype(np.float64), batch.offsets[:-1])
+        return "crf-error", float(w @ per_seq / (w @ batch.lengths))
+
+    def callback(self):
+        """A :class:`TransitionRecorder` to pass in ``callbacks=``."""
+        return TransitionRecorder(self)
+
+
+def crf_objective(
+    num_labels,
+    mode="gbcrf",
+    gamma="mixing",
+    transitions="lbfgs",
+    reg_transitions=1.0,
+    metric="nll",
+    **kwargs,
+):
+    """Build a chain-CRF objective for ``xgboost.train``.
+
+    Parameters
+    ----------
+    num_labels : int
+        Number of labels K; the booster needs ``num_target=K``
+        (see :func:`xgb_params`).
+    mode : {"gbcrf", "treecrf", "logitboost"}
+        Second-order GBCRF (Chen et al. 2015), first-order TreeCRF (Dietterich
+        et al. 2008, unit Hessians) or LogitBoost (no transitions).
+    gamma : {"mixing", "length", "exact"} or float
+        Node bound of the GBCRF Hessian.
+    transitions : {"lbfgs", "newton"}
+        Solver for the transition parameters, refit every round.
+    reg_transitions : float
+        L2 penalty on the transition, start and end scores.
+    metric : {"nll", "error"}
+        What ``obj.metric`` reports.
+    **kwargs
+        ``transition_iter``, ``hess_floor``: see
+        :class:`~structboost.objective.CRFObjective`.
+
+    Returns
+    -------
+    XGBCRFObjective
+    """
+    crf = CRFObjective(
+        num_labels,
+        mode=mode,
+        gamma=gamma,
+        transitions=transitions,
+        reg_transitions=reg_transitions,
+        **kwargs,
+    )
+    return XGBCRFObjective(crf, metric=metric)
