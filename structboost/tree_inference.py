@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _tree
+from .sequences import check_labels, check_lengths, offsets_from_lengths
 
 GAMMA_METHODS = ("mixing", "length", "exact")
 
@@ -37,25 +38,6 @@ def _whole_numbers(x, name, n):
     elif arr.dtype.kind not in "iub":
         raise ValueError(f"{name} must be integers; got dtype {arr.dtype}.")
     return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def _check_lengths(lengths, n_rows):
-    arr = np.asarray(lengths)
-    if arr.ndim != 1:
-        raise ValueError(f"lengths must be 1-D (one entry per instance); got shape {arr.shape}.")
-    arr = _whole_numbers(arr, "lengths", arr.shape[0])
-    if np.any(arr <= 0):
-        bad = int(np.flatnonzero(arr <= 0)[0])
-        raise ValueError(
-            f"instance {bad} has length {int(arr[bad])}: every instance needs at least one "
-            "row; drop empty instances from lengths."
-        )
-    if int(arr.sum()) != n_rows:
-        raise ValueError(
-            f"lengths sum to {int(arr.sum())} but there are {n_rows} rows; lengths must "
-            "count the rows of each instance in row order."
-        )
-    return arr
 
 
 def _check_transitions(transitions, k):
@@ -149,9 +131,8 @@ def check_tree(unary, lengths, parents, transitions, edge_types=None):
         raise ValueError(
             "unary contains NaN or inf; node potentials must be finite (check the margins)."
         )
-    lens = _check_lengths(lengths, n)
-    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
+    lens = check_lengths(lengths, n)
+    offsets = offsets_from_lengths(lens)
     trans = _check_transitions(transitions, k)
     par = _check_parents(parents, lens, offsets)
     if edge_types is None:
@@ -388,12 +369,7 @@ def tree_nll(unary, lengths, parents, labels, transitions, edge_types=None):
         ``inf`` for an instance whose labels use a forbidden (``-inf``) pair.
     """
     b = check_tree(unary, lengths, parents, transitions, edge_types)
-    k = b.unary.shape[1]
-    y = _whole_numbers(labels, "labels", b.unary.shape[0])
-    bad = (y < 0) | (y >= k)
-    if bad.any():
-        r = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"label {int(y[r])} of row {r} is outside 0..{k - 1}.")
+    y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])
     post = posterior(b)
     return post.log_z - _tree.label_scores(
         b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, y

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive_tree import NaiveTree
 
+from structboost import inference
 from structboost.tree_inference import (
     tree_edge_gamma,
     tree_edge_marginals,
@@ -276,6 +277,30 @@ def test_chain_as_tree():
     assert np.all(edge[1:] <= theorem_42 + 1e-12)
     nv = NaiveTree(unary, parents, transitions[None], np.zeros(length, dtype=np.int64))
     assert np.all(edge >= nv.exact_edge_gamma() - 1e-9)
+
+
+def test_chain_as_tree_matches_chain_kernels():
+    rng = np.random.default_rng(19)
+    lengths = np.array([1, 4, 7, 2, 6])
+    k = 4
+    unary = 2.0 * rng.normal(size=(lengths.sum(), k))
+    transitions = rng.normal(size=(k, k))
+    zeros = np.zeros(k)
+    chain = (unary, lengths, transitions, zeros, zeros)
+    parents = np.concatenate([np.arange(n) - 1 for n in lengths])
+    tree = (unary, lengths, parents, transitions)
+    log_z, marg = tree_forward_backward(*tree)
+    chain_z, chain_marg = inference.forward_backward(*chain)
+    close(log_z, chain_z, rtol=1e-12)
+    close(marg, chain_marg, atol=1e-12)
+    np.testing.assert_array_equal(tree_viterbi(*tree), inference.viterbi(*chain))
+    close(tree_gamma(*tree), inference.gamma(*chain, method="mixing"), rtol=1e-10)
+    close(tree_gamma(*tree, method="exact"), inference.gamma(*chain, method="exact"), rtol=1e-10)
+    inner = parents >= 0  # tree row v joins (v - 1, v); chain row t joins (t, t + 1)
+    pair = tree_edge_marginals(*tree)
+    close(pair[inner], inference.edge_marginals(*chain)[np.flatnonzero(inner) - 1], atol=1e-12)
+    edge = tree_edge_gamma(*tree)[inner]
+    assert np.all(edge <= inference.edge_gamma(*chain)[np.flatnonzero(inner) - 1] + 1e-12)
 
 
 def test_star_needs_the_tree_edge_bound():
