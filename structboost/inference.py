@@ -24,6 +24,14 @@ import numpy as np
 
 from . import _chain
 from .sequences import check_labels, check_lengths, offsets_from_lengths
+from .tree_inference import (  # noqa: F401  (re-exported: the tree contract lives here too)
+    tree_edge_gamma,
+    tree_edge_marginals,
+    tree_forward_backward,
+    tree_gamma,
+    tree_nll,
+    tree_viterbi,
+)
 
 GAMMA_METHODS = ("mixing", "length", "exact")
 
