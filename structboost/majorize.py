@@ -31,9 +31,12 @@ the running sum ``z_{<k}`` and running mean ``m_{<k}`` of the outcomes before
     Sigma = sum_k c(log(alpha_k / z_{<k})) l_k l_k^T,
     c(x) = tanh(x / 2) / (2 x),   c(0) = 1/4,   c(+-inf) = 0.
 
-Each step bounds ``log(z_{<k} e^{q} + alpha_k e^{lin})`` with the
-Jaakkola-Jordan inequality for ``log(1 + e^u)``, whose curvature in ``u`` is
-``c(xi)`` at the expansion point ``xi = log(alpha_k / z_{<k})``.
+By induction, with ``A`` the bound on the log of the first ``k - 1`` terms
+and ``B = log alpha_k + delta @ f(y_k)``, ``log(e^A + e^B) = A + log(1 +
+e^(B - A))``; ``B - A`` lies below its linear part (``Sigma`` so far is PSD
+and ``log(1 + e^u)`` increases), and the Jaakkola-Jordan inequality bounds
+``log(1 + e^u)`` by a quadratic of curvature ``c(xi)`` at
+``xi = log(alpha_k / z_{<k})``.
 
 Algorithm 3 on a chain (the rendering of the paper drops the ``+=``): the
 recursion runs from the last position back to the first; for every label
@@ -52,8 +55,8 @@ is never looser and grows only linearly with the length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import functools
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -76,7 +79,9 @@ __all__ = [
 _SERIES_CUTOFF = 1e-2
 _CURVATURES = ("shared", "paper")
 _FACTOR_BLOCK = 4096
+_OUTCOME_BLOCK = 256
 _RESIDUAL_RTOL = 1e-13
+_MAX_LOG_MULTIPLICITY = 600.0
 
 
 def curvature_coefficient(x):
@@ -133,12 +138,21 @@ def _running_mean_operator(log_alpha):
     with np.errstate(invalid="ignore", over="ignore"):
         prob = np.where(present, np.exp(log_alpha - log_z[..., None]), 0.0)
         coefficient = np.where(present, curvature_coefficient(log_alpha - before), 0.0)
-        # shape (..., k, i): alpha_i / z_{<k}, at most 1 where i < k
-        ratio = np.exp(log_alpha[..., None, :] - before[..., :, None])
-    strictly_lower = np.tri(n, n, -1, dtype=bool)
-    deviation = np.where(strictly_lower & present[..., None, :], -ratio, 0.0)
+    # before[k] = -inf only if every alpha_i, i < k, is 0: any finite stand-in gives ratio 0
+    before = np.where(before == -np.inf, 0.0, before)
+    # shape (..., k, i): -alpha_i / z_{<k} (<= 1 in size) where i < k, then 1 on the diagonal;
+    # the clamp only touches i >= k, which the mask then zeroes
+    deviation = log_alpha[..., None, :] - before[..., :, None]
+    np.minimum(deviation, 0.0, out=deviation)
+    np.exp(deviation, out=deviation)
+    deviation *= -np.tri(n, n, -1)
     deviation += np.eye(n)
     return log_z, prob, deviation, coefficient
+
+
+def _stacked_matmul(a, b):
+    """``a @ b`` over stacks of small wide matrices (faster than numpy's stacked matmul)."""
+    return np.einsum("...ij,...jk->...ik", a, b, optimize=True)
 
 
 def _curvature_weights(deviation, coefficient):
@@ -148,6 +162,10 @@ def _curvature_weights(deviation, coefficient):
 
 def _partition_factors(features, theta, base_scores):
     """Algorithm 1 in factored form: ``Sigma = factors^T factors`` per problem.
+
+    Outcomes are taken in blocks; each block starts with a pseudo-outcome
+    carrying the sum and mean of the outcomes before it, which reproduces the
+    sequential algorithm exactly in ``O(n * block)`` memory.
 
     Parameters
     ----------
@@ -164,9 +182,18 @@ def _partition_factors(features, theta, base_scores):
         Rows ``sqrt(c_k) l_k``.
     """
     log_alpha = base_scores + features @ theta
-    log_z, prob, deviation, coefficient = _running_mean_operator(log_alpha)
-    mu = np.einsum("...n,...nd->...d", prob, features)
-    factors = np.sqrt(coefficient)[..., None] * (deviation @ features)
+    n = log_alpha.shape[-1]
+    factors = np.empty_like(features)
+    for start in range(0, n, _OUTCOME_BLOCK):
+        stop = min(start + _OUTCOME_BLOCK, n)
+        block_alpha, block_features = log_alpha[..., start:stop], features[..., start:stop, :]
+        if start > 0:
+            block_alpha = np.concatenate([log_z[..., None], block_alpha], axis=-1)
+            block_features = np.concatenate([mu[..., None, :], block_features], axis=-2)
+        log_z, prob, deviation, coefficient = _running_mean_operator(block_alpha)
+        mu = np.einsum("...n,...nd->...d", prob, block_features)
+        rows = np.sqrt(coefficient)[..., None] * _stacked_matmul(deviation, block_features)
+        factors[..., start:stop, :] = rows[..., rows.shape[-2] - (stop - start) :, :]
     return log_z, mu, factors
 
 
@@ -221,7 +248,7 @@ def partition_bound(features, theta, base_scores=None):
     -----
     The outcomes are taken in array order; the order changes ``sigma`` (every
     order gives a valid bound) but not ``log_z`` or ``mu``. Cost
-    ``O(n^2 d + n d^2)`` per problem.
+    ``O(n d^2)`` per problem.
 
     Examples
     --------
@@ -232,10 +259,14 @@ def partition_bound(features, theta, base_scores=None):
     """
     features = np.asarray(features, dtype=np.float64)
     if features.ndim not in (2, 3) or features.shape[-2] == 0:
-        raise ValueError(f"features must have shape (n, d) or (t, n, d) with n >= 1, got {features.shape}.")
+        raise ValueError(
+            f"features must have shape (n, d) or (t, n, d) with n >= 1, got {features.shape}."
+        )
     theta = _as_float_array("theta", theta, 1)
     if theta.shape[0] != features.shape[-1]:
-        raise ValueError(f"theta has {theta.shape[0]} entries but features have d = {features.shape[-1]}.")
+        raise ValueError(
+            f"theta has {theta.shape[0]} entries but features have d = {features.shape[-1]}."
+        )
     _check_finite("features", features)
     _check_finite("theta", theta)
     base_scores = _check_base_scores("base_scores", base_scores, features.shape[:-1])
@@ -317,7 +348,8 @@ class LowRankCurvature:
         projection = block @ self.basis.T  # shape (b, r)
         residual = block - projection @ self.basis  # shape (b, d), orthogonal to V
         _, singular, right = np.linalg.svd(residual, full_matrices=False)
-        fresh = right[singular > _RESIDUAL_RTOL * max(singular.max(initial=0.0), 1.0)]  # new directions
+        # the residual's directions, shape (q, d)
+        fresh = right[singular > _RESIDUAL_RTOL * max(singular.max(initial=0.0), 1.0)]
         frame = np.vstack([self.basis, fresh])  # shape (r + q, d); block = coords @ frame
         coords = np.hstack([projection, residual @ fresh.T])
         inner = coords.T @ coords
@@ -326,8 +358,9 @@ class LowRankCurvature:
         eigenvalues = np.clip(eigenvalues[::-1], 0.0, None)
         directions = rotation[:, ::-1].T @ frame
         kept = self.rank
-        dropped = directions[kept:]
-        self.diagonal += (eigenvalues[kept:, None] * np.abs(dropped) * np.abs(dropped).sum(axis=1)[:, None]).sum(axis=0)
+        dropped = np.abs(directions[kept:])
+        # w w^T <= ||w||_1 diag(|w|) for every dropped direction w
+        self.diagonal += (eigenvalues[kept:] * dropped.sum(axis=1)) @ dropped
         self.basis = directions[:kept]
         self.scales = eigenvalues[:kept]
 
@@ -452,7 +485,9 @@ class LogLinearTerm:
         base_scores = _check_base_scores("base_scores", base_scores, (t, n))
         rows = np.arange(t)
         if np.any(base_scores[rows, observed] == -np.inf):
-            raise ValueError("an observed outcome has base score -inf (probability 0); fix observed or base_scores.")
+            raise ValueError(
+                "an observed outcome has base score -inf (probability 0); fix observed or base_scores."
+            )
         self.features = features
         self.base_scores = base_scores
         self.weights = _check_weights(weights, t, "problem")
@@ -512,20 +547,18 @@ def _level(log_alpha, stems, edges, weights, sigma):
         outcome = edges + stems[:, None]  # shape (s, U, K, d)
         mu = np.einsum("suv,suvd->sud", prob, outcome)
         flat = outcome.reshape(-1, d)
-        sigma += flat.T @ (curvature_weights @ outcome).reshape(-1, d)
+        sigma += flat.T @ _stacked_matmul(curvature_weights, outcome).reshape(-1, d)
         return log_z, mu
-    mu = prob @ stems
-    summed = curvature_weights.sum(axis=1)  # shape (s, K, K)
-    sigma += stems.reshape(-1, d).T @ (summed @ stems).reshape(-1, d)
+    mu = _stacked_matmul(prob, stems)
+    # with N = sum_u M_u and X^T[w, (u, v)] = M_u[v, w], the curvature is
+    # B^T N B + B^T X^T + X B + P^T M P = sym(B^T (N B + 2 X^T)) + P^T M P
+    right = _stacked_matmul(curvature_weights.sum(axis=1), stems)  # shape (s, K, d)
     if edges is not None:
-        u = np.arange(edges.shape[0])[:, None]
-        mu[:, u, edges] += prob
-        # G_u = P_u + stems with one-hot rows P_u: add P^T M P and both cross terms
+        mu[:, np.arange(edges.shape[0])[:, None], edges] += prob
+        right[:, :, edges.ravel()] += 2.0 * curvature_weights.transpose(0, 3, 1, 2).reshape(s, k, -1)
         sigma[edges[:, :, None], edges[:, None, :]] += curvature_weights.sum(axis=0)
-        cross = curvature_weights.transpose(1, 2, 0, 3).reshape(-1, s * k) @ stems.reshape(s * k, d)
-        rows = edges.ravel()
-        sigma[rows] += cross
-        sigma[:, rows] += cross.T
+    product = stems.reshape(-1, d).T @ right.reshape(-1, d)
+    sigma += 0.5 * (product + product.T)
     return log_z, mu
 
 
@@ -567,12 +600,19 @@ def _chain_recursion(log_node, log_edge, node_features, edge_features, weights, 
     return log_z[:, 0], mu[:, 0]
 
 
-def _check_curvature(curvature):
+def _check_curvature(curvature, num_labels=1, max_length=1):
     if curvature not in _CURVATURES:
         raise ValueError(f"curvature must be one of {_CURVATURES}, got {curvature!r}.")
+    if curvature == "paper" and (max_length - 2) * np.log(num_labels) > _MAX_LOG_MULTIPLICITY:
+        raise ValueError(
+            f'curvature="paper" weighs position t by K^(t-1), which overflows for K = {num_labels} '
+            f'and length {max_length}; use curvature="shared".'
+        )
 
 
-def junction_chain_bound(node_features, edge_features, theta, node_scores=None, edge_scores=None, curvature="shared"):
+def junction_chain_bound(
+    node_features, edge_features, theta, node_scores=None, edge_scores=None, curvature="shared"
+):
     """Quadratic bound on ``log Z`` of one chain model by Algorithm 3.
 
     The model is ``Z(theta) = sum_y prod_t h_t(y_t) exp(theta @ f_t(y_t))
@@ -603,17 +643,20 @@ def junction_chain_bound(node_features, edge_features, theta, node_scores=None, 
     ``K^T`` labellings; ``sigma`` differs but is a valid bound. Cost
     ``O(T K^2 d^2)``.
     """
-    _check_curvature(curvature)
     node_features = _as_float_array("node_features", node_features, 3)
     length, k, d = node_features.shape
+    _check_curvature(curvature, k, length)
     edge_features = _as_float_array("edge_features", edge_features, 4)
     if edge_features.shape != (length - 1, k, k, d):
-        raise ValueError(f"edge_features must have shape {(length - 1, k, k, d)}, got {edge_features.shape}.")
+        raise ValueError(
+            f"edge_features must have shape {(length - 1, k, k, d)}, got {edge_features.shape}."
+        )
     theta = _as_float_array("theta", theta, 1)
     if theta.shape != (d,):
         raise ValueError(f"theta must have shape ({d},), got {theta.shape}.")
-    for name, array in (("node_features", node_features), ("edge_features", edge_features), ("theta", theta)):
-        _check_finite(name, array)
+    _check_finite("node_features", node_features)
+    _check_finite("edge_features", edge_features)
+    _check_finite("theta", theta)
     log_node = _check_base_scores("node_scores", node_scores, (length, k)) + node_features @ theta
     log_edge = _check_base_scores("edge_scores", edge_scores, (length - 1, k, k)) + edge_features @ theta
     sigma = np.zeros((d, d))
@@ -634,11 +677,15 @@ def _check_chain_data(unary, lengths):
     _check_finite("unary", unary)
     lengths = np.asarray(lengths)
     if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
-        raise ValueError(f"lengths must be a 1-d integer array, got dtype {lengths.dtype} and shape {lengths.shape}.")
+        raise ValueError(
+            f"lengths must be a 1-d integer array, got dtype {lengths.dtype} and shape {lengths.shape}."
+        )
     if np.any(lengths < 1):
         raise ValueError("lengths holds an empty or negative sequence length; every sequence needs >= 1 row.")
     if lengths.sum() != unary.shape[0]:
-        raise ValueError(f"lengths sum to {lengths.sum()} but unary has {unary.shape[0]} rows; they must match.")
+        raise ValueError(
+            f"lengths sum to {lengths.sum()} but unary has {unary.shape[0]} rows; they must match."
+        )
     return unary, lengths.astype(np.int64)
 
 
@@ -668,7 +715,9 @@ def _boundary_indicators(t, count, length, start_index, end_index):
     return features
 
 
-def chain_bound(unary, lengths, theta_T, theta_start, theta_end, *, weights=None, curvature="shared", batch_size=256):
+def chain_bound(
+    unary, lengths, theta_T, theta_start, theta_end, *, weights=None, curvature="shared", batch_size=256
+):
     """Algorithm 3 bound on a linear-chain CRF's log-partition in its transition scores.
 
     Sequence ``j`` with labels ``y`` scores ``sum_t unary[t, y_t] +
@@ -707,9 +756,9 @@ def chain_bound(unary, lengths, theta_T, theta_start, theta_end, *, weights=None
     Cost ``O(n K^2 (K + d) d / batch)`` in BLAS products; ``mu`` alone is the
     gradient of the summed ``log Z``.
     """
-    _check_curvature(curvature)
     unary, lengths = _check_chain_data(unary, lengths)
     k = unary.shape[1]
+    _check_curvature(curvature, k, lengths.max())
     theta_T, theta_start, theta_end = _check_chain_parameters(k, theta_T, theta_start, theta_end)
     weights = _check_weights(weights, lengths.size, "sequence")
     if int(batch_size) != batch_size or batch_size < 1:
@@ -730,7 +779,11 @@ def chain_bound(unary, lengths, theta_T, theta_start, theta_end, *, weights=None
             log_node[:, 0] += theta_start
             log_node[:, -1] += theta_end
             node_features = functools.partial(
-                _boundary_indicators, count=batch.size, length=length, start_index=start_index, end_index=end_index
+                _boundary_indicators,
+                count=batch.size,
+                length=length,
+                start_index=start_index,
+                end_index=end_index,
             )
             batch_log_z, batch_mu = _chain_recursion(
                 log_node,
@@ -765,10 +818,14 @@ def chain_features(labels, lengths, num_labels, weights=None):
     """
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"labels must be a 1-d integer array, got dtype {labels.dtype} and shape {labels.shape}.")
+        raise ValueError(
+            f"labels must be a 1-d integer array, got dtype {labels.dtype} and shape {labels.shape}."
+        )
     k = int(num_labels)
     if np.any((labels < 0) | (labels >= k)):
         raise ValueError(f"labels must lie in 0..{k - 1}.")
+    if np.sum(lengths) != labels.size:
+        raise ValueError(f"lengths sum to {np.sum(lengths)} but there are {labels.size} labels; they must match.")
     _, lengths = _check_chain_data(np.zeros((labels.size, 1)), lengths)
     weights = _check_weights(weights, lengths.size, "sequence")
     ends = np.cumsum(lengths)
@@ -777,7 +834,8 @@ def chain_features(labels, lengths, num_labels, weights=None):
     inner = np.ones(labels.size, dtype=bool)
     inner[starts] = False  # rows that have a predecessor in their sequence
     rows = np.flatnonzero(inner)
-    transitions = np.bincount(labels[rows - 1] * k + labels[rows], weights=row_weights[rows], minlength=k * k)
+    pairs = labels[rows - 1] * k + labels[rows]
+    transitions = np.bincount(pairs, weights=row_weights[rows], minlength=k * k)
     start = np.bincount(labels[starts], weights=weights, minlength=k)
     end = np.bincount(labels[ends - 1], weights=weights, minlength=k)
     return np.concatenate([transitions, start, end])
@@ -803,16 +861,17 @@ class ChainCRFTerm:
     """
 
     def __init__(self, unary, lengths, labels, weights=None, curvature="shared", batch_size=256):
-        _check_curvature(curvature)
         self.unary, self.lengths = _check_chain_data(unary, lengths)
         k = self.unary.shape[1]
+        _check_curvature(curvature, k, self.lengths.max())
         self.num_labels = k
         self.weights = _check_weights(weights, self.lengths.size, "sequence")
         self.dim = k * k + 2 * k
         self.observed_features = chain_features(labels, self.lengths, k, self.weights)
         labels = np.asarray(labels)
         gold = self.unary[np.arange(labels.size), labels]
-        self.observed_score = float(np.add.reduceat(gold, np.cumsum(self.lengths) - self.lengths) @ self.weights)
+        per_sequence = np.add.reduceat(gold, np.cumsum(self.lengths) - self.lengths)
+        self.observed_score = float(per_sequence @ self.weights)
         self.curvature = curvature
         self.batch_size = batch_size
 
@@ -887,10 +946,10 @@ def majorize_step(bound, observed_features, lam):
 
 def _summed_bound(terms, theta, rank):
     bounds = [term.bound(theta, rank) for term in terms]
-    curvature = bounds[0].curvature
     if rank is None:
         curvature = sum(b.curvature for b in bounds)
     else:
+        curvature = bounds[0].curvature
         for b in bounds[1:]:
             curvature.add(b.curvature)
     return QuadraticBound(theta, sum(b.log_z for b in bounds), sum(b.mu for b in bounds), curvature)
@@ -932,7 +991,9 @@ def fit_majorize(loss_terms, theta0, lam, max_iter=100, tol=1e-9, rank=None, cal
         raise ValueError("loss_terms is empty; pass at least one term.")
     theta = _as_float_array("theta0", theta0, 1)
     if any(term.dim != theta.size for term in terms):
-        raise ValueError(f"every term must have dimension {theta.size} (theta0), got {[t.dim for t in terms]}.")
+        raise ValueError(
+            f"every term must have dimension {theta.size} (theta0), got {[t.dim for t in terms]}."
+        )
     if rank is not None and not lam > 0:
         raise ValueError(f"low-rank majorization needs lam > 0, got {lam!r}.")
     observed_features = sum(term.observed_features for term in terms)

@@ -133,6 +133,27 @@ def test_partition_bound_is_tight_and_valid(seed, n, d):
     assert min_bound_gap(rng, theta0, log_z, mu, sigma, exact) >= -ATOL
 
 
+def paper_algorithm_1(features, theta, base_scores):
+    """Algorithm 1 transcribed line by line (z in linear space; moderate scores only)."""
+    z, mu, sigma = 0.0, np.zeros(features.shape[1]), np.zeros((features.shape[1],) * 2)
+    for f, h in zip(features, np.exp(base_scores)):
+        alpha = h * np.exp(theta @ f)
+        deviation = f - mu
+        if z > 0:
+            sigma += curvature_coefficient(np.log(alpha / z)) * np.outer(deviation, deviation)
+        mu += alpha / (z + alpha) * deviation
+        z += alpha
+    return np.log(z), mu, sigma
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 255, 256, 257, 600])
+def test_partition_bound_is_the_sequential_algorithm(n):
+    rng = np.random.default_rng(n)
+    features, base, theta = random_problem(rng, n, 3)
+    for got, want in zip(partition_bound(features, theta, base), paper_algorithm_1(features, theta, base)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
 def test_partition_bound_of_two_outcomes_is_jaakkola_jordan():
     # log(e^0 + e^x) at x~ = 2: curvature tanh(1) / 4
     _, mu, sigma = partition_bound(np.array([[0.0], [1.0]]), np.array([2.0]))
@@ -140,11 +161,12 @@ def test_partition_bound_of_two_outcomes_is_jaakkola_jordan():
     assert sigma[0, 0] == pytest.approx(np.tanh(1.0) / 4.0)
 
 
-def test_zero_weight_outcomes_drop_out():
+@pytest.mark.parametrize("n, where", [(5, [0, 2, 5]), (300, [0] * 300 + [150, 300])])
+def test_zero_weight_outcomes_drop_out(n, where):
     rng = np.random.default_rng(3)
-    features, base, theta = random_problem(rng, 5, 3)
-    padded_features = np.insert(features, [0, 2, 5], rng.normal(size=(3, 3)), axis=0)
-    padded_base = np.insert(base, [0, 2, 5], -np.inf)
+    features, base, theta = random_problem(rng, n, 3)
+    padded_features = np.insert(features, where, rng.normal(size=(len(where), 3)), axis=0)
+    padded_base = np.insert(base, where, -np.inf)
     for got, want in zip(partition_bound(padded_features, theta, padded_base), partition_bound(features, theta, base)):
         np.testing.assert_allclose(got, want, atol=1e-13)
 
@@ -249,6 +271,23 @@ def test_chain_bound_is_junction_chain_bound_with_indicator_features(seed, k, le
     assert special[0][0] == pytest.approx(general[0], abs=1e-12)
     np.testing.assert_allclose(special[1], general[1], atol=1e-12)
     np.testing.assert_allclose(special[2], general[2], atol=1e-10, rtol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e2, 1e4])
+def test_chain_bound_with_huge_scores(scale):
+    rng = np.random.default_rng(12)
+    k, lengths = 3, [4, 1, 3]
+    unary, theta0 = random_chain(rng, k, lengths)
+    unary *= scale
+    theta0 *= scale / 10
+    log_z, mu, sigma = chain_bound(unary, lengths, *split(theta0, k))
+    assert np.all(np.isfinite(log_z)) and np.all(np.isfinite(mu)) and np.all(np.isfinite(sigma))
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    problems = [crf_enumeration(unary[a:b], k)[1:] for a, b in zip(offsets[:-1], offsets[1:])]
+    np.testing.assert_allclose(log_z, [log_partition(f, h, theta0) for f, h in problems], rtol=1e-12)
+    np.testing.assert_allclose(mu, sum(gibbs_moments(f, h, theta0)[0] for f, h in problems), atol=1e-9)
+    exact = lambda theta: sum(log_partition(f, h, theta) for f, h in problems)  # noqa: E731
+    assert min_bound_gap(rng, theta0, log_z.sum(), mu, sigma, exact) >= -1e-9 * scale
 
 
 def test_chain_bound_ignores_batching_and_order():
@@ -453,6 +492,7 @@ def test_bound_value_matches_the_components():
         (lambda: chain_bound(np.zeros((2, 2)), [2], np.zeros((2, 2)), np.zeros(2), np.zeros(2), curvature="x"), "curvature"),
         (lambda: chain_bound(np.zeros((2, 2)), [2], np.zeros((2, 2)), np.zeros(2), np.zeros(2), weights=[-1.0]), "non-negative"),
         (lambda: chain_features([0, 2], [2], 2), "0..1"),
+        (lambda: chain_bound(np.zeros((300, 26)), [300], np.zeros((26, 26)), np.zeros(26), np.zeros(26), curvature="paper"), "overflows"),
         (lambda: LogLinearTerm(np.zeros((2, 3, 1)), [0, 3]), "0..2"),
         (lambda: LogLinearTerm(np.zeros((1, 2, 1)), [1], [[0.0, -np.inf]]), "observed outcome"),
         (lambda: LowRankCurvature(3, 0), "rank"),
