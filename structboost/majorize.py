@@ -753,8 +753,10 @@ def chain_bound(
 
     Notes
     -----
-    Cost ``O(n K^2 (K + d) d / batch)`` in BLAS products; ``mu`` alone is the
-    gradient of the summed ``log Z``.
+    ``mu`` is the gradient of the weighted sum of ``log Z``. Cost per row:
+    ``O(K^4 + K^2 d + K d^2)``, the last term (``~K^5``) one BLAS product per
+    position and batch; with ``K = 26`` (``d = 728``), 6000 sequences of
+    length 8 take about 100 s on two cores.
     """
     unary, lengths = _check_chain_data(unary, lengths)
     k = unary.shape[1]

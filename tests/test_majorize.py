@@ -1,6 +1,7 @@
 """Tests of structboost.majorize against brute-force enumeration and finite differences."""
 
 import doctest
+import functools
 import itertools
 
 import numpy as np
@@ -15,7 +16,6 @@ from structboost.majorize import (
     ChainCRFTerm,
     LogLinearTerm,
     LowRankCurvature,
-    QuadraticBound,
     chain_bound,
     chain_features,
     curvature_coefficient,
@@ -121,12 +121,14 @@ def test_partition_bound_is_tight_and_valid(seed, n, d):
     rng = np.random.default_rng(seed)
     features, base, theta0 = random_problem(rng, n, d)
     log_z, mu, sigma = partition_bound(features, theta0, base)
-    exact = lambda theta: log_partition(features, base, theta)  # noqa: E731
+    exact = functools.partial(log_partition, features, base)
     assert log_z == pytest.approx(exact(theta0), abs=1e-12)
     gradient, hessian = gibbs_moments(features, base, theta0)
     np.testing.assert_allclose(mu, gradient, atol=1e-12)
     step = 1e-5
-    finite_difference = [(exact(theta0 + step * e) - exact(theta0 - step * e)) / (2 * step) for e in np.eye(d)]
+    finite_difference = [
+        (exact(theta0 + step * e) - exact(theta0 - step * e)) / (2 * step) for e in np.eye(d)
+    ]
     np.testing.assert_allclose(mu, finite_difference, atol=1e-7)
     np.testing.assert_allclose(sigma, sigma.T, atol=1e-12)
     assert_psd_dominates(sigma, hessian)  # a bound tight at theta~ must curve at least as much
@@ -167,7 +169,8 @@ def test_zero_weight_outcomes_drop_out(n, where):
     features, base, theta = random_problem(rng, n, 3)
     padded_features = np.insert(features, where, rng.normal(size=(len(where), 3)), axis=0)
     padded_base = np.insert(base, where, -np.inf)
-    for got, want in zip(partition_bound(padded_features, theta, padded_base), partition_bound(features, theta, base)):
+    padded = partition_bound(padded_features, theta, padded_base)
+    for got, want in zip(padded, partition_bound(features, theta, base)):
         np.testing.assert_allclose(got, want, atol=1e-13)
 
 
@@ -178,7 +181,7 @@ def test_extreme_scores_stay_finite_and_valid():
     theta0 = np.zeros(2)
     log_z, mu, sigma = partition_bound(features, theta0, base)
     assert np.isfinite(log_z) and np.all(np.isfinite(mu)) and np.all(np.isfinite(sigma))
-    exact = lambda theta: log_partition(features, base, theta)  # noqa: E731
+    exact = functools.partial(log_partition, features, base)
     assert min_bound_gap(rng, theta0, log_z, mu, sigma, exact) >= -1e-9
 
 
@@ -215,15 +218,25 @@ def test_junction_chain_matches_enumeration(seed, k, length):
     labellings = np.array(list(itertools.product(range(k), repeat=length)))
     positions = np.arange(length)
     features = np.array(
-        [node_features[positions, y].sum(0) + edge_features[positions[:-1], y[:-1], y[1:]].sum(0) for y in labellings]
+        [
+            node_features[positions, y].sum(0) + edge_features[positions[:-1], y[:-1], y[1:]].sum(0)
+            for y in labellings
+        ]
     )
-    base = np.array([node_scores[positions, y].sum() + edge_scores[positions[:-1], y[:-1], y[1:]].sum() for y in labellings])
-    exact = lambda theta: log_partition(features, base, theta)  # noqa: E731
+    base = np.array(
+        [
+            node_scores[positions, y].sum() + edge_scores[positions[:-1], y[:-1], y[1:]].sum()
+            for y in labellings
+        ]
+    )
+    exact = functools.partial(log_partition, features, base)
     enumerated = partition_bound(features, theta0, base)
     _, hessian = gibbs_moments(features, base, theta0)
     sigmas = {}
     for curvature in ("shared", "paper"):
-        log_z, mu, sigma = junction_chain_bound(node_features, edge_features, theta0, node_scores, edge_scores, curvature)
+        log_z, mu, sigma = junction_chain_bound(
+            node_features, edge_features, theta0, node_scores, edge_scores, curvature
+        )
         assert log_z == pytest.approx(enumerated[0], abs=1e-11)
         np.testing.assert_allclose(mu, enumerated[1], atol=1e-11)
         assert_psd_dominates(sigma, hessian)
@@ -240,13 +253,18 @@ def test_chain_bound_matches_enumeration(seed, k, lengths):
     weights = rng.uniform(0.0, 2.0, size=len(lengths))
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     problems = [crf_enumeration(unary[a:b], k)[1:] for a, b in zip(offsets[:-1], offsets[1:])]
-    exact = lambda theta: sum(w * log_partition(f, h, theta) for w, (f, h) in zip(weights, problems))  # noqa: E731
+
+    def exact(theta):
+        return sum(w * log_partition(f, h, theta) for w, (f, h) in zip(weights, problems))
+
     moments = [gibbs_moments(f, h, theta0) for f, h in problems]
     gradient = sum(w * g for w, (g, _) in zip(weights, moments))
     hessian = sum(w * h for w, (_, h) in zip(weights, moments))
     sigmas = {}
     for curvature in ("shared", "paper"):
-        log_z, mu, sigma = chain_bound(unary, lengths, *split(theta0, k), weights=weights, curvature=curvature)
+        log_z, mu, sigma = chain_bound(
+            unary, lengths, *split(theta0, k), weights=weights, curvature=curvature
+        )
         np.testing.assert_allclose(log_z, [log_partition(f, h, theta0) for f, h in problems], atol=1e-11)
         np.testing.assert_allclose(mu, gradient, atol=1e-10)
         assert_psd_dominates(sigma, hessian)
@@ -256,7 +274,12 @@ def test_chain_bound_matches_enumeration(seed, k, lengths):
 
 
 @PROPERTY
-@given(seed=seeds, k=st.integers(1, 3), length=st.integers(1, 4), curvature=st.sampled_from(["shared", "paper"]))
+@given(
+    seed=seeds,
+    k=st.integers(1, 3),
+    length=st.integers(1, 4),
+    curvature=st.sampled_from(["shared", "paper"]),
+)
 def test_chain_bound_is_junction_chain_bound_with_indicator_features(seed, k, length, curvature):
     rng = np.random.default_rng(seed)
     unary, theta = random_chain(rng, k, [length])
@@ -286,7 +309,10 @@ def test_chain_bound_with_huge_scores(scale):
     problems = [crf_enumeration(unary[a:b], k)[1:] for a, b in zip(offsets[:-1], offsets[1:])]
     np.testing.assert_allclose(log_z, [log_partition(f, h, theta0) for f, h in problems], rtol=1e-12)
     np.testing.assert_allclose(mu, sum(gibbs_moments(f, h, theta0)[0] for f, h in problems), atol=1e-9)
-    exact = lambda theta: sum(log_partition(f, h, theta) for f, h in problems)  # noqa: E731
+
+    def exact(theta):
+        return sum(log_partition(f, h, theta) for f, h in problems)
+
     assert min_bound_gap(rng, theta0, log_z.sum(), mu, sigma, exact) >= -1e-9 * scale
 
 
@@ -313,7 +339,8 @@ def test_paper_curvature_grows_with_length_and_shared_does_not_explode():
     for length in (2, 4, 6):
         unary, theta = random_chain(rng, k, [length])
         for curvature in traces:
-            traces[curvature].append(np.trace(chain_bound(unary, [length], *split(theta, k), curvature=curvature)[2]))
+            sigma = chain_bound(unary, [length], *split(theta, k), curvature=curvature)[2]
+            traces[curvature].append(np.trace(sigma))
     assert traces["paper"][-1] > k**3 * traces["paper"][0]
     assert traces["shared"][-1] < 10 * traces["shared"][0]
 
@@ -347,9 +374,11 @@ def test_low_rank_curvature_is_an_upper_bound(seed, d, count, rank):
     assert_psd_dominates(dense, exact)
     if min(count, d) <= rank:
         np.testing.assert_allclose(dense, exact, atol=1e-10)
-    np.testing.assert_allclose(curvature.basis @ curvature.basis.T, np.eye(curvature.basis.shape[0]), atol=1e-10)
+    gram = curvature.basis @ curvature.basis.T
+    np.testing.assert_allclose(gram, np.eye(gram.shape[0]), atol=1e-10)
     rhs = rng.normal(size=d)
-    np.testing.assert_allclose(curvature.solve(rhs, 0.7), np.linalg.solve(dense + 0.7 * np.eye(d), rhs), rtol=1e-8)
+    want = np.linalg.solve(dense + 0.7 * np.eye(d), rhs)
+    np.testing.assert_allclose(curvature.solve(rhs, 0.7), want, rtol=1e-8)
     compressed = LowRankCurvature.from_dense(exact, rank)
     assert_psd_dominates(compressed.to_dense(), exact)
 
@@ -378,7 +407,8 @@ def logistic_term(rng, problems, classes, inputs, base=False):
 def nll(term, theta, lam):
     """Exact penalized NLL of a LogLinearTerm by enumeration."""
     log_z = logsumexp(term.base_scores + term.features @ theta, axis=1)
-    return term.weights @ log_z - theta @ term.observed_features - term.observed_score + 0.5 * lam * theta @ theta
+    observed = theta @ term.observed_features + term.observed_score
+    return term.weights @ log_z - observed + 0.5 * lam * theta @ theta
 
 
 def assert_monotone(history):
@@ -392,8 +422,12 @@ def test_majorization_is_monotone_and_reaches_the_optimum(seed, rank, lam):
     terms = [logistic_term(rng, 12, 3, 2, base=True), logistic_term(rng, 5, 3, 2)]
     d = terms[0].dim
     theta0 = rng.normal(size=d)
-    objective = lambda theta: nll(terms[0], theta, lam) + nll(terms[1], theta, 0.0)  # noqa: E731
-    theta, history = fit_majorize(terms, theta0, lam, max_iter=200 if rank is None else 20, tol=1e-13, rank=rank)
+
+    def objective(theta):
+        return nll(terms[0], theta, lam) + nll(terms[1], theta, 0.0)
+
+    max_iter = 200 if rank is None else 20
+    theta, history = fit_majorize(terms, theta0, lam, max_iter=max_iter, tol=1e-13, rank=rank)
     assert history[0] == pytest.approx(objective(theta0))
     assert history[-1] == pytest.approx(objective(theta))
     assert_monotone(history)
@@ -404,7 +438,11 @@ def test_majorization_is_monotone_and_reaches_the_optimum(seed, rank, lam):
 
 
 @PROPERTY
-@given(seed=seeds, lengths=st.lists(st.integers(1, 4), min_size=1, max_size=4), rank=st.sampled_from([None, 2]))
+@given(
+    seed=seeds,
+    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    rank=st.sampled_from([None, 2]),
+)
 def test_crf_majorization_is_monotone(seed, lengths, rank):
     rng = np.random.default_rng(seed)
     k = 3
@@ -444,7 +482,9 @@ def test_crf_majorization_converges_to_the_penalized_optimum():
         return value, bound.mu - term.observed_features + lam * theta
 
     theta, history = fit_majorize([term], np.zeros(term.dim), lam, max_iter=500, tol=1e-14)
-    best = scipy.optimize.minimize(objective_and_gradient, np.zeros(term.dim), jac=True, method="L-BFGS-B", options={"gtol": 1e-10})
+    best = scipy.optimize.minimize(
+        objective_and_gradient, np.zeros(term.dim), jac=True, method="L-BFGS-B", options={"gtol": 1e-10}
+    )
     assert history[-1] == pytest.approx(best.fun, rel=1e-8)
     assert np.linalg.norm(objective_and_gradient(theta)[1]) < 1e-4
 
@@ -479,6 +519,14 @@ def test_bound_value_matches_the_components():
 # ---------------------------------------------------------------- input validation
 
 
+def zero_chain(rows, lengths, k=2, **options):
+    return chain_bound(np.zeros((rows, k)), lengths, np.zeros((k, k)), np.zeros(k), np.zeros(k), **options)
+
+
+def tiny_term():
+    return LogLinearTerm(np.zeros((1, 2, 1)), [0])
+
+
 @pytest.mark.parametrize(
     "call, message",
     [
@@ -486,23 +534,21 @@ def test_bound_value_matches_the_components():
         (lambda: partition_bound(np.zeros((3, 2)), np.zeros(3)), "theta has 3 entries"),
         (lambda: partition_bound(np.full((3, 2), np.nan), np.zeros(2)), "NaN"),
         (lambda: partition_bound(np.zeros((2, 1)), np.zeros(1), [-np.inf, -np.inf]), "every outcome"),
-        (lambda: chain_bound(np.zeros((4, 2)), [2, 1], np.zeros((2, 2)), np.zeros(2), np.zeros(2)), "sum to 3"),
-        (lambda: chain_bound(np.zeros((2, 2)), [2, 0], np.zeros((2, 2)), np.zeros(2), np.zeros(2)), "empty"),
+        (lambda: zero_chain(4, [2, 1]), "sum to 3"),
+        (lambda: zero_chain(2, [2, 0]), "empty"),
         (lambda: chain_bound(np.zeros((2, 2)), [2], np.zeros((3, 3)), np.zeros(2), np.zeros(2)), "K = 2"),
-        (lambda: chain_bound(np.zeros((2, 2)), [2], np.zeros((2, 2)), np.zeros(2), np.zeros(2), curvature="x"), "curvature"),
-        (lambda: chain_bound(np.zeros((2, 2)), [2], np.zeros((2, 2)), np.zeros(2), np.zeros(2), weights=[-1.0]), "non-negative"),
+        (lambda: zero_chain(2, [2], curvature="x"), "curvature"),
+        (lambda: zero_chain(2, [2], weights=[-1.0]), "non-negative"),
+        (lambda: zero_chain(300, [300], k=26, curvature="paper"), "overflows"),
         (lambda: chain_features([0, 2], [2], 2), "0..1"),
-        (lambda: chain_bound(np.zeros((300, 26)), [300], np.zeros((26, 26)), np.zeros(26), np.zeros(26), curvature="paper"), "overflows"),
+        (lambda: chain_features([0, 1], [3], 2), "2 labels"),
         (lambda: LogLinearTerm(np.zeros((2, 3, 1)), [0, 3]), "0..2"),
         (lambda: LogLinearTerm(np.zeros((1, 2, 1)), [1], [[0.0, -np.inf]]), "observed outcome"),
         (lambda: LowRankCurvature(3, 0), "rank"),
         (lambda: fit_majorize([], np.zeros(1), 1.0), "empty"),
-        (lambda: fit_majorize([LogLinearTerm(np.zeros((1, 2, 1)), [0])], np.zeros(1), 0.0, rank=1), "lam > 0"),
-        (lambda: fit_majorize([LogLinearTerm(np.zeros((1, 2, 1)), [0])], np.zeros(2), 1.0), "dimension"),
-        (
-            lambda: majorize_step(QuadraticBound(np.zeros(1), 0.0, np.zeros(1), np.eye(1)), np.zeros(1), -1.0),
-            "lam must be >= 0",
-        ),
+        (lambda: fit_majorize([tiny_term()], np.zeros(1), 0.0, rank=1), "lam > 0"),
+        (lambda: fit_majorize([tiny_term()], np.zeros(2), 1.0), "dimension"),
+        (lambda: majorize_step(tiny_term().bound(np.zeros(1)), np.zeros(1), -1.0), "lam must be >= 0"),
     ],
 )
 def test_bad_input_raises_a_clear_error(call, message):
