@@ -4,7 +4,7 @@ Each training row is one position of one sequence; the engine's K outputs
 per row are the CRF node potentials. See :func:`crf_objective`.
 """
 
-from . import datasets, inference, metrics
+from . import datasets, inference, majorize, metrics
 from .objective import CRFObjective
 from .predict import predict, predict_marginals, sequence_log_likelihood
 from .transitions import TransitionParams
@@ -19,6 +19,7 @@ __all__ = [
     "crf_objective",
     "datasets",
     "inference",
+    "majorize",
     "metrics",
     "predict",
     "predict_marginals",
