@@ -194,51 +194,6 @@ def edge_marginals(alpha, r, offsets, transitions):
     return out
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST)
-def edge_statistics(alpha, r, offsets, transitions, seq_weight, edge_gamma):
-    """Weighted sums over all edges of the pairwise marginals.
-
-    Parameters
-    ----------
-    alpha, r : (n, K) float64
-        Messages from :func:`messages`.
-    offsets : (m + 1,) int64
-    transitions : (K, K) float64
-    seq_weight : (m,) float64
-    edge_gamma : (n,) float64
-        Per-edge bound (row ``t`` for edge ``t, t+1``); used only for the
-        second output.
-
-    Returns
-    -------
-    marg : (K, K) float64
-        ``sum_t w P_t(a, b)``: the gradient of the summed log partition
-        function with respect to ``transitions``.
-    curv : (K, K) float64
-        ``sum_t w gamma_t P_t(a, b) (1 - P_t(a, b))``: the diagonal Hessian
-        bound of Theorem 4.2 aggregated over the shared parameter.
-    """
-    k = alpha.shape[1]
-    n_seq = offsets.shape[0] - 1
-    emat = np.exp(transitions - transitions.max())
-    n_chunks = min(n_seq, 64)
-    marg = np.zeros((n_chunks, k, k))
-    curv = np.zeros((n_chunks, k, k))
-    for c in prange(n_chunks):
-        joint = np.empty((k, k))
-        for i in range(c * n_seq // n_chunks, (c + 1) * n_seq // n_chunks):
-            wi = seq_weight[i]
-            for t in range(offsets[i], offsets[i + 1] - 1):
-                _edge_joint(alpha[t], emat, r[t + 1], joint)
-                g = wi * edge_gamma[t]
-                for a in range(k):
-                    for b in range(k):
-                        p = joint[a, b]
-                        marg[c, a, b] += wi * p
-                        curv[c, a, b] += g * p * (1.0 - p)
-    return marg.sum(axis=0), curv.sum(axis=0)
-
-
 @njit(cache=True, fastmath=_FAST)
 def _forward_conditional(emat, r_next, out):
     """``out[a, b] = P(y_{t+1} = b | y_t = a)``; rows of impossible ``a`` are zero."""
@@ -270,11 +225,24 @@ def _backward_conditional(alpha_t, emat, out):
 
 
 @njit(cache=True, fastmath=_FAST)
-def _right_rate(emat, r_next, possible, scratch):
+def _min_scaled_rows(emat, row_scale, possible, low):
+    """``low[b] = min over possible a of emat[a, b] * row_scale[a]`` (row-major sweeps)."""
+    k = low.shape[0]
+    low[:] = np.inf
+    for a in range(k):
+        if possible[a]:
+            s = row_scale[a]
+            for b in range(k):
+                v = emat[a, b] * s
+                low[b] = v if v < low[b] else low[b]
+
+
+@njit(cache=True, fastmath=_FAST)
+def _right_rate(emat, r_next, possible, inv, low):
     """``alpha_{t,t+1} = 1 - sum_b min_a P(y_{t+1}=b | y_t=a)`` without forming the matrix.
 
     ``P(b | a) = E[a, b] r[b] / (E r)[a]``; labels ``a`` of zero probability
-    (``possible[a] == 0``) are skipped: they add nothing to the total
+    (``possible[a]`` false) are skipped: they add nothing to the total
     variation in the proof of Theorem 3.1.
     """
     k = r_next.shape[0]
@@ -282,41 +250,34 @@ def _right_rate(emat, r_next, possible, scratch):
         s = 0.0
         for b in range(k):
             s += emat[a, b] * r_next[b]
-        scratch[a] = 1.0 / s if s > 0.0 and possible[a] > 0.0 else -1.0
+        inv[a] = 1.0 / s if s > 0.0 else 0.0
+    _min_scaled_rows(emat, inv, possible, low)
     total = 0.0
     for b in range(k):
-        low = np.inf
-        for a in range(k):
-            if scratch[a] >= 0.0:
-                v = emat[a, b] * scratch[a]
-                if v < low:
-                    low = v
-        total += low * r_next[b]
+        if low[b] < np.inf:
+            total += low[b] * r_next[b]
     return max(0.0, 1.0 - total)
 
 
 @njit(cache=True, fastmath=_FAST)
-def _left_rate(alpha_t, emat, possible, scratch):
+def _left_rate(alpha_t, emat_t, possible, inv, low):
     """``alpha_{t+1,t} = 1 - sum_a min_b P(y_t=a | y_{t+1}=b)`` without forming the matrix.
 
-    ``P(a | b) = alpha[a] E[a, b] / (alpha' E)[b]``; labels ``b`` of zero
-    probability at ``t + 1`` are skipped.
+    ``P(a | b) = alpha[a] E[a, b] / (alpha' E)[b]``, swept over the rows of
+    ``emat_t = E.T``; labels ``b`` of zero probability at ``t + 1`` are
+    skipped.
     """
     k = alpha_t.shape[0]
     for b in range(k):
         s = 0.0
         for a in range(k):
-            s += alpha_t[a] * emat[a, b]
-        scratch[b] = 1.0 / s if s > 0.0 and possible[b] > 0.0 else -1.0
+            s += emat_t[b, a] * alpha_t[a]
+        inv[b] = 1.0 / s if s > 0.0 else 0.0
+    _min_scaled_rows(emat_t, inv, possible, low)
     total = 0.0
     for a in range(k):
-        low = np.inf
-        for b in range(k):
-            if scratch[b] >= 0.0:
-                v = emat[a, b] * scratch[b]
-                if v < low:
-                    low = v
-        total += low * alpha_t[a]
+        if low[a] < np.inf:
+            total += low[a] * alpha_t[a]
     return max(0.0, 1.0 - total)
 
 
@@ -334,18 +295,20 @@ def mixing_rates(alpha, beta, r, offsets, transitions):
     """
     n, k = alpha.shape
     emat = np.exp(transitions - transitions.max())
+    emat_t = np.ascontiguousarray(emat.T)
     right = np.zeros(n)
     left = np.zeros(n)
     for i in prange(offsets.shape[0] - 1):
-        scratch = np.empty(k)
-        here = np.empty(k)
-        there = np.empty(k)
+        inv = np.empty(k)
+        low = np.empty(k)
+        here = np.empty(k, dtype=np.bool_)
+        there = np.empty(k, dtype=np.bool_)
         for t in range(offsets[i], offsets[i + 1] - 1):
             for j in range(k):
-                here[j] = alpha[t, j] * beta[t, j]
-                there[j] = alpha[t + 1, j] * beta[t + 1, j]
-            right[t] = _right_rate(emat, r[t + 1], here, scratch)
-            left[t + 1] = _left_rate(alpha[t], emat, there, scratch)
+                here[j] = alpha[t, j] * beta[t, j] > 0.0
+                there[j] = alpha[t + 1, j] * beta[t + 1, j] > 0.0
+            right[t] = _right_rate(emat, r[t + 1], here, inv, low)
+            left[t + 1] = _left_rate(alpha[t], emat_t, there, inv, low)
     return right, left
 
 
