@@ -404,15 +404,21 @@ def write_rows(path, rows):
         new.to_csv(path, index=False)
 
 
-def summary_table(rows):
+def summary_table(rows, native_s_per_round=None):
+    """Markdown table: one line per (method, config), mean and std over folds.
+
+    ``native_s_per_round`` defaults to the mean of the ``native`` rows.
+    """
     df = pd.DataFrame(rows)
-    nat = df[df.method == "native"]["s_per_round"].mean() if (df.method == "native").any() else np.nan
+    nat = native_s_per_round
+    if nat is None:
+        nat = df[df.method == "native"]["s_per_round"].mean() if (df.method == "native").any() else np.nan
     lines = [
         "| method | config | folds | letter error | word error | rounds (best/trained) | "
         "train s | s / round | ratio to native | predict s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for method, g in df.groupby("method", sort=False):
+    for (method, _), g in df.groupby(["method", "config"], sort=False):
         std = g.letter_error.std(ddof=1) if len(g) > 1 else np.nan
         err = f"{g.letter_error.mean():.4f}" + (f" ± {std:.4f}" if len(g) > 1 else "")
         lines.append(
@@ -422,6 +428,26 @@ def summary_table(rows):
             f"{g.predict_s.mean():.2f} |"
         )
     return "\n".join(lines)
+
+
+def print_csv_summary(path):
+    """The Markdown tables of a results CSV, one per protocol and fold set.
+
+    The time ratio uses the native rows of the same folds.
+    """
+    df = pd.read_csv(path)
+    for protocol, g in df.groupby("protocol", sort=False):
+        for folds, h in g.groupby(g.groupby(["method", "config"]).fold.transform(
+            lambda f: ",".join(map(str, sorted(f)))
+        ), sort=False):
+            nat = h[h.method == "native"]["s_per_round"].mean() if (h.method == "native").any() else None
+            if nat is None and (g.method == "native").any():
+                nat = g[(g.method == "native") & g.fold.isin(h.fold)]["s_per_round"].mean()
+            print(f"\n{protocol}, folds {folds}\n")
+            print(summary_table(h.to_dict("records"), nat))
+    print("\ncommands:")
+    for c in df.command.unique():
+        print(f"- `{c}`")
 
 
 class GammaTrace(xgb.callback.TrainingCallback):
@@ -542,6 +568,9 @@ def parse_args(argv=None):
     ap.add_argument("--figures", action="store_true", help="draw Figure 1a/1b")
     ap.add_argument("--figure-rounds", type=int, default=60)
     ap.add_argument("--csv", type=Path, default=RESULTS / "ocr.csv")
+    ap.add_argument(
+        "--summarize", action="store_true", help="only print the tables of the rows in --csv"
+    )
     args = ap.parse_args(argv)
     defaults = PRESETS[args.preset or "paper"]
     for key, value in defaults.items():
@@ -560,6 +589,9 @@ def main(argv=None):
     args = parse_args(argv)
     command = shlex.join(["python", "benchmarks/ocr.py", *(sys.argv[1:] if argv is None else argv)])
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    if args.summarize:
+        print_csv_summary(args.csv)
+        return
     data = load_ocr(args.data_dir, dtype=np.float32)
     header = [
         f"command: `{command}`",
