@@ -59,6 +59,7 @@ import numba
 import numpy as np
 import pandas as pd
 import xgboost as xgb
+from threadpoolctl import threadpool_limits
 
 import structboost as sb
 from structboost import inference
@@ -592,6 +593,9 @@ def main(argv=None):
     if args.summarize:
         print_csv_summary(args.csv)
         return
+    # The CRF's matrix products are K x K (K = 26): BLAS threads only spin, and
+    # on a loaded machine they multiplied the objective's CPU time by ten.
+    threadpool_limits(1, user_api="blas")
     data = load_ocr(args.data_dir, dtype=np.float32)
     header = [
         f"command: `{command}`",
