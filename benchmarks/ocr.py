@@ -79,13 +79,16 @@ PRESETS = {
         "gamma": "mixing",
         "transitions": "lbfgs",
     },
-    # The quick-split winner of the lever study (see the report / README).
+    # The quick-split winner of the lever study: one diagonal Newton step on
+    # the transitions per round (fold-0 valid error at round 50: 6.8% against
+    # 10.2% with 5 L-BFGS iterations, at about half the objective's cost)
+    # plus the previous and next letter's pixels (NaN outside the word).
     "best": {
         "max_depth": 6,
         "eta": 0.5,
         "window": 1,
         "gamma": "mixing",
-        "transitions": "lbfgs",
+        "transitions": "newton",
     },
 }
 TREE_METHODS = ("native", "logitboost", "treecrf", "gbcrf", "gbcrf-mo")
