@@ -92,6 +92,8 @@ class ChainPosterior:
     alpha: np.ndarray
     beta: np.ndarray
     r: np.ndarray
+    into: np.ndarray
+    beta_scale: np.ndarray
 
     def marginals(self):
         """Node marginals ``(n, K)``."""
@@ -107,7 +109,7 @@ class ChainPosterior:
     def _path_sums(self):
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
         right, left = _chain.mixing_rates(
-            self.alpha, self.beta, self.r, self.offsets, self.transitions
+            self.alpha, self.beta, self.r, self.into, self.beta_scale, self.offsets, self.transitions
         )
         return _chain.path_sums(right, left, self.offsets)
 
@@ -140,7 +142,9 @@ def posterior(unary, offsets, transitions, start, end, exp_unary=None):
     run several passes over the same node potentials.
     """
     w, row_max = _chain.exp_rows(unary) if exp_unary is None else exp_unary
-    log_z, alpha, beta, r = _chain.messages(unary, w, row_max, offsets, transitions, start, end)
+    log_z, alpha, beta, r, into, beta_scale = _chain.messages(
+        unary, w, row_max, offsets, transitions, start, end
+    )
     forbids = not (np.isfinite(transitions).all() and np.isfinite(start).all() and np.isfinite(end).all())
     if forbids:
         mass = np.einsum("nk,nk->n", alpha, beta)
@@ -154,7 +158,7 @@ def posterior(unary, offsets, transitions, start, end, exp_unary=None):
                 "node potential, beyond float64 range in scaled space. Check that the "
                 "constraints allow a labelling, or bound the node potentials (e.g. clip margins)."
             )
-    return ChainPosterior(offsets, transitions, log_z, alpha, beta, r)
+    return ChainPosterior(offsets, transitions, log_z, alpha, beta, r, into, beta_scale)
 
 
 def path_scores(unary, offsets, labels, transitions, start, end):
