@@ -204,33 +204,23 @@ def edge_marginals(alpha, r, offsets, transitions):
 
 
 @njit(cache=True, fastmath=_FAST)
-def _forward_conditional(emat, r_next, out):
-    """``out[a, b] = P(y_{t+1} = b | y_t = a)``; rows of impossible ``a`` are zero."""
-    k = r_next.shape[0]
-    for a in range(k):
+def _row_conditional(mat, weight, out):
+    """``out[i, j] = mat[i, j] * weight[j]`` normalised over ``j``; zero rows stay zero.
+
+    With ``mat = E`` and ``weight = r[t + 1]``, row ``a`` is
+    ``P(y_{t+1} | y_t = a)``; with ``mat = E.T`` and ``weight = alpha[t]``,
+    row ``b`` is ``P(y_t | y_{t+1} = b)``.
+    """
+    k = weight.shape[0]
+    for i in range(k):
         s = 0.0
-        for b in range(k):
-            v = emat[a, b] * r_next[b]
-            out[a, b] = v
+        for j in range(k):
+            v = mat[i, j] * weight[j]
+            out[i, j] = v
             s += v
         inv = 1.0 / s if s > 0.0 else 0.0
-        for b in range(k):
-            out[a, b] *= inv
-
-
-@njit(cache=True, fastmath=_FAST)
-def _backward_conditional(alpha_t, emat, out):
-    """``out[b, a] = P(y_t = a | y_{t+1} = b)``; rows of impossible ``b`` are zero."""
-    k = alpha_t.shape[0]
-    for b in range(k):
-        s = 0.0
-        for a in range(k):
-            v = alpha_t[a] * emat[a, b]
-            out[b, a] = v
-            s += v
-        inv = 1.0 / s if s > 0.0 else 0.0
-        for a in range(k):
-            out[b, a] *= inv
+        for j in range(k):
+            out[i, j] *= inv
 
 
 @njit(cache=True, fastmath=_FAST)
@@ -332,6 +322,7 @@ def exact_gamma(alpha, r, marginals, offsets, transitions):
     """
     n, k = alpha.shape
     emat = np.exp(transitions - transitions.max())
+    emat_t = np.ascontiguousarray(emat.T)
     out = np.zeros(n)
     for i in prange(offsets.shape[0] - 1):
         lo, hi = offsets[i], offsets[i + 1]
@@ -339,8 +330,8 @@ def exact_gamma(alpha, r, marginals, offsets, transitions):
         fwd = np.zeros((length, k, k))
         bwd = np.zeros((length, k, k))
         for t in range(length - 1):
-            _forward_conditional(emat, r[lo + t + 1], fwd[t])
-            _backward_conditional(alpha[lo + t], emat, bwd[t + 1])
+            _row_conditional(emat, r[lo + t + 1], fwd[t])
+            _row_conditional(emat_t, alpha[lo + t], bwd[t + 1])
         for t in range(length):
             tv = np.zeros(k)
             for direction in range(2):

@@ -23,7 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from . import _chain
-from .sequences import check_labels, check_lengths, offsets_from_lengths
+from .sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
 from .tree_inference import (  # noqa: F401  (re-exported: the tree contract lives here too)
     tree_edge_gamma,
     tree_edge_marginals,
@@ -55,16 +55,8 @@ def check_chain(unary, lengths, transitions, start, end):
     transitions : (K, K) float64
     start, end : (K,) float64
     """
-    u = np.ascontiguousarray(unary, dtype=np.float64)
-    if u.ndim != 2:
-        raise ValueError(f"unary must be 2-D (rows, labels); got shape {u.shape}.")
+    u = check_unary(unary)
     n, k = u.shape
-    if k < 1:
-        raise ValueError("unary must have at least one label column.")
-    if not np.isfinite(u).all():
-        raise ValueError(
-            "unary contains NaN or inf; node potentials must be finite (check the margins)."
-        )
     offsets = offsets_from_lengths(check_lengths(lengths, n))
     trans = _as_float_array(transitions, "transitions", (k, k))
     if not np.isfinite(trans).any():
