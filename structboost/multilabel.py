@@ -316,6 +316,9 @@ class PairwiseLabelModels:
     folds : int
         Folds for out-of-fold training predictions (``< 2``: in-sample).
     random_state : int
+
+    Each XGBoost model runs on one thread: the models are small and many,
+    and OpenMP threads only contend on a busy machine.
     """
 
     def __init__(self, pairs, method="xgboost", n_estimators=30, max_depth=3,
@@ -341,6 +344,7 @@ class PairwiseLabelModels:
                 "eta": self.learning_rate,
                 "tree_method": "hist",
                 "seed": self.random_state,
+                "nthread": 1,
             }
             return xgb.train(params, xgb.DMatrix(X, label=target), self.n_estimators)
         from sklearn.linear_model import LogisticRegression
