@@ -226,6 +226,7 @@ def label_pair_joints(Y, alpha=1.0):
 def label_mutual_information(Y, alpha=1.0):
     """Training mutual information of every label pair, ``(L, L)`` with zero diagonal."""
     mi = mutual_information(label_pair_joints(Y, alpha))
+    mi = 0.5 * (mi + mi.T)
     np.fill_diagonal(mi, 0.0)
     return mi
 
@@ -251,9 +252,13 @@ def spanning_tree_parents(weights):
         raise ValueError(f"weights must be (L, L) or (m, L, L); got shape {np.shape(weights)}.")
     if np.isnan(w).any() or np.isposinf(w).any():
         raise ValueError("weights contain NaN or +inf; use finite values or -inf.")
-    if not np.array_equal(w, np.swapaxes(w, 1, 2)):
+    wt = np.swapaxes(w, 1, 2)
+    finite = np.isfinite(w)
+    if not np.array_equal(finite, np.isfinite(wt)) or not np.allclose(
+        w[finite], wt[finite], rtol=1e-12, atol=1e-15
+    ):
         raise ValueError("weights must be symmetric: w[i, j] == w[j, i].")
-    parents = maximum_spanning_parents(np.ascontiguousarray(w))
+    parents = maximum_spanning_parents(np.ascontiguousarray(np.maximum(w, wt)))
     return parents[0] if single else parents
 
 
