@@ -351,7 +351,7 @@ class PairwiseLabelModels:
                 "seed": self.random_state,
                 "nthread": 1,
             }
-            return xgb.train(params, xgb.DMatrix(X, label=target), self.n_estimators)
+            return xgb.train(params, xgb.DMatrix(X, label=target, nthread=1), self.n_estimators)
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
@@ -360,17 +360,22 @@ class PairwiseLabelModels:
             return np.bincount(target, minlength=4).astype(np.float64)
         return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(X, target)
 
-    @staticmethod
-    def _predict_one(model, X):
-        if isinstance(model, np.ndarray):
-            return np.tile(model / model.sum(), (X.shape[0], 1))
-        if hasattr(model, "predict_proba"):
-            out = np.zeros((X.shape[0], 4))
-            out[:, model.classes_] = model.predict_proba(X)
-            return out
-        import xgboost as xgb
+    def _predictor_input(self, X):
+        if self.method == "xgboost":
+            import xgboost as xgb
 
-        return model.predict(xgb.DMatrix(X)).reshape(-1, 4)
+            return xgb.DMatrix(X, nthread=1)
+        return X
+
+    @staticmethod
+    def _predict_one(model, data, n):
+        if isinstance(model, np.ndarray):
+            return np.tile(model / model.sum(), (n, 1))
+        if hasattr(model, "predict_proba"):
+            out = np.zeros((n, 4))
+            out[:, model.classes_] = model.predict_proba(data)
+            return out
+        return model.predict(data).reshape(-1, 4)
 
     def fit_out_of_fold(self, X, Y):
         """Fit the models; return out-of-fold joint probabilities ``(n, P, 4)``."""
@@ -388,8 +393,9 @@ class PairwiseLabelModels:
         for keep in parts:
             held = ~keep if self.folds >= 2 else keep
             models = [self._fit_one(x[keep], targets[keep, p]) for p in range(len(self.pairs))]
+            data = self._predictor_input(x[held])
             for p, model in enumerate(models):
-                joint[held, p] = self._predict_one(model, x[held])
+                joint[held, p] = self._predict_one(model, data, int(held.sum()))
             self.models_.append(models)
         return joint
 
@@ -397,9 +403,10 @@ class PairwiseLabelModels:
         """Joint probabilities ``(n, P, 4)``, averaged over the fold models."""
         x = np.asarray(X, dtype=np.float64)
         joint = np.zeros((x.shape[0], len(self.pairs), 4))
+        data = self._predictor_input(x)
         for models in self.models_:
             for p, model in enumerate(models):
-                joint[:, p] += self._predict_one(model, x)
+                joint[:, p] += self._predict_one(model, data, x.shape[0])
         return joint / len(self.models_)
 
 
