@@ -110,6 +110,7 @@ def main():
         ("logitboost", {"mode": "logitboost"}),
         ("treecrf, lbfgs", {"mode": "treecrf"}),
         ("gbcrf, lbfgs", {"mode": "gbcrf"}),
+        ("gbcrf, lbfgs 2 iterations", {"mode": "gbcrf", "transition_iter": 2}),
         ("gbcrf, newton", {"mode": "gbcrf", "transitions": "newton"}),
     ]
     for name, kw in configs:
