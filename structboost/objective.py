@@ -2,7 +2,9 @@
 
 Engine-agnostic (numpy only). The XGBoost and LightGBM adapters read the
 margins and the sequence structure from their data objects and call
-:meth:`CRFObjective.grad_hess` once per boosting round.
+:meth:`CRFObjective.grad_hess` once per boosting round. The mode, Hessian and
+weighting live in :class:`NodeObjective`, shared with the tree objective
+(:mod:`structboost.tree_objective`); subclasses only supply the structure.
 
 =================  ==========================================  ==========================
 mode               Hessian per row and label                    transitions

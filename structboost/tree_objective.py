@@ -132,5 +132,7 @@ class TreeCRFObjective(NodeObjective):
     def decode(self, margins, batch):
         """MAP labels ``(n,)`` of every tree under the current potentials."""
         b = self._structure(margins, batch)
-        labels, _ = _tree.viterbi(b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions)
+        labels, _ = _tree.viterbi(
+            b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions
+        )
         return labels

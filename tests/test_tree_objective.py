@@ -122,7 +122,8 @@ def test_chain_as_tree_objective_equals_chain_objective():
 def problem_of(d, reg, transitions=None):
     b = batch_of(d)
     trans = np.zeros((TYPES, K, K)) if transitions is None else transitions
-    return TreeTransitionProblem(b.with_potentials(d["margins"], trans), b.seq_weight, b.counts, reg)
+    structure = b.with_potentials(d["margins"], trans)
+    return TreeTransitionProblem(structure, b.seq_weight, b.counts, reg)
 
 
 def test_per_type_transition_gradient_matches_finite_differences():
