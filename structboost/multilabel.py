@@ -462,7 +462,8 @@ class ESSTreeCRFClassifier(ClassifierMixin, BaseEstimator):
         Pairs (by training mutual information) that get a conditional model;
         None for all.
     pairwise_estimators, pairwise_depth : int
-        XGBoost rounds and depth of each pair model.
+        XGBoost rounds and depth of each pair model (which shares
+        ``learning_rate``).
     folds : int
         Out-of-fold predictions for the training structures.
     booster_params : dict, optional
