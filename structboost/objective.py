@@ -29,6 +29,7 @@ from .sequences import check_labels, check_lengths, offsets_from_lengths
 from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_counts, refit
 
 MODES = ("gbcrf", "treecrf", "logitboost")
+METRICS = ("nll", "error")
 _DEFAULT_ITER = {"lbfgs": 5, "newton": 1}
 
 
@@ -228,3 +229,27 @@ class CRFObjective:
         u = self.check_margins(margins)
         p = self.params
         return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)
+
+    def evaluate(self, margins, batch, metric="nll"):
+        """Weighted CRF metric of one dataset under the current transitions.
+
+        Parameters
+        ----------
+        margins : (n, K) array-like
+        batch : SequenceBatch
+        metric : {"nll", "error"}
+
+        Returns
+        -------
+        (str, float)
+            ``("crf-nll", weighted mean NLL per sequence)`` or
+            ``("crf-error", weighted token error of the Viterbi path)``.
+        """
+        w = batch.seq_weight
+        if metric == "nll":
+            return "crf-nll", float(w @ self.sequence_nll(margins, batch) / w.sum())
+        if metric == "error":
+            wrong = self.decode(margins, batch.offsets) != batch.labels
+            per_seq = np.add.reduceat(wrong.astype(np.float64), batch.offsets[:-1])
+            return "crf-error", float(w @ per_seq / (w @ batch.lengths))
+        raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
