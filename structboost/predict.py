@@ -40,7 +40,8 @@ def _lightgbm_inputs(booster, data, groups, lengths):
 
     labels = None
     if isinstance(data, lgb.Dataset):
-        if data.data is None or isinstance(data.data, (str, bytes)) or hasattr(data.data, "__fspath__"):
+        raw = data.data
+        if raw is None or isinstance(raw, (str, bytes)) or hasattr(raw, "__fspath__"):
             raise ValueError(
                 "this lightgbm.Dataset holds no in-memory features (freed after training, or "
                 "a file): pass the features with lengths= or groups=, or build the Dataset "
@@ -71,15 +72,16 @@ def crf_inputs(model, data, *, groups=None, lengths=None):
 
     lgb = sys.modules.get("lightgbm")  # a LightGBM booster implies lightgbm is imported
     if isinstance(model, xgb.Booster):
-        margins, lengths, params, num_labels, labels = _xgboost_inputs(model, data, groups, lengths)
+        inputs = _xgboost_inputs(model, data, groups, lengths)
     elif lgb is not None and isinstance(model, lgb.Booster):
-        margins, lengths, params, num_labels, labels = _lightgbm_inputs(model, data, groups, lengths)
+        inputs = _lightgbm_inputs(model, data, groups, lengths)
     else:
         raise ValueError(
             f"cannot predict with a {type(model).__name__}: pass an xgboost.Booster trained "
             "with structboost.crf_objective or a lightgbm.Booster trained with "
             "structboost.lgb_crf_objective."
         )
+    margins, lengths, params, num_labels, labels = inputs
     margins = np.ascontiguousarray(np.asarray(margins).reshape(len(margins), -1), dtype=np.float64)
     if margins.shape[1] != num_labels:
         raise ValueError(

@@ -221,7 +221,7 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[_viterbi(self.booster_, data, lengths=lengths)]
 
     def predict_marginals(self, X, *, groups=None, lengths=None):
-        """Posterior marginals ``P(y_t = c | x)``, shape ``(n, n_classes)``, columns in ``classes_`` order."""
+        """Posterior marginals ``P(y_t = c | x)``, ``(n, n_classes)``, columns in ``classes_`` order."""
         data, lengths = self._data(X, groups, lengths)
         return _marginals(self.booster_, data, lengths=lengths)
 
@@ -256,7 +256,7 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
 
     @property
     def feature_importances_(self):
-        """Total gain of the splits on each feature, normalised to sum to 1, ``(n_features_in_,)``."""
+        """Total split gain per feature, normalised to sum to 1, ``(n_features_in_,)``."""
         check_is_fitted(self)
         gain = np.asarray(self._gain_importance(), dtype=np.float64)
         total = gain.sum()
@@ -333,6 +333,8 @@ class XGBCRFClassifier(_CRFClassifier):
 
     def _dmatrix(self, X, labels=None, lengths=None, seq_weight=None):
         names = getattr(self, "feature_names_in_", None)
+        engine = self._engine_kwargs()
+        threads = engine.get("n_jobs", engine.get("nthread"))
         return xgb.DMatrix(
             X,
             label=labels,
@@ -340,6 +342,7 @@ class XGBCRFClassifier(_CRFClassifier):
             weight=seq_weight,
             feature_names=None if names is None else list(names),
             enable_categorical=isinstance(X, pd.DataFrame),
+            nthread=-1 if threads is None else threads,
         )
 
     def _train(self, train, evals, crf):
@@ -467,9 +470,10 @@ class LGBMCRFClassifier(_CRFClassifier):
         )
         callbacks = [obj.callback()]
         if self.early_stopping_rounds is not None:
-            callbacks.append(
-                lgb.early_stopping(self.early_stopping_rounds, first_metric_only=True, verbose=False)
+            stop = lgb.early_stopping(
+                self.early_stopping_rounds, first_metric_only=True, verbose=False
             )
+            callbacks.append(stop)
         fit = {
             "sample_weight": self._row_weights(seq_weight, lengths),
             "group": lengths,

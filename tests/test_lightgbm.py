@@ -24,6 +24,8 @@ from structboost.lightgbm import (
     save_lgb_model,
 )
 
+pytestmark = pytest.mark.usefixtures("single_threaded")
+
 K = 3
 # One thread: the CI machine has two busy cores.
 TREES = {"num_leaves": 8, "num_threads": 1}
@@ -338,10 +340,12 @@ def test_model_saved_in_one_process_predicts_identically_in_another(hmm, trained
         "import sys, numpy as np, structboost.lightgbm as sl, structboost as sb\n"
         "d = np.load(sys.argv[1] + '/data.npz')\n"
         "m = sl.load_lgb_model(sys.argv[1] + '/model.json')\n"
-        "np.save(sys.argv[1] + '/out.npy', sb.predict_marginals(m, d['X'], lengths=d['lengths']))\n"
+        "p = sb.predict_marginals(m, d['X'], lengths=d['lengths'])\n"
+        "np.save(sys.argv[1] + '/out.npy', p)\n"
     )
     root = Path(sb.__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, env=env, timeout=120)
     np.testing.assert_array_equal(
         np.load(tmp_path / "out.npy"), sb.predict_marginals(trained, Xt, lengths=lt)
