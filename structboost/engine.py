@@ -63,14 +63,14 @@ class EngineObjective(ABC):
         return self.crf.params
 
     @abstractmethod
-    def read_batch(self, data):
-        """Labels, boundaries and weights of an engine data object as a SequenceBatch."""
+    def _build_batch(self, data):
+        """Labels, structure and weights of an engine data object, validated."""
 
     def batch(self, data):
-        """:meth:`read_batch`, cached per data object."""
+        """The validated batch of an engine data object, cached per object."""
         batch = self._batches.get(data)
         if batch is None:
-            batch = self.read_batch(data)
+            batch = self._build_batch(data)
             self._batches[data] = batch
         return batch
 

@@ -219,7 +219,7 @@ class LGBCRFObjective(EngineObjective):
         # shared on purpose.
         return self
 
-    def read_batch(self, dataset):
+    def _build_batch(self, dataset):
         """Validated labels, boundaries and sequence weights of a constructed Dataset."""
         return build_batch(
             self.num_labels,

@@ -26,7 +26,8 @@ def state_dict(num_labels, mode, params):
     ----------
     num_labels : int
     mode : str
-    params : TransitionParams
+    params : TransitionParams or TreeTransitionParams
+        Anything with ``to_dict()``.
 
     Returns
     -------
@@ -41,14 +42,20 @@ def state_dict(num_labels, mode, params):
     }
 
 
-def parse_state(state):
+def parse_state(state, param_type=TransitionParams):
     """Inverse of :func:`state_dict`.
+
+    Parameters
+    ----------
+    state : dict
+    param_type : type
+        The parameter class, with ``from_dict``.
 
     Returns
     -------
     num_labels : int
     mode : str
-    params : TransitionParams
+    params : param_type
     """
     version = state.get("version")
     if version != STATE_VERSION:
@@ -56,9 +63,9 @@ def parse_state(state):
             f"the model's CRF state has version {version!r}; this structboost reads version "
             f"{STATE_VERSION}. Load it with the structboost release that saved it."
         )
-    params = TransitionParams.from_dict(state)
+    params = param_type.from_dict(state)
     num_labels = int(state["num_labels"])
-    if params.transitions.shape != (num_labels, num_labels):
+    if params.transitions.shape[-2:] != (num_labels, num_labels):
         raise ValueError(
             f"the model's CRF state is corrupt: {num_labels} labels but transitions of shape "
             f"{params.transitions.shape}."
@@ -117,9 +124,9 @@ class TransitionHistory(Mapping):
         return state_dict(self.num_labels, self.mode, self.for_rounds(n_rounds))
 
     @classmethod
-    def from_state(cls, state, n_rounds):
+    def from_state(cls, state, n_rounds, param_type=TransitionParams):
         """A one-entry history holding a saved state as round ``n_rounds - 1``."""
-        num_labels, mode, params = parse_state(state)
+        num_labels, mode, params = parse_state(state, param_type)
         history = cls(num_labels, mode)
         history.record(int(n_rounds) - 1, params)
         return history

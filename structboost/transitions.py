@@ -131,82 +131,38 @@ def _boundary_marginals(post, rows):
     return p
 
 
-class TransitionProblem:
-    """The penalised NLL in the transition parameters, node potentials fixed.
+class PenalisedProblem:
+    """Solver machinery shared by every linear-potential refit.
 
-    Parameters
-    ----------
-    unary : (n, K) float64
-        Node potentials (validated, C-contiguous).
-    offsets : (m + 1,) int64
-    seq_weight : (m,) float64
-    counts : (K*K + 2K,) float64
-        From :func:`observed_counts`.
-    reg : float
-        L2 penalty on every transition, start and end score.
+    For parameters ``vec`` with fixed node potentials the objective is::
+
+        f(vec) = seq_weight @ log_z(vec) - counts @ vec + reg / 2 * ||vec||^2
+
+    (the penalised NLL up to the constant node-score term), with gradient
+    ``expected - counts + reg * vec``. A subclass sets ``seq_weight``,
+    ``counts``, ``reg``, ``num_labels`` and ``param_type`` (with
+    ``from_vector(vec, num_labels)`` and ``to_vector()``), and implements
+    ``_posterior(params)`` (messages with ``log_z``) and
+    ``expected_counts(post, with_curvature)``. ``newton_scale`` multiplies the
+    curvature bound of the Newton step (2 when two parameter groups are
+    bounded separately and updated together).
     """
 
-    def __init__(self, unary, offsets, seq_weight, counts, reg):
-        self.unary = unary
-        self.offsets = offsets
-        self.seq_weight = seq_weight
-        self.counts = counts
-        self.reg = float(reg)
-        self.num_labels = unary.shape[1]
-        self._exp_unary = _chain.exp_rows(unary)
-        self._last = None
+    newton_scale = 1.0
+    _last = None
 
     def posterior(self, params):
         """Messages at ``params``, reusing the last evaluation when it matches."""
         vec = params.to_vector()
         if self._last is not None and np.array_equal(self._last[0], vec):
             return self._last[1]
-        post = posterior(
-            self.unary,
-            self.offsets,
-            params.transitions,
-            params.start,
-            params.end,
-            exp_unary=self._exp_unary,
-        )
+        post = self._posterior(params)
         self._last = (vec, post)
         return post
 
-    def expected_counts(self, post, with_curvature=False):
-        """Expected counts and, on request, their curvature bound, in vector order.
-
-        Returns
-        -------
-        expected : (K*K + 2K,) float64
-        curvature : (K*K + 2K,) float64 or None
-            ``sum w gamma p (1 - p)`` per parameter (the edge bound
-            gamma^(e) for transitions, the node gamma at first/last rows for
-            start/end).
-        """
-        w = self.seq_weight
-        edge_gamma = post.edge_gamma() if with_curvature else np.ones(post.alpha.shape[0])
-        marg, curv = _chain.edge_statistics(
-            post.alpha, post.r, self.offsets, post.transitions, w, edge_gamma
-        )
-        first, last = self.offsets[:-1], self.offsets[1:] - 1
-        p_first = _boundary_marginals(post, first)
-        p_last = _boundary_marginals(post, last)
-        expected = np.concatenate((marg.ravel(), w @ p_first, w @ p_last))
-        if not with_curvature:
-            return expected, None
-        node_gamma = post.node_gamma("mixing")
-        curvature = np.concatenate(
-            (
-                curv.ravel(),
-                (w * node_gamma[first]) @ (p_first * (1.0 - p_first)),
-                (w * node_gamma[last]) @ (p_last * (1.0 - p_last)),
-            )
-        )
-        return expected, curvature
-
     def value(self, vec):
         """Penalised NLL at ``vec``, up to the constant node-score term."""
-        post = self.posterior(TransitionParams.from_vector(vec, self.num_labels))
+        post = self.posterior(self.param_type.from_vector(vec, self.num_labels))
         return self.seq_weight @ post.log_z - self.counts @ vec + 0.5 * self.reg * vec @ vec
 
     def value_and_grad(self, vec):
@@ -226,11 +182,13 @@ class TransitionProblem:
         vec = params.to_vector()
         f0 = self.value(vec)
         expected, curvature = self.expected_counts(self._last[1], with_curvature=True)
-        step = (expected - self.counts + self.reg * vec) / (2.0 * curvature + self.reg + 1e-12)
+        step = (expected - self.counts + self.reg * vec) / (
+            self.newton_scale * curvature + self.reg + 1e-12
+        )
         for _ in range(max_halvings):
             cand = vec - step
             if self.value(cand) <= f0:
-                return TransitionParams.from_vector(cand, self.num_labels)
+                return self.param_type.from_vector(cand, self.num_labels)
             step *= 0.5
         self.posterior(params)
         return params
@@ -244,7 +202,90 @@ class TransitionProblem:
             method="L-BFGS-B",
             options={"maxiter": int(max_iter)},
         )
-        return TransitionParams.from_vector(res.x, self.num_labels)
+        return self.param_type.from_vector(res.x, self.num_labels)
+
+
+class TransitionProblem(PenalisedProblem):
+    """The penalised NLL in the chain transition parameters, node potentials fixed.
+
+    Parameters
+    ----------
+    unary : (n, K) float64
+        Node potentials (validated, C-contiguous).
+    offsets : (m + 1,) int64
+    seq_weight : (m,) float64
+    counts : (K*K + 2K,) float64
+        From :func:`observed_counts`.
+    reg : float
+        L2 penalty on every transition, start and end score.
+    """
+
+    param_type = TransitionParams
+    newton_scale = 2.0
+
+    def __init__(self, unary, offsets, seq_weight, counts, reg):
+        self.unary = unary
+        self.offsets = offsets
+        self.seq_weight = seq_weight
+        self.counts = counts
+        self.reg = float(reg)
+        self.num_labels = unary.shape[1]
+        self._exp_unary = _chain.exp_rows(unary)
+        inner = np.ones(unary.shape[0], dtype=bool)
+        inner[offsets[1:] - 1] = False
+        self._edges = np.flatnonzero(inner)
+        self._edge_weight = np.repeat(seq_weight, np.diff(offsets))[self._edges]
+
+    def _posterior(self, params):
+        return posterior(
+            self.unary,
+            self.offsets,
+            params.transitions,
+            params.start,
+            params.end,
+            exp_unary=self._exp_unary,
+        )
+
+    def expected_counts(self, post, with_curvature=False):
+        """Expected counts and, on request, their curvature bound, in vector order.
+
+        Edge sums are two matrix products over all edges at once:
+        ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t``, so
+        ``sum_t c_t P_t = E * (A' diag(c / z) R)`` and
+        ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``.
+
+        Returns
+        -------
+        expected : (K*K + 2K,) float64
+        curvature : (K*K + 2K,) float64 or None
+            ``sum w gamma p (1 - p)`` per parameter (the edge bound
+            gamma^(e) for transitions, the node gamma at first/last rows for
+            start/end).
+        """
+        w = self.seq_weight
+        emat = np.exp(post.transitions - post.transitions.max())
+        a = post.alpha[self._edges]
+        r = post.r[self._edges + 1]
+        z = np.einsum("ij,ij->i", a @ emat, r)
+        c = self._edge_weight / z
+        marg = emat * (a.T @ (r * c[:, None]))
+        first, last = self.offsets[:-1], self.offsets[1:] - 1
+        p_first = _boundary_marginals(post, first)
+        p_last = _boundary_marginals(post, last)
+        expected = np.concatenate((marg.ravel(), w @ p_first, w @ p_last))
+        if not with_curvature:
+            return expected, None
+        g = c * post.edge_gamma()[self._edges]
+        curv = emat * (a.T @ (r * g[:, None])) - emat**2 * ((a * a).T @ (r * r * (g / z)[:, None]))
+        node_gamma = post.node_gamma("mixing")
+        curvature = np.concatenate(
+            (
+                np.maximum(curv, 0.0).ravel(),
+                (w * node_gamma[first]) @ (p_first * (1.0 - p_first)),
+                (w * node_gamma[last]) @ (p_last * (1.0 - p_last)),
+            )
+        )
+        return expected, curvature
 
 
 def refit(problem, params, solver, max_iter):

@@ -13,9 +13,10 @@ import json
 import numpy as np
 import xgboost as xgb
 
-from .engine import EngineObjective, build_batch
-from .objective import CRFObjective
+from .engine import EngineObjective
+from .objective import CRFObjective, SequenceBatch
 from .state import STATE_KEY, TransitionHistory, parse_state, state_dict
+from .transitions import TransitionParams
 
 
 def xgb_params(num_labels, **overrides):
@@ -56,21 +57,21 @@ def dmatrix_lengths(dmat):
     return np.diff(ptr.astype(np.int64))
 
 
-def save_state(booster, objective, params):
-    """Store the CRF description and ``params`` on the booster as an attribute."""
+def save_state(booster, objective, params, key=STATE_KEY):
+    """Store the CRF description and ``params`` on the booster as attribute ``key``."""
     state = state_dict(objective.num_labels, objective.mode, params)
-    booster.set_attr(**{STATE_KEY: json.dumps(state)})
+    booster.set_attr(**{key: json.dumps(state)})
 
 
-def load_state(booster):
-    """The ``(num_labels, mode, TransitionParams)`` stored on a booster."""
-    raw = booster.attr(STATE_KEY)
+def load_state(booster, key=STATE_KEY, param_type=TransitionParams, factory="crf_objective"):
+    """The ``(num_labels, mode, params)`` stored on a booster under ``key``."""
+    raw = booster.attr(key)
     if raw is None:
         raise ValueError(
             "this booster carries no CRF transitions: train it with "
-            "callbacks=[obj.callback()] (obj = structboost.crf_objective(...))."
+            f"callbacks=[obj.callback()] (obj = structboost.{factory}(...))."
         )
-    return parse_state(json.loads(raw))
+    return parse_state(json.loads(raw), param_type)
 
 
 def booster_margins(booster, dmat):
@@ -91,7 +92,7 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
     Attributes
     ----------
     history : TransitionHistory
-        Round index -> :class:`~structboost.transitions.TransitionParams`.
+        Round index -> transition parameters of that round.
     """
 
     def __init__(self, objective):
@@ -101,13 +102,14 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
 
     def after_iteration(self, model, epoch, evals_log):
         self.history.record(epoch, self.objective.params)
-        save_state(model, self.objective.crf, self.history[epoch])
+        save_state(model, self.objective.crf, self.history[epoch], self.objective.state_key)
         return False
 
     def after_training(self, model):
         best = model.attr("best_iteration")
         if best is not None and int(best) in self.history:
-            save_state(model, self.objective.crf, self.history.for_rounds(int(best) + 1))
+            params = self.history.for_rounds(int(best) + 1)
+            save_state(model, self.objective.crf, params, self.objective.state_key)
         return model
 
 
@@ -125,10 +127,12 @@ class XGBCRFObjective(EngineObjective):
     metric_name : {"nll", "error"}
     """
 
-    def read_batch(self, dmat):
+    state_key = STATE_KEY
+
+    def _build_batch(self, dmat):
         """Validated labels, boundaries and per-sequence weights of a DMatrix."""
-        return build_batch(
-            self.num_labels, dmat.get_label(), dmatrix_lengths(dmat), seq_weight=dmat.get_weight()
+        return SequenceBatch.build(
+            dmat.get_label(), dmatrix_lengths(dmat), self.num_labels, dmat.get_weight()
         )
 
     def metric(self, predt, dmat):
