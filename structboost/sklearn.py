@@ -41,6 +41,8 @@ from .xgboost import crf_objective, xgb_params
 from .xgboost import load_state as load_xgb_state
 
 _CRF_PARAMS = ("mode", "gamma", "transitions", "reg_transitions")
+# Engine parameters the estimators set themselves.
+_RESERVED = ("objective", "num_class", "num_target", "metric", "eval_metric")
 
 
 def _eval_parts(item, index):
@@ -52,15 +54,17 @@ def _eval_parts(item, index):
                 f"eval_set[{index}] must have keys 'X', 'y' and 'groups' or 'lengths' (and "
                 f"optionally 'sample_weight'); got {sorted(item)}."
             )
-        X = item["X"]
-        return X, item["y"], item.get("groups"), item.get("lengths"), item.get("sample_weight")
+        return (
+            item["X"], item["y"], item.get("groups"), item.get("lengths"), item.get("sample_weight")
+        )
     if not isinstance(item, (tuple, list)) or len(item) != 3:
         raise ValueError(
             f"eval_set[{index}] must be an (X, y, groups) or (X, y, lengths) tuple, or a dict; "
             "a CRF needs the sequence boundaries of every evaluation set."
         )
     X, y, third = item
-    if isinstance(third, str) or len(third) == X.shape[0]:
+    n_rows = X.shape[0] if hasattr(X, "shape") else len(X)
+    if isinstance(third, str) or len(third) == n_rows:
         return X, y, third, None, None
     return X, y, None, third, None
 
@@ -68,9 +72,9 @@ def _eval_parts(item, index):
 class _CRFClassifier(ClassifierMixin, BaseEstimator):
     """What both estimators share: parameters, input checks, labels, predict.
 
-    Subclasses implement ``_train`` (fit the booster), ``_engine_data``
-    (features as the engine predicts from them), ``_load_state`` and
-    ``_gain_importance``.
+    Subclasses implement ``_train`` (returns the booster and the metric
+    history), ``_kept_rounds``, ``_engine_data`` (features as the engine
+    predicts from them), ``_load_state`` and ``_gain_importance``.
     """
 
     def __init__(self, **kwargs):
@@ -131,18 +135,18 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
             )
         return X, resolve_lengths(X.shape[0], groups=groups, lengths=lengths)
 
-    def _encode(self, y, n_rows):
-        """Class indices ``(n,)`` of labels already seen in ``fit``."""
+    @staticmethod
+    def _encode(y, n_rows, classes):
+        """Indices ``(n,)`` into the sorted ``classes`` of labels seen in ``fit``."""
         y = column_or_1d(np.asarray(y), warn=True)
         if y.shape[0] != n_rows:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_rows} rows.")
-        codes = np.searchsorted(self.classes_, y)
-        codes = np.minimum(codes, len(self.classes_) - 1)
-        unseen = self.classes_[codes] != y
+        codes = np.minimum(np.searchsorted(classes, y), len(classes) - 1)
+        unseen = classes[codes] != y
         if unseen.any():
             raise ValueError(
                 f"y contains labels not seen in fit, e.g. {y[np.flatnonzero(unseen)[0]]!r}; "
-                f"known labels: {self.classes_.tolist()}."
+                f"known labels: {classes.tolist()}."
             )
         return codes
 
@@ -180,10 +184,10 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         check_classification_targets(y)
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"y has {y.shape[0]} labels but X has {X.shape[0]} rows.")
-        self.classes_, codes = np.unique(y, return_inverse=True)
-        if len(self.classes_) < 2:
+        classes, codes = np.unique(y, return_inverse=True)
+        if len(classes) < 2:
             raise ValueError(
-                f"y has only one class {self.classes_.tolist()}: a classifier needs at least "
+                f"y has only one class {classes.tolist()}: a classifier needs at least "
                 "2 classes."
             )
         train = (X, codes, lengths, self._sequence_weights(sample_weight, lengths))
@@ -191,11 +195,22 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         for i, item in enumerate(eval_set or ()):
             Xe, ye, ge, le, we = _eval_parts(item, i)
             Xe, le = self._check_X(Xe, ge, le, reset=False)
-            evals.append((Xe, self._encode(ye, Xe.shape[0]), le, self._sequence_weights(we, le)))
+            codes_e = self._encode(ye, Xe.shape[0], classes)
+            evals.append((Xe, codes_e, le, self._sequence_weights(we, le)))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
+        reserved = sorted(set(self._engine_kwargs()) & set(_RESERVED))
+        if reserved:
+            raise ValueError(
+                f"{reserved} are set by {type(self).__name__} for the CRF objective: remove "
+                "them from the parameters (use mode=, gamma=, transitions= instead)."
+            )
         crf = {name: getattr(self, name) for name in _CRF_PARAMS}
-        self._train(train, evals, crf)
+        booster, evals_result = self._train(train, evals, crf, len(classes))
+        self.classes_ = classes
+        self.booster_ = booster
+        self.evals_result_ = evals_result
+        self.best_iteration_ = self._kept_rounds() - 1
         return self
 
     # -- predict ----------------------------------------------------------
@@ -228,7 +243,7 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
     def predict_log_likelihood(self, X, y, *, groups=None, lengths=None):
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
         data, lengths = self._data(X, groups, lengths)
-        codes = self._encode(y, int(lengths.sum()))
+        codes = self._encode(y, int(lengths.sum()), self.classes_)
         return _log_likelihood(self.booster_, data, codes, lengths=lengths)
 
     def score(self, X, y, *, groups=None, lengths=None, sample_weight=None):
@@ -345,18 +360,18 @@ class XGBCRFClassifier(_CRFClassifier):
             nthread=-1 if threads is None else threads,
         )
 
-    def _train(self, train, evals, crf):
-        obj = crf_objective(len(self.classes_), **crf)
+    def _train(self, train, evals, crf, n_classes):
+        obj = crf_objective(n_classes, **crf)
         dtrain = self._dmatrix(*train)
         dvalid = [(self._dmatrix(*e), f"validation_{i}") for i, e in enumerate(evals)]
         params = xgb_params(
-            len(self.classes_),
+            n_classes,
             eta=self.learning_rate,
             max_depth=self.max_depth,
             **self._engine_kwargs(),
         )
-        self.evals_result_ = {}
-        self.booster_ = xgb.train(
+        evals_result = {}
+        booster = xgb.train(
             params,
             dtrain,
             num_boost_round=self.n_estimators,
@@ -364,14 +379,15 @@ class XGBCRFClassifier(_CRFClassifier):
             custom_metric=obj.metric,
             evals=dvalid,
             early_stopping_rounds=self.early_stopping_rounds,
-            evals_result=self.evals_result_,
+            evals_result=evals_result,
             verbose_eval=False,
             callbacks=[obj.callback()],
         )
+        return booster, evals_result
+
+    def _kept_rounds(self):
         best = self.booster_.attr("best_iteration")
-        self.best_iteration_ = (
-            int(best) if best is not None else self.booster_.num_boosted_rounds() - 1
-        )
+        return int(best) + 1 if best is not None else self.booster_.num_boosted_rounds()
 
     def _load_state(self):
         return load_xgb_state(self.booster_)
@@ -449,15 +465,15 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _engine_data(self, X):
         return X
 
-    def _train(self, train, evals, crf):
+    def _train(self, train, evals, crf, n_classes):
         import lightgbm as lgb
 
-        from .lightgbm import kept_rounds, lgb_crf_objective, lgb_params
+        from .lightgbm import lgb_crf_objective, lgb_params
 
         X, y, lengths, seq_weight = train
-        obj = lgb_crf_objective(len(self.classes_), **crf)
+        obj = lgb_crf_objective(n_classes, **crf)
         params = lgb_params(
-            len(self.classes_),
+            n_classes,
             learning_rate=self.learning_rate,
             max_depth=self.max_depth,
             num_leaves=self.num_leaves,
@@ -500,9 +516,12 @@ class LGBMCRFClassifier(_CRFClassifier):
                 "constant or cannot split off min_child_samples rows (default 20) on each "
                 "side. Lower min_child_samples or train on more rows."
             ) from err
-        self.booster_ = model.booster_
-        self.evals_result_ = model.evals_result_
-        self.best_iteration_ = kept_rounds(self.booster_) - 1
+        return model.booster_, model.evals_result_
+
+    def _kept_rounds(self):
+        from .lightgbm import kept_rounds
+
+        return kept_rounds(self.booster_)
 
     @staticmethod
     def _row_weights(seq_weight, lengths):

@@ -209,6 +209,8 @@ def test_clear_errors(data, fitted, cls):
         est.fit(X, np.full(len(y), "O"), groups=ids)
     with pytest.raises(ValueError, match="needs an eval_set"):
         small(cls, early_stopping_rounds=2).fit(X, y, groups=ids)
+    with pytest.raises(ValueError, match="set by"):
+        small(cls, objective="multiclass").fit(X, y, groups=ids)
     with pytest.raises(ValueError, match="zero everywhere"):
         est.fit(X, y, groups=ids, sample_weight=np.zeros(len(y)))
     with pytest.raises(ValueError, match="feature names"):
