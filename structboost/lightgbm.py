@@ -26,10 +26,11 @@ from .state import STATE_KEY, TransitionHistory, state_dict
 
 MODEL_KEY = "lgb_model"
 
-# Safe defaults and the LightGBM aliases that override each of them. With a
-# custom multiclass objective, leaves whose Hessian sum is tiny get huge
-# values (-G / H) and training diverges; LightGBM's own defaults (1e-3 and no
-# L2 penalty) allow that.
+# Safe defaults and the LightGBM aliases that override each of them. A leaf's
+# value is -sum(G) / sum(H); LightGBM's own floor on sum(H) (1e-3, with no L2
+# penalty) lets a leaf of confidently predicted rows take a huge step, which
+# was seen to make a custom multiclass objective diverge on OCR. XGBoost's default
+# (min_child_weight=1) is the floor used here.
 _SAFE_DEFAULTS = {
     "min_sum_hessian_in_leaf": (
         1.0,
@@ -53,9 +54,9 @@ def lgb_params(num_labels, **overrides):
     -------
     dict
         ``num_class=K``, built-in metrics off (``metric="None"``),
-        ``verbose=-1`` and ``min_sum_hessian_in_leaf=1`` (LightGBM's 1e-3 lets
-        leaves with tiny Hessian sums take huge steps; training then
-        diverges), updated with ``overrides``.
+        ``verbose=-1`` and ``min_sum_hessian_in_leaf=1`` (no leaf steps from a
+        Hessian sum below 1; LightGBM's 1e-3 allows huge leaf values),
+        updated with ``overrides``.
     """
     params = {"num_class": int(num_labels), "metric": "None", "verbose": -1}
     for name, (value, aliases) in _SAFE_DEFAULTS.items():
