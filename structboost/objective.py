@@ -29,7 +29,7 @@ from .sequences import check_labels, check_lengths, offsets_from_lengths
 from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_counts, refit
 
 MODES = ("gbcrf", "treecrf", "logitboost")
-_DEFAULT_ITER = {"lbfgs": 5, "newton": 1}
+_DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 
 
 @dataclass
@@ -93,12 +93,13 @@ class CRFObjective:
     mode : {"gbcrf", "treecrf", "logitboost"}
     gamma : {"mixing", "length", "exact"} or float
         Node bound for ``mode="gbcrf"``; a float fixes gamma everywhere.
-    transitions : {"lbfgs", "newton"}
+    transitions : {"lbfgs", "newton", "majorize"}
         Solver that refits the transition parameters every round.
     reg_transitions : float
         L2 penalty on the transition, start and end scores.
     transition_iter : int, optional
-        Iterations of the solver per round (default 5 for L-BFGS, 1 for Newton).
+        Iterations of the solver per round (default 5 for L-BFGS, 1 for Newton
+        and for majorization).
     hess_floor : float
         Smallest Hessian per row and label before weighting.
 
