@@ -87,7 +87,7 @@ _OUTCOME_BLOCK = 256
 _RESIDUAL_RTOL = 1e-13
 _MAX_LOG_MULTIPLICITY = 600.0
 _PARTIAL_EIGEN = 4  # from_dense uses Lanczos when rank < d / _PARTIAL_EIGEN
-_MESSAGE_BUDGET = 2**23  # floats of stored messages per batch in _indicator_chain_bound
+_MESSAGE_BUDGET = 2**24  # floats of stored messages per batch in _indicator_chain_bound
 
 
 def curvature_coefficient(x):
@@ -624,9 +624,10 @@ def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, c
     of a level and ``S_t`` the sparse local features (the node features of
     ``t`` plus the transitions out of ``t``, weighted by ``P_(t+1)``), so
     ``sum_t B_t^T C_t = sum_t S_t^T Z_t`` with the forward recursion
-    ``Z_t = C_t + P_t^T Z_(t-1)``. The ``C_t`` are stored on the way back,
-    the ``Z_t`` formed on the way forward, and the dense products are all
-    ``K x K`` by ``K x d``.
+    ``Z_t = C_t + P_t^T Z_(t-1)``. The ``C_t`` are stored on the way back
+    and turned into the ``Z_t`` on the way forward; the dense products are
+    ``K x K`` by ``K x d`` per chain, plus one ``p x (s T)`` by
+    ``(s T) x K d`` product per batch for the node rows.
 
     Parameters
     ----------
@@ -659,7 +660,8 @@ def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, c
     start_index, end_index = p * k + k * k + labels, p * k + k * k + k + labels
     mu = np.zeros((s, k, d))
     log_z = np.zeros((s, k))
-    probs, rights = [None] * length, [None] * length
+    probs = [None] * length
+    messages = np.empty((length, s, k, d))  # C_t on the way back, then Z_t
     for t in range(length - 1, -1, -1):
         stems = mu  # B_t: mu plus the node features of position t, in place
         stems[:, labels, node_index] += inputs[:, t, :, None]
@@ -677,27 +679,26 @@ def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, c
         block_sum = np.empty((s, k, k))  # N_t
         weight = weights if t == 0 else _multiplicity(curvature, k, t) * weights
         _bound.running_curvature(np.ascontiguousarray(log_alpha), weight, log_z, prob, blocks, block_sum)
-        right = block_sum @ stems  # C_t = N_t B_t + 2 X_t^T, shape (s, K, d)
+        np.matmul(block_sum, stems, out=messages[t])  # C_t = N_t B_t + 2 X_t^T
         mu = prob @ stems
         if t > 0:
             sigma[edges[:, :, None], edges[:, None, :]] += blocks.sum(axis=0).transpose(1, 2, 0)
             blocks *= 2.0
-            right[:, :, transitions] += blocks.reshape(s, k, k * k)
+            messages[t][:, :, transitions] += blocks.reshape(s, k, k * k)
             mu[:, labels[:, None], edges] += prob
-        probs[t], rights[t] = prob, right
-    z = rights[0]
+        probs[t] = prob
     for t in range(length):
         if t > 0:
-            z = rights[t] + np.swapaxes(probs[t], 1, 2) @ z  # Z_t
-        if p:
-            cross[: p * k] += (inputs[:, t].T @ z.reshape(s, k * d)).reshape(p * k, d)
-        if t == 0:
-            cross[start_index] += z.sum(axis=0)
-        if t == length - 1:
-            cross[end_index] += z.sum(axis=0)
-        else:
+            messages[t] += np.swapaxes(probs[t], 1, 2) @ messages[t - 1]  # Z_t
+        if t < length - 1:
             # row (v, w) of the transitions: sum over chains of P_(t+1)[v, w] Z_t[v]
-            _bound.add_weighted_rows(probs[t + 1], z, cross[transitions].reshape(k, k, d))
+            _bound.add_weighted_rows(probs[t + 1], messages[t], cross[transitions].reshape(k, k, d))
+    cross[start_index] += messages[0].sum(axis=0)
+    cross[end_index] += messages[-1].sum(axis=0)
+    if p:
+        # rows (j, v) of the node weights: sum over chains and positions of x_t[j] Z_t[v]
+        rows = np.swapaxes(inputs, 0, 1).reshape(length * s, p)
+        cross[: p * k] += (rows.T @ messages.reshape(length * s, k * d)).reshape(p * k, d)
     return log_z[:, 0], mu[:, 0]
 
 
@@ -868,7 +869,7 @@ def chain_bound(
         (curvature growing like ``K^T``); see the module notes.
     batch_size : int, optional
         Sequences processed together; by default as many as keep the stored
-        messages (``batch_size * T * K * d`` floats) near 64 MB.
+        messages (``batch_size * T * K * d`` floats) near 128 MB.
 
     Returns
     -------
