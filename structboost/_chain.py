@@ -120,6 +120,13 @@ def messages(unary, w, row_max, offsets, transitions, start, end):
     log_z : (m,) float64
     alpha, beta, r : (n, K) float64
         Scaled messages as described in the module docstring.
+    into : (n, K) float64
+        ``into[t] = alpha[t - 1] @ E`` (the forward message entering ``t``,
+        before its unary factor); on a sequence's first row,
+        ``exp(start - max(start))``.
+    beta_scale : (n,) float64
+        ``beta_scale[t] = sum(E @ r[t + 1])``, so that
+        ``E @ r[t + 1] == beta_scale[t] * beta[t]``; unused on last rows.
     """
     n, k = unary.shape
     n_seq = offsets.shape[0] - 1
@@ -128,14 +135,15 @@ def messages(unary, w, row_max, offsets, transitions, start, end):
     alpha = np.empty((n, k))
     beta = np.empty((n, k))
     r = np.empty((n, k))
+    into = np.zeros((n, k))
+    beta_scale = np.ones(n)
     log_z = np.empty(n_seq)
     for i in prange(n_seq):
         lo, hi = offsets[i], offsets[i + 1]
-        m = np.empty(k)
-        acc = _exp_shifted(start, m)
-        acc += _scaled_product(m, unary[lo], w[lo], row_max[lo], alpha[lo])
+        acc = _exp_shifted(start, into[lo])
+        acc += _scaled_product(into[lo], unary[lo], w[lo], row_max[lo], alpha[lo])
         for t in range(lo + 1, hi):
-            m[:] = 0.0
+            m = into[t]
             for a in range(k):
                 pa = alpha[t - 1, a]
                 for b in range(k):
@@ -154,9 +162,10 @@ def messages(unary, w, row_max, offsets, transitions, start, end):
                 for b in range(k):
                     acc_a += emat[a, b] * r[t, b]
                 beta[t - 1, a] = acc_a
+            beta_scale[t - 1] = beta[t - 1].sum()
             _normalise(beta[t - 1])
         _scaled_product(beta[lo], unary[lo], w[lo], row_max[lo], r[lo])
-    return log_z, alpha, beta, r
+    return log_z, alpha, beta, r, into, beta_scale
 
 
 @njit(cache=True, fastmath=_FAST)
@@ -194,135 +203,58 @@ def edge_marginals(alpha, r, offsets, transitions):
     return out
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST)
-def edge_statistics(alpha, r, offsets, transitions, seq_weight, edge_gamma):
-    """Weighted sums over all edges of the pairwise marginals.
-
-    Parameters
-    ----------
-    alpha, r : (n, K) float64
-        Messages from :func:`messages`.
-    offsets : (m + 1,) int64
-    transitions : (K, K) float64
-    seq_weight : (m,) float64
-    edge_gamma : (n,) float64
-        Per-edge bound (row ``t`` for edge ``t, t+1``); used only for the
-        second output.
-
-    Returns
-    -------
-    marg : (K, K) float64
-        ``sum_t w P_t(a, b)``: the gradient of the summed log partition
-        function with respect to ``transitions``.
-    curv : (K, K) float64
-        ``sum_t w gamma_t P_t(a, b) (1 - P_t(a, b))``: the diagonal Hessian
-        bound of Theorem 4.2 aggregated over the shared parameter.
-    """
-    k = alpha.shape[1]
-    n_seq = offsets.shape[0] - 1
-    emat = np.exp(transitions - transitions.max())
-    n_chunks = min(n_seq, 64)
-    marg = np.zeros((n_chunks, k, k))
-    curv = np.zeros((n_chunks, k, k))
-    for c in prange(n_chunks):
-        joint = np.empty((k, k))
-        for i in range(c * n_seq // n_chunks, (c + 1) * n_seq // n_chunks):
-            wi = seq_weight[i]
-            for t in range(offsets[i], offsets[i + 1] - 1):
-                _edge_joint(alpha[t], emat, r[t + 1], joint)
-                g = wi * edge_gamma[t]
-                for a in range(k):
-                    for b in range(k):
-                        p = joint[a, b]
-                        marg[c, a, b] += wi * p
-                        curv[c, a, b] += g * p * (1.0 - p)
-    return marg.sum(axis=0), curv.sum(axis=0)
-
-
 @njit(cache=True, fastmath=_FAST)
-def _forward_conditional(emat, r_next, out):
-    """``out[a, b] = P(y_{t+1} = b | y_t = a)``; rows of impossible ``a`` are zero."""
-    k = r_next.shape[0]
-    for a in range(k):
+def _row_conditional(mat, weight, out):
+    """``out[i, j] = mat[i, j] * weight[j]`` normalised over ``j``; zero rows stay zero.
+
+    With ``mat = E`` and ``weight = r[t + 1]``, row ``a`` is
+    ``P(y_{t+1} | y_t = a)``; with ``mat = E.T`` and ``weight = alpha[t]``,
+    row ``b`` is ``P(y_t | y_{t+1} = b)``.
+    """
+    k = weight.shape[0]
+    for i in range(k):
         s = 0.0
-        for b in range(k):
-            v = emat[a, b] * r_next[b]
-            out[a, b] = v
+        for j in range(k):
+            v = mat[i, j] * weight[j]
+            out[i, j] = v
             s += v
         inv = 1.0 / s if s > 0.0 else 0.0
-        for b in range(k):
-            out[a, b] *= inv
+        for j in range(k):
+            out[i, j] *= inv
 
 
 @njit(cache=True, fastmath=_FAST)
-def _backward_conditional(alpha_t, emat, out):
-    """``out[b, a] = P(y_t = a | y_{t+1} = b)``; rows of impossible ``b`` are zero."""
-    k = alpha_t.shape[0]
-    for b in range(k):
-        s = 0.0
-        for a in range(k):
-            v = alpha_t[a] * emat[a, b]
-            out[b, a] = v
-            s += v
-        inv = 1.0 / s if s > 0.0 else 0.0
-        for a in range(k):
-            out[b, a] *= inv
+def _rate(emat, into_inv, weight, possible, low):
+    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]``.
 
-
-@njit(cache=True, fastmath=_FAST)
-def _right_rate(emat, r_next, possible, scratch):
-    """``alpha_{t,t+1} = 1 - sum_b min_a P(y_{t+1}=b | y_t=a)`` without forming the matrix.
-
-    ``P(b | a) = E[a, b] r[b] / (E r)[a]``; labels ``a`` of zero probability
-    (``possible[a] == 0``) are skipped: they add nothing to the total
-    variation in the proof of Theorem 3.1.
+    With ``emat = E``, ``into_inv = 1 / (E r)`` and ``weight = r`` this is
+    ``alpha_{t,t+1}`` of the forward conditional ``P(y_{t+1} | y_t)``; with
+    ``emat = E.T``, ``into_inv = 1 / (alpha' E)`` and ``weight = alpha`` it is
+    ``alpha_{t+1,t}`` of the backward one. Labels of zero probability are
+    skipped: they add nothing to the total variation in Theorem 3.1.
     """
-    k = r_next.shape[0]
-    for a in range(k):
-        s = 0.0
-        for b in range(k):
-            s += emat[a, b] * r_next[b]
-        scratch[a] = 1.0 / s if s > 0.0 and possible[a] > 0.0 else -1.0
+    k = low.shape[0]
+    low[:] = np.inf
+    for i in range(k):
+        if possible[i]:
+            s = into_inv[i]
+            for j in range(k):
+                v = emat[i, j] * s
+                low[j] = v if v < low[j] else low[j]
     total = 0.0
-    for b in range(k):
-        low = np.inf
-        for a in range(k):
-            if scratch[a] >= 0.0:
-                v = emat[a, b] * scratch[a]
-                if v < low:
-                    low = v
-        total += low * r_next[b]
-    return max(0.0, 1.0 - total)
-
-
-@njit(cache=True, fastmath=_FAST)
-def _left_rate(alpha_t, emat, possible, scratch):
-    """``alpha_{t+1,t} = 1 - sum_a min_b P(y_t=a | y_{t+1}=b)`` without forming the matrix.
-
-    ``P(a | b) = alpha[a] E[a, b] / (alpha' E)[b]``; labels ``b`` of zero
-    probability at ``t + 1`` are skipped.
-    """
-    k = alpha_t.shape[0]
-    for b in range(k):
-        s = 0.0
-        for a in range(k):
-            s += alpha_t[a] * emat[a, b]
-        scratch[b] = 1.0 / s if s > 0.0 and possible[b] > 0.0 else -1.0
-    total = 0.0
-    for a in range(k):
-        low = np.inf
-        for b in range(k):
-            if scratch[b] >= 0.0:
-                v = emat[a, b] * scratch[b]
-                if v < low:
-                    low = v
-        total += low * alpha_t[a]
+    for j in range(k):
+        if low[j] < np.inf:
+            total += low[j] * weight[j]
     return max(0.0, 1.0 - total)
 
 
 @njit(cache=True, parallel=True, fastmath=_FAST)
-def mixing_rates(alpha, beta, r, offsets, transitions):
+def mixing_rates(alpha, beta, r, into, beta_scale, offsets, transitions):
     """Dobrushin contraction coefficients of both conditional chains.
+
+    Reuses the normalisers of the message pass: ``E @ r[t + 1] =
+    beta_scale[t] * beta[t]`` and ``alpha[t] @ E = into[t + 1]``, so each
+    edge costs two ``K x K`` sweeps.
 
     Returns
     -------
@@ -334,18 +266,22 @@ def mixing_rates(alpha, beta, r, offsets, transitions):
     """
     n, k = alpha.shape
     emat = np.exp(transitions - transitions.max())
+    emat_t = np.ascontiguousarray(emat.T)
     right = np.zeros(n)
     left = np.zeros(n)
     for i in prange(offsets.shape[0] - 1):
-        scratch = np.empty(k)
-        here = np.empty(k)
-        there = np.empty(k)
+        inv = np.empty(k)
+        low = np.empty(k)
+        possible = np.empty(k, dtype=np.bool_)
         for t in range(offsets[i], offsets[i + 1] - 1):
             for j in range(k):
-                here[j] = alpha[t, j] * beta[t, j]
-                there[j] = alpha[t + 1, j] * beta[t + 1, j]
-            right[t] = _right_rate(emat, r[t + 1], here, scratch)
-            left[t + 1] = _left_rate(alpha[t], emat, there, scratch)
+                possible[j] = alpha[t, j] * beta[t, j] > 0.0
+                inv[j] = 1.0 / (beta_scale[t] * beta[t, j]) if possible[j] else 0.0
+            right[t] = _rate(emat, inv, r[t + 1], possible, low)
+            for j in range(k):
+                possible[j] = alpha[t + 1, j] * beta[t + 1, j] > 0.0
+                inv[j] = 1.0 / into[t + 1, j] if possible[j] else 0.0
+            left[t + 1] = _rate(emat_t, inv, alpha[t], possible, low)
     return right, left
 
 
@@ -386,6 +322,7 @@ def exact_gamma(alpha, r, marginals, offsets, transitions):
     """
     n, k = alpha.shape
     emat = np.exp(transitions - transitions.max())
+    emat_t = np.ascontiguousarray(emat.T)
     out = np.zeros(n)
     for i in prange(offsets.shape[0] - 1):
         lo, hi = offsets[i], offsets[i + 1]
@@ -393,8 +330,8 @@ def exact_gamma(alpha, r, marginals, offsets, transitions):
         fwd = np.zeros((length, k, k))
         bwd = np.zeros((length, k, k))
         for t in range(length - 1):
-            _forward_conditional(emat, r[lo + t + 1], fwd[t])
-            _backward_conditional(alpha[lo + t], emat, bwd[t + 1])
+            _row_conditional(emat, r[lo + t + 1], fwd[t])
+            _row_conditional(emat_t, alpha[lo + t], bwd[t + 1])
         for t in range(length):
             tv = np.zeros(k)
             for direction in range(2):

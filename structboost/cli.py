@@ -50,15 +50,17 @@ def demo(args):
     print(
         f"Synthetic HMM (Dietterich et al. 2008, s.7.3): 3 labels, P(stay)={args.stay}, "
         f"emission {args.emission}, window 1; {m_train} training and "
-        f"{len(len_test)} test sequences ({cut} / {len(y_test)} rows)."
+        f"{len(len_test)} test sequences ({cut} / {len(y_test)} rows); max_depth "
+        f"{args.max_depth}, {args.rounds} rounds."
     )
     curves, rows = {}, []
     for mode in MODES:
         obj = crf_objective(3, mode=mode)
+        eta = args.gbcrf_eta if mode == "gbcrf" else args.eta
         log = {}
         t0 = time.perf_counter()
         booster = xgb.train(
-            xgb_params(3, max_depth=args.max_depth, eta=args.eta),
+            xgb_params(3, max_depth=args.max_depth, eta=eta),
             dtrain,
             num_boost_round=args.rounds,
             obj=obj,
@@ -74,6 +76,7 @@ def demo(args):
         rows.append(
             (
                 mode,
+                eta,
                 token_accuracy(y_test, pred),
                 sequence_accuracy(y_test, pred, len_test),
                 -float(np.mean(sequence_log_likelihood(booster, dtest))),
@@ -82,18 +85,18 @@ def demo(args):
         )
         curves[mode] = log["train"]["crf-nll"]
     print()
-    print(f"{'mode':<12}{'token acc':>10}{'seq acc':>10}{'test NLL':>10}{'seconds':>10}")
-    for mode, tok, seq, nll, sec in rows:
-        print(f"{mode:<12}{tok:>10.4f}{seq:>10.4f}{nll:>10.3f}{sec:>10.2f}")
+    print(f"{'mode':<12}{'eta':>5}{'token acc':>10}{'seq acc':>10}{'test NLL':>10}{'seconds':>10}")
+    for mode, eta, tok, seq, nll, sec in rows:
+        print(f"{mode:<12}{eta:>5}{tok:>10.4f}{seq:>10.4f}{nll:>10.3f}{sec:>10.2f}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     png = out / "demo_training_nll.png"
-    _plot_curves(curves, png, args.eta)
+    _plot_curves(curves, png)
     print(f"\nTraining NLL per round written to {png}")
     return 0
 
 
-def _plot_curves(curves, path, eta):
+def _plot_curves(curves, path):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -105,7 +108,7 @@ def _plot_curves(curves, path, eta):
     ax.set_xlabel("boosting round")
     ax.set_ylabel("training NLL per sequence")
     ax.set_yscale("log")
-    ax.set_title(f"Sticky HMM, learning rate {eta}")
+    ax.set_title("Sticky synthetic HMM")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -118,12 +121,15 @@ def build_parser():
     )
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="train the three modes on synthetic HMM data")
-    d.add_argument("--sequences", type=int, default=400, help="number of sequences")
-    d.add_argument("--stay", type=float, default=0.9, help="P(label repeats)")
-    d.add_argument("--emission", type=float, default=0.45, help="P(symbol from own block)")
-    d.add_argument("--rounds", type=int, default=40)
+    d.add_argument("--sequences", type=int, default=300, help="number of sequences")
+    d.add_argument("--stay", type=float, default=0.95, help="P(label repeats)")
+    d.add_argument("--emission", type=float, default=0.5, help="P(symbol from own block)")
+    d.add_argument("--rounds", type=int, default=30)
     d.add_argument("--max-depth", type=int, default=3)
-    d.add_argument("--eta", type=float, default=0.5)
+    d.add_argument("--eta", type=float, default=0.5, help="learning rate of logitboost and treecrf")
+    d.add_argument(
+        "--gbcrf-eta", type=float, default=1.0, help="learning rate of gbcrf (<= 1 is monotone)"
+    )
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--out", default="structboost-demo", help="folder for the PNG")
     d.set_defaults(func=demo)

@@ -23,7 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from . import _chain
-from .sequences import check_labels, check_lengths, offsets_from_lengths
+from .sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
 from .tree_inference import (  # noqa: F401  (re-exported: the tree contract lives here too)
     tree_edge_gamma,
     tree_edge_marginals,
@@ -55,16 +55,8 @@ def check_chain(unary, lengths, transitions, start, end):
     transitions : (K, K) float64
     start, end : (K,) float64
     """
-    u = np.ascontiguousarray(unary, dtype=np.float64)
-    if u.ndim != 2:
-        raise ValueError(f"unary must be 2-D (rows, labels); got shape {u.shape}.")
+    u = check_unary(unary)
     n, k = u.shape
-    if k < 1:
-        raise ValueError("unary must have at least one label column.")
-    if not np.isfinite(u).all():
-        raise ValueError(
-            "unary contains NaN or inf; node potentials must be finite (check the margins)."
-        )
     offsets = offsets_from_lengths(check_lengths(lengths, n))
     trans = _as_float_array(transitions, "transitions", (k, k))
     if not np.isfinite(trans).any():
@@ -92,6 +84,8 @@ class ChainPosterior:
     alpha: np.ndarray
     beta: np.ndarray
     r: np.ndarray
+    into: np.ndarray
+    beta_scale: np.ndarray
 
     def marginals(self):
         """Node marginals ``(n, K)``."""
@@ -107,7 +101,7 @@ class ChainPosterior:
     def _path_sums(self):
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
         right, left = _chain.mixing_rates(
-            self.alpha, self.beta, self.r, self.offsets, self.transitions
+            self.alpha, self.beta, self.r, self.into, self.beta_scale, self.offsets, self.transitions
         )
         return _chain.path_sums(right, left, self.offsets)
 
@@ -140,7 +134,9 @@ def posterior(unary, offsets, transitions, start, end, exp_unary=None):
     run several passes over the same node potentials.
     """
     w, row_max = _chain.exp_rows(unary) if exp_unary is None else exp_unary
-    log_z, alpha, beta, r = _chain.messages(unary, w, row_max, offsets, transitions, start, end)
+    log_z, alpha, beta, r, into, beta_scale = _chain.messages(
+        unary, w, row_max, offsets, transitions, start, end
+    )
     forbids = not (np.isfinite(transitions).all() and np.isfinite(start).all() and np.isfinite(end).all())
     if forbids:
         mass = np.einsum("nk,nk->n", alpha, beta)
@@ -154,7 +150,7 @@ def posterior(unary, offsets, transitions, start, end, exp_unary=None):
                 "node potential, beyond float64 range in scaled space. Check that the "
                 "constraints allow a labelling, or bound the node potentials (e.g. clip margins)."
             )
-    return ChainPosterior(offsets, transitions, log_z, alpha, beta, r)
+    return ChainPosterior(offsets, transitions, log_z, alpha, beta, r, into, beta_scale)
 
 
 def path_scores(unary, offsets, labels, transitions, start, end):

@@ -1,4 +1,4 @@
-"""Sequence boundaries: lengths, per-row group ids and offsets, validated once.
+"""Sequence boundaries and node potentials over flat rows, validated once.
 
 All of structboost describes a batch of sequences as flat rows plus
 ``lengths (m,)``, the number of rows of each sequence in row order. These
@@ -7,6 +7,20 @@ helpers turn the other common descriptions into that one and raise a
 """
 
 import numpy as np
+
+
+def check_unary(unary):
+    """Node potentials ``(n, K)`` as C-contiguous float64, finite, with K >= 1."""
+    u = np.ascontiguousarray(unary, dtype=np.float64)
+    if u.ndim != 2:
+        raise ValueError(f"unary must be 2-D (rows, labels); got shape {u.shape}.")
+    if u.shape[1] < 1:
+        raise ValueError("unary must have at least one label column.")
+    if not np.isfinite(u).all():
+        raise ValueError(
+            "unary contains NaN or inf; node potentials must be finite (check the margins)."
+        )
+    return u
 
 
 def check_lengths(lengths, n_rows):

@@ -160,6 +160,10 @@ class TransitionProblem:
         self.reg = float(reg)
         self.num_labels = unary.shape[1]
         self._exp_unary = _chain.exp_rows(unary)
+        inner = np.ones(unary.shape[0], dtype=bool)
+        inner[offsets[1:] - 1] = False
+        self._edges = np.flatnonzero(inner)
+        self._edge_weight = np.repeat(seq_weight, np.diff(offsets))[self._edges]
         self._last = None
 
     def posterior(self, params):
@@ -181,6 +185,11 @@ class TransitionProblem:
     def expected_counts(self, post, with_curvature=False):
         """Expected counts and, on request, their curvature bound, in vector order.
 
+        Edge sums are two matrix products over all edges at once:
+        ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t``, so
+        ``sum_t c_t P_t = E * (A' diag(c / z) R)`` and
+        ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``.
+
         Returns
         -------
         expected : (K*K + 2K,) float64
@@ -190,20 +199,24 @@ class TransitionProblem:
             start/end).
         """
         w = self.seq_weight
-        edge_gamma = post.edge_gamma() if with_curvature else np.ones(post.alpha.shape[0])
-        marg, curv = _chain.edge_statistics(
-            post.alpha, post.r, self.offsets, post.transitions, w, edge_gamma
-        )
+        emat = np.exp(post.transitions - post.transitions.max())
+        a = post.alpha[self._edges]
+        r = post.r[self._edges + 1]
+        z = np.einsum("ij,ij->i", a @ emat, r)
+        c = self._edge_weight / z
+        marg = emat * (a.T @ (r * c[:, None]))
         first, last = self.offsets[:-1], self.offsets[1:] - 1
         p_first = _boundary_marginals(post, first)
         p_last = _boundary_marginals(post, last)
         expected = np.concatenate((marg.ravel(), w @ p_first, w @ p_last))
         if not with_curvature:
             return expected, None
+        g = c * post.edge_gamma()[self._edges]
+        curv = emat * (a.T @ (r * g[:, None])) - emat**2 * ((a * a).T @ (r * r * (g / z)[:, None]))
         node_gamma = post.node_gamma("mixing")
         curvature = np.concatenate(
             (
-                curv.ravel(),
+                np.maximum(curv, 0.0).ravel(),
                 (w * node_gamma[first]) @ (p_first * (1.0 - p_first)),
                 (w * node_gamma[last]) @ (p_last * (1.0 - p_last)),
             )

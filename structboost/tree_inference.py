@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _tree
-from .sequences import check_labels, check_lengths, offsets_from_lengths
+from .sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
 
 GAMMA_METHODS = ("mixing", "length", "exact")
 
@@ -121,16 +121,8 @@ def check_tree(unary, lengths, parents, transitions, edge_types=None):
     -------
     TreeBatch
     """
-    u = np.ascontiguousarray(unary, dtype=np.float64)
-    if u.ndim != 2:
-        raise ValueError(f"unary must be 2-D (rows, labels); got shape {u.shape}.")
+    u = check_unary(unary)
     n, k = u.shape
-    if k < 1:
-        raise ValueError("unary must have at least one label column.")
-    if not np.isfinite(u).all():
-        raise ValueError(
-            "unary contains NaN or inf; node potentials must be finite (check the margins)."
-        )
     lens = check_lengths(lengths, n)
     offsets = offsets_from_lengths(lens)
     trans = _check_transitions(transitions, k)

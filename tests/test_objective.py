@@ -174,7 +174,7 @@ def test_lbfgs_and_newton_decrease_and_converge_to_the_same_optimum():
     zero = TransitionParams.zeros(3)
     f0 = problem.value_and_grad(zero.to_vector())[0]
     lb = refit(problem, zero, "lbfgs", 200)
-    nt = refit(problem, zero, "newton", 300)
+    nt = refit(problem, zero, "newton", 80)
     f_lb = problem.value_and_grad(lb.to_vector())[0]
     f_nt = problem.value_and_grad(nt.to_vector())[0]
     assert f_lb < f0 and f_nt < f0
