@@ -1,4 +1,4 @@
-"""Objective versus iterations and seconds: majorization, low-rank majorization, L-BFGS, steepest descent.
+"""Objective vs iterations and seconds: majorization (full, low-rank), L-BFGS, steepest descent.
 
 Two problems on the OCR letters (Taskar), both with their L2 penalty:
 
@@ -21,7 +21,7 @@ Markdown table.
 Usage::
 
     python benchmarks/solvers.py --data-dir ../shared/data/ocr [--words 150] [--rounds 5]
-        [--rank 20] [--seconds 150] [--max-iter 300] [--threads 1]
+        [--rank 20] [--seconds 120] [--max-iter 300] [--threads 1]
 """
 
 import argparse
@@ -77,7 +77,8 @@ def run_majorize(term, offset, theta0, reg, rank, args):
     trace = Trace(args.seconds)
     try:
         fit_majorize(
-            [term], theta0, reg, args.max_iter, 0.0, rank, lambda i, theta, j: trace.record(j + offset)
+            [term], theta0, reg, args.max_iter, 0.0, rank,
+            lambda i, theta, j: trace.record(j + offset),
         )
     except _OutOfTime:
         pass
@@ -139,7 +140,10 @@ def linear_problem(data, args):
         "lbfgs": run_lbfgs(problem.value_and_grad, problem.value, theta0, args),
         "steepest": run_steepest(problem.value_and_grad, theta0, args),
     }
-    info = f"linear CRF, fold 0 words 1-{train.n_sequences} ({train.X.shape[0]} letters), d = {problem.dim}"
+    info = (
+        f"(a) linear CRF, fold 0 words 1-{train.n_sequences} ({train.X.shape[0]} letters), "
+        f"d = {problem.dim}"
+    )
     return info, traces
 
 
@@ -162,12 +166,14 @@ def transition_problem(data, args):
     # TransitionProblem.value leaves out the gold node scores that the term counts
     traces = {
         "majorize": run_majorize(term, term.observed_score, theta0, args.reg, None, args),
-        "majorize-lowrank": run_majorize(term, term.observed_score, theta0, args.reg, args.rank, args),
+        "majorize-lowrank": run_majorize(
+            term, term.observed_score, theta0, args.reg, args.rank, args
+        ),
         "lbfgs": run_lbfgs(problem.value_and_grad, problem.value, theta0, args),
         "steepest": run_steepest(problem.value_and_grad, theta0, args),
     }
     info = (
-        f"transition refit, margins after {args.rounds} GBCRF rounds, fold 0 "
+        f"(b) transition refit, margins after {args.rounds} GBCRF rounds, fold 0 "
         f"({train.n_sequences} words, {train.X.shape[0]} letters), d = {term.dim}"
     )
     return info, traces
@@ -208,7 +214,7 @@ def plot(panels, path):
                 ax.semilogy(x, gap, marker="." if gap.size < 40 else None, label=solver)
             ax.set_xlabel(x_of)
             ax.set_ylabel("(f - f_best) / |f_best|")
-            ax.set_title(name, fontsize=9)
+            ax.set_title(name.replace(", ", "\n", 1), fontsize=9)
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=8)
     fig.tight_layout()
@@ -219,10 +225,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", required=True, help="folder holding letters.npz")
     ap.add_argument("--words", type=int, default=150, help="fold-0 words for the linear CRF")
-    ap.add_argument("--rounds", type=int, default=5, help="GBCRF rounds before the transition refit")
+    ap.add_argument("--rounds", type=int, default=5, help="GBCRF rounds before the refit")
     ap.add_argument("--reg", type=float, default=1.0, help="L2 penalty (on the summed NLL)")
     ap.add_argument("--rank", type=int, default=20, help="rank of the low-rank curvature")
-    ap.add_argument("--seconds", type=float, default=150.0, help="time budget per solver and problem")
+    ap.add_argument("--seconds", type=float, default=120.0, help="budget per solver and problem")
     ap.add_argument("--max-iter", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1, help="BLAS, numba and XGBoost threads")
     ap.add_argument("--problems", default="linear,transitions")
@@ -232,10 +238,10 @@ def main():
     RESULTS.mkdir(exist_ok=True)
     print(f"command: python {' '.join(sys.argv)}")
     print(
-        f"machine: {platform.machine()} {platform.processor()}, {os.cpu_count()} cores, load average "
-        f"{os.getloadavg()[0]:.1f} at start; python {platform.python_version()}, numpy {np.__version__}, "
-        f"scipy {scipy.__version__}, numba {numba.__version__}, xgboost {xgb.__version__}, "
-        f"structboost {sb.__version__}; {args.threads} thread(s)"
+        f"machine: {platform.machine()} {platform.processor()}, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f} at start; python {platform.python_version()}, "
+        f"numpy {np.__version__}, scipy {scipy.__version__}, numba {numba.__version__}, "
+        f"xgboost {xgb.__version__}, structboost {sb.__version__}; {args.threads} thread(s)"
     )
     data = load_ocr(args.data_dir)
     builders = {"linear": linear_problem, "transitions": transition_problem}
@@ -246,13 +252,15 @@ def main():
             panels.append(builders[name](data, args))
     for name, traces in panels:
         table(name, traces)
-    print(f"\ntotal {time.perf_counter() - clock:.0f} s; load average {os.getloadavg()[0]:.1f} at the end")
+    load = os.getloadavg()[0]
+    print(f"\ntotal {time.perf_counter() - clock:.0f} s; load average {load:.1f} at the end")
     plot(panels, RESULTS / "solvers.png")
     raw = {
         name: {s: {"values": t.values, "seconds": t.seconds} for s, t in traces.items()}
         for name, traces in panels
     }
-    (RESULTS / "solvers.json").write_text(json.dumps({"command": sys.argv, "problems": raw}, indent=1))
+    record = {"command": sys.argv, "problems": raw}
+    (RESULTS / "solvers.json").write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from .transitions import TransitionParams, TransitionProblem
 __all__ = ["LinearChainCRF", "LinearChainProblem", "SOLVERS"]
 
 SOLVERS = ("lbfgs", "majorize")
+_MAX_BOUND_DIM = 16384  # two d x d float64 matrices of 2 GiB each
 
 
 def _check_inputs(X):
@@ -92,7 +93,9 @@ class LinearChainProblem:
     def __init__(self, X, labels, lengths, num_labels, reg, weights=None):
         inputs = _with_ones(_check_inputs(X))
         if inputs.shape[0] != len(labels):
-            raise ValueError(f"X has {inputs.shape[0]} rows but there are {len(labels)} labels; they must match.")
+            raise ValueError(
+                f"X has {inputs.shape[0]} rows but there are {len(labels)} labels; they must match."
+            )
         k = int(num_labels)
         batch = SequenceBatch.build(labels, lengths, k, weights)
         if not reg >= 0:
@@ -111,7 +114,7 @@ class LinearChainProblem:
         self._last = None
 
     def split(self, theta):
-        """``theta (d,)`` -> ``(coef (p + 1, K), TransitionParams)``; the last coef row is the intercept."""
+        """Split ``theta (d,)`` into ``coef (p + 1, K)`` (last row: intercepts) and transitions."""
         k = self.num_labels
         node = self.inputs.shape[1] * k
         return theta[:node].reshape(-1, k), TransitionParams.from_vector(theta[node:], k)
@@ -191,9 +194,10 @@ class LinearChainCRF:
         Stop when an iteration lowers the objective by at most
         ``tol * max(1, |f|)``.
     rank : int, optional
-        With ``solver="majorize"``: keep the bound's curvature at this rank
-        plus a diagonal (Algorithm 4); saves the ``O(d^3)`` solve of every
-        step at the price of a looser bound. ``None``: the full curvature.
+        With ``solver="majorize"``: compress the bound's curvature to this
+        rank plus a diagonal (the representation of Algorithm 4); saves the
+        ``O(d^3)`` solve of every step at the price of a looser bound, but
+        not the ``d x d`` memory of forming it. ``None``: the full curvature.
     num_labels : int, optional
         ``K``; by default one more than the largest training label.
 
@@ -227,11 +231,15 @@ class LinearChainCRF:
             raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}.")
         if self.rank is not None:
             if self.solver != "majorize":
-                raise ValueError('rank only applies to solver="majorize"; leave it None for L-BFGS.')
+                raise ValueError(
+                    'rank only applies to solver="majorize"; leave it None for L-BFGS.'
+                )
             if int(self.rank) != self.rank or self.rank < 1:
                 raise ValueError(f"rank must be a positive integer or None; got {self.rank!r}.")
             if not self.reg > 0:
-                raise ValueError("a low-rank curvature needs reg > 0; pass a positive reg or rank=None.")
+                raise ValueError(
+                    "a low-rank curvature needs reg > 0; pass a positive reg or rank=None."
+                )
 
     def fit(self, X, y, lengths, sample_weight=None):
         """Fit all parameters.
@@ -259,6 +267,11 @@ class LinearChainCRF:
         else:
             raise ValueError("y must hold integer labels 0..K-1 (or pass num_labels).")
         problem = LinearChainProblem(X, y, lengths, k, self.reg, sample_weight)
+        if self.solver == "majorize" and problem.dim > _MAX_BOUND_DIM:
+            raise ValueError(
+                f"the majorization bound keeps d x d matrices and d = {problem.dim} parameters "
+                f"here (more than {_MAX_BOUND_DIM}); use solver='lbfgs' for this many features."
+            )
         theta0 = np.zeros(problem.dim)
         clock = time.perf_counter()
         seconds = []

@@ -11,15 +11,22 @@ Minimizing this bound plus an L2 penalty in closed form gives a monotone
 (majorize-minimize) update of ``theta`` (Algorithm 2). This module provides
 
 - :func:`partition_bound`: Algorithm 1 over an enumerable outcome set;
-- :func:`junction_chain_bound` and :func:`chain_bound`: Algorithm 3 (the
-  junction-tree form) on a linear chain, in general and for a CRF's
-  transition, start and end scores;
+- :func:`junction_chain_bound`, :func:`chain_bound` and
+  :func:`linear_chain_bound`: Algorithm 3 (the junction-tree form) on a
+  linear chain, in general (the reference), for a CRF's transition, start
+  and end scores, and for those plus node scores linear in the inputs;
 - :class:`LowRankCurvature`: the low-rank-plus-diagonal curvature of
   Algorithm 4 with its Woodbury solve;
 - :func:`majorize_step` and :func:`fit_majorize` with the loss terms
   :class:`LogLinearTerm` and :class:`ChainCRFTerm`.
 
-All of it is plain numpy; ``z`` is carried as ``log z`` throughout.
+All of it is numpy, with the scalar part of Algorithm 1 for the chain
+bounds in a numba kernel (:mod:`structboost._bound`); ``z`` is carried as
+``log z`` throughout. :func:`chain_bound` and :func:`linear_chain_bound`
+return exactly the Algorithm 3 bound of :func:`junction_chain_bound` but in
+``O(K^2 d)`` per row rather than ``O(K d^2)``: their features are indicators
+(or inputs times indicators), so the ``d x d`` accumulation can wait until
+after the backward pass (see :func:`_indicator_recursion`).
 
 Notes
 -----
@@ -1010,7 +1017,8 @@ class ChainCRFTerm:
     labels : array_like of int, shape (n,)
     weights : array_like, shape (m,), optional
     curvature : {"shared", "paper"}
-    batch_size : int
+    batch_size : int, optional
+        As in :func:`chain_bound`.
 
     Notes
     -----

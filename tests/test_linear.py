@@ -35,7 +35,8 @@ def brute_force_nll(X, y, lengths, weights, theta, reg, k=K):
     coef = theta[: (X.shape[1] + 1) * k].reshape(-1, k)
     trans = theta[(X.shape[1] + 1) * k :]
     unary = X @ coef[:-1] + coef[-1]
-    transitions, start, end = trans[: k * k].reshape(k, k), trans[k * k : k * k + k], trans[k * k + k :]
+    transitions = trans[: k * k].reshape(k, k)
+    start, end = trans[k * k : k * k + k], trans[k * k + k :]
     nll = naive.batch_nll(unary, lengths, y, transitions, start, end)
     return weights @ nll + 0.5 * reg * theta @ theta
 
@@ -49,7 +50,8 @@ def test_value_is_the_enumerated_nll_and_gradient_matches_finite_differences():
     assert value == pytest.approx(brute_force_nll(X, y, lengths, weights, theta, reg), rel=1e-12)
     eps = 1e-6
     for direction in np.random.default_rng(2).normal(size=(4, problem.dim)):
-        fd = (problem.value(theta + eps * direction) - problem.value(theta - eps * direction)) / (2 * eps)
+        up, down = problem.value(theta + eps * direction), problem.value(theta - eps * direction)
+        fd = (up - down) / (2 * eps)
         assert grad @ direction == pytest.approx(fd, abs=1e-6)
 
 
@@ -66,7 +68,8 @@ def test_bound_touches_and_majorizes_the_objective():
         return bound.value(theta) - theta @ problem.observed_features + 0.5 * reg * theta @ theta
 
     assert surrogate(theta0) == pytest.approx(value0, rel=1e-12)
-    np.testing.assert_allclose(bound.mu - problem.observed_features + reg * theta0, grad0, atol=1e-10)
+    bound_grad = bound.mu - problem.observed_features + reg * theta0
+    np.testing.assert_allclose(bound_grad, grad0, atol=1e-10)
     for scale in (0.01, 0.3, 2.0):
         theta = theta0 + rng.normal(size=problem.dim) * scale
         assert surrogate(theta) >= problem.value(theta) - 1e-9
@@ -99,7 +102,8 @@ def test_solvers_reach_the_same_optimum_and_majorization_is_monotone():
 
 def test_history_is_the_objective_of_the_iterates():
     X, y, lengths, weights = tiny(5)
-    model = LinearChainCRF(solver="majorize", reg=1.0, max_iter=3, tol=0.0).fit(X, y, lengths, weights)
+    model = LinearChainCRF(solver="majorize", reg=1.0, max_iter=3, tol=0.0)
+    model.fit(X, y, lengths, weights)
     problem = LinearChainProblem(X, y, lengths, K, 1.0, weights)
     theta = np.concatenate(
         [np.vstack([model.coef_, model.intercept_]).ravel(), model.transitions_.to_vector()]
@@ -113,7 +117,8 @@ def test_history_is_the_objective_of_the_iterates():
 def test_sparse_inputs_give_the_dense_fit(solver):
     X, y, lengths, weights = tiny(6)
     dense = LinearChainCRF(solver=solver, max_iter=6).fit(X, y, lengths, weights)
-    sparse = LinearChainCRF(solver=solver, max_iter=6).fit(scipy.sparse.csr_matrix(X), y, lengths, weights)
+    sparse = LinearChainCRF(solver=solver, max_iter=6)
+    sparse.fit(scipy.sparse.csr_matrix(X), y, lengths, weights)
     np.testing.assert_allclose(sparse.history_, dense.history_, rtol=1e-10)
     np.testing.assert_allclose(sparse.coef_, dense.coef_, atol=1e-9)
     np.testing.assert_allclose(
@@ -189,6 +194,9 @@ def test_bad_data_raise():
         LinearChainCRF().fit(np.full_like(X, np.nan), y, lengths)
     with pytest.raises(ValueError, match="integer labels"):
         LinearChainCRF().fit(X, y.astype(float), lengths)
+    wide = np.zeros((X.shape[0], 700))
+    with pytest.raises(ValueError, match="solver='lbfgs'"):
+        LinearChainCRF(solver="majorize", num_labels=24).fit(wide, y, lengths)
     with pytest.raises(ValueError, match="not fitted"):
         LinearChainCRF().predict(X, lengths)
     model = LinearChainCRF(max_iter=2).fit(X, y, lengths)

@@ -1,4 +1,4 @@
-"""The "majorize" transition solver: monotone, consistent with TransitionProblem, usable in boosting."""
+"""The "majorize" transition solver: monotone, matches TransitionProblem, works in boosting."""
 
 import numpy as np
 import pytest
@@ -50,7 +50,7 @@ def test_majorize_steps_never_increase_the_penalised_nll(seed, k, scale, reg):
 
 
 def test_majorize_objective_is_the_transition_problem_value():
-    """The bound's objective at every iterate equals TransitionProblem.value plus the node scores."""
+    """The bound's objective at every iterate is TransitionProblem.value less the node scores."""
     margins, labels, lengths, weights = random_problem(3, n_seq=6, k=3)
     batch = SequenceBatch.build(labels, lengths, 3, weights)
     reg = 0.5
@@ -58,7 +58,12 @@ def test_majorize_objective_is_the_transition_problem_value():
     term = ChainCRFTerm(margins, lengths, labels, weights)
     iterates = []
     _, history = fit_majorize(
-        [term], np.zeros(term.dim), reg, max_iter=6, tol=0.0, callback=lambda i, theta, j: iterates.append(theta)
+        [term],
+        np.zeros(term.dim),
+        reg,
+        max_iter=6,
+        tol=0.0,
+        callback=lambda i, theta, j: iterates.append(theta),
     )
     values = [problem.value(theta) for theta in iterates]
     np.testing.assert_allclose(history + term.observed_score, values, rtol=1e-12, atol=1e-10)
