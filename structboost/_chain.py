@@ -32,7 +32,7 @@ _TINY = 1e-280
 _FAST = {"reassoc", "contract", "arcp"}
 
 
-@njit(cache=True, fastmath=_FAST)
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _scaled_product(m, u_row, w_row, row_max, out):
     """``out = m * exp(u_row)`` normalised to sum one; returns the log of the factor removed.
 
@@ -66,7 +66,7 @@ def _scaled_product(m, u_row, w_row, row_max, out):
     return top + np.log(s)
 
 
-@njit(cache=True, fastmath=_FAST)
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _exp_shifted(x, out):
     """``out = exp(x - max(x))``; returns ``max(x)``."""
     top = -np.inf
@@ -78,14 +78,14 @@ def _exp_shifted(x, out):
     return top
 
 
-@njit(cache=True, fastmath=_FAST)
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _normalise(v):
     s = v.sum()
     for j in range(v.shape[0]):
         v[j] /= s
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST)
+@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
 def exp_rows(unary):
     """Row-wise ``exp(unary - max)`` and the maxima.
 
@@ -102,7 +102,7 @@ def exp_rows(unary):
     return w, row_max
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST)
+@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
 def messages(unary, w, row_max, offsets, transitions, start, end):
     """Scaled forward-backward messages of every sequence.
 
@@ -168,7 +168,7 @@ def messages(unary, w, row_max, offsets, transitions, start, end):
     return log_z, alpha, beta, r, into, beta_scale
 
 
-@njit(cache=True, fastmath=_FAST)
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _edge_joint(alpha_t, emat, r_next, out):
     """``out[a, b] = P(y_t = a, y_{t+1} = b)`` from the scaled messages."""
     k = alpha_t.shape[0]
@@ -184,7 +184,7 @@ def _edge_joint(alpha_t, emat, r_next, out):
             out[a, b] *= inv
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST)
+@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
 def edge_marginals(alpha, r, offsets, transitions):
     """Pairwise marginals of consecutive positions.
 
@@ -203,7 +203,7 @@ def edge_marginals(alpha, r, offsets, transitions):
     return out
 
 
-@njit(cache=True, fastmath=_FAST)
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _row_conditional(mat, weight, out):
     """``out[i, j] = mat[i, j] * weight[j]`` normalised over ``j``; zero rows stay zero.
 
@@ -223,7 +223,7 @@ def _row_conditional(mat, weight, out):
             out[i, j] *= inv
 
 
-@njit(cache=True, fastmath=_FAST)
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
 def _rate(emat, into_inv, weight, possible, low):
     """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]``.
 
@@ -248,7 +248,7 @@ def _rate(emat, into_inv, weight, possible, low):
     return max(0.0, 1.0 - total)
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST)
+@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
 def mixing_rates(alpha, beta, r, into, beta_scale, offsets, transitions):
     """Dobrushin contraction coefficients of both conditional chains.
 
@@ -285,7 +285,7 @@ def mixing_rates(alpha, beta, r, into, beta_scale, offsets, transitions):
     return right, left
 
 
-@njit(cache=True, fastmath=_FAST)
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
 def path_sums(right, left, offsets):
     """Eq. 17 on a chain: sums over other positions of the products of rates.
 
@@ -308,7 +308,7 @@ def path_sums(right, left, offsets):
     return to_right, to_left
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST)
+@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
 def exact_gamma(alpha, r, marginals, offsets, transitions):
     """Smallest valid node bound: ``max_k sum_j |H_ij| / H_ii`` per position.
 
@@ -359,7 +359,7 @@ def exact_gamma(alpha, r, marginals, offsets, transitions):
     return out
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST)
+@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
 def viterbi(unary, offsets, transitions, start, end):
     """Most probable label path of every sequence (max-product in log space).
 

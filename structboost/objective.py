@@ -2,7 +2,9 @@
 
 Engine-agnostic (numpy only). The XGBoost and LightGBM adapters read the
 margins and the sequence structure from their data objects and call
-:meth:`CRFObjective.grad_hess` once per boosting round.
+:meth:`CRFObjective.grad_hess` once per boosting round. The mode, Hessian and
+weighting live in :class:`NodeObjective`, shared with the tree objective
+(:mod:`structboost.tree_objective`); subclasses only supply the structure.
 
 =================  ==========================================  ==========================
 mode               Hessian per row and label                    transitions
@@ -32,6 +34,21 @@ MODES = ("gbcrf", "treecrf", "logitboost")
 _DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 
 
+def check_sequence_weights(seq_weight, lengths):
+    """One finite non-negative weight per sequence ``(m,)``; ones when None or empty."""
+    if seq_weight is None or len(seq_weight) == 0:
+        return np.ones(len(lengths))
+    w = np.asarray(seq_weight, dtype=np.float64)
+    if w.shape != lengths.shape:
+        raise ValueError(
+            f"weights must be one per sequence ({len(lengths)}); got shape {w.shape}. "
+            "Give each sequence one weight (XGBoost stores group weights)."
+        )
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise ValueError("sequence weights must be finite and non-negative.")
+    return w
+
+
 @dataclass
 class SequenceBatch:
     """Validated labels and sequence structure of one dataset.
@@ -57,17 +74,7 @@ class SequenceBatch:
         lengths = check_lengths(lengths, n)
         y = check_labels(labels, num_labels, n)
         offsets = offsets_from_lengths(lengths)
-        if seq_weight is None or len(seq_weight) == 0:
-            w = np.ones(len(lengths))
-        else:
-            w = np.asarray(seq_weight, dtype=np.float64)
-            if w.shape != lengths.shape:
-                raise ValueError(
-                    f"weights must be one per sequence ({len(lengths)}); got shape {w.shape}. "
-                    "Give each sequence one weight (XGBoost stores group weights)."
-                )
-            if not np.isfinite(w).all() or (w < 0).any():
-                raise ValueError("sequence weights must be finite and non-negative.")
+        w = check_sequence_weights(seq_weight, lengths)
         return cls(y, offsets, w, observed_counts(y, offsets, w, num_labels))
 
     @property
@@ -83,8 +90,15 @@ def softmax(margins):
     return z
 
 
-class CRFObjective:
-    """Gradient and Hessian of the chain-CRF negative log-likelihood.
+class NodeObjective:
+    """Mode, Hessian and weighting of a CRF boosting objective, for any structure.
+
+    Subclasses supply the structure: ``_zero_params()`` (independent rows),
+    ``_problem(unary, batch)`` (a
+    :class:`~structboost.transitions.PenalisedProblem` whose posterior has
+    ``marginals()`` and ``node_gamma(method, marginals=)``), and
+    ``sequence_nll``/``decode``. ``batch`` has ``labels``, ``offsets`` and
+    ``seq_weight``.
 
     Parameters
     ----------
@@ -96,7 +110,7 @@ class CRFObjective:
     transitions : {"lbfgs", "newton", "majorize"}
         Solver that refits the transition parameters every round.
     reg_transitions : float
-        L2 penalty on the transition, start and end scores.
+        L2 penalty on the transition parameters.
     transition_iter : int, optional
         Iterations of the solver per round (default 5 for L-BFGS, 1 for Newton
         and for majorization).
@@ -105,7 +119,7 @@ class CRFObjective:
 
     Attributes
     ----------
-    params : TransitionParams
+    params
         The current transition parameters (all zero in ``"logitboost"`` mode).
     timings : dict
         Seconds spent so far in ``"transitions"``, ``"inference"`` and ``"gamma"``.
@@ -145,7 +159,7 @@ class CRFObjective:
             _DEFAULT_ITER[transitions] if transition_iter is None else int(transition_iter)
         )
         self.hess_floor = float(hess_floor)
-        self.params = TransitionParams.zeros(self.num_labels)
+        self.params = self._zero_params()
         self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
 
     @property
@@ -175,7 +189,8 @@ class CRFObjective:
         ----------
         margins : (n, K) array-like
             Current node potentials (the engine's raw scores).
-        batch : SequenceBatch
+        batch
+            The labels and structure (:class:`SequenceBatch` for chains).
 
         Returns
         -------
@@ -185,9 +200,7 @@ class CRFObjective:
         lengths = np.diff(batch.offsets)
         t0 = time.perf_counter()
         if self.uses_transitions:
-            problem = TransitionProblem(
-                u, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions
-            )
+            problem = self._problem(u, batch)
             self.params = refit(problem, self.params, self.transitions, self.transition_iter)
             t1 = time.perf_counter()
             post = problem.posterior(self.params)
@@ -217,6 +230,24 @@ class CRFObjective:
         self.timings["gamma"] += t3 - t2
         return grad, hess
 
+
+class CRFObjective(NodeObjective):
+    """Gradient and Hessian of the chain-CRF negative log-likelihood.
+
+    Parameters are those of :class:`NodeObjective`; the transition
+    parameters are a :class:`~structboost.transitions.TransitionParams`
+    (K x K transitions, start and end scores), and ``batch`` is a
+    :class:`SequenceBatch`.
+    """
+
+    def _zero_params(self):
+        return TransitionParams.zeros(self.num_labels)
+
+    def _problem(self, unary, batch):
+        return TransitionProblem(
+            unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions
+        )
+
     def sequence_nll(self, margins, batch):
         """Per-sequence negative log-likelihood ``(m,)`` under the current transitions."""
         u = self.check_margins(margins)
@@ -224,8 +255,8 @@ class CRFObjective:
         post = posterior(u, batch.offsets, p.transitions, p.start, p.end)
         return post.log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
 
-    def decode(self, margins, offsets):
-        """Viterbi labels ``(n,)`` under the current transitions."""
+    def decode(self, margins, batch):
+        """Viterbi labels ``(n,)`` of the sequences of ``batch`` under the current transitions."""
         u = self.check_margins(margins)
         p = self.params
-        return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)
+        return _chain.viterbi(u, batch.offsets, p.transitions, p.start, p.end)

@@ -23,8 +23,8 @@ whose gradient is (expected - observed) transition, start and end counts plus
     Steps of Jebara & Choromanska (2012): the quadratic upper bound of
     :func:`structboost.majorize.chain_bound` on the summed ``log Z`` at the
     current ``theta``, plus the penalty, minimised in closed form. Monotone
-    by construction, without a line search; each step costs
-    ``O(K^4)`` per row.
+    by construction, without a line search; each step costs ``O(K^4)`` per
+    row. Chain CRFs only.
 """
 
 import json
@@ -137,8 +137,82 @@ def _boundary_marginals(post, rows):
     return p
 
 
-class TransitionProblem:
-    """The penalised NLL in the transition parameters, node potentials fixed.
+class PenalisedProblem:
+    """Solver machinery shared by every linear-potential refit.
+
+    For parameters ``vec`` with fixed node potentials the objective is::
+
+        f(vec) = seq_weight @ log_z(vec) - counts @ vec + reg / 2 * ||vec||^2
+
+    (the penalised NLL up to the constant node-score term), with gradient
+    ``expected - counts + reg * vec``. A subclass sets ``seq_weight``,
+    ``counts``, ``reg``, ``num_labels`` and ``param_type`` (with
+    ``from_vector(vec, num_labels)`` and ``to_vector()``), and implements
+    ``_posterior(params)`` (messages with ``log_z``) and
+    ``expected_counts(post, with_curvature)``. ``newton_scale`` multiplies the
+    curvature bound of the Newton step (2 when two parameter groups are
+    bounded separately and updated together).
+    """
+
+    newton_scale = 1.0
+    _last = None
+
+    def posterior(self, params):
+        """Messages at ``params``, reusing the last evaluation when it matches."""
+        vec = params.to_vector()
+        if self._last is not None and np.array_equal(self._last[0], vec):
+            return self._last[1]
+        post = self._posterior(params)
+        self._last = (vec, post)
+        return post
+
+    def value(self, vec):
+        """Penalised NLL at ``vec``, up to the constant node-score term."""
+        post = self.posterior(self.param_type.from_vector(vec, self.num_labels))
+        return self.seq_weight @ post.log_z - self.counts @ vec + 0.5 * self.reg * vec @ vec
+
+    def value_and_grad(self, vec):
+        """Penalised NLL (up to the constant node-score term) and its gradient."""
+        value = self.value(vec)
+        expected, _ = self.expected_counts(self._last[1])
+        return value, expected - self.counts + self.reg * vec
+
+    def newton_step(self, params, max_halvings=30):
+        """One diagonal-bound Newton step (Theorem 4.2), halved until it descends.
+
+        The bound of Lemma 2.1 holds to second order only, so a full step
+        taken far from the optimum (where some ``p (1 - p)`` are tiny) can
+        overshoot; the step is halved until the penalised NLL does not rise.
+        The accepted point's messages stay cached for the caller.
+        """
+        vec = params.to_vector()
+        f0 = self.value(vec)
+        expected, curvature = self.expected_counts(self._last[1], with_curvature=True)
+        step = (expected - self.counts + self.reg * vec) / (
+            self.newton_scale * curvature + self.reg + 1e-12
+        )
+        for _ in range(max_halvings):
+            cand = vec - step
+            if self.value(cand) <= f0:
+                return self.param_type.from_vector(cand, self.num_labels)
+            step *= 0.5
+        self.posterior(params)
+        return params
+
+    def lbfgs(self, params, max_iter):
+        """Warm-started L-BFGS, at most ``max_iter`` iterations."""
+        res = minimize(
+            self.value_and_grad,
+            params.to_vector(),
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": int(max_iter)},
+        )
+        return self.param_type.from_vector(res.x, self.num_labels)
+
+
+class TransitionProblem(PenalisedProblem):
+    """The penalised NLL in the chain transition parameters, node potentials fixed.
 
     Parameters
     ----------
@@ -152,6 +226,9 @@ class TransitionProblem:
         L2 penalty on every transition, start and end score.
     """
 
+    param_type = TransitionParams
+    newton_scale = 2.0
+
     def __init__(self, unary, offsets, seq_weight, counts, reg):
         self.unary = unary
         self.offsets = offsets
@@ -164,14 +241,9 @@ class TransitionProblem:
         inner[offsets[1:] - 1] = False
         self._edges = np.flatnonzero(inner)
         self._edge_weight = np.repeat(seq_weight, np.diff(offsets))[self._edges]
-        self._last = None
 
-    def posterior(self, params):
-        """Messages at ``params``, reusing the last evaluation when it matches."""
-        vec = params.to_vector()
-        if self._last is not None and np.array_equal(self._last[0], vec):
-            return self._last[1]
-        post = posterior(
+    def _posterior(self, params):
+        return posterior(
             self.unary,
             self.offsets,
             params.transitions,
@@ -179,8 +251,6 @@ class TransitionProblem:
             params.end,
             exp_unary=self._exp_unary,
         )
-        self._last = (vec, post)
-        return post
 
     def expected_counts(self, post, with_curvature=False):
         """Expected counts and, on request, their curvature bound, in vector order.
@@ -223,37 +293,6 @@ class TransitionProblem:
         )
         return expected, curvature
 
-    def value(self, vec):
-        """Penalised NLL at ``vec``, up to the constant node-score term."""
-        post = self.posterior(TransitionParams.from_vector(vec, self.num_labels))
-        return self.seq_weight @ post.log_z - self.counts @ vec + 0.5 * self.reg * vec @ vec
-
-    def value_and_grad(self, vec):
-        """Penalised NLL (up to the constant node-score term) and its gradient."""
-        value = self.value(vec)
-        expected, _ = self.expected_counts(self._last[1])
-        return value, expected - self.counts + self.reg * vec
-
-    def newton_step(self, params, max_halvings=30):
-        """One diagonal-bound Newton step (Theorem 4.2), halved until it descends.
-
-        The bound of Lemma 2.1 holds to second order only, so a full step
-        taken far from the optimum (where some ``p (1 - p)`` are tiny) can
-        overshoot; the step is halved until the penalised NLL does not rise.
-        The accepted point's messages stay cached for the caller.
-        """
-        vec = params.to_vector()
-        f0 = self.value(vec)
-        expected, curvature = self.expected_counts(self._last[1], with_curvature=True)
-        step = (expected - self.counts + self.reg * vec) / (2.0 * curvature + self.reg + 1e-12)
-        for _ in range(max_halvings):
-            cand = vec - step
-            if self.value(cand) <= f0:
-                return TransitionParams.from_vector(cand, self.num_labels)
-            step *= 0.5
-        self.posterior(params)
-        return params
-
     def majorize_step(self, params):
         """One majorization step: minimise the Algorithm 3 bound plus the penalty.
 
@@ -274,17 +313,6 @@ class TransitionProblem:
             majorize.majorize_step(bound, self.counts, self.reg), self.num_labels
         )
 
-    def lbfgs(self, params, max_iter):
-        """Warm-started L-BFGS, at most ``max_iter`` iterations."""
-        res = minimize(
-            self.value_and_grad,
-            params.to_vector(),
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": int(max_iter)},
-        )
-        return TransitionParams.from_vector(res.x, self.num_labels)
-
 
 def refit(problem, params, solver, max_iter):
     """Refit the transition parameters with the named solver.
@@ -295,6 +323,7 @@ def refit(problem, params, solver, max_iter):
     params : TransitionParams
         Warm start (the previous round's parameters).
     solver : {"lbfgs", "newton", "majorize"}
+        ``"majorize"`` needs a :class:`TransitionProblem` (a chain).
     max_iter : int
         L-BFGS iterations (``"lbfgs"``), Newton steps (``"newton"``) or
         majorization steps (``"majorize"``).
@@ -310,6 +339,10 @@ def refit(problem, params, solver, max_iter):
             params = problem.newton_step(params)
         return params
     if solver == "majorize":
+        if not isinstance(problem, TransitionProblem):
+            raise ValueError(
+                'transitions="majorize" bounds chain CRFs only; use "lbfgs" or "newton" here.'
+            )
         for _ in range(max_iter):
             params = problem.majorize_step(params)
         return params

@@ -60,27 +60,27 @@ def dmatrix_lengths(dmat):
     return np.diff(ptr.astype(np.int64))
 
 
-def save_state(booster, objective, params):
-    """Store the CRF description and ``params`` on the booster as an attribute."""
+def save_state(booster, objective, params, key=STATE_KEY):
+    """Store the CRF description and ``params`` on the booster as attribute ``key``."""
     state = {
         "version": STATE_VERSION,
         "num_labels": objective.num_labels,
         "mode": objective.mode,
         **params.to_dict(),
     }
-    booster.set_attr(**{STATE_KEY: json.dumps(state)})
+    booster.set_attr(**{key: json.dumps(state)})
 
 
-def load_state(booster):
-    """The ``(num_labels, mode, TransitionParams)`` stored on a booster."""
-    raw = booster.attr(STATE_KEY)
+def load_state(booster, key=STATE_KEY, param_type=TransitionParams, factory="crf_objective"):
+    """The ``(num_labels, mode, params)`` stored on a booster under ``key``."""
+    raw = booster.attr(key)
     if raw is None:
         raise ValueError(
             "this booster carries no CRF transitions: train it with "
-            "callbacks=[obj.callback()] (obj = structboost.crf_objective(...))."
+            f"callbacks=[obj.callback()] (obj = structboost.{factory}(...))."
         )
     state = json.loads(raw)
-    return state["num_labels"], state["mode"], TransitionParams.from_dict(state)
+    return state["num_labels"], state["mode"], param_type.from_dict(state)
 
 
 def booster_margins(booster, dmat):
@@ -111,13 +111,15 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
     def after_iteration(self, model, epoch, evals_log):
         params = self.objective.params.copy()
         self.history[epoch] = params
-        save_state(model, self.objective.crf, params)
+        save_state(model, self.objective.crf, params, self.objective.state_key)
         return False
 
     def after_training(self, model):
         best = model.attr("best_iteration")
         if best is not None and int(best) in self.history:
-            save_state(model, self.objective.crf, self.history[int(best)])
+            save_state(
+                model, self.objective.crf, self.history[int(best)], self.objective.state_key
+            )
         return model
 
 
@@ -134,6 +136,8 @@ class XGBCRFObjective:
         The engine-agnostic objective (mode, gamma, solver, timings).
     metric_name : {"nll", "error"}
     """
+
+    state_key = STATE_KEY
 
     def __init__(self, crf, metric="nll"):
         if metric not in METRICS:
@@ -155,11 +159,14 @@ class XGBCRFObjective:
         """Validated labels, boundaries and weights of a DMatrix (cached)."""
         batch = self._batches.get(dmat)
         if batch is None:
-            batch = SequenceBatch.build(
-                dmat.get_label(), dmatrix_lengths(dmat), self.num_labels, dmat.get_weight()
-            )
+            batch = self._build_batch(dmat)
             self._batches[dmat] = batch
         return batch
+
+    def _build_batch(self, dmat):
+        return SequenceBatch.build(
+            dmat.get_label(), dmatrix_lengths(dmat), self.num_labels, dmat.get_weight()
+        )
 
     def __call__(self, predt, dtrain):
         return self.crf.grad_hess(predt, self.batch(dtrain))
@@ -178,7 +185,7 @@ class XGBCRFObjective:
         if self.metric_name == "nll":
             nll = self.crf.sequence_nll(predt, batch)
             return "crf-nll", float(w @ nll / w.sum())
-        wrong = self.crf.decode(predt, batch.offsets) != batch.labels
+        wrong = self.crf.decode(predt, batch) != batch.labels
         per_seq = np.add.reduceat(wrong.astype(np.float64), batch.offsets[:-1])
         return "crf-error", float(w @ per_seq / (w @ batch.lengths))
 

@@ -113,3 +113,8 @@ def test_boosting_with_majorized_transitions_lowers_the_nll():
     nll = log["train"]["crf-nll"]
     assert nll[-1] < nll[0]
     assert np.abs(obj.params.transitions).max() > 0
+
+
+def test_majorize_refuses_problems_other_than_chains():
+    with pytest.raises(ValueError, match="chain CRFs only"):
+        refit(object(), TransitionParams.zeros(2), "majorize", 1)
