@@ -32,7 +32,7 @@ from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_
 
 MODES = ("gbcrf", "treecrf", "logitboost")
 METRICS = ("nll", "error")
-_DEFAULT_ITER = {"lbfgs": 5, "newton": 1}
+_DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 
 
 def check_sequence_weights(seq_weight, lengths):
@@ -108,12 +108,13 @@ class NodeObjective:
     mode : {"gbcrf", "treecrf", "logitboost"}
     gamma : {"mixing", "length", "exact"} or float
         Node bound for ``mode="gbcrf"``; a float fixes gamma everywhere.
-    transitions : {"lbfgs", "newton"}
+    transitions : {"lbfgs", "newton", "majorize"}
         Solver that refits the transition parameters every round.
     reg_transitions : float
         L2 penalty on the transition parameters.
     transition_iter : int, optional
-        Iterations of the solver per round (default 5 for L-BFGS, 1 for Newton).
+        Iterations of the solver per round (default 5 for L-BFGS, 1 for Newton
+        and for majorization).
     hess_floor : float
         Smallest Hessian per row and label before weighting.
 
