@@ -31,7 +31,8 @@ from .sequences import check_labels, check_lengths, offsets_from_lengths
 from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_counts, refit
 
 MODES = ("gbcrf", "treecrf", "logitboost")
-_DEFAULT_ITER = {"lbfgs": 5, "newton": 1}
+METRICS = ("nll", "error")
+_DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 
 
 def check_sequence_weights(seq_weight, lengths):
@@ -107,12 +108,13 @@ class NodeObjective:
     mode : {"gbcrf", "treecrf", "logitboost"}
     gamma : {"mixing", "length", "exact"} or float
         Node bound for ``mode="gbcrf"``; a float fixes gamma everywhere.
-    transitions : {"lbfgs", "newton"}
+    transitions : {"lbfgs", "newton", "majorize"}
         Solver that refits the transition parameters every round.
     reg_transitions : float
         L2 penalty on the transition parameters.
     transition_iter : int, optional
-        Iterations of the solver per round (default 5 for L-BFGS, 1 for Newton).
+        Iterations of the solver per round (default 5 for L-BFGS, 1 for Newton
+        and for majorization).
     hess_floor : float
         Smallest Hessian per row and label before weighting.
 
@@ -228,6 +230,31 @@ class NodeObjective:
         self.timings["inference"] += t2 - t1
         self.timings["gamma"] += t3 - t2
         return grad, hess
+
+    def evaluate(self, margins, batch, metric="nll"):
+        """Weighted metric of one dataset under the current transitions.
+
+        Parameters
+        ----------
+        margins : (n, K) array-like
+        batch
+            As for :meth:`grad_hess`.
+        metric : {"nll", "error"}
+
+        Returns
+        -------
+        (str, float)
+            ``("crf-nll", weighted mean NLL per sequence)`` or
+            ``("crf-error", weighted token error of the MAP labelling)``.
+        """
+        w = batch.seq_weight
+        if metric == "nll":
+            return "crf-nll", float(w @ self.sequence_nll(margins, batch) / w.sum())
+        if metric == "error":
+            wrong = self.decode(margins, batch) != batch.labels
+            per_seq = np.add.reduceat(wrong.astype(np.float64), batch.offsets[:-1])
+            return "crf-error", float(w @ per_seq / (w @ batch.lengths))
+        raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
 
 
 class CRFObjective(NodeObjective):

@@ -7,7 +7,7 @@ penalised negative log-likelihood is::
     f(theta) = sum_i w_i (log Z_i(F, theta) - score_i(F, theta)) + reg / 2 * ||theta||^2
 
 whose gradient is (expected - observed) transition, start and end counts plus
-``reg * theta``. Two solvers refit ``theta`` once per boosting round:
+``reg * theta``. Three solvers refit ``theta`` once per boosting round:
 
 ``"lbfgs"``
     A few warm-started L-BFGS iterations (scipy) on the exact ``f``.
@@ -19,6 +19,12 @@ whose gradient is (expected - observed) transition, start and end counts plus
     by the node gamma; updating both groups at once doubles both bounds
     (``(a + b)' H (a + b) <= 2 a' H a + 2 b' H b`` for PSD ``H``), which keeps
     the step monotone.
+``"majorize"``
+    Steps of Jebara & Choromanska (2012): the quadratic upper bound of
+    :func:`structboost.majorize.chain_bound` on the summed ``log Z`` at the
+    current ``theta``, plus the penalty, minimised in closed form. Monotone
+    by construction, without a line search; each step costs ``O(K^4)`` per
+    row. Chain CRFs only.
 """
 
 import json
@@ -27,10 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from . import _chain
+from . import _chain, majorize
 from .inference import posterior
 
-SOLVERS = ("lbfgs", "newton")
+SOLVERS = ("lbfgs", "newton", "majorize")
 
 
 @dataclass
@@ -287,6 +293,26 @@ class TransitionProblem(PenalisedProblem):
         )
         return expected, curvature
 
+    def majorize_step(self, params):
+        """One majorization step: minimise the Algorithm 3 bound plus the penalty.
+
+        The bound touches the penalised NLL at ``params`` and lies above it
+        everywhere, so the returned parameters never score worse.
+        """
+        vec = params.to_vector()
+        log_z, mu, sigma = majorize.chain_bound(
+            self.unary,
+            np.diff(self.offsets),
+            params.transitions,
+            params.start,
+            params.end,
+            weights=self.seq_weight,
+        )
+        bound = majorize.QuadraticBound(vec, float(self.seq_weight @ log_z), mu, sigma)
+        return TransitionParams.from_vector(
+            majorize.majorize_step(bound, self.counts, self.reg), self.num_labels
+        )
+
 
 def refit(problem, params, solver, max_iter):
     """Refit the transition parameters with the named solver.
@@ -296,9 +322,11 @@ def refit(problem, params, solver, max_iter):
     problem : TransitionProblem
     params : TransitionParams
         Warm start (the previous round's parameters).
-    solver : {"lbfgs", "newton"}
+    solver : {"lbfgs", "newton", "majorize"}
+        ``"majorize"`` needs a :class:`TransitionProblem` (a chain).
     max_iter : int
-        L-BFGS iterations (``"lbfgs"``) or Newton steps (``"newton"``).
+        L-BFGS iterations (``"lbfgs"``), Newton steps (``"newton"``) or
+        majorization steps (``"majorize"``).
 
     Returns
     -------
@@ -309,5 +337,13 @@ def refit(problem, params, solver, max_iter):
     if solver == "newton":
         for _ in range(max_iter):
             params = problem.newton_step(params)
+        return params
+    if solver == "majorize":
+        if not isinstance(problem, TransitionProblem):
+            raise ValueError(
+                'transitions="majorize" bounds chain CRFs only; use "lbfgs" or "newton" here.'
+            )
+        for _ in range(max_iter):
+            params = problem.majorize_step(params)
         return params
     raise ValueError(f"transitions solver must be one of {SOLVERS}; got {solver!r}.")

@@ -7,11 +7,12 @@ import itertools
 import numpy as np
 import pytest
 import scipy.optimize
+import scipy.sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import logsumexp
 
-from structboost import majorize
+from structboost import _bound, majorize
 from structboost.majorize import (
     ChainCRFTerm,
     LogLinearTerm,
@@ -21,6 +22,7 @@ from structboost.majorize import (
     curvature_coefficient,
     fit_majorize,
     junction_chain_bound,
+    linear_chain_bound,
     majorize_step,
     partition_bound,
 )
@@ -296,6 +298,72 @@ def test_chain_bound_is_junction_chain_bound_with_indicator_features(seed, k, le
     np.testing.assert_allclose(special[2], general[2], atol=1e-10, rtol=1e-12)
 
 
+def indicator_features(inputs, k):
+    """Dense node and edge features of a linear-chain CRF in linear_chain_bound's layout."""
+    length, p = inputs.shape
+    d = p * k + k * k + 2 * k
+    labels = np.arange(k)
+    node = np.zeros((length, k, d))
+    node[:, labels[None, :], np.arange(p)[:, None] * k + labels] = inputs[:, :, None]
+    node[0, labels, p * k + k * k + labels] += 1.0
+    node[-1, labels, p * k + k * k + k + labels] += 1.0
+    edge = np.zeros((length - 1, k, k, d))
+    edge[:, labels[:, None], labels[None, :], p * k + np.arange(k * k).reshape(k, k)] = 1.0
+    return node, edge
+
+
+@PROPERTY
+@given(
+    seed=seeds,
+    k=st.integers(1, 3),
+    p=st.integers(0, 3),
+    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    curvature=st.sampled_from(["shared", "paper"]),
+)
+def test_linear_chain_bound_is_the_junction_tree_bound(seed, k, p, lengths, curvature):
+    rng = np.random.default_rng(seed)
+    n = sum(lengths)
+    X = rng.normal(size=(n, p)) * (rng.random((n, p)) < 0.7)
+    coef = rng.normal(size=(p, k))
+    trans = rng.normal(size=k * k + 2 * k)
+    weights = rng.uniform(0.0, 2.0, size=len(lengths))
+    theta = np.concatenate([coef.ravel(), trans])
+    log_z, mu, sigma = linear_chain_bound(X, lengths, coef, *split(trans, k), weights=weights, curvature=curvature)
+    want_mu, want_sigma = 0.0, 0.0
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for j, (a, b) in enumerate(zip(offsets[:-1], offsets[1:])):
+        single = junction_chain_bound(*indicator_features(X[a:b], k), theta, curvature=curvature)
+        assert log_z[j] == pytest.approx(single[0], abs=1e-11)
+        want_mu = want_mu + weights[j] * single[1]
+        want_sigma = want_sigma + weights[j] * single[2]
+    np.testing.assert_allclose(mu, want_mu, atol=1e-10)
+    np.testing.assert_allclose(sigma, want_sigma, atol=1e-9, rtol=1e-11)
+    sparse = linear_chain_bound(
+        scipy.sparse.csr_matrix(X), lengths, coef, *split(trans, k), weights=weights, curvature=curvature
+    )
+    for got, want in zip(sparse, (log_z, mu, sigma)):
+        np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+@PROPERTY
+@given(seed=seeds, n=st.integers(1, 7), scale=st.sampled_from([0.1, 3.0, 300.0]), absent=st.floats(0.0, 0.6))
+def test_curvature_kernel_is_the_running_mean_product(seed, n, scale, absent):
+    rng = np.random.default_rng(seed)
+    log_alpha = rng.normal(size=(3, 2, n)) * scale
+    log_alpha[rng.random(log_alpha.shape) < absent] = -np.inf
+    log_alpha[..., rng.integers(n)] = rng.normal()  # every problem keeps an outcome
+    weights = rng.uniform(0.5, 2.0, size=3)
+    log_z, prob = np.empty((3, 2)), np.empty((3, 2, n))
+    blocks, block_sum = np.empty((3, n, 2, n)), np.empty((3, n, n))
+    _bound.running_curvature(log_alpha, weights, log_z, prob, blocks, block_sum)
+    want_log_z, want_prob, deviation, coefficient = majorize._running_mean_operator(log_alpha)
+    want = weights[:, None, None, None] * majorize._curvature_weights(deviation, coefficient)
+    np.testing.assert_allclose(log_z, want_log_z, rtol=1e-14)
+    np.testing.assert_allclose(prob, want_prob, atol=1e-15)
+    np.testing.assert_allclose(blocks.transpose(0, 2, 1, 3), want.transpose(0, 1, 3, 2), atol=1e-13)
+    np.testing.assert_allclose(block_sum, blocks.sum(axis=2), atol=1e-13)
+
+
 @pytest.mark.parametrize("scale", [1e2, 1e4])
 def test_chain_bound_with_huge_scores(scale):
     rng = np.random.default_rng(12)
@@ -540,6 +608,9 @@ def tiny_term():
         (lambda: zero_chain(2, [2], curvature="x"), "curvature"),
         (lambda: zero_chain(2, [2], weights=[-1.0]), "non-negative"),
         (lambda: zero_chain(300, [300], k=26, curvature="paper"), "overflows"),
+        (lambda: zero_chain(2, [2], batch_size=0), "batch_size"),
+        (lambda: linear_chain_bound(np.zeros((2, 3)), [2], np.zeros((2, 2)), *split(np.zeros(8), 2)), "coef has 2"),
+        (lambda: linear_chain_bound(np.full((2, 1), np.inf), [2], np.zeros((1, 2)), *split(np.zeros(8), 2)), "X holds"),
         (lambda: chain_features([0, 2], [2], 2), "0..1"),
         (lambda: chain_features([0, 1], [3], 2), "2 labels"),
         (lambda: LogLinearTerm(np.zeros((2, 3, 1)), [0, 3]), "0..2"),
