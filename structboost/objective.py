@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from . import _chain
 from .inference import GAMMA_METHODS, path_scores, posterior
@@ -31,6 +32,10 @@ from .sequences import check_labels, check_lengths, offsets_from_lengths
 from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_counts, refit
 
 MODES = ("gbcrf", "treecrf", "logitboost")
+# The transition solvers multiply (rows x K) by (K x K) matrices: threaded
+# BLAS gains nothing there and, on a busy machine, spin-waits cost ~10x CPU
+# (measured on OCR). One controller, made once, limits BLAS while they run.
+_BLAS = ThreadpoolController()
 METRICS = ("nll", "error")
 _DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 
@@ -201,8 +206,9 @@ class NodeObjective:
         lengths = np.diff(batch.offsets)
         t0 = time.perf_counter()
         if self.uses_transitions:
-            problem = self._problem(u, batch)
-            self.params = refit(problem, self.params, self.transitions, self.transition_iter)
+            with _BLAS.limit(limits=1, user_api="blas"):
+                problem = self._problem(u, batch)
+                self.params = refit(problem, self.params, self.transitions, self.transition_iter)
             t1 = time.perf_counter()
             post = problem.posterior(self.params)
             p = post.marginals()
