@@ -14,6 +14,8 @@ from . import _chain
 from .inference import path_scores, posterior
 from .sequences import check_labels, offsets_from_lengths, resolve_lengths
 
+DECODINGS = ("viterbi", "marginal")
+
 
 def _xgboost_inputs(booster, data, groups, lengths):
     import xgboost as xgb
@@ -91,8 +93,8 @@ def crf_inputs(model, data, *, groups=None, lengths=None):
     return margins, offsets_from_lengths(lengths), params, labels
 
 
-def predict(model, data, *, groups=None, lengths=None):
-    """Most probable label path of every sequence (Viterbi).
+def predict(model, data, *, groups=None, lengths=None, decode="viterbi"):
+    """Predicted labels of every sequence.
 
     Parameters
     ----------
@@ -107,12 +109,23 @@ def predict(model, data, *, groups=None, lengths=None):
         Per-row sequence id (rows of a sequence contiguous).
     lengths : (m,) array-like, optional
         Rows per sequence.
+    decode : {"viterbi", "marginal"}
+        ``"viterbi"``: the most probable label path of each sequence.
+        ``"marginal"``: each position's most probable label,
+        ``argmax_k P(y_t = k | x)``, which maximises the expected number of
+        correct labels but may string together an unlikely path (Dietterich
+        et al.'s "-V" and "-FB" predictions).
 
     Returns
     -------
     (n,) int64
     """
+    if decode not in DECODINGS:
+        raise ValueError(f"decode must be one of {DECODINGS}; got {decode!r}.")
     u, offsets, p, _ = crf_inputs(model, data, groups=groups, lengths=lengths)
+    if decode == "marginal":
+        post = posterior(u, offsets, p.transitions, p.start, p.end)
+        return post.marginals().argmax(axis=1).astype(np.int64)
     return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)
 
 
