@@ -219,21 +219,24 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         X, lengths = self._check_X(X, groups, lengths, reset=False)
         return self._engine_data(X), lengths
 
-    def predict(self, X, *, groups=None, lengths=None):
-        """Most probable label sequence (Viterbi), in the original labels.
+    def predict(self, X, *, groups=None, lengths=None, decode="viterbi"):
+        """Predicted labels, in the original label values.
 
         Parameters
         ----------
         X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d)
         groups : array-like of shape (n,) or str, optional
         lengths : array-like of int, shape (m,), optional
+        decode : {"viterbi", "marginal"}
+            The most probable sequence, or each position's most probable
+            label (see :func:`structboost.predict`).
 
         Returns
         -------
         (n,) ndarray of ``classes_`` values
         """
         data, lengths = self._data(X, groups, lengths)
-        return self.classes_[_viterbi(self.booster_, data, lengths=lengths)]
+        return self.classes_[_viterbi(self.booster_, data, lengths=lengths, decode=decode)]
 
     def predict_marginals(self, X, *, groups=None, lengths=None):
         """Posterior marginals ``P(y_t = c | x)``, ``(n, n_classes)``, columns in ``classes_`` order."""

@@ -355,3 +355,16 @@ def test_scikit_learn_estimator_checks(estimator):
                 continue
             ran.append(name)
     assert len(set(ran)) > 35
+
+
+def test_predict_decodes_by_viterbi_or_by_marginals():
+    X, y, lengths = make_hmm_sequences(n_sequences=30, length=(5, 12), stay=0.9, random_state=3)
+    labels = np.array(["a", "b", "c"])[y]
+    est = XGBCRFClassifier(n_estimators=5, max_depth=3, n_jobs=1).fit(X, labels, lengths=lengths)
+    marg = est.predict_marginals(X, lengths=lengths)
+    np.testing.assert_array_equal(
+        est.predict(X, lengths=lengths, decode="marginal"), est.classes_[marg.argmax(axis=1)]
+    )
+    assert set(est.predict(X, lengths=lengths)) <= set(est.classes_)
+    with pytest.raises(ValueError, match="decode"):
+        est.predict(X, lengths=lengths, decode="greedy")
