@@ -18,19 +18,39 @@ from .tree_xgboost import (
 from .objective import CRFObjective
 from .predict import predict, predict_marginals, sequence_log_likelihood
 from .transitions import TransitionParams
+from .linear import LinearChainCRF
+from .sklearn import LGBMCRFClassifier, XGBCRFClassifier
 from .xgboost import crf_objective, xgb_params
+
+# LightGBM is optional (the ``lightgbm`` extra): its functions load on first use.
+_LIGHTGBM_NAMES = ("lgb_crf_objective", "lgb_params", "load_lgb_model", "save_lgb_model")
+
+
+def __getattr__(name):
+    if name in _LIGHTGBM_NAMES:
+        from . import lightgbm
+
+        return getattr(lightgbm, name)
+    raise AttributeError(f"module 'structboost' has no attribute {name!r}")
+
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "CRFObjective",
     "ESSTreeCRFClassifier",
+    "LGBMCRFClassifier",
+    "LinearChainCRF",
     "TreeCRFClassifier",
     "TransitionParams",
+    "XGBCRFClassifier",
     "__version__",
     "crf_objective",
     "datasets",
     "inference",
+    "lgb_crf_objective",
+    "lgb_params",
+    "load_lgb_model",
     "majorize",
     "metrics",
     "multilabel",
@@ -38,6 +58,7 @@ __all__ = [
     "predict_tree_marginals",
     "read_arff_multilabel",
     "register_tree",
+    "save_lgb_model",
     "tree_crf_objective",
     "tree_dmatrix",
     "tree_log_likelihood",

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from . import _chain
 from .inference import GAMMA_METHODS, path_scores, posterior
@@ -31,6 +32,11 @@ from .sequences import check_labels, check_lengths, offsets_from_lengths
 from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_counts, refit
 
 MODES = ("gbcrf", "treecrf", "logitboost")
+# The transition solvers multiply (rows x K) by (K x K) matrices: threaded
+# BLAS gains nothing there and, on a busy machine, spin-waits cost ~10x CPU
+# (measured on OCR). One controller, made once, limits BLAS while they run.
+_BLAS = ThreadpoolController()
+METRICS = ("nll", "error")
 _DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 
 
@@ -200,8 +206,9 @@ class NodeObjective:
         lengths = np.diff(batch.offsets)
         t0 = time.perf_counter()
         if self.uses_transitions:
-            problem = self._problem(u, batch)
-            self.params = refit(problem, self.params, self.transitions, self.transition_iter)
+            with _BLAS.limit(limits=1, user_api="blas"):
+                problem = self._problem(u, batch)
+                self.params = refit(problem, self.params, self.transitions, self.transition_iter)
             t1 = time.perf_counter()
             post = problem.posterior(self.params)
             p = post.marginals()
@@ -229,6 +236,31 @@ class NodeObjective:
         self.timings["inference"] += t2 - t1
         self.timings["gamma"] += t3 - t2
         return grad, hess
+
+    def evaluate(self, margins, batch, metric="nll"):
+        """Weighted metric of one dataset under the current transitions.
+
+        Parameters
+        ----------
+        margins : (n, K) array-like
+        batch
+            As for :meth:`grad_hess`.
+        metric : {"nll", "error"}
+
+        Returns
+        -------
+        (str, float)
+            ``("crf-nll", weighted mean NLL per sequence)`` or
+            ``("crf-error", weighted token error of the MAP labelling)``.
+        """
+        w = batch.seq_weight
+        if metric == "nll":
+            return "crf-nll", float(w @ self.sequence_nll(margins, batch) / w.sum())
+        if metric == "error":
+            wrong = self.decode(margins, batch) != batch.labels
+            per_seq = np.add.reduceat(wrong.astype(np.float64), batch.offsets[:-1])
+            return "crf-error", float(w @ per_seq / (w @ batch.lengths))
+        raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
 
 
 class CRFObjective(NodeObjective):

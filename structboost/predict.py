@@ -2,8 +2,11 @@
 
 The booster supplies the node potentials (its raw margins) and carries the
 transition parameters it was trained with; the sequence boundaries come from
-the data (a grouped ``xgboost.DMatrix``) or from ``lengths=``/``groups=``.
+the data (a grouped ``xgboost.DMatrix`` or ``lightgbm.Dataset``) or from
+``lengths=``/``groups=``.
 """
+
+import sys
 
 import numpy as np
 
@@ -30,6 +33,30 @@ def _xgboost_inputs(booster, data, groups, lengths):
     return booster_margins(booster, dmat), lengths, params, num_labels, labels
 
 
+def _lightgbm_inputs(booster, data, groups, lengths):
+    import lightgbm as lgb
+
+    from .lightgbm import booster_margins, load_state
+
+    labels = None
+    if isinstance(data, lgb.Dataset):
+        raw = data.data
+        if raw is None or isinstance(raw, (str, bytes)) or hasattr(raw, "__fspath__"):
+            raise ValueError(
+                "this lightgbm.Dataset holds no in-memory features (freed after training, or "
+                "a file): pass the features with lengths= or groups=, or build the Dataset "
+                "with free_raw_data=False."
+            )
+        if groups is None and lengths is None:
+            lengths = data.group
+        labels = data.label
+        data = data.data
+    num_labels, _, params = load_state(booster)
+    n_rows = data.shape[0]
+    lengths = resolve_lengths(n_rows, groups=groups, lengths=lengths)
+    return booster_margins(booster, data), lengths, params, num_labels, labels
+
+
 def crf_inputs(model, data, *, groups=None, lengths=None):
     """Margins, boundaries and transitions of a model on some data.
 
@@ -43,13 +70,18 @@ def crf_inputs(model, data, *, groups=None, lengths=None):
     """
     import xgboost as xgb
 
+    lgb = sys.modules.get("lightgbm")  # a LightGBM booster implies lightgbm is imported
     if isinstance(model, xgb.Booster):
-        margins, lengths, params, num_labels, labels = _xgboost_inputs(model, data, groups, lengths)
+        inputs = _xgboost_inputs(model, data, groups, lengths)
+    elif lgb is not None and isinstance(model, lgb.Booster):
+        inputs = _lightgbm_inputs(model, data, groups, lengths)
     else:
         raise ValueError(
-            f"cannot predict with a {type(model).__name__}: pass an xgboost.Booster "
-            "trained with structboost.crf_objective."
+            f"cannot predict with a {type(model).__name__}: pass an xgboost.Booster trained "
+            "with structboost.crf_objective or a lightgbm.Booster trained with "
+            "structboost.lgb_crf_objective."
         )
+    margins, lengths, params, num_labels, labels = inputs
     margins = np.ascontiguousarray(np.asarray(margins).reshape(len(margins), -1), dtype=np.float64)
     if margins.shape[1] != num_labels:
         raise ValueError(
@@ -64,10 +96,13 @@ def predict(model, data, *, groups=None, lengths=None):
 
     Parameters
     ----------
-    model : xgboost.Booster
-        Trained with :func:`structboost.crf_objective` and its callback.
-    data : xgboost.DMatrix or array-like (n, d)
-        A DMatrix with groups, or features with ``groups``/``lengths``.
+    model : xgboost.Booster or lightgbm.Booster
+        Trained with :func:`structboost.crf_objective` /
+        :func:`structboost.lgb_crf_objective` and its callback, or loaded
+        (``Booster(model_file=...)``, :func:`structboost.load_lgb_model`, pickle).
+    data : xgboost.DMatrix, lightgbm.Dataset or array-like (n, d)
+        A DMatrix or Dataset with groups, or features (numpy, pandas, scipy
+        sparse) with ``groups``/``lengths``.
     groups : (n,) array-like, optional
         Per-row sequence id (rows of a sequence contiguous).
     lengths : (m,) array-like, optional
@@ -93,13 +128,13 @@ def predict_marginals(model, data, *, groups=None, lengths=None):
 def sequence_log_likelihood(model, data, labels=None, *, groups=None, lengths=None):
     """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``.
 
-    ``labels`` default to the ones stored in a DMatrix.
+    ``labels`` default to the ones stored in a DMatrix or Dataset.
     """
     u, offsets, p, stored = crf_inputs(model, data, groups=groups, lengths=lengths)
     if labels is None:
         labels = stored
     if labels is None or len(labels) == 0:
-        raise ValueError("no labels: pass labels= or a DMatrix built with label=.")
+        raise ValueError("no labels: pass labels= or a DMatrix/Dataset built with label=.")
     y = check_labels(labels, u.shape[1], u.shape[0])
     post = posterior(u, offsets, p.transitions, p.start, p.end)
     return path_scores(u, offsets, y, p.transitions, p.start, p.end) - post.log_z

@@ -120,6 +120,42 @@ def resolve_lengths(n_rows, *, groups=None, lengths=None):
     return check_lengths(lengths, n_rows)
 
 
+def sequence_weights(row_weight, lengths):
+    """One weight per sequence from per-row weights that are constant within each.
+
+    Parameters
+    ----------
+    row_weight : array-like, shape (n,)
+        Weight of every row; all rows of a sequence must share one value.
+    lengths : (m,) int64 ndarray
+        Validated rows per sequence.
+
+    Returns
+    -------
+    (m,) float64 ndarray
+    """
+    w = np.asarray(row_weight, dtype=np.float64)
+    n = int(lengths.sum())
+    if w.shape != (n,):
+        raise ValueError(f"sample_weight must have one entry per row ({n}); got shape {w.shape}.")
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise ValueError("sample_weight must be finite and non-negative.")
+    if n == 0:
+        return np.zeros(0)
+    if not w.any():
+        raise ValueError("sample_weight is zero everywhere: at least one sequence needs weight.")
+    firsts = w[offsets_from_lengths(lengths)[:-1]]
+    varies = np.repeat(firsts, lengths) != w
+    if varies.any():
+        row = int(np.flatnonzero(varies)[0])
+        seq = int(np.searchsorted(np.cumsum(lengths), row, side="right"))
+        raise ValueError(
+            f"sample_weight varies within sequence {seq} (row {row}): a CRF weighs whole "
+            "sequences, so give every row of a sequence the same weight."
+        )
+    return firsts
+
+
 def check_labels(labels, n_labels, n_rows):
     """Validate integer labels ``0..n_labels-1``.
 

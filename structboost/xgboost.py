@@ -9,17 +9,14 @@ UBJ), pickling and slicing keep them.
 """
 
 import json
-import weakref
 
 import numpy as np
 import xgboost as xgb
 
+from .engine import EngineObjective
 from .objective import CRFObjective, SequenceBatch
+from .state import STATE_KEY, TransitionHistory, parse_state, state_dict
 from .transitions import TransitionParams
-
-STATE_KEY = "structboost_crf"
-STATE_VERSION = 1
-METRICS = ("nll", "error")
 
 
 def xgb_params(num_labels, **overrides):
@@ -62,12 +59,7 @@ def dmatrix_lengths(dmat):
 
 def save_state(booster, objective, params, key=STATE_KEY):
     """Store the CRF description and ``params`` on the booster as attribute ``key``."""
-    state = {
-        "version": STATE_VERSION,
-        "num_labels": objective.num_labels,
-        "mode": objective.mode,
-        **params.to_dict(),
-    }
+    state = state_dict(objective.num_labels, objective.mode, params)
     booster.set_attr(**{key: json.dumps(state)})
 
 
@@ -79,8 +71,7 @@ def load_state(booster, key=STATE_KEY, param_type=TransitionParams, factory="crf
             "this booster carries no CRF transitions: train it with "
             f"callbacks=[obj.callback()] (obj = structboost.{factory}(...))."
         )
-    state = json.loads(raw)
-    return state["num_labels"], state["mode"], param_type.from_dict(state)
+    return parse_state(json.loads(raw), param_type)
 
 
 def booster_margins(booster, dmat):
@@ -100,30 +91,29 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
 
     Attributes
     ----------
-    history : dict of int -> TransitionParams
+    history : TransitionHistory
+        Round index -> transition parameters of that round.
     """
 
     def __init__(self, objective):
         super().__init__()
         self.objective = objective
-        self.history = {}
+        self.history = TransitionHistory(objective.num_labels, objective.crf.mode)
 
     def after_iteration(self, model, epoch, evals_log):
-        params = self.objective.params.copy()
-        self.history[epoch] = params
-        save_state(model, self.objective.crf, params, self.objective.state_key)
+        self.history.record(epoch, self.objective.params)
+        save_state(model, self.objective.crf, self.history[epoch], self.objective.state_key)
         return False
 
     def after_training(self, model):
         best = model.attr("best_iteration")
         if best is not None and int(best) in self.history:
-            save_state(
-                model, self.objective.crf, self.history[int(best)], self.objective.state_key
-            )
+            params = self.history.for_rounds(int(best) + 1)
+            save_state(model, self.objective.crf, params, self.objective.state_key)
         return model
 
 
-class XGBCRFObjective:
+class XGBCRFObjective(EngineObjective):
     """A chain-CRF objective for ``xgboost.train(obj=...)``.
 
     Call :func:`crf_objective` to build one. Calling it as
@@ -139,37 +129,11 @@ class XGBCRFObjective:
 
     state_key = STATE_KEY
 
-    def __init__(self, crf, metric="nll"):
-        if metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
-        self.crf = crf
-        self.metric_name = metric
-        self._batches = weakref.WeakKeyDictionary()
-
-    @property
-    def num_labels(self):
-        return self.crf.num_labels
-
-    @property
-    def params(self):
-        """Current :class:`~structboost.transitions.TransitionParams`."""
-        return self.crf.params
-
-    def batch(self, dmat):
-        """Validated labels, boundaries and weights of a DMatrix (cached)."""
-        batch = self._batches.get(dmat)
-        if batch is None:
-            batch = self._build_batch(dmat)
-            self._batches[dmat] = batch
-        return batch
-
     def _build_batch(self, dmat):
+        """Validated labels, boundaries and per-sequence weights of a DMatrix."""
         return SequenceBatch.build(
             dmat.get_label(), dmatrix_lengths(dmat), self.num_labels, dmat.get_weight()
         )
-
-    def __call__(self, predt, dtrain):
-        return self.crf.grad_hess(predt, self.batch(dtrain))
 
     def metric(self, predt, dmat):
         """XGBoost custom metric on any grouped DMatrix.
@@ -180,14 +144,7 @@ class XGBCRFObjective:
             ``("crf-nll", weighted mean NLL per sequence)`` or
             ``("crf-error", weighted token error of the Viterbi path)``.
         """
-        batch = self.batch(dmat)
-        w = batch.seq_weight
-        if self.metric_name == "nll":
-            nll = self.crf.sequence_nll(predt, batch)
-            return "crf-nll", float(w @ nll / w.sum())
-        wrong = self.crf.decode(predt, batch) != batch.labels
-        per_seq = np.add.reduceat(wrong.astype(np.float64), batch.offsets[:-1])
-        return "crf-error", float(w @ per_seq / (w @ batch.lengths))
+        return self.evaluate(predt, dmat)
 
     def callback(self):
         """A :class:`TransitionRecorder` to pass in ``callbacks=``."""
