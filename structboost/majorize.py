@@ -94,6 +94,7 @@ _OUTCOME_BLOCK = 256
 _RESIDUAL_RTOL = 1e-13
 _MAX_LOG_MULTIPLICITY = 600.0
 _PARTIAL_EIGEN = 4  # from_dense uses Lanczos when rank < d / _PARTIAL_EIGEN
+_DENSE_EIGEN_DIM = 512  # ... and d is above this
 _MESSAGE_BUDGET = 2**24  # floats of stored messages per batch in _indicator_chain_bound
 
 
@@ -339,15 +340,16 @@ class LowRankCurvature:
 
         Notes
         -----
-        With ``rank`` under a quarter of ``d`` the top eigenpairs come from
+        With ``d > 512`` and ``rank`` under a quarter of it the top eigenpairs come from
         Lanczos iterations (:func:`scipy.sparse.linalg.eigsh`), ``O(d^2)``
         per iteration, instead of a full ``O(d^3)`` eigendecomposition.
         """
         d = sigma.shape[0]
         curvature = cls(d, rank)
-        if _PARTIAL_EIGEN * curvature.rank < d:
+        if d > _DENSE_EIGEN_DIM and _PARTIAL_EIGEN * curvature.rank < d:
             # Lanczos for the top directions; the remainder below is exact whatever their accuracy
-            eigenvalues, eigenvectors = scipy.sparse.linalg.eigsh(sigma, k=curvature.rank, which="LA", v0=np.ones(d))
+            start = np.random.default_rng(0).standard_normal(d)
+            eigenvalues, eigenvectors = scipy.sparse.linalg.eigsh(sigma, k=curvature.rank, which="LA", v0=start)
         else:
             eigenvalues, eigenvectors = np.linalg.eigh(sigma)
         keep = np.argsort(eigenvalues)[::-1][: curvature.rank]

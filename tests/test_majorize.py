@@ -451,6 +451,15 @@ def test_low_rank_curvature_is_an_upper_bound(seed, d, count, rank):
     assert_psd_dominates(compressed.to_dense(), exact)
 
 
+def test_low_rank_from_a_large_dense_curvature_uses_its_top_directions():
+    rng = np.random.default_rng(13)
+    factors = rng.normal(size=(40, 600)) * rng.uniform(0.1, 3.0, size=(40, 1))
+    sigma = factors.T @ factors
+    compressed = LowRankCurvature.from_dense(sigma, 5)  # Lanczos: d > 512, rank < d / 4
+    np.testing.assert_allclose(compressed.scales, np.linalg.eigvalsh(sigma)[::-1][:5], rtol=1e-8)
+    assert_psd_dominates(compressed.to_dense(), sigma)
+
+
 def test_low_rank_add_merges_two_curvatures():
     rng = np.random.default_rng(9)
     first, second = LowRankCurvature(6, 3), LowRankCurvature(6, 3)
