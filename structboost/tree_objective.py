@@ -94,6 +94,11 @@ class TreeCRFObjective(NodeObjective):
     def __init__(self, num_labels, n_edge_types=1, **kwargs):
         if int(n_edge_types) != n_edge_types or n_edge_types < 1:
             raise ValueError(f"n_edge_types must be a positive integer; got {n_edge_types!r}.")
+        if kwargs.get("transitions") == "majorize":
+            raise ValueError(
+                'transitions="majorize" is implemented for chains only; use "lbfgs" or '
+                '"newton" for tree CRFs.'
+            )
         self.n_edge_types = int(n_edge_types)
         super().__init__(num_labels, **kwargs)
 
