@@ -283,7 +283,7 @@ def lgb_crf_objective(
         et al. 2008, unit Hessians) or LogitBoost (no transitions).
     gamma : {"mixing", "length", "exact"} or float
         Node bound of the GBCRF Hessian.
-    transitions : {"lbfgs", "newton"}
+    transitions : {"lbfgs", "newton", "majorize"}
         Solver for the transition parameters, refit every round.
     reg_transitions : float
         L2 penalty on the transition, start and end scores.
