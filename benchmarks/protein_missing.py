@@ -36,7 +36,7 @@ import xgboost as xgb
 
 from structboost.features import MissingValues
 
-from protein_qs import DECODES, RESULTS, accuracies, load_part, machine_line, train, windowed, write_csv
+from protein_qs import DECODES, RESULTS, hits, load_part, machine_line, train, windowed, write_csv
 
 STRATEGIES = ("native", "impute", "indicator")
 RATES = (0.05, 0.10, 0.20, 0.40)
@@ -102,13 +102,13 @@ def main():
     print(machine_line(), flush=True)
 
     def fit(X_train):
-        booster, _, seconds = train("gbcrf", config, xgb.DMatrix(
+        booster, seconds = train("gbcrf", config, xgb.DMatrix(
             X_train, label=y, group=lengths), args.rounds, args.threads)
         return booster, seconds
 
     t_start = time.perf_counter()
     booster, _ = fit(windowed(X, lengths, args.half_width))
-    reference = {d: 100 * a for d, a in accuracies(
+    reference = {d: 100 * c.mean() for d, c in hits(
         booster, xgb.DMatrix(windowed(Xt, lt, args.half_width), group=lt), yt).items()}
     print(f"  no missing values: {reference}", flush=True)
 
@@ -122,10 +122,11 @@ def main():
                 booster, seconds = fit(features(handler, X_miss, lengths, args.half_width))
                 for j, X_test in enumerate(tests):
                     dtest = xgb.DMatrix(features(handler, X_test, lt, args.half_width), group=lt)
-                    acc = accuracies(booster, dtest, yt)
+                    correct = hits(booster, dtest, yt)
                     rows.append({"rate": rate, "strategy": strategy, "train_version": i,
                                  "test_version": j, "train_seconds": round(seconds, 1),
-                                 **{f"accuracy_{d}": round(100 * a, 3) for d, a in acc.items()}})
+                                 **{f"accuracy_{d}": round(100 * c.mean(), 3)
+                                    for d, c in correct.items()}})
                 print(f"  rate {rate:.2f}, train version {i}, {strategy}: marginal "
                       f"{np.mean([r['accuracy_marginal'] for r in rows[-len(tests):]]):.2f}, "
                       f"{seconds:.0f} s", flush=True)

@@ -398,7 +398,9 @@ class MissingValues(TransformerMixin, BaseEstimator):
         d = self.n_features_in_
         if isinstance(column, (numbers.Integral, np.integer)) and not isinstance(column, bool):
             if not 0 <= column < d:
-                raise ValueError(f"column index {column} in groups_of_columns is outside 0..{d - 1}.")
+                raise ValueError(
+                    f"column index {column} in groups_of_columns is outside 0..{d - 1}."
+                )
             return int(column)
         if names is not None and str(column) in names:
             return int(np.flatnonzero(names == str(column))[0])

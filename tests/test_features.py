@@ -88,7 +88,11 @@ def test_feature_names_by_offset():
 
 def test_pandas_keeps_names_index_and_dtypes():
     df = pd.DataFrame(
-        {"hydro": [1.5, 2.0, 3.0, 4.0], "charge": [1, 0, -1, 2], "aromatic": [True, False, True, True]},
+        {
+            "hydro": [1.5, 2.0, 3.0, 4.0],
+            "charge": [1, 0, -1, 2],
+            "aromatic": [True, False, True, True],
+        },
         index=[10, 11, 12, 13],
     )
     out = SlidingWindow(half_width=1).fit_transform(df, lengths=[2, 2])
@@ -265,7 +269,8 @@ def test_decode_marginal_is_argmax_of_marginals(booster):
     assert by_marginal.dtype == np.int64
     np.testing.assert_array_equal(by_marginal, marginals.argmax(axis=1))
     np.testing.assert_array_equal(
-        sb.predict(model, X, lengths=lengths, decode="viterbi"), sb.predict(model, X, lengths=lengths)
+        sb.predict(model, X, lengths=lengths, decode="viterbi"),
+        sb.predict(model, X, lengths=lengths),
     )
 
 
