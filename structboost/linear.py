@@ -24,6 +24,7 @@ import time
 import numpy as np
 import scipy.sparse
 from scipy.optimize import minimize
+from sklearn.base import BaseEstimator
 
 from . import inference, majorize
 from .objective import SequenceBatch
@@ -175,7 +176,7 @@ class LinearChainProblem:
         return majorize.QuadraticBound(theta, float(b.seq_weight @ log_z), mu, curvature)
 
 
-class LinearChainCRF:
+class LinearChainCRF(BaseEstimator):
     """Linear-chain CRF with linear node scores, fit by L-BFGS or majorization.
 
     Parameters
