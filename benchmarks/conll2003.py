@@ -322,7 +322,8 @@ def markdown(frame):
                  f"{100 * f1.loc[method, ('testb', 'overall')]:.2f}",
                  *[f"{100 * f1.loc[method, ('testb', t)]:.2f}" for t in types],
                  f"{cost.loc[method, 'rounds']}", f"{cost.loc[method, 'train_s']:.1f}",
-                 f"{cost.loc[method, 'rss_before_mb']:.0f}", f"{cost.loc[method, 'peak_rss_mb']:.0f}"]
+                 f"{cost.loc[method, 'rss_before_mb']:.0f}",
+                 f"{cost.loc[method, 'peak_rss_mb']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

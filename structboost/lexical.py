@@ -446,7 +446,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         attrs = sorted(self.attributes_, key=self.attributes_.__getitem__)
         offset, attr = np.nonzero(self.columns_ >= 0)  # row-major: the column order
         labels = [_offset_label(j - self.half_width) for j in range(self.columns_.shape[0])]
+        pairs = zip(offset.tolist(), attr.tolist())
         return np.asarray(
-            [f"{attrs[a][0]}[{labels[j]}]={attrs[a][1]}" for j, a in zip(offset.tolist(), attr.tolist())],
-            dtype=object,
+            [f"{attrs[a][0]}[{labels[j]}]={attrs[a][1]}" for j, a in pairs], dtype=object
         )

@@ -172,7 +172,7 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         return None if sample_weight is None else sequence_weights(sample_weight, lengths)
 
     def _base_margin(self, X, base_X, n_classes):
-        """Node scores ``(n, K)`` of the fitted base model on ``base_X`` (default ``X``), or None."""
+        """Node scores ``(n, K)`` of the fitted base model on ``base_X`` (default ``X``) or None."""
         if self.base_model_ is None:
             if base_X is not None:
                 raise ValueError(

