@@ -4,7 +4,8 @@ Each training row is one position of one sequence; the engine's K outputs
 per row are the CRF node potentials. See :func:`crf_objective`.
 """
 
-from . import datasets, inference, majorize, metrics, multilabel
+from . import datasets, inference, lexical, majorize, metrics, multilabel
+from .lexical import TokenFeatures
 from .multilabel import ESSTreeCRFClassifier, read_arff_multilabel
 from .tree_estimators import TreeCRFClassifier
 from .tree_xgboost import (
@@ -41,6 +42,7 @@ __all__ = [
     "ESSTreeCRFClassifier",
     "LGBMCRFClassifier",
     "LinearChainCRF",
+    "TokenFeatures",
     "TreeCRFClassifier",
     "TransitionParams",
     "XGBCRFClassifier",
@@ -48,6 +50,7 @@ __all__ = [
     "crf_objective",
     "datasets",
     "inference",
+    "lexical",
     "lgb_crf_objective",
     "lgb_params",
     "load_lgb_model",

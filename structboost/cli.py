@@ -134,19 +134,22 @@ def _read(path, columns):
 
 def _check_tags(frame, path, columns, scheme):
     """Raise naming the first line and column whose tag is not of ``scheme``."""
-    from ._tags import parse_tags
+    from ._tags import SCHEME_PREFIXES, check_scheme, parse_tags
 
+    scheme = check_scheme(scheme)
     tags = frame["tag"].to_numpy().astype(str)
     try:
         parse_tags(tags, scheme)
     except ValueError:
-        for line, tag in zip(frame["line"], tags):
+        for line, tag in zip(frame["line"], tags.tolist()):
             try:
                 parse_tags(np.array([tag]), scheme)
-            except ValueError as err:
+            except ValueError:
+                prefixes = "/".join(f"{p}-" for p in SCHEME_PREFIXES[scheme])
                 raise ValueError(
                     f"{path}, line {line}, column {columns.index('tag') + 1}: tag {tag!r} is "
-                    f"not a {scheme.upper()} tag ({err}). Set --scheme to the file's scheme."
+                    f"not a {scheme.upper()} tag ('O', or {prefixes} and a type such as "
+                    "'B-PER'). Set --scheme to the file's scheme."
                 ) from None
         raise
 

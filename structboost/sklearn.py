@@ -197,7 +197,16 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
 
     # -- fit --------------------------------------------------------------
     def fit(
-        self, X, y, *, groups=None, lengths=None, sample_weight=None, eval_set=None, base_X=None
+        self,
+        X,
+        y,
+        *,
+        groups=None,
+        lengths=None,
+        sample_weight=None,
+        eval_set=None,
+        base_X=None,
+        verbose=False,
     ):
         """Train on labelled sequences.
 
@@ -222,6 +231,9 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of ``base_model`` (e.g. sparse lexical features while the
             trees see dense ones); ``X`` by default.
+        verbose : bool or int
+            Print the ``eval_set`` metrics every round (``True``) or every
+            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
 
         Returns
         -------
@@ -267,7 +279,7 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
                 "them from the parameters (use mode=, gamma=, transitions= instead)."
             )
         crf = {name: getattr(self, name) for name in _CRF_PARAMS}
-        booster, evals_result = self._train(train, evals, crf, len(classes))
+        booster, evals_result = self._train(train, evals, crf, len(classes), verbose)
         self.classes_ = classes
         self.booster_ = booster
         self.evals_result_ = evals_result
@@ -438,7 +450,7 @@ class XGBCRFClassifier(_CRFClassifier):
             nthread=-1 if threads is None else threads,
         )
 
-    def _train(self, train, evals, crf, n_classes):
+    def _train(self, train, evals, crf, n_classes, verbose):
         obj = crf_objective(n_classes, **crf)
         self._start_transitions(obj)
         dtrain = self._dmatrix(*train)
@@ -459,7 +471,7 @@ class XGBCRFClassifier(_CRFClassifier):
             evals=dvalid,
             early_stopping_rounds=self.early_stopping_rounds,
             evals_result=evals_result,
-            verbose_eval=False,
+            verbose_eval=verbose,
             callbacks=[obj.callback()],
         )
         return booster, evals_result
@@ -550,7 +562,7 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _engine_data(self, X):
         return X
 
-    def _train(self, train, evals, crf, n_classes):
+    def _train(self, train, evals, crf, n_classes, verbose):
         import lightgbm as lgb
 
         from .lightgbm import lgb_crf_objective, lgb_params
@@ -571,6 +583,8 @@ class LGBMCRFClassifier(_CRFClassifier):
             objective=obj.sklearn_objective, n_estimators=self.n_estimators, **params
         )
         callbacks = [obj.callback()]
+        if verbose:
+            callbacks.append(lgb.log_evaluation(int(verbose)))
         if self.early_stopping_rounds is not None:
             stop = lgb.early_stopping(
                 self.early_stopping_rounds, first_metric_only=True, verbose=False
