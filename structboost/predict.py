@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from . import _chain
+from .constraints import resolve as resolve_constraints
 from .inference import path_scores, posterior
 from .sequences import check_labels, offsets_from_lengths, resolve_lengths
 
@@ -93,7 +94,13 @@ def crf_inputs(model, data, *, groups=None, lengths=None):
     return margins, offsets_from_lengths(lengths), params, labels
 
 
-def predict(model, data, *, groups=None, lengths=None, decode="viterbi"):
+def _constrained(params, allowed_transitions):
+    """The model's transition parameters with the forbidden moves at ``-inf``."""
+    constraints = resolve_constraints(allowed_transitions, params.num_labels)
+    return params if constraints is None else constraints.apply(params)
+
+
+def predict(model, data, *, groups=None, lengths=None, decode="viterbi", allowed_transitions=None):
     """Predicted labels of every sequence.
 
     Parameters
@@ -115,6 +122,13 @@ def predict(model, data, *, groups=None, lengths=None, decode="viterbi"):
         ``argmax_k P(y_t = k | x)``, which maximises the expected number of
         correct labels but may string together an unlikely path (Dietterich
         et al.'s "-V" and "-FB" predictions).
+    allowed_transitions : Constraints or (K, K) bool array-like, optional
+        Moves the decoder may make (see :mod:`structboost.constraints`;
+        build one from tag names with
+        :func:`structboost.constraints.allowed_transitions`). The Viterbi
+        path then never makes a forbidden move, and the marginals are those
+        of the constrained model. A model trained with constraints applies
+        them already.
 
     Returns
     -------
@@ -123,27 +137,34 @@ def predict(model, data, *, groups=None, lengths=None, decode="viterbi"):
     if decode not in DECODINGS:
         raise ValueError(f"decode must be one of {DECODINGS}; got {decode!r}.")
     u, offsets, p, _ = crf_inputs(model, data, groups=groups, lengths=lengths)
+    p = _constrained(p, allowed_transitions)
     if decode == "marginal":
         post = posterior(u, offsets, p.transitions, p.start, p.end)
         return post.marginals().argmax(axis=1).astype(np.int64)
     return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)
 
 
-def predict_marginals(model, data, *, groups=None, lengths=None):
+def predict_marginals(model, data, *, groups=None, lengths=None, allowed_transitions=None):
     """Posterior marginals ``P(y_t = k | x)``, shape ``(n, K)``.
 
     Parameters are as in :func:`predict`.
     """
     u, offsets, p, _ = crf_inputs(model, data, groups=groups, lengths=lengths)
+    p = _constrained(p, allowed_transitions)
     return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
 
 
-def sequence_log_likelihood(model, data, labels=None, *, groups=None, lengths=None):
+def sequence_log_likelihood(
+    model, data, labels=None, *, groups=None, lengths=None, allowed_transitions=None
+):
     """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``.
 
-    ``labels`` default to the ones stored in a DMatrix or Dataset.
+    ``labels`` default to the ones stored in a DMatrix or Dataset; under
+    ``allowed_transitions`` (see :func:`predict`) a labelling that makes a
+    forbidden move has log-likelihood ``-inf``.
     """
     u, offsets, p, stored = crf_inputs(model, data, groups=groups, lengths=lengths)
+    p = _constrained(p, allowed_transitions)
     if labels is None:
         labels = stored
     if labels is None or len(labels) == 0:

@@ -33,6 +33,7 @@ from sklearn.metrics import accuracy_score
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
+from .constraints import resolve as resolve_constraints
 from .predict import predict as _viterbi
 from .predict import predict_marginals as _marginals
 from .predict import sequence_log_likelihood as _log_likelihood
@@ -206,6 +207,7 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
                 "them from the parameters (use mode=, gamma=, transitions= instead)."
             )
         crf = {name: getattr(self, name) for name in _CRF_PARAMS}
+        crf["allowed_transitions"] = self._constraints(classes)
         booster, evals_result = self._train(train, evals, crf, len(classes))
         self.classes_ = classes
         self.booster_ = booster
@@ -214,6 +216,10 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     # -- predict ----------------------------------------------------------
+    def _constraints(self, classes):
+        """``allowed_transitions`` as :class:`~structboost.constraints.Constraints` (or None)."""
+        return resolve_constraints(self.allowed_transitions, len(classes), labels=classes)
+
     def _data(self, X, groups, lengths):
         check_is_fitted(self)
         X, lengths = self._check_X(X, groups, lengths, reset=False)
@@ -236,18 +242,36 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         (n,) ndarray of ``classes_`` values
         """
         data, lengths = self._data(X, groups, lengths)
-        return self.classes_[_viterbi(self.booster_, data, lengths=lengths, decode=decode)]
+        labels = _viterbi(
+            self.booster_,
+            data,
+            lengths=lengths,
+            decode=decode,
+            allowed_transitions=self._constraints(self.classes_),
+        )
+        return self.classes_[labels]
 
     def predict_marginals(self, X, *, groups=None, lengths=None):
         """Posterior marginals ``P(y_t = c | x)``, ``(n, n_classes)``, columns in ``classes_`` order."""
         data, lengths = self._data(X, groups, lengths)
-        return _marginals(self.booster_, data, lengths=lengths)
+        return _marginals(
+            self.booster_,
+            data,
+            lengths=lengths,
+            allowed_transitions=self._constraints(self.classes_),
+        )
 
     def predict_log_likelihood(self, X, y, *, groups=None, lengths=None):
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
         data, lengths = self._data(X, groups, lengths)
         codes = self._encode(y, int(lengths.sum()), self.classes_)
-        return _log_likelihood(self.booster_, data, codes, lengths=lengths)
+        return _log_likelihood(
+            self.booster_,
+            data,
+            codes,
+            lengths=lengths,
+            allowed_transitions=self._constraints(self.classes_),
+        )
 
     def score(self, X, y, *, groups=None, lengths=None, sample_weight=None):
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
@@ -303,6 +327,15 @@ class XGBCRFClassifier(_CRFClassifier):
         Stop when the CRF negative log-likelihood on the last ``eval_set``
         entry has not improved for this many rounds; predictions then use
         the best round and its transitions.
+    allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
+        Moves the model may make: a tag scheme (the classes must then be
+        its tags, such as ``"B-PER"`` and ``"O"``; see
+        :func:`structboost.constraints.allowed_transitions`) or masks over
+        ``classes_``. Forbidden transition, start and end scores stay at
+        ``-inf`` in training (never refit) and in :meth:`predict`,
+        :meth:`predict_marginals`, :meth:`predict_log_likelihood` and
+        :meth:`score`, so no prediction makes a forbidden move. The
+        training labels must obey them.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
         ``n_jobs``, ``random_state``, ``multi_strategy``, ...).
@@ -334,6 +367,7 @@ class XGBCRFClassifier(_CRFClassifier):
         learning_rate=0.3,
         max_depth=6,
         early_stopping_rounds=None,
+        allowed_transitions=None,
         **kwargs,
     ):
         self.mode = mode
@@ -344,6 +378,7 @@ class XGBCRFClassifier(_CRFClassifier):
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
+        self.allowed_transitions = allowed_transitions
         super().__init__(**kwargs)
 
     def _engine_data(self, X):
@@ -418,6 +453,8 @@ class LGBMCRFClassifier(_CRFClassifier):
         Stop when the CRF negative log-likelihood on an ``eval_set`` entry
         has not improved for this many rounds; predictions then use the best
         round and its transitions.
+    allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
+        As in :class:`XGBCRFClassifier`.
     **kwargs
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
         ``n_jobs``, ``random_state``, ...). The safe defaults of
@@ -452,6 +489,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         max_depth=-1,
         num_leaves=31,
         early_stopping_rounds=None,
+        allowed_transitions=None,
         **kwargs,
     ):
         self.mode = mode
@@ -463,6 +501,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.max_depth = max_depth
         self.num_leaves = num_leaves
         self.early_stopping_rounds = early_stopping_rounds
+        self.allowed_transitions = allowed_transitions
         super().__init__(**kwargs)
 
     def _engine_data(self, X):
