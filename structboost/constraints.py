@@ -22,13 +22,18 @@ scheme       rules
              starts with ``O``/``B-*``/``S-*`` and ends with
              ``O``/``E-*``/``S-*``.
 ===========  ==========================================================
+
+:func:`from_masks` builds constraints from any boolean masks,
+:func:`valid_tags` checks tag sequences against a scheme, and
+:func:`resolve` turns the ``allowed_transitions=`` argument of the
+objectives, predict functions and estimators into :class:`Constraints`.
 """
 
 from typing import NamedTuple
 
 import numpy as np
 
-from ._tags import SCHEME_PREFIXES, as_tags, check_scheme, parse_tags
+from ._tags import SCHEME_PREFIXES, as_tags, check_scheme, parse_tags, sentence_offsets
 from .transitions import TransitionParams
 
 
@@ -177,7 +182,7 @@ def _check_mask(arr, name, shape):
     return np.ascontiguousarray(mask)
 
 
-def constraints(transitions, start=None, end=None):
+def from_masks(transitions, start=None, end=None):
     """Validated :class:`Constraints` from boolean masks.
 
     Parameters
@@ -271,6 +276,27 @@ def allowed_transitions(labels, scheme):
     return Constraints(np.ascontiguousarray(trans), start, end)
 
 
+def valid_tags(tags, scheme, lengths=None):
+    """Whether each tag sequence obeys a tagging scheme.
+
+    Parameters
+    ----------
+    tags : (n,) array-like of str
+        Tags of all sequences, flat.
+    scheme : {"iob1", "iob2", "bioes"}
+    lengths : (m,) array-like of int, optional
+        Tags per sequence; one sequence by default.
+
+    Returns
+    -------
+    (m,) bool ndarray
+    """
+    arr = as_tags(tags)
+    names, codes = np.unique(arr, return_inverse=True)
+    offsets = sentence_offsets(lengths, arr.size)
+    return allowed_transitions(names, scheme).valid_sequences(codes, np.diff(offsets))
+
+
 def resolve(allowed, num_labels, labels=None):
     """Turn an ``allowed_transitions=`` argument into :class:`Constraints`.
 
@@ -299,9 +325,9 @@ def resolve(allowed, num_labels, labels=None):
             )
         out = allowed_transitions(labels, allowed)
     elif isinstance(allowed, Constraints):
-        out = constraints(*allowed)
+        out = from_masks(*allowed)
     else:
-        out = constraints(allowed)
+        out = from_masks(allowed)
     if out.num_labels != num_labels:
         raise ValueError(
             f"allowed_transitions covers {out.num_labels} labels but the model has {num_labels}: "

@@ -12,7 +12,7 @@ from naive import ChainOracle
 
 import structboost as sb
 from structboost import inference
-from structboost.constraints import Constraints, allowed_transitions, constraints
+from structboost.constraints import Constraints, allowed_transitions, from_masks, valid_tags
 from structboost.objective import CRFObjective, SequenceBatch
 from structboost.transitions import TransitionParams, TransitionProblem, refit
 
@@ -21,7 +21,7 @@ BIOES = ["B-LOC", "B-PER", "E-LOC", "E-PER", "I-LOC", "I-PER", "O", "S-LOC", "S-
 TAGS = {"iob1": IOB, "iob2": IOB, "bioes": BIOES}
 
 
-def valid_tags(tags, scheme):
+def rule_check(tags, scheme):
     """Independent rule check of one tag sequence (written from the scheme definitions)."""
     prev = "O"
     for i, tag in enumerate(tags):
@@ -87,8 +87,10 @@ def test_valid_sequences_match_the_rules(scheme):
     for length in (1, 2, 3):
         seqs = np.array(list(itertools.product(range(len(tags)), repeat=length)))
         got = c.valid_sequences(seqs.ravel(), np.full(len(seqs), length))
-        want = [valid_tags([tags[k] for k in s], scheme) for s in seqs]
+        want = [rule_check([tags[k] for k in s], scheme) for s in seqs]
         np.testing.assert_array_equal(got, want)
+        flat = np.array(tags)[seqs.ravel()]
+        np.testing.assert_array_equal(valid_tags(flat, scheme, np.full(len(seqs), length)), want)
 
 
 def test_masks_as_scores():
@@ -183,7 +185,7 @@ def test_constrained_viterbi_is_always_valid(scheme, lengths, shift, seed):
     path = inference.viterbi(u, lengths, *model)
     lo = 0
     for length in lengths:
-        assert valid_tags([tags[k] for k in path[lo : lo + length]], scheme)
+        assert rule_check([tags[k] for k in path[lo : lo + length]], scheme)
         lo += length
     log_z, marg = inference.forward_backward(u, lengths, *model)
     assert np.isfinite(log_z).all() and np.isfinite(marg).all()
@@ -304,7 +306,7 @@ def test_estimator_never_predicts_invalid_tags(cls, mode):
     pred = est.predict(Xt, lengths=lt)
     lo = 0
     for length in lt:
-        assert valid_tags(pred[lo : lo + length], "iob2")
+        assert rule_check(pred[lo : lo + length], "iob2")
         lo += length
     marg = est.predict_marginals(Xt, lengths=lt)
     assert (marg[np.cumsum(lt) - lt][:, ~c.start] == 0).all()
@@ -349,11 +351,11 @@ def test_errors():
     with pytest.raises(ValueError, match="needs the tag names"):
         sb.crf_objective(5, allowed_transitions="iob2")
     with pytest.raises(ValueError, match="bool array"):
-        constraints(np.ones((3, 3)))
+        from_masks(np.ones((3, 3)))
     with pytest.raises(ValueError, match="square"):
-        constraints(np.ones((3, 2), dtype=bool))
+        from_masks(np.ones((3, 2), dtype=bool))
     with pytest.raises(ValueError, match=r"start must have shape \(3,\)"):
-        constraints(np.ones((3, 3), dtype=bool), start=np.ones(2, dtype=bool))
+        from_masks(np.ones((3, 3), dtype=bool), start=np.ones(2, dtype=bool))
     c = allowed_transitions(IOB, "iob2")
     batch = SequenceBatch.build([4, 3, 4], [3], 5)  # O I-PER O
     obj = CRFObjective(5, allowed_transitions=c)
