@@ -1,4 +1,10 @@
-"""Command line entry point: ``structboost demo``."""
+"""Command line entry point: ``structboost train | predict | evaluate | demo``.
+
+``train``, ``predict`` and ``evaluate`` work on token files (``--format
+conll``: one token per line, whitespace-separated columns, a blank line
+between sentences, ``-DOCSTART-`` lines skipped) through
+:class:`structboost.tagging.ChunkTagger`.
+"""
 
 import argparse
 import sys
@@ -115,6 +121,163 @@ def _plot_curves(curves, path):
     plt.close(fig)
 
 
+def _read(path, columns):
+    from .datasets import read_conll
+
+    if not Path(path).is_file():
+        raise ValueError(f"{path}: no such file.")
+    frame = read_conll(path, columns=columns, line_numbers=True)
+    if frame.empty:
+        raise ValueError(f"{path} holds no tokens: is it a CoNLL column file?")
+    return frame
+
+
+def _check_tags(frame, path, columns, scheme):
+    """Raise naming the first line and column whose tag is not of ``scheme``."""
+    from ._tags import parse_tags
+
+    tags = frame["tag"].to_numpy().astype(str)
+    try:
+        parse_tags(tags, scheme)
+    except ValueError:
+        for line, tag in zip(frame["line"], tags):
+            try:
+                parse_tags(np.array([tag]), scheme)
+            except ValueError as err:
+                raise ValueError(
+                    f"{path}, line {line}, column {columns.index('tag') + 1}: tag {tag!r} is "
+                    f"not a {scheme.upper()} tag ({err}). Set --scheme to the file's scheme."
+                ) from None
+        raise
+
+
+def train(args):
+    """Fit a :class:`~structboost.tagging.ChunkTagger` on a token file and save it."""
+    from .sklearn import LGBMCRFClassifier, XGBCRFClassifier
+    from .lexical import TokenFeatures
+    from .tagging import ChunkTagger
+
+    columns = _columns(args.columns)
+    frame = _read(args.train, columns)
+    _check_tags(frame, args.train, columns, args.scheme)
+    dev = None
+    if args.dev:
+        dev = _read(args.dev, columns)
+        _check_tags(dev, args.dev, columns, args.scheme)
+    extra = tuple(c for c in columns if c not in ("token", "tag"))
+    engine = {"xgboost": XGBCRFClassifier, "lightgbm": LGBMCRFClassifier}[args.engine]
+    classifier = engine(
+        mode=args.mode,
+        transitions=args.transitions,
+        n_estimators=args.rounds,
+        learning_rate=args.learning_rate,
+        max_depth=args.max_depth,
+        early_stopping_rounds=args.early_stopping if dev is not None else None,
+        n_jobs=args.threads,
+    )
+    tagger = ChunkTagger(
+        features=TokenFeatures(
+            half_width=args.half_width, extra_columns=extra, min_count=args.min_count
+        ),
+        classifier=classifier,
+        scheme=args.scheme,
+        model_scheme=args.model_scheme,
+        constrained=not args.unconstrained,
+    )
+    n_sent = int(frame["sentence"].max()) + 1
+    print(f"training on {args.train}: {len(frame)} tokens, {n_sent} sentences", flush=True)
+    t0 = time.perf_counter()
+    tagger.fit(frame, dev=dev, verbose=args.verbose)
+    clf = tagger.classifier_
+    print(
+        f"trained in {time.perf_counter() - t0:.1f} s: {tagger.features_.n_features_out_} "
+        f"features, {clf.best_iteration_ + 1} rounds kept, tags {list(tagger.classes_)}",
+        flush=True,
+    )
+    tagger.save(args.model)
+    print(f"model written to {args.model}")
+    if dev is not None:
+        print(tagger.evaluate(dev, report=True), end="")
+    return 0
+
+
+def _load(args):
+    from .tagging import load_tagger
+
+    if not Path(args.model).is_file():
+        raise ValueError(f"{args.model}: no such model file; write one with `structboost train`.")
+    return load_tagger(args.model)
+
+
+def predict(args):
+    """Tag a token file; write it back with the predicted tags as the last column."""
+    tagger = _load(args)
+    columns = _columns(args.columns, need_tag=False)
+    frame = _read(args.input, columns)
+    frame["predicted"] = tagger.predict(frame)
+    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+    try:
+        previous = None
+        fields = [*columns, "predicted"]
+        for row in frame[["sentence", *fields]].itertuples(index=False):
+            if previous is not None and row[0] != previous:
+                out.write("\n")
+            previous = row[0]
+            out.write(" ".join(map(str, row[1:])) + "\n")
+        out.write("\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    if args.output != "-":
+        print(f"{len(frame)} tokens tagged, written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def evaluate(args):
+    """Span precision / recall / F1 report (conlleval layout)."""
+    from .metrics import span_report
+
+    columns = _columns(args.columns)
+    if args.predictions:
+        frame = _read(args.predictions, [*columns, "predicted"])
+        _check_tags(frame, args.predictions, columns, args.scheme)
+        lengths = np.bincount(frame["sentence"].to_numpy())
+        pred = frame["predicted"].to_numpy().astype(str)
+    else:
+        if not (args.model and args.input):
+            raise ValueError("evaluate needs --predictions F, or --model M with --input F.")
+        tagger = _load(args)
+        frame = _read(args.input, columns)
+        _check_tags(frame, args.input, columns, tagger.scheme)
+        lengths = np.bincount(frame["sentence"].to_numpy())
+        pred = tagger.predict(frame)
+        args.scheme = tagger.scheme
+    truth = frame["tag"].to_numpy().astype(str)
+    print(span_report(truth, pred, lengths, scheme=args.scheme), end="")
+    return 0
+
+
+def _columns(text, need_tag=True):
+    columns = [c.strip() for c in text.split(",") if c.strip()]
+    needed = ["token", "tag"] if need_tag else ["token"]
+    if not set(needed) <= set(columns):
+        raise ValueError(
+            f"--columns must name the column(s) {needed}; got {text!r} "
+            "(CoNLL-2003: token,pos,chunk,tag)."
+        )
+    return columns
+
+
+def _add_file_options(p):
+    p.add_argument("--format", choices=["conll"], default="conll", help="token file format")
+    p.add_argument(
+        "--columns",
+        default="token,pos,chunk,tag",
+        help="names of the columns of every token line, comma separated; must include token "
+        "and tag (default: CoNLL-2003)",
+    )
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="structboost", description="CRF objectives for gradient-boosted trees."
@@ -133,12 +296,56 @@ def build_parser():
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--out", default="structboost-demo", help="folder for the PNG")
     d.set_defaults(func=demo)
+
+    t = sub.add_parser("train", help="train a chunk tagger on a token file")
+    _add_file_options(t)
+    t.add_argument("--train", required=True, help="training token file")
+    t.add_argument("--dev", help="development token file (early stopping and a report)")
+    t.add_argument("--model", required=True, help="where to write the model")
+    t.add_argument("--scheme", default="iob1", help="tag scheme of the files: iob1, iob2, bioes")
+    t.add_argument("--model-scheme", default="iob2", help="tag scheme the model learns")
+    t.add_argument(
+        "--unconstrained", action="store_true", help="allow ill-formed tag sequences"
+    )
+    t.add_argument("--engine", choices=["xgboost", "lightgbm"], default="xgboost")
+    t.add_argument("--mode", choices=MODES, default="gbcrf")
+    t.add_argument("--transitions", choices=["lbfgs", "newton", "majorize"], default="newton")
+    t.add_argument("--rounds", type=int, default=300, help="boosting rounds (at most)")
+    t.add_argument("--learning-rate", type=float, default=0.5)
+    t.add_argument("--max-depth", type=int, default=6)
+    t.add_argument(
+        "--early-stopping", type=int, default=20, help="patience on --dev (rounds)"
+    )
+    t.add_argument("--half-width", type=int, default=2, help="token window half width")
+    t.add_argument("--min-count", type=int, default=2, help="vocabulary threshold")
+    t.add_argument("--threads", type=int, default=None)
+    t.add_argument("--verbose", type=int, default=10, help="print metrics every N rounds")
+    t.set_defaults(func=train)
+
+    p = sub.add_parser("predict", help="tag a token file with a trained model")
+    _add_file_options(p)
+    p.add_argument("--model", required=True)
+    p.add_argument("--input", required=True, help="token file (a tag column is kept if named)")
+    p.add_argument("--output", default="-", help="output file ('-': standard output)")
+    p.set_defaults(func=predict)
+
+    e = sub.add_parser("evaluate", help="span F1 report (conlleval layout)")
+    _add_file_options(e)
+    e.add_argument("--predictions", help="file written by `predict` (gold and predicted tags)")
+    e.add_argument("--model", help="model to run on --input instead")
+    e.add_argument("--input", help="tagged token file to predict and score")
+    e.add_argument("--scheme", default="iob1", help="tag scheme of --predictions")
+    e.set_defaults(func=evaluate)
     return parser
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as err:
+        parser.exit(2, f"structboost {args.command}: error: {err}\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

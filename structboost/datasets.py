@@ -437,7 +437,9 @@ def read_protein_qs(path):
     )
 
 
-def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8"):
+def read_conll(
+    path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8", line_numbers=False
+):
     """Read a CoNLL column file (CoNLL-2000 chunking, CoNLL-2003 NER).
 
     One token per line, fields separated by whitespace; a blank line ends a
@@ -452,13 +454,16 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8")
         ``("token", "pos", "chunk", "tag")``; CoNLL-2000: three columns.
     encoding : str
         Text encoding (the German CoNLL-2003 files are ``"latin-1"``).
+    line_numbers : bool
+        Add a ``line`` column: the 1-based line of every token in the file,
+        for error messages that point into it.
 
     Returns
     -------
     pandas.DataFrame
-        One row per token: ``sentence`` (int64 id 0, 1, ... in file order)
-        and the named columns (strings). Sentence lengths are
-        ``numpy.bincount(df["sentence"])``.
+        One row per token: ``sentence`` (int64 id 0, 1, ... in file order),
+        the named columns (strings) and, with ``line_numbers``, ``line``.
+        Sentence lengths are ``numpy.bincount(df["sentence"])``.
 
     Examples
     --------
@@ -468,12 +473,14 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8")
         df["tag"] = convert_tags(df["tag"], "iob1", "iob2", np.bincount(df["sentence"]))
     """
     columns = tuple(columns)
-    if not columns or len(set(columns)) != len(columns) or "sentence" in columns:
+    if not columns or len(set(columns)) != len(columns) or {"sentence", "line"} & set(columns):
         raise ValueError(
-            f"columns must be distinct names other than 'sentence', at least one; got {columns!r}."
+            "columns must be distinct names other than 'sentence' and 'line', at least one; "
+            f"got {columns!r}."
         )
     fields_by_column = [[] for _ in columns]
     sentence_ids = []
+    lines = []
     sentence = 0
     in_sentence = False
     with open(path, encoding=encoding) as handle:
@@ -491,10 +498,13 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8")
             for values, field in zip(fields_by_column, fields):
                 values.append(field)
             sentence_ids.append(sentence)
+            lines.append(lineno)
             in_sentence = True
     data = {"sentence": np.array(sentence_ids, dtype=np.int64)}
     for name, values in zip(columns, fields_by_column):
         data[name] = np.array(values, dtype=object)
+    if line_numbers:
+        data["line"] = np.array(lines, dtype=np.int64)
     return pd.DataFrame(data)
 
 

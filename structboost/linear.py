@@ -24,6 +24,7 @@ import time
 import numpy as np
 import scipy.sparse
 from scipy.optimize import minimize
+from sklearn.base import BaseEstimator
 
 from . import inference, majorize
 from .objective import SequenceBatch
@@ -175,7 +176,7 @@ class LinearChainProblem:
         return majorize.QuadraticBound(theta, float(b.seq_weight @ log_z), mu, curvature)
 
 
-class LinearChainCRF:
+class LinearChainCRF(BaseEstimator):
     """Linear-chain CRF with linear node scores, fit by L-BFGS or majorization.
 
     Parameters
@@ -212,6 +213,36 @@ class LinearChainCRF:
     history_seconds_ : ndarray, shape (n_iter_ + 1,)
         Seconds since the start of :meth:`fit` when each value was reached.
     n_iter_ : int
+
+    Notes
+    -----
+    Sparse inputs (scipy CSR, e.g. from
+    :class:`structboost.lexical.TokenFeatures`) stay sparse: one float64
+    copy with a column of ones is made, and every function evaluation costs
+    two sparse-dense products with ``(p + 1, K)`` matrices plus one
+    forward-backward pass.
+
+    Examples
+    --------
+    Boosting trees from the linear CRF (the "Features+Embd" setting of Chen
+    et al. 2015) with plain ``xgboost.train``: its node scores become the
+    ``base_margin`` of every DMatrix, and the transitions start from its own
+    (``XGBCRFClassifier(base_model=LinearChainCRF(...))`` does the same)::
+
+        crf = LinearChainCRF(reg=1.0).fit(X_sparse, y, lengths)
+        obj = structboost.crf_objective(num_labels=K)
+        obj.crf.params = crf.transitions_.copy()
+        dtrain = xgboost.DMatrix(X_dense, label=y, group=lengths,
+                                 base_margin=crf.decision_function(X_sparse))
+        booster = xgboost.train(structboost.xgb_params(K, eta=0.3), dtrain, 100,
+                                obj=obj, callbacks=[obj.callback()])
+        dtest = xgboost.DMatrix(X_dense_test,
+                                base_margin=crf.decision_function(X_sparse_test))
+        labels = structboost.predict(booster, dtest, lengths=lengths_test)
+
+    With LightGBM the scores go in as ``init_score``, which LightGBM never
+    adds when predicting: pass them again as
+    ``structboost.predict(booster, X, lengths=..., base_margin=scores)``.
     """
 
     def __init__(self, solver="lbfgs", reg=1.0, max_iter=100, tol=1e-7, rank=None, num_labels=None):
@@ -323,8 +354,8 @@ class LinearChainCRF:
     def decision_function(self, X):
         """Node scores ``X @ coef_ + intercept_``, shape (n, K).
 
-        Usable as XGBoost ``base_margin`` (row-major ``(n, K)``) to boost
-        from the linear CRF with :func:`structboost.crf_objective`.
+        Usable as XGBoost ``base_margin`` or LightGBM ``init_score``
+        (``(n, K)``) to boost from the linear CRF (see the class example).
         """
         X = self._check_fitted(X)
         return np.asarray(X @ self.coef_) + self.intercept_

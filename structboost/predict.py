@@ -60,8 +60,10 @@ def _lightgbm_inputs(booster, data, groups, lengths):
     return booster_margins(booster, data), lengths, params, num_labels, labels
 
 
-def crf_inputs(model, data, *, groups=None, lengths=None):
+def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
     """Margins, boundaries and transitions of a model on some data.
+
+    ``base_margin (n, K)``, if given, is added to the booster's margins.
 
     Returns
     -------
@@ -91,6 +93,14 @@ def crf_inputs(model, data, *, groups=None, lengths=None):
             f"the booster outputs {margins.shape[1]} scores per row but its CRF has "
             f"{num_labels} labels."
         )
+    if base_margin is not None:
+        base = np.asarray(base_margin, dtype=np.float64)
+        if base.shape != margins.shape:
+            raise ValueError(
+                f"base_margin has shape {base.shape} but the booster's margins have shape "
+                f"{margins.shape}: give one score per row and label."
+            )
+        margins += base
     return margins, offsets_from_lengths(lengths), params, labels
 
 
@@ -100,7 +110,16 @@ def _constrained(params, allowed_transitions):
     return params if constraints is None else constraints.apply(params)
 
 
-def predict(model, data, *, groups=None, lengths=None, decode="viterbi", allowed_transitions=None):
+def predict(
+    model,
+    data,
+    *,
+    groups=None,
+    lengths=None,
+    decode="viterbi",
+    base_margin=None,
+    allowed_transitions=None,
+):
     """Predicted labels of every sequence.
 
     Parameters
@@ -122,6 +141,12 @@ def predict(model, data, *, groups=None, lengths=None, decode="viterbi", allowed
         ``argmax_k P(y_t = k | x)``, which maximises the expected number of
         correct labels but may string together an unlikely path (Dietterich
         et al.'s "-V" and "-FB" predictions).
+    base_margin : (n, K) array-like, optional
+        Node scores added to the booster's raw margins: the scores of the
+        model a booster was boosted from (XGBoost ``base_margin``, LightGBM
+        ``init_score``). LightGBM never adds ``init_score`` when it predicts,
+        so pass it here; an XGBoost DMatrix that already carries a
+        ``base_margin`` includes it in the margins, so do not pass it twice.
     allowed_transitions : Constraints or (K, K) bool array-like, optional
         Moves the decoder may make (see :mod:`structboost.constraints`;
         build one from tag names with
@@ -136,7 +161,9 @@ def predict(model, data, *, groups=None, lengths=None, decode="viterbi", allowed
     """
     if decode not in DECODINGS:
         raise ValueError(f"decode must be one of {DECODINGS}; got {decode!r}.")
-    u, offsets, p, _ = crf_inputs(model, data, groups=groups, lengths=lengths)
+    u, offsets, p, _ = crf_inputs(
+        model, data, groups=groups, lengths=lengths, base_margin=base_margin
+    )
     p = _constrained(p, allowed_transitions)
     if decode == "marginal":
         post = posterior(u, offsets, p.transitions, p.start, p.end)
@@ -144,26 +171,39 @@ def predict(model, data, *, groups=None, lengths=None, decode="viterbi", allowed
     return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)
 
 
-def predict_marginals(model, data, *, groups=None, lengths=None, allowed_transitions=None):
+def predict_marginals(
+    model, data, *, groups=None, lengths=None, base_margin=None, allowed_transitions=None
+):
     """Posterior marginals ``P(y_t = k | x)``, shape ``(n, K)``.
 
     Parameters are as in :func:`predict`.
     """
-    u, offsets, p, _ = crf_inputs(model, data, groups=groups, lengths=lengths)
+    u, offsets, p, _ = crf_inputs(
+        model, data, groups=groups, lengths=lengths, base_margin=base_margin
+    )
     p = _constrained(p, allowed_transitions)
     return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
 
 
 def sequence_log_likelihood(
-    model, data, labels=None, *, groups=None, lengths=None, allowed_transitions=None
+    model,
+    data,
+    labels=None,
+    *,
+    groups=None,
+    lengths=None,
+    base_margin=None,
+    allowed_transitions=None,
 ):
     """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``.
 
-    ``labels`` default to the ones stored in a DMatrix or Dataset; under
-    ``allowed_transitions`` (see :func:`predict`) a labelling that makes a
-    forbidden move has log-likelihood ``-inf``.
+    ``labels`` default to the ones stored in a DMatrix or Dataset; the other
+    parameters are as in :func:`predict`. Under ``allowed_transitions`` a
+    labelling that makes a forbidden move has log-likelihood ``-inf``.
     """
-    u, offsets, p, stored = crf_inputs(model, data, groups=groups, lengths=lengths)
+    u, offsets, p, stored = crf_inputs(
+        model, data, groups=groups, lengths=lengths, base_margin=base_margin
+    )
     p = _constrained(p, allowed_transitions)
     if labels is None:
         labels = stored

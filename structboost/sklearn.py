@@ -13,7 +13,19 @@ a third element with one entry per row of ``X`` (or a column name) is
 ``groups``, anything else ``lengths``. When every sequence has length 1 the
 two coincide and the tuple reads as groups; pass a dict
 ``{"X": X, "y": y, "lengths": lengths}`` (keys ``groups``, ``lengths``,
-``sample_weight``) to say which.
+``sample_weight``, ``base_X``) to say which.
+
+Boosting from a base model (the "Features+Embd" setting of Chen et al.
+2015): with ``base_model=LinearChainCRF(...)``, ``fit`` first trains a clone
+of the base model on the training sequences (on ``base_X``, by default
+``X``), then boosts trees from its node scores, which become XGBoost's
+``base_margin`` / LightGBM's ``init_score`` of the training and evaluation
+sets; the transitions start from the base model's. ``predict``,
+``predict_marginals``, ``predict_log_likelihood`` and ``score`` add the base
+scores back (pass them the same ``base_X`` layout). Typically the base model
+sees sparse lexical features (:class:`structboost.lexical.TokenFeatures`)
+and the trees dense ones. The same recipe with ``xgboost.train`` is in
+:class:`structboost.LinearChainCRF`.
 
 Inside scikit-learn's model selection, route the sequence ids to ``fit`` and
 ``score`` with metadata routing::
@@ -28,7 +40,7 @@ import inspect
 import numpy as np
 import pandas as pd
 import xgboost as xgb
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.metrics import accuracy_score
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
@@ -47,16 +59,21 @@ _RESERVED = ("objective", "num_class", "num_target", "metric", "eval_metric")
 
 
 def _eval_parts(item, index):
-    """``(X, y, groups, lengths, sample_weight)`` of one ``eval_set`` entry."""
+    """``(X, y, groups, lengths, sample_weight, base_X)`` of one ``eval_set`` entry."""
     if isinstance(item, dict):
-        unknown = set(item) - {"X", "y", "groups", "lengths", "sample_weight"}
+        unknown = set(item) - {"X", "y", "groups", "lengths", "sample_weight", "base_X"}
         if unknown or "X" not in item or "y" not in item:
             raise ValueError(
                 f"eval_set[{index}] must have keys 'X', 'y' and 'groups' or 'lengths' (and "
-                f"optionally 'sample_weight'); got {sorted(item)}."
+                f"optionally 'sample_weight', 'base_X'); got {sorted(item)}."
             )
         return (
-            item["X"], item["y"], item.get("groups"), item.get("lengths"), item.get("sample_weight")
+            item["X"],
+            item["y"],
+            item.get("groups"),
+            item.get("lengths"),
+            item.get("sample_weight"),
+            item.get("base_X"),
         )
     if not isinstance(item, (tuple, list)) or len(item) != 3:
         raise ValueError(
@@ -66,15 +83,16 @@ def _eval_parts(item, index):
     X, y, third = item
     n_rows = X.shape[0] if hasattr(X, "shape") else len(X)
     if isinstance(third, str) or len(third) == n_rows:
-        return X, y, third, None, None
-    return X, y, None, third, None
+        return X, y, third, None, None, None
+    return X, y, None, third, None, None
 
 
 class _CRFClassifier(ClassifierMixin, BaseEstimator):
     """What both estimators share: parameters, input checks, labels, predict.
 
     Subclasses implement ``_train`` (returns the booster and the metric
-    history), ``_kept_rounds``, ``_engine_data`` (features as the engine
+    history; data tuples end with the base margin ``(n, K)`` or None),
+    ``_kept_rounds``, ``_engine_data`` (features as the engine
     predicts from them), ``_load_state`` and ``_gain_importance``.
     """
 
@@ -154,8 +172,35 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
     def _sequence_weights(self, sample_weight, lengths):
         return None if sample_weight is None else sequence_weights(sample_weight, lengths)
 
+    def _base_margin(self, X, base_X, n_classes):
+        """Node scores ``(n, K)`` of the fitted base model on ``base_X`` (default ``X``) or None."""
+        if self.base_model_ is None:
+            if base_X is not None:
+                raise ValueError(
+                    "base_X is the input of base_model, but base_model is None: set "
+                    "base_model= or drop base_X."
+                )
+            return None
+        inputs = X if base_X is None else base_X
+        margin = np.asarray(self.base_model_.decision_function(inputs), dtype=np.float64)
+        if margin.shape != (X.shape[0], n_classes):
+            raise ValueError(
+                f"the base model scored {margin.shape} but needs one score per row of X and "
+                f"class: ({X.shape[0]}, {n_classes}). Give base_X one row per row of X."
+            )
+        return margin
+
+    def _start_transitions(self, obj):
+        """Start the objective's transitions from the base model's, when it has them."""
+        params = getattr(self.base_model_, "transitions_", None)
+        if params is not None and obj.crf.uses_transitions:
+            constraints = obj.crf.constraints
+            obj.crf.params = params.copy() if constraints is None else constraints.apply(params)
+
     # -- fit --------------------------------------------------------------
-    def fit(self, X, y, *, groups=None, lengths=None, sample_weight=None, eval_set=None):
+    def fit(
+        self, X, y, *, groups=None, lengths=None, sample_weight=None, eval_set=None, base_X=None
+    ):
         """Train on labelled sequences.
 
         Parameters
@@ -174,7 +219,11 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         eval_set : list of tuple or dict, optional
             ``(X, y, groups)`` or ``(X, y, lengths)`` tuples or dicts (see the
             module notes); the CRF metric is recorded in ``evals_result_``
-            and drives early stopping.
+            and drives early stopping. With ``base_model`` and ``base_X``,
+            entries must be dicts with a ``"base_X"`` key.
+        base_X : array-like or scipy sparse matrix, shape (n, p), optional
+            Input of ``base_model`` (e.g. sparse lexical features while the
+            trees see dense ones); ``X`` by default.
 
         Returns
         -------
@@ -191,13 +240,26 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
                 f"y has only one class {classes.tolist()}: a classifier needs at least "
                 "2 classes."
             )
-        train = (X, codes, lengths, self._sequence_weights(sample_weight, lengths))
+        seq_weight = self._sequence_weights(sample_weight, lengths)
+        self.base_model_ = None
+        if self.base_model is not None:
+            inputs = X if base_X is None else base_X
+            self.base_model_ = clone(self.base_model).fit(
+                inputs, codes, lengths, sample_weight=seq_weight
+            )
+        train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
         evals = []
         for i, item in enumerate(eval_set or ()):
-            Xe, ye, ge, le, we = _eval_parts(item, i)
+            Xe, ye, ge, le, we, be = _eval_parts(item, i)
+            if base_X is not None and be is None and self.base_model is not None:
+                raise ValueError(
+                    f"eval_set[{i}] has no base_X but fit got one: pass eval_set entries as "
+                    "dicts with a 'base_X' key."
+                )
             Xe, le = self._check_X(Xe, ge, le, reset=False)
             codes_e = self._encode(ye, Xe.shape[0], classes)
-            evals.append((Xe, codes_e, le, self._sequence_weights(we, le)))
+            margin_e = self._base_margin(Xe, be, len(classes))
+            evals.append((Xe, codes_e, le, self._sequence_weights(we, le), margin_e))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
         reserved = sorted(set(self._engine_kwargs()) & set(_RESERVED))
@@ -220,12 +282,14 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         """``allowed_transitions`` as :class:`~structboost.constraints.Constraints` (or None)."""
         return resolve_constraints(self.allowed_transitions, len(classes), labels=classes)
 
-    def _data(self, X, groups, lengths):
+    def _data(self, X, groups, lengths, base_X):
+        """Engine data, lengths ``(m,)`` and base margin ``(n, K)`` (or None) of ``X``."""
         check_is_fitted(self)
         X, lengths = self._check_X(X, groups, lengths, reset=False)
-        return self._engine_data(X), lengths
+        margin = self._base_margin(X, base_X, len(self.classes_))
+        return self._engine_data(X), lengths, margin
 
-    def predict(self, X, *, groups=None, lengths=None, decode="viterbi"):
+    def predict(self, X, *, groups=None, lengths=None, decode="viterbi", base_X=None):
         """Predicted labels, in the original label values.
 
         Parameters
@@ -236,48 +300,52 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         decode : {"viterbi", "marginal"}
             The most probable sequence, or each position's most probable
             label (see :func:`structboost.predict`).
+        base_X : array-like or scipy sparse matrix, shape (n, p), optional
+            Input of the base model, when ``fit`` was given one.
 
         Returns
         -------
         (n,) ndarray of ``classes_`` values
         """
-        data, lengths = self._data(X, groups, lengths)
-        labels = _viterbi(
+        data, lengths, margin = self._data(X, groups, lengths, base_X)
+        codes = _viterbi(
             self.booster_,
             data,
             lengths=lengths,
             decode=decode,
+            base_margin=margin,
             allowed_transitions=self._constraints(self.classes_),
         )
-        return self.classes_[labels]
+        return self.classes_[codes]
 
-    def predict_marginals(self, X, *, groups=None, lengths=None):
+    def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
         """Posterior marginals ``P(y_t = c | x)``, ``(n, n_classes)``, columns in ``classes_`` order."""
-        data, lengths = self._data(X, groups, lengths)
+        data, lengths, margin = self._data(X, groups, lengths, base_X)
         return _marginals(
             self.booster_,
             data,
             lengths=lengths,
+            base_margin=margin,
             allowed_transitions=self._constraints(self.classes_),
         )
 
-    def predict_log_likelihood(self, X, y, *, groups=None, lengths=None):
+    def predict_log_likelihood(self, X, y, *, groups=None, lengths=None, base_X=None):
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, lengths = self._data(X, groups, lengths)
+        data, lengths, margin = self._data(X, groups, lengths, base_X)
         codes = self._encode(y, int(lengths.sum()), self.classes_)
         return _log_likelihood(
             self.booster_,
             data,
             codes,
             lengths=lengths,
+            base_margin=margin,
             allowed_transitions=self._constraints(self.classes_),
         )
 
-    def score(self, X, y, *, groups=None, lengths=None, sample_weight=None):
+    def score(self, X, y, *, groups=None, lengths=None, sample_weight=None, base_X=None):
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
-        return accuracy_score(
-            y, self.predict(X, groups=groups, lengths=lengths), sample_weight=sample_weight
-        )
+        predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
+        return accuracy_score(y, predicted, sample_weight=sample_weight)
 
     # -- fitted attributes --------------------------------------------------
     @property
@@ -327,12 +395,18 @@ class XGBCRFClassifier(_CRFClassifier):
         Stop when the CRF negative log-likelihood on the last ``eval_set``
         entry has not improved for this many rounds; predictions then use
         the best round and its transitions.
+    base_model : estimator, optional
+        A :class:`structboost.LinearChainCRF` (or any estimator with
+        ``fit(X, y, lengths, sample_weight=)`` and ``decision_function(X) ->
+        (n, K)``): ``fit`` trains a clone of it first and boosts from its
+        node scores (``base_margin``) and transitions; see the module notes.
     allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
         Moves the model may make: a tag scheme (the classes must then be
         its tags, such as ``"B-PER"`` and ``"O"``; see
         :func:`structboost.constraints.allowed_transitions`) or masks over
         ``classes_``. Forbidden transition, start and end scores stay at
-        ``-inf`` in training (never refit) and in :meth:`predict`,
+        ``-inf`` in training (never refit, also when starting from a base
+        model's transitions) and in :meth:`predict`,
         :meth:`predict_marginals`, :meth:`predict_log_likelihood` and
         :meth:`score`, so no prediction makes a forbidden move. The
         training labels must obey them.
@@ -351,6 +425,8 @@ class XGBCRFClassifier(_CRFClassifier):
         CRF metric per round for each ``eval_set`` entry (``validation_i``).
     transitions_ : pandas.DataFrame
     feature_importances_ : ndarray, shape (n_features_in_,)
+    base_model_ : estimator or None
+        The fitted clone of ``base_model``.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when ``X`` was a DataFrame.
@@ -367,6 +443,7 @@ class XGBCRFClassifier(_CRFClassifier):
         learning_rate=0.3,
         max_depth=6,
         early_stopping_rounds=None,
+        base_model=None,
         allowed_transitions=None,
         **kwargs,
     ):
@@ -378,13 +455,14 @@ class XGBCRFClassifier(_CRFClassifier):
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
+        self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         super().__init__(**kwargs)
 
     def _engine_data(self, X):
         return self._dmatrix(X)
 
-    def _dmatrix(self, X, labels=None, lengths=None, seq_weight=None):
+    def _dmatrix(self, X, labels=None, lengths=None, seq_weight=None, base_margin=None):
         names = getattr(self, "feature_names_in_", None)
         engine = self._engine_kwargs()
         threads = engine.get("n_jobs", engine.get("nthread"))
@@ -393,6 +471,7 @@ class XGBCRFClassifier(_CRFClassifier):
             label=labels,
             group=lengths,
             weight=seq_weight,
+            base_margin=base_margin,
             feature_names=None if names is None else list(names),
             enable_categorical=isinstance(X, pd.DataFrame),
             nthread=-1 if threads is None else threads,
@@ -400,6 +479,7 @@ class XGBCRFClassifier(_CRFClassifier):
 
     def _train(self, train, evals, crf, n_classes):
         obj = crf_objective(n_classes, **crf)
+        self._start_transitions(obj)
         dtrain = self._dmatrix(*train)
         dvalid = [(self._dmatrix(*e), f"validation_{i}") for i, e in enumerate(evals)]
         params = xgb_params(
@@ -453,6 +533,8 @@ class LGBMCRFClassifier(_CRFClassifier):
         Stop when the CRF negative log-likelihood on an ``eval_set`` entry
         has not improved for this many rounds; predictions then use the best
         round and its transitions.
+    base_model : estimator, optional
+        As in :class:`XGBCRFClassifier`; its scores become ``init_score``.
     allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
         As in :class:`XGBCRFClassifier`.
     **kwargs
@@ -472,6 +554,8 @@ class LGBMCRFClassifier(_CRFClassifier):
         CRF metric per round for each ``eval_set`` entry (``validation_i``).
     transitions_ : pandas.DataFrame
     feature_importances_ : ndarray, shape (n_features_in_,)
+    base_model_ : estimator or None
+        The fitted clone of ``base_model``.
     n_features_in_ : int
     feature_names_in_ : ndarray of str
         Only when ``X`` was a DataFrame.
@@ -489,6 +573,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         max_depth=-1,
         num_leaves=31,
         early_stopping_rounds=None,
+        base_model=None,
         allowed_transitions=None,
         **kwargs,
     ):
@@ -501,6 +586,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.max_depth = max_depth
         self.num_leaves = num_leaves
         self.early_stopping_rounds = early_stopping_rounds
+        self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         super().__init__(**kwargs)
 
@@ -512,8 +598,9 @@ class LGBMCRFClassifier(_CRFClassifier):
 
         from .lightgbm import lgb_crf_objective, lgb_params
 
-        X, y, lengths, seq_weight = train
+        X, y, lengths, seq_weight, init_score = train
         obj = lgb_crf_objective(n_classes, **crf)
+        self._start_transitions(obj)
         params = lgb_params(
             n_classes,
             learning_rate=self.learning_rate,
@@ -534,6 +621,7 @@ class LGBMCRFClassifier(_CRFClassifier):
             callbacks.append(stop)
         fit = {
             "sample_weight": self._row_weights(seq_weight, lengths),
+            "init_score": init_score,
             "group": lengths,
             "eval_metric": obj.sklearn_metric,
             "callbacks": callbacks,
@@ -546,6 +634,7 @@ class LGBMCRFClassifier(_CRFClassifier):
             fit.update(
                 eval_group=[e[2] for e in evals],
                 eval_sample_weight=[self._row_weights(e[3], e[2]) for e in evals],
+                eval_init_score=[e[4] for e in evals],
                 eval_names=[f"validation_{i}" for i in range(len(evals))],
             )
         try:

@@ -298,11 +298,11 @@ class _OneSequence:
             X, y, groups=groups, lengths=lengths, sample_weight=sample_weight, eval_set=eval_set
         )
 
-    def _data(self, X, groups, lengths):
+    def _data(self, X, groups, lengths, base_X):
         check = super()._data  # NotFittedError first, as the checks expect
         if groups is None and lengths is None and hasattr(self, "booster_"):
             lengths = [_rows(X)]
-        return check(X, groups, lengths)
+        return check(X, groups, lengths, base_X)
 
     def score(self, X, y, *, groups=None, lengths=None, sample_weight=None):
         if groups is None and lengths is None:
