@@ -4,7 +4,8 @@ Each training row is one position of one sequence; the engine's K outputs
 per row are the CRF node potentials. See :func:`crf_objective`.
 """
 
-from . import datasets, inference, lexical, majorize, metrics, multilabel
+from . import constraints, datasets, inference, lexical, majorize, metrics, multilabel
+from .constraints import allowed_transitions
 from .lexical import TokenFeatures
 from .multilabel import ESSTreeCRFClassifier, read_arff_multilabel
 from .tree_estimators import TreeCRFClassifier
@@ -47,6 +48,8 @@ __all__ = [
     "TransitionParams",
     "XGBCRFClassifier",
     "__version__",
+    "allowed_transitions",
+    "constraints",
     "crf_objective",
     "datasets",
     "inference",

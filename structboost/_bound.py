@@ -41,7 +41,9 @@ def running_curvature(log_alpha, weights, log_z, prob, curvature, curvature_sum)
     ----------
     log_alpha : (s, U, n) float64
         ``log alpha`` of ``n`` outcomes for ``s * U`` problems; ``-inf``
-        marks an absent outcome; every problem has a finite entry.
+        marks an absent outcome. A problem with no finite entry (e.g. a
+        label that forbidden moves cut off from the chain's end) gets
+        ``log_z = -inf`` and zero probabilities and curvature.
     weights : (s,) float64
         Multiplier of the curvature of the problems ``[j, :]``.
     log_z : (s, U) float64
@@ -78,7 +80,7 @@ def running_curvature(log_alpha, weights, log_z, prob, curvature, curvature_sum)
                 inclusive[j] = total
             log_z[s, u] = total
             for j in range(n):
-                prob[s, u, j] = np.exp(row[j] - total)
+                prob[s, u, j] = np.exp(row[j] - total) if total > -np.inf else 0.0
                 if inclusive[j] == -np.inf:
                     step[j] = 0.0
                     diagonal = 0.0

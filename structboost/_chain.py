@@ -20,7 +20,12 @@ Hence ``P(y_t = k) ~ alpha[t, k] * beta[t, k]`` and
 ``E = exp(transitions - max(transitions))``. Unary rows are exponentiated
 after subtracting their maximum; a product that underflows (possible only
 with forbidden, ``-inf``, transitions and extreme margins) is redone in log
-space for that step, so margins of +-1e4 stay finite.
+space for that step. Where forbidden moves and node potentials hundreds of
+units apart put the relevant labellings beyond float64's range of one
+another, no scaling of the messages can hold the posterior:
+:func:`log_space_posterior` recomputes such sequences in log space, and
+:func:`pairwise_rates` / :func:`exact_gamma_pairwise` derive their bounds
+from its pairwise marginals.
 """
 
 import numpy as np
@@ -308,6 +313,41 @@ def path_sums(right, left, offsets):
     return to_right, to_left
 
 
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _sequence_exact_gamma(fwd, bwd, marginals, lo, out):
+    """Exact node bound of one sequence from its one-step conditionals.
+
+    ``fwd[t]`` is ``P(y_{t+1} | y_t)`` (rows: ``y_t``), ``bwd[t]`` is
+    ``P(y_{t-1} | y_t)`` (rows: ``y_t``), both ``(L, K, K)``; writes
+    ``out[lo:lo + L]``.
+    """
+    length, k, _ = fwd.shape
+    for t in range(length):
+        tv = np.zeros(k)
+        for direction in range(2):
+            cond = np.eye(k)
+            s = t
+            while True:
+                s = s + 1 if direction == 0 else s - 1
+                if s < 0 or s >= length:
+                    break
+                step = fwd[s - 1] if direction == 0 else bwd[s + 1]
+                cond = cond @ step
+                for kk in range(k):
+                    d = 0.0
+                    for j in range(k):
+                        d += abs(cond[kk, j] - marginals[lo + s, j])
+                    tv[kk] += 0.5 * d
+        best = 0.0
+        for kk in range(k):
+            p = marginals[lo + t, kk]
+            if p * (1.0 - p) >= 1e-12:
+                g = 2.0 * (1.0 + tv[kk] / (1.0 - p))
+                if g > best:
+                    best = g
+        out[lo + t] = best if best > 0.0 else 2.0
+
+
 @njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
 def exact_gamma(alpha, r, marginals, offsets, transitions):
     """Smallest valid node bound: ``max_k sum_j |H_ij| / H_ii`` per position.
@@ -332,31 +372,170 @@ def exact_gamma(alpha, r, marginals, offsets, transitions):
         for t in range(length - 1):
             _row_conditional(emat, r[lo + t + 1], fwd[t])
             _row_conditional(emat_t, alpha[lo + t], bwd[t + 1])
-        for t in range(length):
-            tv = np.zeros(k)
-            for direction in range(2):
-                cond = np.eye(k)
-                s = t
-                while True:
-                    s = s + 1 if direction == 0 else s - 1
-                    if s < 0 or s >= length:
-                        break
-                    step = fwd[s - 1] if direction == 0 else bwd[s + 1]
-                    cond = cond @ step
-                    for kk in range(k):
-                        d = 0.0
-                        for j in range(k):
-                            d += abs(cond[kk, j] - marginals[lo + s, j])
-                        tv[kk] += 0.5 * d
-            best = 0.0
-            for kk in range(k):
-                p = marginals[lo + t, kk]
-                if p * (1.0 - p) >= 1e-12:
-                    g = 2.0 * (1.0 + tv[kk] / (1.0 - p))
-                    if g > best:
-                        best = g
-            out[lo + t] = best if best > 0.0 else 2.0
+        _sequence_exact_gamma(fwd, bwd, marginals, lo, out)
     return out
+
+
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
+def exact_gamma_pairwise(pairwise, marginals, offsets):
+    """:func:`exact_gamma` from pairwise marginals (rows of the log-space fallback).
+
+    Parameters
+    ----------
+    pairwise : (r, K, K) float64
+        ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
+    marginals : (r, K) float64
+    offsets : (s + 1,) int64
+
+    Returns
+    -------
+    (r,) float64
+    """
+    r, k = marginals.shape
+    ones = np.ones(k)
+    out = np.zeros(r)
+    for i in range(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        length = hi - lo
+        fwd = np.zeros((length, k, k))
+        bwd = np.zeros((length, k, k))
+        for t in range(length - 1):
+            _row_conditional(pairwise[lo + t], ones, fwd[t])
+            _row_conditional(np.ascontiguousarray(pairwise[lo + t].T), ones, bwd[t + 1])
+        _sequence_exact_gamma(fwd, bwd, marginals, lo, out)
+    return out
+
+
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
+def pairwise_rates(pairwise, offsets):
+    """:func:`mixing_rates` from pairwise marginals (rows of the log-space fallback).
+
+    Parameters
+    ----------
+    pairwise : (r, K, K) float64
+        ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
+    offsets : (s + 1,) int64
+
+    Returns
+    -------
+    right, left : (r,) float64
+        As in :func:`mixing_rates`.
+    """
+    r, k, _ = pairwise.shape
+    right = np.zeros(r)
+    left = np.zeros(r)
+    ones = np.ones(k)
+    inv = np.empty(k)
+    low = np.empty(k)
+    possible = np.empty(k, dtype=np.bool_)
+    for i in range(offsets.shape[0] - 1):
+        for t in range(offsets[i], offsets[i + 1] - 1):
+            joint = pairwise[t]
+            joint_t = np.ascontiguousarray(joint.T)
+            for side in range(2):
+                mat = joint if side == 0 else joint_t
+                for a in range(k):
+                    s = mat[a].sum()
+                    possible[a] = s > 0.0
+                    inv[a] = 1.0 / s if possible[a] else 0.0
+                rate = _rate(mat, inv, ones, possible, low)
+                if side == 0:
+                    right[t] = rate
+                else:
+                    left[t + 1] = rate
+    return right, left
+
+
+@njit(cache=True, fastmath=_FAST, error_model="numpy")
+def _logsumexp(x):
+    top = -np.inf
+    for j in range(x.shape[0]):
+        if x[j] > top:
+            top = x[j]
+    if top == -np.inf:
+        return -np.inf
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += np.exp(x[j] - top)
+    return top + np.log(s)
+
+
+@njit(cache=True, error_model="numpy")
+def log_space_posterior(unary, offsets, sequences, transitions, start, end):
+    """Forward-backward in log space for some sequences.
+
+    The fallback for sequences whose scaled messages underflow (forbidden
+    moves together with node potentials hundreds of units apart): every
+    message is a log-sum-exp, so any finite potentials work.
+
+    Parameters
+    ----------
+    unary : (n, K) float64
+    offsets : (m + 1,) int64
+    sequences : (s,) int64
+        Indices of the sequences to process, increasing.
+    transitions : (K, K) float64
+    start, end : (K,) float64
+
+    Returns
+    -------
+    log_z : (s,) float64
+        ``-inf`` for a sequence with no allowed labelling (its other rows
+        are then zero).
+    marginals : (r, K) float64
+        Node marginals of the rows of the selected sequences, in order.
+    pairwise : (r, K, K) float64
+        ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
+    """
+    k = unary.shape[1]
+    total = 0
+    for i in sequences:
+        total += offsets[i + 1] - offsets[i]
+    log_z = np.empty(sequences.shape[0])
+    marginals = np.zeros((total, k))
+    pairwise = np.zeros((total, k, k))
+    tmp = np.empty(k)
+    row = 0
+    for idx in range(sequences.shape[0]):
+        lo, hi = offsets[sequences[idx]], offsets[sequences[idx] + 1]
+        length = hi - lo
+        la = np.empty((length, k))
+        lb = np.empty((length, k))
+        for b in range(k):
+            la[0, b] = start[b] + unary[lo, b]
+        for t in range(1, length):
+            for b in range(k):
+                for a in range(k):
+                    tmp[a] = la[t - 1, a] + transitions[a, b]
+                la[t, b] = _logsumexp(tmp) + unary[lo + t, b]
+        lb[length - 1] = end
+        for t in range(length - 2, -1, -1):
+            for a in range(k):
+                for b in range(k):
+                    tmp[b] = transitions[a, b] + unary[lo + t + 1, b] + lb[t + 1, b]
+                lb[t, a] = _logsumexp(tmp)
+        for b in range(k):
+            tmp[b] = la[length - 1, b] + end[b]
+        lz = _logsumexp(tmp)
+        log_z[idx] = lz
+        if lz > -np.inf:
+            # Rounding in sums of potentials ~1e4 leaves ~1e-12 in the totals: renormalise.
+            for t in range(length):
+                for a in range(k):
+                    marginals[row + t, a] = np.exp(la[t, a] + lb[t, a] - lz)
+                _normalise(marginals[row + t])
+            for t in range(length - 1):
+                total_pair = 0.0
+                for a in range(k):
+                    for b in range(k):
+                        v = np.exp(
+                            la[t, a] + transitions[a, b] + unary[lo + t + 1, b] + lb[t + 1, b] - lz
+                        )
+                        pairwise[row + t, a, b] = v
+                        total_pair += v
+                pairwise[row + t] /= total_pair
+        row += length
+    return log_z, marginals, pairwise
 
 
 @njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")

@@ -10,11 +10,15 @@ score of a labelling ``y`` of one sequence is::
 
 Every public function validates its input, converts it once to C-contiguous
 float64 and calls the numba kernels of :mod:`structboost._chain`.
-``-inf`` entries of ``transitions``, ``start`` or ``end`` forbid a move.
-Messages live in scaled probability space (fast, no logs in the inner
-loops); with forbidden moves, a sequence whose only allowed labellings lie
-more than ~700 (natural-log units) below a forbidden one cannot be
-represented and raises a ``ValueError`` rather than returning NaN.
+``-inf`` entries of ``transitions``, ``start`` or ``end`` forbid a move
+(see :mod:`structboost.constraints`). Messages live in scaled probability
+space (fast, no logs in the inner loops). With forbidden moves, a sequence
+whose allowed labellings lie more than ~700 (natural-log units) below a
+forbidden one cannot be held in that space; such sequences are detected
+(a position whose forward and backward messages barely overlap) and
+recomputed by a log-space forward-backward, so any finite node potentials
+work. Only a sequence that the constraints leave no labelling at all raises
+a ``ValueError``.
 """
 
 from dataclasses import dataclass
@@ -34,6 +38,10 @@ from .tree_inference import (  # noqa: F401  (re-exported: the tree contract liv
 )
 
 GAMMA_METHODS = ("mixing", "length", "exact")
+# A position whose scaled forward and backward messages overlap by less than
+# this is recomputed in log space: any label the scaled pass lost (below
+# float64's ~1e-308) then has posterior probability below 1e-158.
+_OVERLAP_FLOOR = 1e-150
 
 
 def _as_float_array(x, name, shape):
@@ -71,11 +79,39 @@ def check_chain(unary, lengths, transitions, start, end):
 
 
 @dataclass
+class LogSpacePart:
+    """Posterior of the sequences recomputed in log space.
+
+    Attributes
+    ----------
+    sequences : (s,) int64
+        Their indices, increasing.
+    rows : (r,) int64
+        Their rows, in order.
+    offsets : (s + 1,) int64
+        Boundaries of each sequence within ``rows``.
+    marginals : (r, K) float64
+    pairwise : (r, K, K) float64
+        ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
+    """
+
+    sequences: np.ndarray
+    rows: np.ndarray
+    offsets: np.ndarray
+    marginals: np.ndarray
+    pairwise: np.ndarray
+
+
+@dataclass
 class ChainPosterior:
     """Scaled forward-backward messages of a batch, with what derives from them.
 
     Built by :func:`posterior` from already validated arrays; objectives and
-    solvers use it to avoid repeating validation and message passes.
+    solvers use it to avoid repeating validation and message passes. On the
+    rows of the sequences in ``log_space`` (if any), ``alpha`` holds the node
+    marginals and ``beta`` ones, while ``r``, ``into`` and ``beta_scale`` are
+    finite placeholders: every method below takes those rows from
+    ``log_space`` instead.
     """
 
     offsets: np.ndarray
@@ -86,16 +122,71 @@ class ChainPosterior:
     r: np.ndarray
     into: np.ndarray
     beta_scale: np.ndarray
+    log_space: LogSpacePart | None = None
 
-    def marginals(self):
-        """Node marginals ``(n, K)``."""
-        p = self.alpha * self.beta
+    def marginals(self, rows=None):
+        """Node marginals ``(n, K)``, or ``(len(rows), K)`` of the given rows."""
+        p = self.alpha * self.beta if rows is None else self.alpha[rows] * self.beta[rows]
         p /= p.sum(axis=1, keepdims=True)
         return p
 
     def edge_marginals(self):
         """Pairwise marginals ``(n, K, K)``; row ``t`` joins ``t`` and ``t + 1``."""
-        return _chain.edge_marginals(self.alpha, self.r, self.offsets, self.transitions)
+        out = _chain.edge_marginals(self.alpha, self.r, self.offsets, self.transitions)
+        if self.log_space is not None:
+            out[self.log_space.rows] = self.log_space.pairwise
+        return out
+
+    def edge_sums(self, edges, weights, curvature_weights=None):
+        """Weighted sums of the pairwise marginals over some edges.
+
+        Parameters
+        ----------
+        edges : (e,) int64
+            Rows ``t`` (none last in its sequence) of the edges ``(t, t + 1)``.
+        weights : (e,) float64
+        curvature_weights : (e,) float64, optional
+
+        Returns
+        -------
+        total : (K, K) float64
+            ``sum_t weights_t P_t``.
+        curvature : (K, K) float64 or None
+            ``sum_t curvature_weights_t P_t (1 - P_t)``, when asked for.
+
+        Notes
+        -----
+        Two matrix products over all edges at once:
+        ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t``, so
+        ``sum_t c_t P_t = E * (A' diag(c / z) R)`` and
+        ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``.
+        """
+        part = self.log_space
+        if part is not None:
+            # Edges of log-space sequences: summed from their pairwise marginals.
+            n = self.alpha.shape[0]
+            local = np.full(n, -1, dtype=np.int64)
+            local[part.rows] = np.arange(part.rows.size)
+            mine = local[edges] >= 0
+            pair = part.pairwise[local[edges[mine]]]
+            total = np.einsum("e,eab->ab", weights[mine], pair)
+            if curvature_weights is not None:
+                fallback_curv = np.einsum("e,eab->ab", curvature_weights[mine], pair * (1.0 - pair))
+                curvature_weights = curvature_weights[~mine]
+            edges, weights = edges[~mine], weights[~mine]
+        emat = np.exp(self.transitions - self.transitions.max())
+        a = self.alpha[edges]
+        r = self.r[edges + 1]
+        z = np.einsum("ij,ij->i", a @ emat, r)
+        scaled = emat * (a.T @ (r * (weights / z)[:, None]))
+        total = scaled if part is None else total + scaled
+        if curvature_weights is None:
+            return total, None
+        g = curvature_weights / z
+        curvature = emat * (a.T @ (r * g[:, None])) - emat**2 * ((a * a).T @ (r * r * (g / z)[:, None]))
+        if part is not None:
+            curvature += fallback_curv
+        return total, curvature
 
     @cached_property
     def _path_sums(self):
@@ -103,6 +194,9 @@ class ChainPosterior:
         right, left = _chain.mixing_rates(
             self.alpha, self.beta, self.r, self.into, self.beta_scale, self.offsets, self.transitions
         )
+        part = self.log_space
+        if part is not None:
+            right[part.rows], left[part.rows] = _chain.pairwise_rates(part.pairwise, part.offsets)
         return _chain.path_sums(right, left, self.offsets)
 
     def node_gamma(self, method="mixing", marginals=None):
@@ -115,7 +209,11 @@ class ChainPosterior:
             return np.repeat(2.0 * lengths, lengths).astype(np.float64)
         if method == "exact":
             p = self.marginals() if marginals is None else marginals
-            return _chain.exact_gamma(self.alpha, self.r, p, self.offsets, self.transitions)
+            out = _chain.exact_gamma(self.alpha, self.r, p, self.offsets, self.transitions)
+            part = self.log_space
+            if part is not None:
+                out[part.rows] = _chain.exact_gamma_pairwise(part.pairwise, part.marginals, part.offsets)
+            return out
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
 
     def edge_gamma(self):
@@ -127,30 +225,59 @@ class ChainPosterior:
         return out
 
 
+def _log_space_part(unary, offsets, sequences, transitions, start, end):
+    """Run :func:`structboost._chain.log_space_posterior`; raise where nothing is allowed.
+
+    Returns
+    -------
+    log_z : (s,) float64
+    part : LogSpacePart
+    """
+    log_z, marginals, pairwise = _chain.log_space_posterior(
+        unary, offsets, sequences, transitions, start, end
+    )
+    if not np.isfinite(log_z).all():
+        seq = int(sequences[np.flatnonzero(~np.isfinite(log_z))[0]])
+        raise ValueError(
+            f"sequence {seq} (length {int(offsets[seq + 1] - offsets[seq])}) has no allowed "
+            "labelling: the -inf transition/start/end scores (allowed_transitions) forbid "
+            "every label path of that length. Allow more moves."
+        )
+    lengths = offsets[sequences + 1] - offsets[sequences]
+    rows = np.repeat(offsets[sequences] - np.cumsum(lengths) + lengths, lengths) + np.arange(
+        lengths.sum()
+    )
+    part_offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    return log_z, LogSpacePart(sequences, rows, part_offsets, marginals, pairwise)
+
+
 def posterior(unary, offsets, transitions, start, end, exp_unary=None):
     """Run the message passes on validated arrays (see :func:`check_chain`).
 
     ``exp_unary`` is ``_chain.exp_rows(unary)``, passed in by callers that
-    run several passes over the same node potentials.
+    run several passes over the same node potentials. Sequences the scaled
+    messages cannot hold are recomputed in log space (see the module notes).
     """
     w, row_max = _chain.exp_rows(unary) if exp_unary is None else exp_unary
     log_z, alpha, beta, r, into, beta_scale = _chain.messages(
         unary, w, row_max, offsets, transitions, start, end
     )
-    forbids = not (np.isfinite(transitions).all() and np.isfinite(start).all() and np.isfinite(end).all())
-    if forbids:
-        mass = np.einsum("nk,nk->n", alpha, beta)
-        bad_rows = ~(mass > 0.0)
-        if bad_rows.any() or not np.isfinite(log_z).all():
-            seq = np.flatnonzero(~np.isfinite(log_z))
-            seq = int(seq[0]) if seq.size else int(np.searchsorted(offsets, np.flatnonzero(bad_rows)[0], "right") - 1)
-            raise ValueError(
-                f"sequence {seq}: every allowed labelling is either forbidden by the -inf "
-                "transition/start/end scores or lies more than ~700 below a forbidden one in "
-                "node potential, beyond float64 range in scaled space. Check that the "
-                "constraints allow a labelling, or bound the node potentials (e.g. clip margins)."
-            )
-    return ChainPosterior(offsets, transitions, log_z, alpha, beta, r, into, beta_scale)
+    overlap = np.einsum("nk,nk->n", alpha, beta)
+    weak = ~(overlap >= _OVERLAP_FLOOR)
+    part = None
+    if weak.any() or not np.isfinite(log_z).all():
+        sequences = np.union1d(
+            np.flatnonzero(~np.isfinite(log_z)),
+            np.searchsorted(offsets, np.flatnonzero(weak), "right") - 1,
+        ).astype(np.int64)
+        log_z[sequences], part = _log_space_part(unary, offsets, sequences, transitions, start, end)
+        alpha[part.rows] = part.marginals
+        k = alpha.shape[1]
+        beta[part.rows] = 1.0
+        r[part.rows] = 1.0 / k
+        into[part.rows] = 1.0
+        beta_scale[part.rows] = 1.0
+    return ChainPosterior(offsets, transitions, log_z, alpha, beta, r, into, beta_scale, part)
 
 
 def path_scores(unary, offsets, labels, transitions, start, end):

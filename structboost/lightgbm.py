@@ -269,6 +269,7 @@ def lgb_crf_objective(
     transitions="lbfgs",
     reg_transitions=1.0,
     metric="nll",
+    allowed_transitions=None,
     **kwargs,
 ):
     """Build a chain-CRF objective for ``lightgbm.train``.
@@ -289,6 +290,12 @@ def lgb_crf_objective(
         L2 penalty on the transition, start and end scores.
     metric : {"nll", "error"}
         What ``obj.metric`` reports.
+    allowed_transitions : Constraints or (K, K) bool array-like, optional
+        Moves the model may make (build one from tag names with
+        :func:`structboost.constraints.allowed_transitions`). Forbidden
+        transition, start and end scores stay at ``-inf`` and are never
+        refit, so they travel with the model: :func:`structboost.predict`
+        then never outputs a forbidden move. Training labels must obey them.
     **kwargs
         ``transition_iter``, ``hess_floor``: see
         :class:`~structboost.objective.CRFObjective`.
@@ -314,6 +321,7 @@ def lgb_crf_objective(
         gamma=gamma,
         transitions=transitions,
         reg_transitions=reg_transitions,
+        allowed_transitions=allowed_transitions,
         **kwargs,
     )
     return LGBCRFObjective(crf, metric=metric)

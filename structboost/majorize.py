@@ -804,7 +804,8 @@ def _check_chain_parameters(k, theta_T, theta_start, theta_end):
             f"got {theta_T.shape}, {theta_start.shape}, {theta_end.shape}."
         )
     for name, array in (("theta_T", theta_T), ("theta_start", theta_start), ("theta_end", theta_end)):
-        _check_finite(name, array)
+        if np.isnan(array).any() or np.isposinf(array).any():
+            raise ValueError(f"{name} holds NaN or +inf; pass finite scores (-inf for a forbidden move).")
     return theta_T, theta_start, theta_end
 
 
@@ -869,7 +870,10 @@ def chain_bound(
     lengths : array_like of int, shape (m,)
         Rows per sequence; sums to ``n``.
     theta_T : array_like, shape (K, K)
-        ``theta_T[a, b]`` scores label ``a`` followed by label ``b``.
+        ``theta_T[a, b]`` scores label ``a`` followed by label ``b``;
+        ``-inf`` forbids the move (as in ``theta_start``, ``theta_end``):
+        its entries of ``mu`` and rows of ``sigma`` are zero, so the bound
+        holds on the remaining coordinates.
     theta_start, theta_end : array_like, shape (K,)
     weights : array_like, shape (m,), optional
         Non-negative weight of each sequence in ``mu`` and ``sigma``.

@@ -27,6 +27,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from . import _chain
+from .constraints import resolve as resolve_constraints
 from .inference import GAMMA_METHODS, path_scores, posterior
 from .sequences import check_labels, check_lengths, offsets_from_lengths
 from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_counts, refit
@@ -266,22 +267,67 @@ class NodeObjective:
 class CRFObjective(NodeObjective):
     """Gradient and Hessian of the chain-CRF negative log-likelihood.
 
-    Parameters are those of :class:`NodeObjective`; the transition
-    parameters are a :class:`~structboost.transitions.TransitionParams`
-    (K x K transitions, start and end scores), and ``batch`` is a
-    :class:`SequenceBatch`.
+    Parameters are those of :class:`NodeObjective`, plus
+    ``allowed_transitions``; the transition parameters are a
+    :class:`~structboost.transitions.TransitionParams` (K x K transitions,
+    start and end scores), and ``batch`` is a :class:`SequenceBatch`.
+
+    Parameters
+    ----------
+    allowed_transitions : Constraints or (K, K) bool array-like, optional
+        Moves the model may make (see :mod:`structboost.constraints`). The
+        forbidden transition, start and end scores stay at ``-inf`` through
+        training: the solvers never refit them, so training, the metric and
+        decoding all use the constrained model. Training labels must obey
+        the constraints. In ``"logitboost"`` mode, training ignores them
+        (positions are independent) but the metric and decoding do not.
+
+    Attributes
+    ----------
+    constraints : Constraints or None
     """
+
+    def __init__(
+        self,
+        num_labels,
+        mode="gbcrf",
+        gamma="mixing",
+        transitions="lbfgs",
+        reg_transitions=1.0,
+        transition_iter=None,
+        hess_floor=1e-16,
+        allowed_transitions=None,
+    ):
+        super().__init__(
+            num_labels, mode, gamma, transitions, reg_transitions, transition_iter, hess_floor
+        )
+        self.constraints = resolve_constraints(allowed_transitions, self.num_labels)
+        if self.constraints is not None:
+            self.params = self.constraints.apply(self.params)
 
     def _zero_params(self):
         return TransitionParams.zeros(self.num_labels)
 
+    def _check_allowed(self, batch):
+        """Raise if the labels of ``batch`` make a move the constraints forbid."""
+        if self.constraints is not None:
+            if (batch.counts[~self.constraints.free_vector()] > 0).any():
+                self.constraints.check_labels(batch.labels, batch.lengths)
+
     def _problem(self, unary, batch):
+        free = None if self.constraints is None else self.constraints.free_vector()
         return TransitionProblem(
-            unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions
+            unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions, free
         )
+
+    def grad_hess(self, margins, batch):
+        """As :meth:`NodeObjective.grad_hess`, after checking the labels against the constraints."""
+        self._check_allowed(batch)
+        return super().grad_hess(margins, batch)
 
     def sequence_nll(self, margins, batch):
         """Per-sequence negative log-likelihood ``(m,)`` under the current transitions."""
+        self._check_allowed(batch)
         u = self.check_margins(margins)
         p = self.params
         post = posterior(u, batch.offsets, p.transitions, p.start, p.end)

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from . import _chain
+from .constraints import resolve as resolve_constraints
 from .inference import path_scores, posterior
 from .sequences import check_labels, offsets_from_lengths, resolve_lengths
 
@@ -103,7 +104,22 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
     return margins, offsets_from_lengths(lengths), params, labels
 
 
-def predict(model, data, *, groups=None, lengths=None, decode="viterbi", base_margin=None):
+def _constrained(params, allowed_transitions):
+    """The model's transition parameters with the forbidden moves at ``-inf``."""
+    constraints = resolve_constraints(allowed_transitions, params.num_labels)
+    return params if constraints is None else constraints.apply(params)
+
+
+def predict(
+    model,
+    data,
+    *,
+    groups=None,
+    lengths=None,
+    decode="viterbi",
+    base_margin=None,
+    allowed_transitions=None,
+):
     """Predicted labels of every sequence.
 
     Parameters
@@ -131,6 +147,13 @@ def predict(model, data, *, groups=None, lengths=None, decode="viterbi", base_ma
         ``init_score``). LightGBM never adds ``init_score`` when it predicts,
         so pass it here; an XGBoost DMatrix that already carries a
         ``base_margin`` includes it in the margins, so do not pass it twice.
+    allowed_transitions : Constraints or (K, K) bool array-like, optional
+        Moves the decoder may make (see :mod:`structboost.constraints`;
+        build one from tag names with
+        :func:`structboost.constraints.allowed_transitions`). The Viterbi
+        path then never makes a forbidden move, and the marginals are those
+        of the constrained model. A model trained with constraints applies
+        them already.
 
     Returns
     -------
@@ -141,13 +164,16 @@ def predict(model, data, *, groups=None, lengths=None, decode="viterbi", base_ma
     u, offsets, p, _ = crf_inputs(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
+    p = _constrained(p, allowed_transitions)
     if decode == "marginal":
         post = posterior(u, offsets, p.transitions, p.start, p.end)
         return post.marginals().argmax(axis=1).astype(np.int64)
     return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)
 
 
-def predict_marginals(model, data, *, groups=None, lengths=None, base_margin=None):
+def predict_marginals(
+    model, data, *, groups=None, lengths=None, base_margin=None, allowed_transitions=None
+):
     """Posterior marginals ``P(y_t = k | x)``, shape ``(n, K)``.
 
     Parameters are as in :func:`predict`.
@@ -155,20 +181,30 @@ def predict_marginals(model, data, *, groups=None, lengths=None, base_margin=Non
     u, offsets, p, _ = crf_inputs(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
+    p = _constrained(p, allowed_transitions)
     return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
 
 
 def sequence_log_likelihood(
-    model, data, labels=None, *, groups=None, lengths=None, base_margin=None
+    model,
+    data,
+    labels=None,
+    *,
+    groups=None,
+    lengths=None,
+    base_margin=None,
+    allowed_transitions=None,
 ):
     """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``.
 
     ``labels`` default to the ones stored in a DMatrix or Dataset; the other
-    parameters are as in :func:`predict`.
+    parameters are as in :func:`predict`. Under ``allowed_transitions`` a
+    labelling that makes a forbidden move has log-likelihood ``-inf``.
     """
     u, offsets, p, stored = crf_inputs(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
+    p = _constrained(p, allowed_transitions)
     if labels is None:
         labels = stored
     if labels is None or len(labels) == 0:

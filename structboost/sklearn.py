@@ -45,6 +45,7 @@ from sklearn.metrics import accuracy_score
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
+from .constraints import resolve as resolve_constraints
 from .predict import predict as _viterbi
 from .predict import predict_marginals as _marginals
 from .predict import sequence_log_likelihood as _log_likelihood
@@ -193,7 +194,8 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         """Start the objective's transitions from the base model's, when it has them."""
         params = getattr(self.base_model_, "transitions_", None)
         if params is not None and obj.crf.uses_transitions:
-            obj.crf.params = params.copy()
+            constraints = obj.crf.constraints
+            obj.crf.params = params.copy() if constraints is None else constraints.apply(params)
 
     # -- fit --------------------------------------------------------------
     def fit(
@@ -279,6 +281,7 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
                 "them from the parameters (use mode=, gamma=, transitions= instead)."
             )
         crf = {name: getattr(self, name) for name in _CRF_PARAMS}
+        crf["allowed_transitions"] = self._constraints(classes)
         booster, evals_result = self._train(train, evals, crf, len(classes), verbose)
         self.classes_ = classes
         self.booster_ = booster
@@ -287,6 +290,10 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     # -- predict ----------------------------------------------------------
+    def _constraints(self, classes):
+        """``allowed_transitions`` as :class:`~structboost.constraints.Constraints` (or None)."""
+        return resolve_constraints(self.allowed_transitions, len(classes), labels=classes)
+
     def _data(self, X, groups, lengths, base_X):
         """Engine data, lengths ``(m,)`` and base margin ``(n, K)`` (or None) of ``X``."""
         check_is_fitted(self)
@@ -313,19 +320,39 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         (n,) ndarray of ``classes_`` values
         """
         data, lengths, margin = self._data(X, groups, lengths, base_X)
-        codes = _viterbi(self.booster_, data, lengths=lengths, decode=decode, base_margin=margin)
+        codes = _viterbi(
+            self.booster_,
+            data,
+            lengths=lengths,
+            decode=decode,
+            base_margin=margin,
+            allowed_transitions=self._constraints(self.classes_),
+        )
         return self.classes_[codes]
 
     def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
         """Posterior marginals ``P(y_t = c | x)``, ``(n, n_classes)``, columns in ``classes_`` order."""
         data, lengths, margin = self._data(X, groups, lengths, base_X)
-        return _marginals(self.booster_, data, lengths=lengths, base_margin=margin)
+        return _marginals(
+            self.booster_,
+            data,
+            lengths=lengths,
+            base_margin=margin,
+            allowed_transitions=self._constraints(self.classes_),
+        )
 
     def predict_log_likelihood(self, X, y, *, groups=None, lengths=None, base_X=None):
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
         data, lengths, margin = self._data(X, groups, lengths, base_X)
         codes = self._encode(y, int(lengths.sum()), self.classes_)
-        return _log_likelihood(self.booster_, data, codes, lengths=lengths, base_margin=margin)
+        return _log_likelihood(
+            self.booster_,
+            data,
+            codes,
+            lengths=lengths,
+            base_margin=margin,
+            allowed_transitions=self._constraints(self.classes_),
+        )
 
     def score(self, X, y, *, groups=None, lengths=None, sample_weight=None, base_X=None):
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
@@ -385,6 +412,16 @@ class XGBCRFClassifier(_CRFClassifier):
         ``fit(X, y, lengths, sample_weight=)`` and ``decision_function(X) ->
         (n, K)``): ``fit`` trains a clone of it first and boosts from its
         node scores (``base_margin``) and transitions; see the module notes.
+    allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
+        Moves the model may make: a tag scheme (the classes must then be
+        its tags, such as ``"B-PER"`` and ``"O"``; see
+        :func:`structboost.constraints.allowed_transitions`) or masks over
+        ``classes_``. Forbidden transition, start and end scores stay at
+        ``-inf`` in training (never refit, also when starting from a base
+        model's transitions) and in :meth:`predict`,
+        :meth:`predict_marginals`, :meth:`predict_log_likelihood` and
+        :meth:`score`, so no prediction makes a forbidden move. The
+        training labels must obey them.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
         ``n_jobs``, ``random_state``, ``multi_strategy``, ...).
@@ -419,6 +456,7 @@ class XGBCRFClassifier(_CRFClassifier):
         max_depth=6,
         early_stopping_rounds=None,
         base_model=None,
+        allowed_transitions=None,
         **kwargs,
     ):
         self.mode = mode
@@ -430,6 +468,7 @@ class XGBCRFClassifier(_CRFClassifier):
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
         self.base_model = base_model
+        self.allowed_transitions = allowed_transitions
         super().__init__(**kwargs)
 
     def _engine_data(self, X):
@@ -508,6 +547,8 @@ class LGBMCRFClassifier(_CRFClassifier):
         round and its transitions.
     base_model : estimator, optional
         As in :class:`XGBCRFClassifier`; its scores become ``init_score``.
+    allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
+        As in :class:`XGBCRFClassifier`.
     **kwargs
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
         ``n_jobs``, ``random_state``, ...). The safe defaults of
@@ -545,6 +586,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         num_leaves=31,
         early_stopping_rounds=None,
         base_model=None,
+        allowed_transitions=None,
         **kwargs,
     ):
         self.mode = mode
@@ -557,6 +599,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.num_leaves = num_leaves
         self.early_stopping_rounds = early_stopping_rounds
         self.base_model = base_model
+        self.allowed_transitions = allowed_transitions
         super().__init__(**kwargs)
 
     def _engine_data(self, X):

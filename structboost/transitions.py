@@ -131,12 +131,6 @@ def observed_counts(labels, offsets, seq_weight, num_labels):
     return np.concatenate((trans, start, end)).astype(np.float64)
 
 
-def _boundary_marginals(post, rows):
-    p = post.alpha[rows] * post.beta[rows]
-    p /= p.sum(axis=1, keepdims=True)
-    return p
-
-
 class PenalisedProblem:
     """Solver machinery shared by every linear-potential refit.
 
@@ -152,10 +146,30 @@ class PenalisedProblem:
     ``expected_counts(post, with_curvature)``. ``newton_scale`` multiplies the
     curvature bound of the Newton step (2 when two parameter groups are
     bounded separately and updated together).
+
+    A subclass may also set ``free``, a bool mask over ``vec``: the other
+    entries are fixed at ``-inf`` (forbidden moves, see
+    :mod:`structboost.constraints`) and every solver works on the free
+    entries only, so the fixed ones carry no penalty and no gradient and
+    are never refit. :meth:`value` and :meth:`value_and_grad` take the free
+    entries.
     """
 
     newton_scale = 1.0
+    free = None
     _last = None
+
+    def _free_part(self, vec):
+        """The free entries of a full parameter vector."""
+        return vec if self.free is None else vec[self.free]
+
+    def _full(self, x):
+        """The full parameter vector with free entries ``x`` (fixed ones ``-inf``)."""
+        if self.free is None:
+            return x
+        vec = np.full(self.free.shape, -np.inf)
+        vec[self.free] = x
+        return vec
 
     def posterior(self, params):
         """Messages at ``params``, reusing the last evaluation when it matches."""
@@ -166,16 +180,16 @@ class PenalisedProblem:
         self._last = (vec, post)
         return post
 
-    def value(self, vec):
-        """Penalised NLL at ``vec``, up to the constant node-score term."""
-        post = self.posterior(self.param_type.from_vector(vec, self.num_labels))
-        return self.seq_weight @ post.log_z - self.counts @ vec + 0.5 * self.reg * vec @ vec
+    def value(self, x):
+        """Penalised NLL at free parameters ``x``, up to the constant node-score term."""
+        post = self.posterior(self.param_type.from_vector(self._full(x), self.num_labels))
+        return self.seq_weight @ post.log_z - self._free_part(self.counts) @ x + 0.5 * self.reg * x @ x
 
-    def value_and_grad(self, vec):
-        """Penalised NLL (up to the constant node-score term) and its gradient."""
-        value = self.value(vec)
+    def value_and_grad(self, x):
+        """Penalised NLL (up to the constant node-score term) and its gradient in ``x``."""
+        value = self.value(x)
         expected, _ = self.expected_counts(self._last[1])
-        return value, expected - self.counts + self.reg * vec
+        return value, self._free_part(expected - self.counts) + self.reg * x
 
     def newton_step(self, params, max_halvings=30):
         """One diagonal-bound Newton step (Theorem 4.2), halved until it descends.
@@ -185,30 +199,30 @@ class PenalisedProblem:
         overshoot; the step is halved until the penalised NLL does not rise.
         The accepted point's messages stay cached for the caller.
         """
-        vec = params.to_vector()
-        f0 = self.value(vec)
+        x = self._free_part(params.to_vector())
+        f0 = self.value(x)
         expected, curvature = self.expected_counts(self._last[1], with_curvature=True)
-        step = (expected - self.counts + self.reg * vec) / (
-            self.newton_scale * curvature + self.reg + 1e-12
+        step = (self._free_part(expected - self.counts) + self.reg * x) / (
+            self.newton_scale * self._free_part(curvature) + self.reg + 1e-12
         )
         for _ in range(max_halvings):
-            cand = vec - step
+            cand = x - step
             if self.value(cand) <= f0:
-                return self.param_type.from_vector(cand, self.num_labels)
+                return self.param_type.from_vector(self._full(cand), self.num_labels)
             step *= 0.5
         self.posterior(params)
         return params
 
     def lbfgs(self, params, max_iter):
-        """Warm-started L-BFGS, at most ``max_iter`` iterations."""
+        """Warm-started L-BFGS on the free entries, at most ``max_iter`` iterations."""
         res = minimize(
             self.value_and_grad,
-            params.to_vector(),
+            self._free_part(params.to_vector()),
             jac=True,
             method="L-BFGS-B",
             options={"maxiter": int(max_iter)},
         )
-        return self.param_type.from_vector(res.x, self.num_labels)
+        return self.param_type.from_vector(self._full(res.x), self.num_labels)
 
 
 class TransitionProblem(PenalisedProblem):
@@ -223,13 +237,18 @@ class TransitionProblem(PenalisedProblem):
     counts : (K*K + 2K,) float64
         From :func:`observed_counts`.
     reg : float
-        L2 penalty on every transition, start and end score.
+        L2 penalty on every free transition, start and end score.
+    free : (K*K + 2K,) bool ndarray, optional
+        Entries to fit (:meth:`Constraints.free_vector
+        <structboost.constraints.Constraints.free_vector>`); the others stay
+        at ``-inf``. All entries are free by default.
     """
 
     param_type = TransitionParams
     newton_scale = 2.0
 
-    def __init__(self, unary, offsets, seq_weight, counts, reg):
+    def __init__(self, unary, offsets, seq_weight, counts, reg, free=None):
+        self.free = None if free is None or free.all() else free
         self.unary = unary
         self.offsets = offsets
         self.seq_weight = seq_weight
@@ -255,11 +274,6 @@ class TransitionProblem(PenalisedProblem):
     def expected_counts(self, post, with_curvature=False):
         """Expected counts and, on request, their curvature bound, in vector order.
 
-        Edge sums are two matrix products over all edges at once:
-        ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t``, so
-        ``sum_t c_t P_t = E * (A' diag(c / z) R)`` and
-        ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``.
-
         Returns
         -------
         expected : (K*K + 2K,) float64
@@ -269,21 +283,17 @@ class TransitionProblem(PenalisedProblem):
             start/end).
         """
         w = self.seq_weight
-        emat = np.exp(post.transitions - post.transitions.max())
-        a = post.alpha[self._edges]
-        r = post.r[self._edges + 1]
-        z = np.einsum("ij,ij->i", a @ emat, r)
-        c = self._edge_weight / z
-        marg = emat * (a.T @ (r * c[:, None]))
         first, last = self.offsets[:-1], self.offsets[1:] - 1
-        p_first = _boundary_marginals(post, first)
-        p_last = _boundary_marginals(post, last)
-        expected = np.concatenate((marg.ravel(), w @ p_first, w @ p_last))
+        p_first = post.marginals(first)
+        p_last = post.marginals(last)
         if not with_curvature:
-            return expected, None
-        g = c * post.edge_gamma()[self._edges]
-        curv = emat * (a.T @ (r * g[:, None])) - emat**2 * ((a * a).T @ (r * r * (g / z)[:, None]))
+            marg, _ = post.edge_sums(self._edges, self._edge_weight)
+            return np.concatenate((marg.ravel(), w @ p_first, w @ p_last)), None
+        marg, curv = post.edge_sums(
+            self._edges, self._edge_weight, self._edge_weight * post.edge_gamma()[self._edges]
+        )
         node_gamma = post.node_gamma("mixing")
+        expected = np.concatenate((marg.ravel(), w @ p_first, w @ p_last))
         curvature = np.concatenate(
             (
                 np.maximum(curv, 0.0).ravel(),
@@ -297,9 +307,9 @@ class TransitionProblem(PenalisedProblem):
         """One majorization step: minimise the Algorithm 3 bound plus the penalty.
 
         The bound touches the penalised NLL at ``params`` and lies above it
-        everywhere, so the returned parameters never score worse.
+        everywhere, so the returned parameters never score worse. Only the
+        free entries move: the bound is restricted to them.
         """
-        vec = params.to_vector()
         log_z, mu, sigma = majorize.chain_bound(
             self.unary,
             np.diff(self.offsets),
@@ -308,10 +318,12 @@ class TransitionProblem(PenalisedProblem):
             params.end,
             weights=self.seq_weight,
         )
-        bound = majorize.QuadraticBound(vec, float(self.seq_weight @ log_z), mu, sigma)
-        return TransitionParams.from_vector(
-            majorize.majorize_step(bound, self.counts, self.reg), self.num_labels
-        )
+        if self.free is not None:
+            mu, sigma = mu[self.free], sigma[np.ix_(self.free, self.free)]
+        x = self._free_part(params.to_vector())
+        bound = majorize.QuadraticBound(x, float(self.seq_weight @ log_z), mu, sigma)
+        step = majorize.majorize_step(bound, self._free_part(self.counts), self.reg)
+        return TransitionParams.from_vector(self._full(step), self.num_labels)
 
 
 def refit(problem, params, solver, max_iter):

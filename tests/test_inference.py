@@ -245,16 +245,10 @@ def _forbidding_extreme(case, margin):
             np.array([[-inf, -inf], [0.0, 0.0]]), np.zeros(2), np.zeros(2))
 
 
-@pytest.mark.parametrize("case", ["tie", "end", "dead end"])
-def test_forbidden_moves_beyond_float_range_raise_clearly(case):
-    """Scaled messages cannot hold ratios below ~1e-308: a clear error, never NaN."""
-    with pytest.raises(ValueError, match="beyond float64 range"):
-        inference.forward_backward(*_forbidding_extreme(case, 1e4))
-
-
-@pytest.mark.parametrize("margin", [10.0, 300.0])
+@pytest.mark.parametrize("margin", [10.0, 300.0, 1e4])
 @pytest.mark.parametrize("case", ["tie", "end", "dead end"])
 def test_forbidden_moves_with_extreme_margins(case, margin):
+    """At margin 1e4 scaled messages cannot hold the ratios: the log-space fallback does."""
     crf = _forbidding_extreme(case, margin)
     expected = naive.batch(*crf)
     log_z, marginals = inference.forward_backward(*crf)
