@@ -21,9 +21,10 @@ Methods (``--methods``, comma list)
 
 The tree methods share ``--rounds``, ``--eta``, ``--max-depth`` and stop
 early on the CRF negative log-likelihood of ``eng.testa`` after
-``--patience`` rounds without improvement. ``--allowed-transitions SCHEME``
-passes ``allowed_transitions=SCHEME`` to the tree estimators (constrained
-decoding); it needs a structboost whose estimators have that parameter.
+``--patience`` rounds without improvement. By default they train and decode
+under the constraints of ``--scheme`` (``allowed_transitions``: no ``O``
+followed by ``I-PER`` in IOB2, ...) with the Newton transition step;
+``--allowed-transitions none`` and ``--transitions`` change that.
 
 Measurements
 ------------
@@ -48,7 +49,6 @@ Usage::
 """
 
 import argparse
-import inspect
 import json
 import platform
 import resource
@@ -95,8 +95,13 @@ def parse_args(argv=None):
     p.add_argument("--half-width", type=int, default=2, help="window offsets -w..+w")
     p.add_argument("--max-sentences", type=int, default=None,
                    help="keep only the first N sentences of every file (smoke runs)")
-    p.add_argument("--allowed-transitions", default=None, metavar="SCHEME",
-                   help="pass allowed_transitions=SCHEME to the tree estimators")
+    p.add_argument("--allowed-transitions", default="scheme", metavar="SCHEME",
+                   help="allowed_transitions of the tree estimators: 'scheme' (that of "
+                   "--scheme: only well-formed tag sequences), 'none', or a scheme name")
+    p.add_argument("--transitions", default="newton", choices=("lbfgs", "newton", "majorize"),
+                   help="transition solver of the tree estimators")
+    p.add_argument("--multi-output", action="store_true",
+                   help="one multi-output tree per round (multi_strategy=multi_output_tree)")
     p.add_argument("--linear-reg", type=float, default=1.0,
                    help="L2 penalty of the LinearChainCRF (summed NLL)")
     p.add_argument("--linear-iter", type=int, default=100, help="L-BFGS iterations of it")
@@ -107,6 +112,8 @@ def parse_args(argv=None):
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--cache", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.allowed_transitions == "scheme":
+        args.allowed_transitions = args.scheme
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
@@ -182,13 +189,10 @@ def load_cache(folder):
 
 def tree_estimator(method, args):
     options = {}
-    if args.allowed_transitions is not None:
-        if "allowed_transitions" not in inspect.signature(XGBCRFClassifier).parameters:
-            raise SystemExit(
-                "--allowed-transitions: this structboost's XGBCRFClassifier has no "
-                "allowed_transitions parameter yet."
-            )
+    if args.allowed_transitions != "none":
         options["allowed_transitions"] = args.allowed_transitions
+    if args.multi_output:
+        options["multi_strategy"] = "multi_output_tree"
     if method == "gbcrf-linear":
         options["base_model"] = LinearChainCRF(reg=args.linear_reg, max_iter=args.linear_iter)
     return XGBCRFClassifier(
@@ -197,6 +201,7 @@ def tree_estimator(method, args):
         learning_rate=args.eta,
         max_depth=args.max_depth,
         early_stopping_rounds=args.patience,
+        transitions=args.transitions,
         nthread=args.threads,
         **options,
     )
@@ -304,6 +309,8 @@ def result_rows(result, args, summary):
                 "threads": args.threads,
                 "max_sentences": args.max_sentences,
                 "allowed_transitions": args.allowed_transitions,
+                "transitions": args.transitions,
+                "multi_output": args.multi_output,
             })
     return rows
 

@@ -35,7 +35,8 @@ Usage::
 
     python benchmarks/protein_qs.py --data-dir ../shared/data/protein-qs [--threads 2]
 
-Writes ``benchmarks/results/protein_qs.csv`` and prints a Markdown table.
+Writes ``benchmarks/results/protein_qs.csv`` (keeping the rows of methods this run does
+not redo, so methods can run one at a time) and prints a Markdown table.
 """
 
 import argparse
@@ -287,7 +288,7 @@ def run_crfsuite(data, names, args):
         config, acc = max(scores, key=lambda s: s[1][d])
         crf, seconds = crfsuite_fit(config, seq_all, lab_all, args.crfsuite_iterations)
         correct = crfsuite_predict(crf, seq_test, d) == yt
-        rows.append(result_row("linear CRF (sklearn-crfsuite)", d, config,
+        rows.append(result_row(CRFSUITE_NAME, d, config,
                                args.crfsuite_iterations, acc[d], correct, lt, seconds))
     return rows
 
@@ -388,6 +389,22 @@ def write_csv(rows, path):
         writer.writerows(rows)
 
 
+CRFSUITE_NAME = "linear CRF (sklearn-crfsuite)"
+
+
+def earlier_rows(path, methods):
+    """Rows of ``path`` (if it exists) for the methods this run does not redo."""
+    if not path.exists():
+        return []
+    redo = {CRFSUITE_NAME if m == "crfsuite" else m for m in methods}
+    with open(path, newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["method"] not in redo]
+    numeric = ("cv_accuracy", "test_accuracy", "test_ci_low", "test_ci_high", "train_seconds")
+    for r in rows:
+        r.update({k: float(r[k]) for k in numeric}, rounds=int(r["rounds"]))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", required=True, help="folder with protein-secondary-structure.*")
@@ -422,7 +439,7 @@ def main():
     )
     print(machine_line(), flush=True)
 
-    rows = []
+    rows = earlier_rows(args.out, args.methods)
     for method in args.methods:
         if method == "crfsuite":
             names = SlidingWindow(args.half_width).fit(X).get_feature_names_out(list(AMINO_ACIDS))
