@@ -1,15 +1,22 @@
 """Per-round cost of the CRF objective beside XGBoost's native multi:softprob.
 
 Generates data the size of the OCR letters set (about 47,000 rows, K = 26,
-128 binary features, words of 3-14 letters), then times ``--rounds`` boosting
-rounds of native ``multi:softprob`` and of each structboost mode with the same
-tree parameters, in the same process. Our round is split into transitions
+128 binary features, words of 3-14 letters), or reads the real training
+words of the OCR quick split (``--ocr-dir``: folds 1-8), then times
+``--rounds`` boosting rounds of native ``multi:softprob`` and of each
+structboost mode with the same tree parameters (``--multi-output``: one
+multi-output tree per round for all of them), in the same process. Times
+are CPU seconds of the process (``time.process_time``): with
+``--threads 1`` they are the wall time of an idle core, and other load on
+the machine changes them little. Our round is split into transitions
 (refit), inference (forward-backward), gamma + G/H assembly, and the rest
 (tree building), from the objective's own timers.
 
 Usage::
 
     python benchmarks/objective_speed.py [--rounds 10] [--max-depth 6] [--threads 2]
+    python benchmarks/objective_speed.py --ocr-dir ../shared/data/ocr --max-depth 8 \
+        --multi-output --threads 1
 
 Prints a Markdown table for benchmarks/README.md.
 """
@@ -25,6 +32,7 @@ import xgboost as xgb
 
 import structboost as sb
 from structboost import inference
+from structboost.datasets import load_ocr, ocr_split
 
 
 def make_data(n_words, k, d, seed):
@@ -55,9 +63,9 @@ def time_rounds(params, dtrain, rounds, obj=None):
         obj.crf.timings = dict.fromkeys(obj.crf.timings, 0.0)
         obj.crf.params = sb.TransitionParams.zeros(obj.num_labels)
         callbacks = [obj.callback()]
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     booster = xgb.train(params, dtrain, rounds, obj=obj, callbacks=callbacks)
-    return (time.perf_counter() - t0) / rounds, booster
+    return (time.process_time() - t0) / rounds, booster
 
 
 def main():
@@ -69,14 +77,27 @@ def main():
     ap.add_argument("--max-depth", type=int, default=6)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ocr-dir", help="time on the OCR quick split's training words instead")
+    ap.add_argument("--multi-output", action="store_true",
+                    help="multi_strategy='multi_output_tree' for every run")
     args = ap.parse_args()
 
-    k = args.labels
-    X, y, lengths = make_data(args.words, k, args.features, args.seed)
+    if args.ocr_dir:
+        train, _, _ = ocr_split(load_ocr(args.ocr_dir), test_folds=[0], valid_folds=[9])
+        X, y, lengths = train.X.astype(np.float32), train.y, train.lengths
+        k, source = 26, f"OCR folds 1-8 ({args.ocr_dir})"
+    else:
+        k = args.labels
+        X, y, lengths = make_data(args.words, k, args.features, args.seed)
+        source = "generated"
+    numba.set_num_threads(args.threads)
     tree = {"max_depth": args.max_depth, "eta": 0.3, "nthread": args.threads, "tree_method": "hist"}
+    if args.multi_output:
+        tree["multi_strategy"] = "multi_output_tree"
     print(
-        f"data: {len(y)} rows, {len(lengths)} sequences, K={k}, d={args.features}; "
-        f"{args.rounds} rounds, max_depth={args.max_depth}, nthread={args.threads}"
+        f"data: {source}, {len(y)} rows, {len(lengths)} sequences, K={k}, d={X.shape[1]}; "
+        f"{args.rounds} rounds, max_depth={args.max_depth}, nthread={args.threads}, "
+        f"multi_output={args.multi_output}; CPU seconds"
     )
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
@@ -97,12 +118,12 @@ def main():
     T = rng.normal(size=(k, k))
     z = np.zeros(k)
     inference.forward_backward(u[: lengths[:5].sum()], lengths[:5], T, z, z)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     inference.forward_backward(u, lengths, T, z, z)
-    t_fb = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t_fb = time.process_time() - t0
+    t0 = time.process_time()
     inference.gamma(u, lengths, T, z, z, "mixing")
-    t_gamma = time.perf_counter() - t0
+    t_gamma = time.process_time() - t0
     print(f"forward_backward alone: {t_fb * 1e3:.1f} ms; gamma('mixing') incl. messages: {t_gamma * 1e3:.1f} ms")
 
     rows = [("XGBoost multi:softprob (native)", native, None, None)]

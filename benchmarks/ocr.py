@@ -29,7 +29,9 @@ written to ``--csv`` as soon as it is done (rows of an earlier run with the
 same command line are replaced). Times are CPU seconds of the process
 (``time.process_time``): on a shared machine they do not depend on the
 other load, and with ``--threads 1`` they equal the wall time on an idle
-core. A Markdown summary (mean and std over the
+core (``objective_s``, the objective's own timers, was wall-clock before
+structboost's timers became CPU time: rows up to the 10-fold run of
+2026-11-22). A Markdown summary (mean and std over the
 folds done) is printed at the end.
 
 ``--figures`` draws Figure 1 on the quick-split training words:
@@ -42,7 +44,7 @@ Usage::
     python benchmarks/ocr.py --data-dir ../shared/data/ocr --folds 0 \
         --methods native,logitboost,treecrf,gbcrf,gbcrf-mo,crf --figures
     python benchmarks/ocr.py --data-dir ../shared/data/ocr --preset best --folds all \
-        --methods gbcrf
+        --methods gbcrf-mo
 """
 
 import argparse
@@ -79,14 +81,15 @@ PRESETS = {
         "gamma": "mixing",
         "transitions": "lbfgs",
     },
-    # The quick-split winner of the lever study: one diagonal Newton step on
-    # the transitions per round (fold-0 valid error at round 50: 6.8% against
-    # 10.2% with 5 L-BFGS iterations, at about half the objective's cost)
-    # plus the previous and next letter's pixels (NaN outside the word).
+    # The fold-0 winner of the lever study (benchmarks/README.md): the Newton
+    # transition step (validation error 6.85% vs 10.2% with L-BFGS at round
+    # 50, at half the objective's cost) and depth 8; use it with
+    # ``--methods gbcrf-mo`` (one multi-output tree per round: 4.53% test
+    # error on fold 0 against 6.09% with one depth-8 tree per label).
     "best": {
-        "max_depth": 6,
+        "max_depth": 8,
         "eta": 0.5,
-        "window": 1,
+        "window": 0,
         "gamma": "mixing",
         "transitions": "newton",
     },
@@ -360,7 +363,7 @@ def run_fold(data, fold, args, command, stamp):
             "train_s": res["train_s"],
             "s_per_round": res["train_s"] / res["rounds_trained"],
             "predict_s": res["predict_s"],
-            "objective_wall_s": sum(res.get("timings", {}).values()) or np.nan,
+            "objective_s": sum(res.get("timings", {}).values()) or np.nan,
             "note": "",
         }
         if method == "logitboost" and native is not None:
