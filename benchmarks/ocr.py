@@ -19,7 +19,8 @@ Methods (``--methods``, comma list)
 ``logitboost``  structboost ``mode="logitboost"`` (must agree with native)
 ``treecrf``     Dietterich et al. (2008): unit Hessians
 ``gbcrf``       Chen et al. (2015), one tree per label
-``gbcrf-mo``    GBCRF with ``multi_strategy="multi_output_tree"``
+``gbcrf-mo``    GBCRF with ``multi_strategy="multi_output_tree"`` (``--multi-output``
+                gives every tree method, native included, such trees)
 ``crf``         linear-chain CRF from sklearn-crfsuite on the same features
 
 Every tree method uses the same tree parameters (``--max-depth``, ``--eta``,
@@ -162,6 +163,8 @@ def tree_params(args):
         "nthread": args.threads,
         "seed": args.seed,
     }
+    if args.multi_output:
+        params["multi_strategy"] = "multi_output_tree"
     return params
 
 
@@ -235,7 +238,7 @@ def train_structboost(
     obj = sb.crf_objective(K, metric="error" if not evals_train else "nll", **kw)
     X, y, lengths = parts["train"]
     dtrain = xgb.DMatrix(X, label=y, group=lengths)
-    params = sb.xgb_params(K, **tree_params(args), **extra)
+    params = sb.xgb_params(K, **{**tree_params(args), **extra})
     if eta is not None:
         params["eta"] = eta
     log = {}
@@ -326,6 +329,8 @@ def config_label(method, args):
     )
     if args.window:
         label += f",fill={args.window_fill}"
+    if args.multi_output and method != "crf":
+        label += ",multi-output"
     if args.subsample < 1 or args.colsample < 1:
         label += f",sub={args.subsample},col={args.colsample}"
     if method in ("treecrf", "gbcrf", "gbcrf-mo"):
@@ -556,6 +561,8 @@ def parse_args(argv=None):
     ap.add_argument("--max-depth", type=int)
     ap.add_argument("--eta", type=float)
     ap.add_argument("--window", type=int, help="neighbour letters on each side as features")
+    ap.add_argument("--multi-output", action="store_true",
+                    help="one multi-output tree per round for every tree method (native too)")
     ap.add_argument("--window-fill", choices=("nan", "zero"), default="nan")
     ap.add_argument("--gamma", help="mixing, exact, length or a number")
     ap.add_argument("--transitions", choices=("lbfgs", "newton"))
