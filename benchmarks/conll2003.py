@@ -3,7 +3,7 @@
 Reads ``eng.train``, ``eng.testa`` (development) and ``eng.testb`` (test)
 with :func:`structboost.datasets.read_conll`, rewrites the IOB1 tags in
 ``--scheme`` (IOB2 by default), and builds one sparse feature matrix per
-file with :class:`structboost.lexical.TokenFeatures` fit on the training
+file with :class:`structboost.text.lexical.TokenFeatures` fit on the training
 file (word, shape, affixes 1-3, flags, POS and chunk tags at offsets
 ``-w..+w``; ``--min-count`` training tokens per feature).
 
@@ -66,7 +66,7 @@ from threadpoolctl import threadpool_limits
 
 from structboost import LinearChainCRF, XGBCRFClassifier
 from structboost.datasets import convert_tags, read_conll
-from structboost.lexical import TokenFeatures
+from structboost.text.lexical import TokenFeatures
 from structboost.metrics import span_prf
 
 METHODS = ("logitboost", "treecrf", "gbcrf", "gbcrf-linear", "linear", "crfsuite")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import xgboost as xgb
 
-from structboost.multilabel import ESSTreeCRFClassifier, read_arff_multilabel
+from structboost.estimators.multilabel import ESSTreeCRFClassifier, read_arff_multilabel
 
 SETS = ("emotions", "scene", "yeast")
 
@@ -89,7 +89,7 @@ def run_one(name, model, xtr, ytr, xte, yte):
         loglik = np.where(yte == 1, np.log(proba), np.log1p(-proba)).sum(axis=1)
     else:
         pred = model.predict(xte)
-        loglik = model.log_likelihood(xte, yte)
+        loglik = model.predict_log_likelihood(xte, yte)
     t2 = time.perf_counter()
     out = scores(yte, proba, pred, loglik)
     out.update(model=name, train_s=t1 - t0, predict_s=t2 - t1)
@@ -121,7 +121,7 @@ def main(argv=None):
         "n_estimators": args.rounds,
         "max_depth": args.depth,
         "learning_rate": args.eta,
-        "booster_params": {"nthread": 1},
+        "nthread": 1,
         "random_state": args.seed,
     }
     for data in args.sets:

@@ -2,7 +2,7 @@
 
 Two problems on the OCR letters (Taskar), both with their L2 penalty:
 
-(a) the linear-chain CRF of :mod:`structboost.linear` (node scores linear in
+(a) the linear-chain CRF of :mod:`structboost.estimators.linear` (node scores linear in
     the 128 pixels plus intercepts, transitions, start and end: d = 4082) on
     the first ``--words`` words of fold 0;
 (b) the per-round transition refit of GBCRF (d = 728): the margins of a
@@ -42,9 +42,9 @@ from threadpoolctl import threadpool_limits
 
 import structboost as sb
 from structboost.datasets import load_ocr, ocr_split
-from structboost.linear import LinearChainProblem
-from structboost.majorize import ChainCRFTerm, fit_majorize
-from structboost.transitions import TransitionProblem
+from structboost.estimators.linear import LinearChainProblem
+from structboost.transitions.majorize import ChainCRFTerm, fit_majorize
+from structboost.transitions.chain import TransitionProblem
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -18,8 +18,8 @@ import pandas as pd
 
 from structboost import predict_marginals
 from structboost.datasets import make_hmm_sequences
-from structboost.lightgbm import load_lgb_model, save_lgb_model
-from structboost.sklearn import LGBMCRFClassifier, XGBCRFClassifier
+from structboost.engines.lightgbm import load_lgb_model, save_lgb_model
+from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
 
 
 def sticky_frame(n_sequences=150, seed=0):

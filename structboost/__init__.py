@@ -4,12 +4,10 @@ Each training row is one position of one sequence; the engine's K outputs
 per row are the CRF node potentials. See :func:`crf_objective`.
 """
 
-from . import constraints, datasets, inference, lexical, majorize, metrics, multilabel
-from .constraints import allowed_transitions
-from .lexical import TokenFeatures
-from .multilabel import ESSTreeCRFClassifier, read_arff_multilabel
-from .tree_estimators import TreeCRFClassifier
-from .tree_xgboost import (
+from . import datasets, features, inference, metrics
+from .engines.predict import predict, predict_marginals, sequence_log_likelihood
+from .engines.xgboost import crf_objective, xgb_params
+from .engines.xgboost_tree import (
     predict_tree,
     predict_tree_marginals,
     register_tree,
@@ -17,12 +15,14 @@ from .tree_xgboost import (
     tree_dmatrix,
     tree_log_likelihood,
 )
-from .objective import CRFObjective
-from .predict import predict, predict_marginals, sequence_log_likelihood
-from .transitions import TransitionParams
-from .linear import LinearChainCRF
-from .sklearn import LGBMCRFClassifier, XGBCRFClassifier
-from .xgboost import crf_objective, xgb_params
+from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from .estimators.linear import LinearChainCRF
+from .estimators.multilabel import ESSTreeCRFClassifier, read_arff_multilabel
+from .estimators.tree import TreeCRFClassifier
+from .objectives.chain import CRFObjective
+from .objectives.constraints import allowed_transitions
+from .text.lexical import TokenFeatures
+from .transitions.chain import TransitionParams
 
 # LightGBM is optional (the ``lightgbm`` extra): its functions load on first use.
 _LIGHTGBM_NAMES = ("lgb_crf_objective", "lgb_params", "load_lgb_model", "save_lgb_model")
@@ -30,7 +30,7 @@ _LIGHTGBM_NAMES = ("lgb_crf_objective", "lgb_params", "load_lgb_model", "save_lg
 
 def __getattr__(name):
     if name in _LIGHTGBM_NAMES:
-        from . import lightgbm
+        from .engines import lightgbm
 
         return getattr(lightgbm, name)
     raise AttributeError(f"module 'structboost' has no attribute {name!r}")
@@ -49,17 +49,14 @@ __all__ = [
     "XGBCRFClassifier",
     "__version__",
     "allowed_transitions",
-    "constraints",
     "crf_objective",
     "datasets",
+    "features",
     "inference",
-    "lexical",
     "lgb_crf_objective",
     "lgb_params",
     "load_lgb_model",
-    "majorize",
     "metrics",
-    "multilabel",
     "predict_tree",
     "predict_tree_marginals",
     "read_arff_multilabel",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-MODES = ("logitboost", "treecrf", "gbcrf")
+from .objectives.params import DEFAULTS, MODES, SOLVERS
 
 
 def _progress_callback(name, total, every):
@@ -35,10 +35,10 @@ def demo(args):
     """Train LogitBoost, TreeCRF and GBCRF on sticky synthetic HMM data."""
     import xgboost as xgb
 
-    from . import predict, sequence_log_likelihood
+    from .engines.predict import predict, sequence_log_likelihood
     from .datasets import make_hmm_sequences
     from .metrics import sequence_accuracy, token_accuracy
-    from .xgboost import crf_objective, xgb_params
+    from .engines.xgboost import crf_objective, xgb_params
 
     X, y, lengths = make_hmm_sequences(
         n_sequences=args.sequences,
@@ -134,7 +134,7 @@ def _read(path, columns):
 
 def _check_tags(frame, path, columns, scheme):
     """Raise naming the first line and column whose tag is not of ``scheme``."""
-    from ._tags import SCHEME_PREFIXES, check_scheme, parse_tags
+    from .text.tags import SCHEME_PREFIXES, check_scheme, parse_tags
 
     scheme = check_scheme(scheme)
     tags = frame["tag"].to_numpy().astype(str)
@@ -156,8 +156,8 @@ def _check_tags(frame, path, columns, scheme):
 
 def train(args):
     """Fit a :class:`~structboost.tagging.ChunkTagger` on a token file and save it."""
-    from .sklearn import LGBMCRFClassifier, XGBCRFClassifier
-    from .lexical import TokenFeatures
+    from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+    from .text.lexical import TokenFeatures
     from .tagging import ChunkTagger
 
     columns = _columns(args.columns)
@@ -311,8 +311,9 @@ def build_parser():
         "--unconstrained", action="store_true", help="allow ill-formed tag sequences"
     )
     t.add_argument("--engine", choices=["xgboost", "lightgbm"], default="xgboost")
-    t.add_argument("--mode", choices=MODES, default="gbcrf")
-    t.add_argument("--transitions", choices=["lbfgs", "newton", "majorize"], default="newton")
+    t.add_argument("--mode", choices=MODES, default=DEFAULTS["mode"])
+    # The CoNLL benchmark measured the Newton step better and cheaper on NER.
+    t.add_argument("--transitions", choices=SOLVERS, default="newton")
     t.add_argument("--rounds", type=int, default=300, help="boosting rounds (at most)")
     t.add_argument("--learning-rate", type=float, default=0.5)
     t.add_argument("--max-depth", type=int, default=6)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._tags import as_tags, check_scheme, encode_spans, sentence_offsets, span_arrays
+from .text.tags import as_tags, check_scheme, encode_spans, sentence_offsets, span_arrays
 from .sequences import check_lengths, offsets_from_lengths
 
 __all__ = [

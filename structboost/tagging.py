@@ -3,7 +3,7 @@
 :class:`ChunkTagger` is what ``structboost train/predict/evaluate --format
 conll`` run, usable from Python as well. It reads a
 :func:`structboost.datasets.read_conll` DataFrame, turns it into sparse
-lexical window features (:class:`structboost.lexical.TokenFeatures`),
+lexical window features (:class:`structboost.text.lexical.TokenFeatures`),
 rewrites the tags from the file's scheme (CoNLL-2003: IOB1) into the scheme
 the model learns (IOB2 by default: every chunk opens with ``B-``, so the
 chunk boundaries are labels the CRF sees), trains a CRF classifier
@@ -17,11 +17,11 @@ import pickle
 import numpy as np
 from sklearn.base import BaseEstimator, clone
 
-from ._tags import check_scheme
+from .text.tags import check_scheme
 from .datasets import convert_tags
-from .lexical import TokenFeatures
+from .text.lexical import TokenFeatures
 from .metrics import span_prf, span_report
-from .sklearn import XGBCRFClassifier
+from .estimators.chain import XGBCRFClassifier
 
 __all__ = ["ChunkTagger", "load_tagger"]
 

@@ -5,7 +5,7 @@ sequence with :func:`itertools.product`, so it is only usable for tiny
 problems (``K ** L`` up to a few thousand). Nothing here shares code with
 ``structboost``; the point is to be slow, short and obviously correct.
 
-Conventions match ``structboost.inference``: ``unary (L, K)`` node scores of
+Conventions match ``structboost.inference.chain``: ``unary (L, K)`` node scores of
 one sequence, ``transitions[a, b]`` the score of label ``a`` followed by label
 ``b``, ``start (K,)`` / ``end (K,)`` the scores of the first / last label::
 
@@ -211,7 +211,7 @@ def oracles(unary, lengths, transitions, start, end):
 
 
 def batch(unary, lengths, transitions, start, end):
-    """Brute-force results for a flat batch, in the shapes of ``structboost.inference``.
+    """Brute-force results for a flat batch, in the shapes of ``structboost.inference.chain``.
 
     Returns
     -------

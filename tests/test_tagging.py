@@ -6,7 +6,7 @@ import pytest
 from structboost.cli import main
 from structboost.datasets import convert_tags, read_conll
 from structboost.metrics import span_prf
-from structboost.sklearn import XGBCRFClassifier
+from structboost.estimators.chain import XGBCRFClassifier
 from structboost.tagging import ChunkTagger, load_tagger
 
 PEOPLE = ["Smith", "Jones", "Brown", "Taylor"]

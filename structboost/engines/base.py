@@ -1,0 +1,84 @@
+"""What the engine adapters share: one CRF objective, cached data, the metric.
+
+An engine adapter (:mod:`structboost.engines.xgboost`, :mod:`structboost.engines.lightgbm`)
+only reads labels, sequence boundaries and weights out of the engine's data
+object; everything else happens here and in
+:class:`~structboost.objectives.chain.CRFObjective`.
+"""
+
+import weakref
+from abc import ABC, abstractmethod
+
+from ..objectives.chain import SequenceBatch
+from ..objectives.params import METRICS
+from ..sequences import check_lengths, sequence_weights
+
+
+def build_batch(num_labels, labels, lengths, row_weight=None, seq_weight=None):
+    """A :class:`~structboost.objectives.chain.SequenceBatch` from engine arrays.
+
+    Parameters
+    ----------
+    num_labels : int
+    labels : (n,) array-like
+    lengths : (m,) array-like
+    row_weight : (n,) array-like, optional
+        Per-row weights, constant within each sequence.
+    seq_weight : (m,) array-like, optional
+        Per-sequence weights (give at most one of the two).
+
+    Returns
+    -------
+    SequenceBatch
+    """
+    if row_weight is not None and len(row_weight):
+        seq_weight = sequence_weights(row_weight, check_lengths(lengths, len(labels)))
+    return SequenceBatch.build(labels, lengths, num_labels, seq_weight)
+
+
+class EngineObjective(ABC):
+    """Base of the engine objectives: ``obj(preds, data) -> (grad, hess)``.
+
+    Parameters
+    ----------
+    crf : CRFObjective
+        The engine-agnostic objective (mode, gamma, solver, timings).
+    metric : {"nll", "error"}
+        What :meth:`evaluate` reports.
+    """
+
+    def __init__(self, crf, metric="nll"):
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
+        self.crf = crf
+        self.metric_name = metric
+        self._batches = weakref.WeakKeyDictionary()
+
+    @property
+    def num_labels(self):
+        return self.crf.num_labels
+
+    @property
+    def params(self):
+        """Current :class:`~structboost.transitions.chain.TransitionParams`."""
+        return self.crf.params
+
+    @abstractmethod
+    def _build_batch(self, data):
+        """Labels, structure and weights of an engine data object, validated."""
+
+    def batch(self, data):
+        """The validated batch of an engine data object, cached per object."""
+        batch = self._batches.get(data)
+        if batch is None:
+            batch = self._build_batch(data)
+            self._batches[data] = batch
+        return batch
+
+    def __call__(self, preds, data):
+        """Refit the transitions; the node gradient and Hessian, both ``(n, K)``."""
+        return self.crf.grad_hess(preds, self.batch(data))
+
+    def evaluate(self, preds, data):
+        """``(name, value)`` of the CRF metric on an engine data object."""
+        return self.crf.evaluate(preds, self.batch(data), self.metric_name)

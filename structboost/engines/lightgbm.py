@@ -1,0 +1,313 @@
+"""LightGBM wiring: the objective callable, its metric, the transition recorder, saving.
+
+Only LightGBM's public API is used. ``lightgbm.train`` hands the objective the
+raw scores ``(n, K)`` (a column-major view, converted once) and the training
+``Dataset``, whose groups (``Dataset(X, label=y, group=lengths)``) carry the
+sequence boundaries; the objective returns ``(n, K)`` gradients and Hessians
+(a flat return would have to be class-major: LightGBM silently trains a wrong
+model on a row-major one).
+
+LightGBM boosters have no user attributes that survive ``save_model``, so the
+transition parameters live in a Python attribute of the booster (kept by
+pickle and joblib) and in the wrapper file of :func:`save_lgb_model`.
+LightGBM truncates the returned booster to its best iteration after early
+stopping; :func:`kept_rounds` and the recorded history give the transitions
+of exactly the rounds the booster keeps.
+"""
+
+import json
+from pathlib import Path
+
+import lightgbm as lgb
+
+from .base import EngineObjective, build_batch
+from ..objectives.params import DEFAULTS, fill_doc
+from ..objectives.chain import CRFObjective
+from .state import STATE_KEY, TransitionHistory, state_dict
+
+MODEL_KEY = "lgb_model"
+
+# Safe defaults and the LightGBM aliases that override each of them. A leaf's
+# value is -sum(G) / sum(H); LightGBM's own floor on sum(H) (1e-3, with no L2
+# penalty) lets a leaf of confidently predicted rows take a huge step, which
+# was seen to make a custom multiclass objective diverge on OCR. XGBoost's default
+# (min_child_weight=1) is the floor used here.
+_SAFE_DEFAULTS = {
+    "min_sum_hessian_in_leaf": (
+        1.0,
+        ("min_sum_hessian_per_leaf", "min_sum_hessian", "min_hessian", "min_child_weight"),
+    ),
+}
+
+
+def lgb_params(num_labels, **overrides):
+    """Parameters a CRF objective needs in LightGBM, with safe defaults.
+
+    Parameters
+    ----------
+    num_labels : int
+    **overrides
+        Any other LightGBM parameter (``objective=obj``, ``learning_rate``,
+        ``num_leaves``, ...). An override given under any alias replaces the
+        matching default.
+
+    Returns
+    -------
+    dict
+        ``num_class=K``, built-in metrics off (``metric="None"``),
+        ``verbose=-1`` and ``min_sum_hessian_in_leaf=1`` (no leaf steps from a
+        Hessian sum below 1; LightGBM's 1e-3 allows huge leaf values),
+        updated with ``overrides``.
+    """
+    params = {"num_class": int(num_labels), "metric": "None", "verbose": -1}
+    for name, (value, aliases) in _SAFE_DEFAULTS.items():
+        if name not in overrides and not any(a in overrides for a in aliases):
+            params[name] = value
+    params.update(overrides)
+    return params
+
+
+def dataset_lengths(dataset):
+    """Sequence lengths ``(m,)`` from a constructed Dataset's groups."""
+    group = dataset.get_group()
+    if group is None:
+        raise ValueError(
+            "the Dataset has no sequence boundaries: build it with "
+            "lightgbm.Dataset(X, label=y, group=lengths)."
+        )
+    return group
+
+
+def kept_rounds(booster):
+    """Number of boosting rounds the booster predicts with.
+
+    ``best_iteration`` after early stopping (LightGBM counts it from 1),
+    otherwise every round the booster holds.
+    """
+    best = booster.best_iteration
+    return best if best is not None and best > 0 else booster.current_iteration()
+
+
+def _history(booster):
+    history = getattr(booster, STATE_KEY, None)
+    if not isinstance(history, TransitionHistory):
+        raise ValueError(
+            "this booster carries no CRF transitions: train it with "
+            "callbacks=[obj.callback()] (obj = structboost.lgb_crf_objective(...)), load it "
+            "with structboost.load_lgb_model, or unpickle it (a plain LightGBM model file "
+            "holds no transitions)."
+        )
+    return history
+
+
+def load_state(booster):
+    """The ``(num_labels, mode, TransitionParams)`` of the rounds the booster keeps."""
+    history = _history(booster)
+    return history.num_labels, history.mode, history.for_rounds(kept_rounds(booster))
+
+
+def booster_margins(booster, data):
+    """Raw scores ``(n, K)`` of the rounds whose transitions are kept."""
+    return booster.predict(data, raw_score=True, num_iteration=kept_rounds(booster))
+
+
+def save_lgb_model(booster, path):
+    """Save a LightGBM booster together with its CRF transitions.
+
+    The file is JSON: ``{"lgb_model": booster.model_to_string(...),
+    "structboost_crf": state}``, holding the rounds the booster predicts with
+    (see :func:`kept_rounds`).
+
+    Parameters
+    ----------
+    booster : lightgbm.Booster
+        Trained with :func:`lgb_crf_objective` and its callback (or loaded).
+    path : str or os.PathLike
+    """
+    num_labels, mode, params = load_state(booster)
+    n_rounds = kept_rounds(booster)
+    doc = {
+        MODEL_KEY: booster.model_to_string(num_iteration=n_rounds),
+        STATE_KEY: state_dict(num_labels, mode, params),
+    }
+    Path(path).write_text(json.dumps(doc), encoding="utf-8")
+
+
+def load_lgb_model(path):
+    """Load a booster saved by :func:`save_lgb_model`.
+
+    Returns
+    -------
+    lightgbm.Booster
+        With its transitions attached: :func:`structboost.engines.predict` and the
+        other predict functions accept it.
+    """
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict) or MODEL_KEY not in doc or STATE_KEY not in doc:
+        raise ValueError(
+            f"{path} is not a file written by structboost.save_lgb_model (a JSON object with "
+            f"{MODEL_KEY!r} and {STATE_KEY!r}); a plain LightGBM model file holds no "
+            "transitions."
+        )
+    booster = lgb.Booster(model_str=doc[MODEL_KEY])
+    history = TransitionHistory.from_state(doc[STATE_KEY], booster.current_iteration())
+    if history.num_labels != booster.num_model_per_iteration():
+        raise ValueError(
+            f"{path} is corrupt: the CRF has {history.num_labels} labels but the model "
+            f"grows {booster.num_model_per_iteration()} trees per round."
+        )
+    setattr(booster, STATE_KEY, history)
+    return booster
+
+
+class LGBTransitionRecorder:
+    """LightGBM callback keeping every round's transitions on the booster.
+
+    After each round the objective's current parameters are recorded in a
+    :class:`~structboost.engines.state.TransitionHistory` stored as the booster's
+    ``structboost_crf`` attribute. The recorder runs before early stopping
+    (``order = 10``), so the history is complete whichever round LightGBM
+    keeps.
+
+    Attributes
+    ----------
+    history : TransitionHistory or None
+        The history of the booster trained last.
+    """
+
+    def __init__(self, objective):
+        self.objective = objective
+        self.history = None
+        self.order = 10
+
+    def __call__(self, env):
+        booster = env.model
+        if not isinstance(booster, lgb.Booster):
+            raise ValueError(
+                "structboost's LightGBM callback needs one booster per training run; "
+                "lightgbm.cv would share one objective's transitions across folds. "
+                "Cross-validate with structboost.LGBMCRFClassifier and GroupKFold instead."
+            )
+        history = getattr(booster, STATE_KEY, None)
+        if not isinstance(history, TransitionHistory):
+            history = TransitionHistory(self.objective.num_labels, self.objective.crf.mode)
+            setattr(booster, STATE_KEY, history)
+        history.record(env.iteration, self.objective.params)
+        self.history = history
+
+
+class LGBCRFObjective(EngineObjective):
+    """A chain-CRF objective for ``lightgbm.train`` and LightGBM's scikit-learn API.
+
+    Call :func:`lgb_crf_objective` to build one. As
+    ``params["objective"]``, ``obj(preds, train_set)`` refits the transitions
+    and returns ``(grad, hess)``, both ``(n, K)``.
+
+    Attributes
+    ----------
+    crf : CRFObjective
+        The engine-agnostic objective (mode, gamma, solver, timings).
+    metric_name : {"nll", "error"}
+    """
+
+    def __deepcopy__(self, memo):
+        # lightgbm.train deep-copies ``params`` (and LGBMModel its eval_metric):
+        # a copy would refit transitions that the metric and the callback,
+        # holding this object, never see. The objective is training state,
+        # shared on purpose.
+        return self
+
+    def _build_batch(self, dataset):
+        """Validated labels, boundaries and sequence weights of a constructed Dataset."""
+        return build_batch(
+            self.num_labels,
+            dataset.get_label(),
+            dataset_lengths(dataset),
+            row_weight=dataset.get_weight(),
+        )
+
+    def metric(self, preds, eval_data):
+        """Custom metric for ``lightgbm.train(feval=...)`` on any grouped Dataset.
+
+        Returns
+        -------
+        (str, float, bool)
+            ``("crf-nll", weighted mean NLL per sequence, False)`` or
+            ``("crf-error", weighted Viterbi token error, False)``.
+        """
+        return (*self.evaluate(preds, eval_data), False)
+
+    def _sklearn_batch(self, y_true, weight, group):
+        if group is None:
+            raise ValueError(
+                "the objective got no sequence groups: LGBMClassifier.fit cannot pass them. "
+                "Use structboost.LGBMCRFClassifier, or lightgbm.LGBMModel.fit(..., group=lengths)."
+            )
+        return build_batch(self.num_labels, y_true, group, row_weight=weight)
+
+    def sklearn_objective(self, y_true, y_pred, weight, group):
+        """The objective in the signature of LightGBM's scikit-learn API."""
+        return self.crf.grad_hess(y_pred, self._sklearn_batch(y_true, weight, group))
+
+    def sklearn_metric(self, y_true, y_pred, weight, group):
+        """The metric in the signature of LightGBM's scikit-learn ``eval_metric``."""
+        batch = self._sklearn_batch(y_true, weight, group)
+        return (*self.crf.evaluate(y_pred, batch, self.metric_name), False)
+
+    def callback(self):
+        """A :class:`LGBTransitionRecorder` to pass in ``callbacks=``."""
+        return LGBTransitionRecorder(self)
+
+
+@fill_doc('mode', 'gamma', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions')
+def lgb_crf_objective(
+    num_labels,
+    mode=DEFAULTS["mode"],
+    gamma=DEFAULTS["gamma"],
+    transitions=DEFAULTS["transitions"],
+    reg_transitions=DEFAULTS["reg_transitions"],
+    metric=DEFAULTS["metric"],
+    allowed_transitions=None,
+    **kwargs,
+):
+    """Build a chain-CRF objective for ``lightgbm.train``.
+
+    Parameters
+    ----------
+    num_labels : int
+        Number of labels K; the booster needs ``num_class=K``
+        (see :func:`lgb_params`).
+    {objective_params}
+    **kwargs
+        ``transition_iter``, ``hess_floor``: see
+        :class:`~structboost.objectives.chain.CRFObjective`.
+
+    Returns
+    -------
+    LGBCRFObjective
+        Use it as ``params["objective"]``, ``feval=obj.metric`` and
+        ``callbacks=[obj.callback()]``.
+
+    Examples
+    --------
+    >>> obj = lgb_crf_objective(K)                                  # doctest: +SKIP
+    >>> booster = lightgbm.train(                                   # doctest: +SKIP
+    ...     lgb_params(K, objective=obj, learning_rate=0.3),
+    ...     lightgbm.Dataset(X, label=y, group=lengths), num_boost_round=100,
+    ...     valid_sets=[dvalid], feval=obj.metric,
+    ...     callbacks=[obj.callback(), lightgbm.early_stopping(10)])
+    """
+    crf = CRFObjective(
+        num_labels,
+        mode=mode,
+        gamma=gamma,
+        transitions=transitions,
+        reg_transitions=reg_transitions,
+        allowed_transitions=allowed_transitions,
+        **kwargs,
+    )
+    return LGBCRFObjective(crf, metric=metric)

@@ -1,0 +1,214 @@
+"""Prediction from a trained booster: Viterbi paths, marginals, log-likelihoods.
+
+The booster supplies the node potentials (its raw margins) and carries the
+transition parameters it was trained with; the sequence boundaries come from
+the data (a grouped ``xgboost.DMatrix`` or ``lightgbm.Dataset``) or from
+``lengths=``/``groups=``.
+"""
+
+import sys
+
+import numpy as np
+
+from ..inference import _chain
+from ..objectives.constraints import resolve as resolve_constraints
+from ..inference.chain import path_scores, posterior
+from ..sequences import check_labels, offsets_from_lengths, resolve_lengths
+
+DECODINGS = ("viterbi", "marginal")
+
+
+def _xgboost_inputs(booster, data, groups, lengths):
+    import xgboost as xgb
+
+    from .xgboost import booster_margins, dmatrix_lengths, load_state
+
+    if isinstance(data, xgb.DMatrix):
+        dmat = data
+        if groups is None and lengths is None:
+            lengths = dmatrix_lengths(dmat)
+        labels = dmat.get_label()
+    else:
+        dmat = xgb.DMatrix(data)
+        labels = None
+    lengths = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
+    num_labels, _, params = load_state(booster)
+    return booster_margins(booster, dmat), lengths, params, num_labels, labels
+
+
+def _lightgbm_inputs(booster, data, groups, lengths):
+    import lightgbm as lgb
+
+    from .lightgbm import booster_margins, load_state
+
+    labels = None
+    if isinstance(data, lgb.Dataset):
+        raw = data.data
+        if raw is None or isinstance(raw, (str, bytes)) or hasattr(raw, "__fspath__"):
+            raise ValueError(
+                "this lightgbm.Dataset holds no in-memory features (freed after training, or "
+                "a file): pass the features with lengths= or groups=, or build the Dataset "
+                "with free_raw_data=False."
+            )
+        if groups is None and lengths is None:
+            lengths = data.group
+        labels = data.label
+        data = data.data
+    num_labels, _, params = load_state(booster)
+    n_rows = data.shape[0]
+    lengths = resolve_lengths(n_rows, groups=groups, lengths=lengths)
+    return booster_margins(booster, data), lengths, params, num_labels, labels
+
+
+def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
+    """Margins, boundaries and transitions of a model on some data.
+
+    ``base_margin (n, K)``, if given, is added to the booster's margins.
+
+    Returns
+    -------
+    margins : (n, K) float64, C-contiguous
+    offsets : (m + 1,) int64
+    params : TransitionParams
+    labels : (n,) array or None
+        The labels stored in the data object, if any.
+    """
+    import xgboost as xgb
+
+    lgb = sys.modules.get("lightgbm")  # a LightGBM booster implies lightgbm is imported
+    if isinstance(model, xgb.Booster):
+        inputs = _xgboost_inputs(model, data, groups, lengths)
+    elif lgb is not None and isinstance(model, lgb.Booster):
+        inputs = _lightgbm_inputs(model, data, groups, lengths)
+    else:
+        raise ValueError(
+            f"cannot predict with a {type(model).__name__}: pass an xgboost.Booster trained "
+            "with structboost.crf_objective or a lightgbm.Booster trained with "
+            "structboost.lgb_crf_objective."
+        )
+    margins, lengths, params, num_labels, labels = inputs
+    margins = np.ascontiguousarray(np.asarray(margins).reshape(len(margins), -1), dtype=np.float64)
+    if margins.shape[1] != num_labels:
+        raise ValueError(
+            f"the booster outputs {margins.shape[1]} scores per row but its CRF has "
+            f"{num_labels} labels."
+        )
+    if base_margin is not None:
+        base = np.asarray(base_margin, dtype=np.float64)
+        if base.shape != margins.shape:
+            raise ValueError(
+                f"base_margin has shape {base.shape} but the booster's margins have shape "
+                f"{margins.shape}: give one score per row and label."
+            )
+        margins += base
+    return margins, offsets_from_lengths(lengths), params, labels
+
+
+def _constrained(params, allowed_transitions):
+    """The model's transition parameters with the forbidden moves at ``-inf``."""
+    constraints = resolve_constraints(allowed_transitions, params.num_labels)
+    return params if constraints is None else constraints.apply(params)
+
+
+def predict(
+    model,
+    data,
+    *,
+    groups=None,
+    lengths=None,
+    decode="viterbi",
+    base_margin=None,
+    allowed_transitions=None,
+):
+    """Predicted labels of every sequence.
+
+    Parameters
+    ----------
+    model : xgboost.Booster or lightgbm.Booster
+        Trained with :func:`structboost.crf_objective` /
+        :func:`structboost.lgb_crf_objective` and its callback, or loaded
+        (``Booster(model_file=...)``, :func:`structboost.load_lgb_model`, pickle).
+    data : xgboost.DMatrix, lightgbm.Dataset or array-like (n, d)
+        A DMatrix or Dataset with groups, or features (numpy, pandas, scipy
+        sparse) with ``groups``/``lengths``.
+    groups : (n,) array-like, optional
+        Per-row sequence id (rows of a sequence contiguous).
+    lengths : (m,) array-like, optional
+        Rows per sequence.
+    decode : {"viterbi", "marginal"}
+        ``"viterbi"``: the most probable label path of each sequence.
+        ``"marginal"``: each position's most probable label,
+        ``argmax_k P(y_t = k | x)``, which maximises the expected number of
+        correct labels but may string together an unlikely path (Dietterich
+        et al.'s "-V" and "-FB" predictions).
+    base_margin : (n, K) array-like, optional
+        Node scores added to the booster's raw margins: the scores of the
+        model a booster was boosted from (XGBoost ``base_margin``, LightGBM
+        ``init_score``). LightGBM never adds ``init_score`` when it predicts,
+        so pass it here; an XGBoost DMatrix that already carries a
+        ``base_margin`` includes it in the margins, so do not pass it twice.
+    allowed_transitions : Constraints or (K, K) bool array-like, optional
+        Moves the decoder may make (see :mod:`structboost.objectives.constraints`;
+        build one from tag names with
+        :func:`structboost.objectives.constraints.allowed_transitions`). The Viterbi
+        path then never makes a forbidden move, and the marginals are those
+        of the constrained model. A model trained with constraints applies
+        them already.
+
+    Returns
+    -------
+    (n,) int64
+    """
+    if decode not in DECODINGS:
+        raise ValueError(f"decode must be one of {DECODINGS}; got {decode!r}.")
+    u, offsets, p, _ = crf_inputs(
+        model, data, groups=groups, lengths=lengths, base_margin=base_margin
+    )
+    p = _constrained(p, allowed_transitions)
+    if decode == "marginal":
+        post = posterior(u, offsets, p.transitions, p.start, p.end)
+        return post.marginals().argmax(axis=1).astype(np.int64)
+    return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)
+
+
+def predict_marginals(
+    model, data, *, groups=None, lengths=None, base_margin=None, allowed_transitions=None
+):
+    """Posterior marginals ``P(y_t = k | x)``, shape ``(n, K)``.
+
+    Parameters are as in :func:`predict`.
+    """
+    u, offsets, p, _ = crf_inputs(
+        model, data, groups=groups, lengths=lengths, base_margin=base_margin
+    )
+    p = _constrained(p, allowed_transitions)
+    return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
+
+
+def sequence_log_likelihood(
+    model,
+    data,
+    labels=None,
+    *,
+    groups=None,
+    lengths=None,
+    base_margin=None,
+    allowed_transitions=None,
+):
+    """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``.
+
+    ``labels`` default to the ones stored in a DMatrix or Dataset; the other
+    parameters are as in :func:`predict`. Under ``allowed_transitions`` a
+    labelling that makes a forbidden move has log-likelihood ``-inf``.
+    """
+    u, offsets, p, stored = crf_inputs(
+        model, data, groups=groups, lengths=lengths, base_margin=base_margin
+    )
+    p = _constrained(p, allowed_transitions)
+    if labels is None:
+        labels = stored
+    if labels is None or len(labels) == 0:
+        raise ValueError("no labels: pass labels= or a DMatrix/Dataset built with label=.")
+    y = check_labels(labels, u.shape[1], u.shape[0])
+    post = posterior(u, offsets, p.transitions, p.start, p.end)
+    return path_scores(u, offsets, y, p.transitions, p.start, p.end) - post.log_z

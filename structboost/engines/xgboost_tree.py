@@ -1,0 +1,235 @@
+"""XGBoost wiring for tree CRFs: objective, metric, recorder, prediction.
+
+A ``DMatrix`` carries instance boundaries (``group=``) but not the tree
+structure. The structure reaches the objective through a registry keyed
+weakly by the ``DMatrix``: build the matrix with :func:`tree_dmatrix`, or
+register an existing grouped one with :func:`register_tree` (or
+``obj.register``, the same thing). The registry entry lives exactly as long as
+the ``DMatrix``. Prediction helpers take the structure explicitly.
+
+The typed edge potentials are stored on the booster as the JSON attribute
+``structboost_tree_crf`` (kept by ``save_model``/``load_model`` and pickling).
+"""
+
+import weakref
+
+import numpy as np
+import xgboost as xgb
+
+from ..inference import _tree
+from ..sequences import check_labels, resolve_lengths
+from ..inference.tree import check_tree, posterior
+from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
+from ..objectives.tree import TreeCRFObjective, TreeLabelBatch
+from ..transitions.tree import TreeTransitionParams
+from .xgboost import XGBCRFObjective, booster_margins, dmatrix_lengths, load_state
+
+TREE_STATE_KEY = "structboost_tree_crf"
+_STRUCTURES = weakref.WeakKeyDictionary()
+
+
+def register_tree(dmat, parents, edge_types=None):
+    """Attach tree structure to a grouped DMatrix.
+
+    Parameters
+    ----------
+    dmat : xgboost.DMatrix
+        With instance boundaries (``group=`` lengths or sorted ``qid=``).
+    parents : (n,) array-like of int
+        Parent of each row within its instance, ``-1`` for a root.
+    edge_types : (n,) array-like of int, optional
+        Type of the edge to each row's parent (ignored for roots); all 0 if None.
+
+    Returns
+    -------
+    xgboost.DMatrix
+        ``dmat`` itself.
+    """
+    n = dmat.num_row()
+    parents = np.asarray(parents)
+    if parents.shape != (n,):
+        raise ValueError(f"parents must have one entry per row ({n}); got shape {parents.shape}.")
+    if edge_types is not None and np.shape(edge_types) != (n,):
+        raise ValueError(
+            f"edge_types must have one entry per row ({n}); got shape {np.shape(edge_types)}."
+        )
+    dmatrix_lengths(dmat)
+    _STRUCTURES[dmat] = (parents.copy(), None if edge_types is None else np.asarray(edge_types))
+    return dmat
+
+
+def tree_dmatrix(X, label=None, lengths=None, parents=None, edge_types=None, *, groups=None,
+                 weight=None, **kwargs):  # fmt: skip
+    """Build a DMatrix of tree instances and register its structure.
+
+    Parameters
+    ----------
+    X : (n, d) array-like
+    label : (n,) array-like of int, optional
+    lengths : (m,) array-like of int, optional
+        Rows per instance (or give ``groups``, a per-row instance id).
+    parents : (n,) array-like of int
+        Parent of each row within its instance, ``-1`` for a root.
+    edge_types : (n,) array-like of int, optional
+    weight : (m,) array-like, optional
+        One weight per instance.
+    **kwargs
+        Passed to :class:`xgboost.DMatrix`.
+
+    Returns
+    -------
+    xgboost.DMatrix
+    """
+    if parents is None:
+        raise ValueError("parents is required: the parent of each row within its instance.")
+    n = np.shape(X)[0]
+    lens = resolve_lengths(n, groups=groups, lengths=lengths)
+    dmat = xgb.DMatrix(X, label=label, group=lens, weight=weight, **kwargs)
+    return register_tree(dmat, parents, edge_types)
+
+
+def tree_structure(dmat):
+    """``(parents, edge_types)`` registered for ``dmat``, or a clear error."""
+    entry = _STRUCTURES.get(dmat)
+    if entry is None:
+        raise ValueError(
+            "this DMatrix has no tree structure: build it with "
+            "structboost.tree_dmatrix(X, y, lengths, parents, edge_types) or call "
+            "structboost.register_tree(dmat, parents, edge_types) first."
+        )
+    return entry
+
+
+class XGBTreeCRFObjective(XGBCRFObjective):
+    """A tree-CRF objective for ``xgboost.train(obj=...)``.
+
+    Build one with :func:`tree_crf_objective`. ``obj(predt, dtrain)``
+    refits the typed edge potentials and returns ``(grad, hess)``, both
+    ``(n, K)``; ``obj.metric`` and ``obj.callback()`` work as for chains on
+    any DMatrix whose structure is registered.
+
+    Attributes
+    ----------
+    crf : TreeCRFObjective
+    """
+
+    state_key = TREE_STATE_KEY
+
+    @property
+    def n_edge_types(self):
+        return self.crf.n_edge_types
+
+    def register(self, dmat, parents, edge_types=None):
+        """Attach tree structure to ``dmat`` (see :func:`register_tree`)."""
+        return register_tree(dmat, parents, edge_types)
+
+    def _build_batch(self, dmat):
+        parents, edge_types = tree_structure(dmat)
+        return TreeLabelBatch.build(
+            dmat.get_label(),
+            dmatrix_lengths(dmat),
+            parents,
+            self.num_labels,
+            self.n_edge_types,
+            edge_types,
+            dmat.get_weight(),
+        )
+
+
+@fill_doc('mode', 'gamma', 'transitions', 'reg_transitions', 'metric', solvers=TREE_SOLVERS)
+def tree_crf_objective(
+    num_labels,
+    n_edge_types=1,
+    mode=DEFAULTS["mode"],
+    gamma=DEFAULTS["gamma"],
+    transitions=DEFAULTS["transitions"],
+    reg_transitions=DEFAULTS["reg_transitions"],
+    metric=DEFAULTS["metric"],
+    **kwargs,
+):
+    """Build a tree-CRF objective for ``xgboost.train``.
+
+    Parameters
+    ----------
+    num_labels : int
+        Number of labels K; the booster needs ``num_target=K``
+        (:func:`structboost.xgb_params`).
+    n_edge_types : int
+        Edge types, each with its own ``(K, K)`` potential.
+    {objective_params}
+    **kwargs
+        ``transition_iter``, ``hess_floor``.
+
+    Returns
+    -------
+    XGBTreeCRFObjective
+    """
+    crf = TreeCRFObjective(
+        num_labels,
+        n_edge_types,
+        mode=mode,
+        gamma=gamma,
+        transitions=transitions,
+        reg_transitions=reg_transitions,
+        **kwargs,
+    )
+    return XGBTreeCRFObjective(crf, metric=metric)
+
+
+def _tree_inputs(booster, X, lengths, parents, edge_types, groups):
+    num_labels, _, params = load_state(
+        booster, TREE_STATE_KEY, TreeTransitionParams, "tree_crf_objective"
+    )
+    dmat = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(X)
+    lens = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
+    margins = np.asarray(booster_margins(booster, dmat)).reshape(dmat.num_row(), -1)
+    if margins.shape[1] != num_labels:
+        raise ValueError(
+            f"the booster outputs {margins.shape[1]} scores per row but its CRF has "
+            f"{num_labels} labels."
+        )
+    return check_tree(margins, lens, parents, params.transitions, edge_types)
+
+
+def predict_tree(booster, X, lengths=None, parents=None, edge_types=None, *, groups=None):
+    """MAP labelling of every tree, flat ``(n,)``.
+
+    Parameters
+    ----------
+    booster : xgboost.Booster
+        Trained with :func:`tree_crf_objective` and its callback.
+    X : (n, d) array-like or xgboost.DMatrix
+    lengths : (m,) array-like of int, optional
+        Rows per instance (or ``groups``, a per-row instance id).
+    parents : (n,) array-like of int
+    edge_types : (n,) array-like of int, optional
+    """
+    b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
+    labels, _ = _tree.viterbi(b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions)
+    return labels
+
+
+def predict_tree_marginals(booster, X, lengths=None, parents=None, edge_types=None, *, groups=None):
+    """Node marginals ``P(y_v = k | x)``, shape ``(n, K)``; arguments as :func:`predict_tree`."""
+    return posterior(_tree_inputs(booster, X, lengths, parents, edge_types, groups)).marginals()
+
+
+def tree_log_likelihood(booster, X, labels, lengths=None, parents=None, edge_types=None, *,
+                        groups=None):  # fmt: skip
+    """``log P(y | x)`` of every tree, shape ``(m,)``; arguments as :func:`predict_tree`."""
+    b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
+    y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])
+    scores = _tree.label_scores(b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, y)
+    return scores - posterior(b).log_z
+
+
+__all__ = [
+    "XGBTreeCRFObjective",
+    "predict_tree",
+    "predict_tree_marginals",
+    "register_tree",
+    "tree_crf_objective",
+    "tree_dmatrix",
+    "tree_log_likelihood",
+    "tree_structure",
+]

@@ -1,0 +1,550 @@
+"""scikit-learn estimators: chain-CRF sequence labellers on XGBoost and LightGBM.
+
+Each row of ``X`` is one position of one sequence; the rows of a sequence
+are contiguous and in order. Sequences are described per call by either
+
+- ``groups``: a per-row sequence id, ``(n,)`` (ids need not be sorted, but
+  each sequence's rows must form one run), or, for a pandas ``X``, the name
+  of the column holding it (the column is dropped from the features), or
+- ``lengths``: rows per sequence, ``(m,)``, in row order.
+
+``eval_set`` entries are ``(X, y, groups)`` or ``(X, y, lengths)`` tuples:
+a third element with one entry per row of ``X`` (or a column name) is
+``groups``, anything else ``lengths``. When every sequence has length 1 the
+two coincide and the tuple reads as groups; pass a dict
+``{"X": X, "y": y, "lengths": lengths}`` (keys ``groups``, ``lengths``,
+``sample_weight``, ``base_X``) to say which.
+
+Boosting from a base model (the "Features+Embd" setting of Chen et al.
+2015): with ``base_model=LinearChainCRF(...)``, ``fit`` first trains a clone
+of the base model on the training sequences (on ``base_X``, by default
+``X``), then boosts trees from its node scores, which become XGBoost's
+``base_margin`` / LightGBM's ``init_score`` of the training and evaluation
+sets; the transitions start from the base model's. ``predict``,
+``predict_marginals``, ``predict_log_likelihood`` and ``score`` add the base
+scores back (pass them the same ``base_X`` layout). Typically the base model
+sees sparse lexical features (:class:`structboost.text.lexical.TokenFeatures`)
+and the trees dense ones. The same recipe with ``xgboost.train`` is in
+:class:`structboost.LinearChainCRF`.
+
+Inside scikit-learn's model selection, route the sequence ids to ``fit`` and
+``score`` with metadata routing::
+
+    sklearn.set_config(enable_metadata_routing=True)
+    est = LGBMCRFClassifier().set_fit_request(groups=True).set_score_request(groups=True)
+    GridSearchCV(est, {"max_depth": [3, 5]}, cv=GroupKFold(3)).fit(X, y, groups=groups)
+"""
+
+import inspect
+
+import numpy as np
+import pandas as pd
+import xgboost as xgb
+from sklearn.base import clone
+from sklearn.metrics import accuracy_score
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..engines.predict import predict as _viterbi
+from ..engines.predict import predict_marginals as _marginals
+from ..engines.predict import sequence_log_likelihood as _log_likelihood
+from ..engines.xgboost import crf_objective, xgb_params
+from ..engines.xgboost import load_state as load_xgb_state
+from ..objectives.constraints import resolve as resolve_constraints
+from ..objectives.params import DEFAULTS, fill_doc
+from ..sequences import resolve_lengths, sequence_weights
+from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry
+
+
+class _CRFClassifier(BoostedCRFClassifier):
+    """What both chain estimators share: input checks, base models, fit, predict.
+
+    Subclasses implement ``_train`` (returns the booster and the metric
+    history; data tuples end with the base margin ``(n, K)`` or None),
+    ``_kept_rounds``, ``_engine_data`` (features as the engine
+    predicts from them), ``_load_state`` and ``_gain_importance``.
+    """
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.input_tags.allow_nan = True
+        return tags
+
+    # -- input ------------------------------------------------------------
+    def _check_X(self, X, groups, lengths, *, reset):
+        """Validated features and sequence lengths ``(m,)``."""
+        if isinstance(groups, str):
+            if not isinstance(X, pd.DataFrame):
+                raise ValueError(
+                    f"groups={groups!r} names a column, but X is not a pandas DataFrame: "
+                    "pass the per-row sequence ids instead."
+                )
+            if groups not in X.columns:
+                raise ValueError(f"X has no column {groups!r} to read the sequence ids from.")
+            X, groups = X.drop(columns=groups), X[groups].to_numpy()
+        if isinstance(X, pd.DataFrame):
+            validate_data(self, X, reset=reset, skip_check_array=True)
+        else:
+            X = validate_data(
+                self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
+            )
+        return X, resolve_lengths(X.shape[0], groups=groups, lengths=lengths)
+
+    def _sequence_weights(self, sample_weight, lengths):
+        return None if sample_weight is None else sequence_weights(sample_weight, lengths)
+
+    def _base_margin(self, X, base_X, n_classes):
+        """Node scores ``(n, K)`` of the fitted base model on ``base_X`` (default ``X``) or None."""
+        if self.base_model_ is None:
+            if base_X is not None:
+                raise ValueError(
+                    "base_X is the input of base_model, but base_model is None: set "
+                    "base_model= or drop base_X."
+                )
+            return None
+        inputs = X if base_X is None else base_X
+        margin = np.asarray(self.base_model_.decision_function(inputs), dtype=np.float64)
+        if margin.shape != (X.shape[0], n_classes):
+            raise ValueError(
+                f"the base model scored {margin.shape} but needs one score per row of X and "
+                f"class: ({X.shape[0]}, {n_classes}). Give base_X one row per row of X."
+            )
+        return margin
+
+    def _start_transitions(self, obj):
+        """Start the objective's transitions from the base model's, when it has them."""
+        params = getattr(self.base_model_, "transitions_", None)
+        if params is not None and obj.crf.uses_transitions:
+            obj.crf.start_from(params)
+
+    # -- fit --------------------------------------------------------------
+    def fit(
+        self,
+        X,
+        y,
+        *,
+        groups=None,
+        lengths=None,
+        sample_weight=None,
+        eval_set=None,
+        base_X=None,
+        verbose=False,
+    ):
+        """Train on labelled sequences.
+
+        Parameters
+        ----------
+        X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d)
+            One row per position; the rows of a sequence contiguous.
+        y : array-like, shape (n,)
+            Labels of any hashable type.
+        groups : array-like of shape (n,) or str, optional
+            Per-row sequence id, or the name of the DataFrame column holding it.
+        lengths : array-like of int, shape (m,), optional
+            Rows per sequence (instead of ``groups``).
+        sample_weight : array-like, shape (n,), optional
+            Per-row weights; equal within each sequence (a CRF weighs
+            sequences).
+        eval_set : list of tuple or dict, optional
+            ``(X, y, groups)`` or ``(X, y, lengths)`` tuples or dicts (see the
+            module notes); the CRF metric is recorded in ``evals_result_``
+            and drives early stopping. With ``base_model`` and ``base_X``,
+            entries must be dicts with a ``"base_X"`` key.
+        base_X : array-like or scipy sparse matrix, shape (n, p), optional
+            Input of ``base_model`` (e.g. sparse lexical features while the
+            trees see dense ones); ``X`` by default.
+        verbose : bool or int
+            Print the ``eval_set`` metrics every round (``True``) or every
+            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
+
+        Returns
+        -------
+        self
+        """
+        X, lengths = self._check_X(X, groups, lengths, reset=True)
+        classes, codes = self._fit_classes(y, X.shape[0])
+        crf = self._objective_kwargs()
+        self.constraints_ = resolve_constraints(
+            self.allowed_transitions, len(classes), labels=classes
+        )
+        crf["allowed_transitions"] = self.constraints_
+        seq_weight = self._sequence_weights(sample_weight, lengths)
+        self.base_model_ = None
+        if self.base_model is not None:
+            inputs = X if base_X is None else base_X
+            self.base_model_ = clone(self.base_model).fit(
+                inputs, codes, lengths, sample_weight=seq_weight
+            )
+        train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
+        evals = []
+        for i, item in enumerate(eval_set or ()):
+            e = eval_entry(item, i, lambda X: X.shape[0] if hasattr(X, "shape") else len(X))
+            if base_X is not None and e["base_X"] is None and self.base_model is not None:
+                raise ValueError(
+                    f"eval_set[{i}] has no base_X but fit got one: pass eval_set entries as "
+                    "dicts with a 'base_X' key."
+                )
+            Xe, le = self._check_X(e["X"], e["groups"], e["lengths"], reset=False)
+            codes_e = self._encode(e["y"], Xe.shape[0], classes)
+            margin_e = self._base_margin(Xe, e["base_X"], len(classes))
+            evals.append((Xe, codes_e, le, self._sequence_weights(e["sample_weight"], le), margin_e))
+        if self.early_stopping_rounds is not None and not evals:
+            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
+        booster, evals_result = self._train(train, evals, crf, len(classes), verbose)
+        self._set_fitted(classes, booster, evals_result)
+        return self
+
+    # -- predict ----------------------------------------------------------
+    def _data(self, X, groups, lengths, base_X):
+        """Engine data, lengths ``(m,)`` and base margin ``(n, K)`` (or None) of ``X``."""
+        check_is_fitted(self)
+        X, lengths = self._check_X(X, groups, lengths, reset=False)
+        margin = self._base_margin(X, base_X, len(self.classes_))
+        return self._engine_data(X), lengths, margin
+
+    def predict(self, X, *, groups=None, lengths=None, decode="viterbi", base_X=None):
+        """Predicted labels, in the original label values.
+
+        Parameters
+        ----------
+        X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d)
+        groups : array-like of shape (n,) or str, optional
+        lengths : array-like of int, shape (m,), optional
+        decode : {"viterbi", "marginal"}
+            The most probable sequence, or each position's most probable
+            label (see :func:`structboost.engines.predict`).
+        base_X : array-like or scipy sparse matrix, shape (n, p), optional
+            Input of the base model, when ``fit`` was given one.
+
+        Returns
+        -------
+        (n,) ndarray of ``classes_`` values
+        """
+        data, lengths, margin = self._data(X, groups, lengths, base_X)
+        codes = _viterbi(
+            self.booster_,
+            data,
+            lengths=lengths,
+            decode=decode,
+            base_margin=margin,
+            allowed_transitions=self.constraints_,
+        )
+        return self.classes_[codes]
+
+    def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
+        """Posterior marginals ``P(y_t = c | x)``, ``(n, n_classes)``, columns in ``classes_`` order."""
+        data, lengths, margin = self._data(X, groups, lengths, base_X)
+        return _marginals(
+            self.booster_,
+            data,
+            lengths=lengths,
+            base_margin=margin,
+            allowed_transitions=self.constraints_,
+        )
+
+    def predict_log_likelihood(self, X, y, *, groups=None, lengths=None, base_X=None):
+        """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
+        data, lengths, margin = self._data(X, groups, lengths, base_X)
+        codes = self._encode(y, int(lengths.sum()), self.classes_)
+        return _log_likelihood(
+            self.booster_,
+            data,
+            codes,
+            lengths=lengths,
+            base_margin=margin,
+            allowed_transitions=self.constraints_,
+        )
+
+    def score(self, X, y, *, groups=None, lengths=None, sample_weight=None, base_X=None):
+        """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
+        predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
+        return accuracy_score(y, predicted, sample_weight=sample_weight)
+
+    # -- fitted attributes --------------------------------------------------
+    @property
+    def transitions_(self):
+        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``(n_classes, n_classes)``, index and columns ``classes_``.
+        """
+        check_is_fitted(self)
+        params = self._load_state()[2]
+        labels = pd.Index(self.classes_)
+        return pd.DataFrame(
+            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
+        )
+
+
+
+@fill_doc("mode", "gamma", "transitions", "reg_transitions")
+class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
+    """Chain-CRF sequence labeller trained by XGBoost.
+
+    Parameters
+    ----------
+    {objective_params}
+    n_estimators : int
+        Boosting rounds.
+    learning_rate : float
+        XGBoost's ``eta``.
+    max_depth : int
+    early_stopping_rounds : int, optional
+        Stop when the CRF negative log-likelihood on the last ``eval_set``
+        entry has not improved for this many rounds; predictions then use
+        the best round and its transitions.
+    base_model : estimator, optional
+        A :class:`structboost.LinearChainCRF` (or any estimator with
+        ``fit(X, y, lengths, sample_weight=)`` and ``decision_function(X) ->
+        (n, K)``): ``fit`` trains a clone of it first and boosts from its
+        node scores (``base_margin``) and transitions; see the module notes.
+    allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
+        Moves the model may make: a tag scheme (the classes must then be
+        its tags, such as ``"B-PER"`` and ``"O"``; see
+        :func:`structboost.objectives.constraints.allowed_transitions`) or masks over
+        ``classes_``. Forbidden transition, start and end scores stay at
+        ``-inf`` in training (never refit, also when starting from a base
+        model's transitions) and in :meth:`predict`,
+        :meth:`predict_marginals`, :meth:`predict_log_likelihood` and
+        :meth:`score`, so no prediction makes a forbidden move. The
+        training labels must obey them.
+    **kwargs
+        Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
+        ``n_jobs``, ``random_state``, ``multi_strategy``, ...).
+
+    Attributes
+    ----------
+    classes_ : ndarray, shape (n_classes,)
+    constraints_ : Constraints or None
+        ``allowed_transitions`` resolved against ``classes_``.
+    booster_ : xgboost.Booster
+        Carries the transitions; :func:`structboost.engines.predict` accepts it.
+    best_iteration_ : int
+        0-based index of the last round the model uses.
+    evals_result_ : dict
+        CRF metric per round for each ``eval_set`` entry (``validation_i``).
+    transitions_ : pandas.DataFrame
+    feature_importances_ : ndarray, shape (n_features_in_,)
+    base_model_ : estimator or None
+        The fitted clone of ``base_model``.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` was a DataFrame.
+    """
+
+    def __init__(
+        self,
+        *,
+        mode=DEFAULTS["mode"],
+        gamma=DEFAULTS["gamma"],
+        transitions=DEFAULTS["transitions"],
+        reg_transitions=DEFAULTS["reg_transitions"],
+        n_estimators=100,
+        learning_rate=0.3,
+        max_depth=6,
+        early_stopping_rounds=None,
+        base_model=None,
+        allowed_transitions=None,
+        **kwargs,
+    ):
+        self.mode = mode
+        self.gamma = gamma
+        self.transitions = transitions
+        self.reg_transitions = reg_transitions
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.early_stopping_rounds = early_stopping_rounds
+        self.base_model = base_model
+        self.allowed_transitions = allowed_transitions
+        super().__init__(**kwargs)
+
+    def _engine_data(self, X):
+        return self._dmatrix(X)
+
+    def _dmatrix(self, X, labels=None, lengths=None, seq_weight=None, base_margin=None):
+        names = getattr(self, "feature_names_in_", None)
+        engine = self._engine_kwargs()
+        threads = engine.get("n_jobs", engine.get("nthread"))
+        return xgb.DMatrix(
+            X,
+            label=labels,
+            group=lengths,
+            weight=seq_weight,
+            base_margin=base_margin,
+            feature_names=None if names is None else list(names),
+            enable_categorical=isinstance(X, pd.DataFrame),
+            nthread=-1 if threads is None else threads,
+        )
+
+    def _train(self, train, evals, crf, n_classes, verbose):
+        obj = crf_objective(n_classes, **crf)
+        self._start_transitions(obj)
+        params = xgb_params(
+            n_classes,
+            eta=self.learning_rate,
+            max_depth=self.max_depth,
+            **self._engine_kwargs(),
+        )
+        dvalid = [self._dmatrix(*e) for e in evals]
+        return self._xgb_train(params, obj, self._dmatrix(*train), dvalid, verbose)
+
+    def _load_state(self):
+        return load_xgb_state(self.booster_)
+
+
+@fill_doc("mode", "gamma", "transitions", "reg_transitions")
+class LGBMCRFClassifier(_CRFClassifier):
+    """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.LGBMModel``).
+
+    Parameters
+    ----------
+    {objective_params}
+    n_estimators : int
+        Boosting rounds (each grows one tree per class).
+    learning_rate : float
+    max_depth : int
+        ``-1`` for no limit.
+    num_leaves : int
+    early_stopping_rounds : int, optional
+        Stop when the CRF negative log-likelihood on an ``eval_set`` entry
+        has not improved for this many rounds; predictions then use the best
+        round and its transitions.
+    base_model : estimator, optional
+        As in :class:`XGBCRFClassifier`; its scores become ``init_score``.
+    allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
+        As in :class:`XGBCRFClassifier`.
+    **kwargs
+        Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
+        ``n_jobs``, ``random_state``, ...). The safe defaults of
+        :func:`structboost.lgb_params` apply (``min_child_weight=1``).
+
+    Attributes
+    ----------
+    classes_ : ndarray, shape (n_classes,)
+    constraints_ : Constraints or None
+        ``allowed_transitions`` resolved against ``classes_``.
+    booster_ : lightgbm.Booster
+        Carries the transitions; :func:`structboost.engines.predict` and
+        :func:`structboost.save_lgb_model` accept it.
+    best_iteration_ : int
+        0-based index of the last round the model uses.
+    evals_result_ : dict
+        CRF metric per round for each ``eval_set`` entry (``validation_i``).
+    transitions_ : pandas.DataFrame
+    feature_importances_ : ndarray, shape (n_features_in_,)
+    base_model_ : estimator or None
+        The fitted clone of ``base_model``.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of str
+        Only when ``X`` was a DataFrame.
+    """
+
+    def __init__(
+        self,
+        *,
+        mode=DEFAULTS["mode"],
+        gamma=DEFAULTS["gamma"],
+        transitions=DEFAULTS["transitions"],
+        reg_transitions=DEFAULTS["reg_transitions"],
+        n_estimators=100,
+        learning_rate=0.1,
+        max_depth=-1,
+        num_leaves=31,
+        early_stopping_rounds=None,
+        base_model=None,
+        allowed_transitions=None,
+        **kwargs,
+    ):
+        self.mode = mode
+        self.gamma = gamma
+        self.transitions = transitions
+        self.reg_transitions = reg_transitions
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.num_leaves = num_leaves
+        self.early_stopping_rounds = early_stopping_rounds
+        self.base_model = base_model
+        self.allowed_transitions = allowed_transitions
+        super().__init__(**kwargs)
+
+    def _engine_data(self, X):
+        return X
+
+    def _train(self, train, evals, crf, n_classes, verbose):
+        import lightgbm as lgb
+
+        from ..engines.lightgbm import lgb_crf_objective, lgb_params
+
+        X, y, lengths, seq_weight, init_score = train
+        obj = lgb_crf_objective(n_classes, **crf)
+        self._start_transitions(obj)
+        params = lgb_params(
+            n_classes,
+            learning_rate=self.learning_rate,
+            max_depth=self.max_depth,
+            num_leaves=self.num_leaves,
+            **self._engine_kwargs(),
+        )
+        if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
+            params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")
+        model = lgb.LGBMModel(
+            objective=obj.sklearn_objective, n_estimators=self.n_estimators, **params
+        )
+        callbacks = [obj.callback()]
+        if verbose:
+            callbacks.append(lgb.log_evaluation(int(verbose)))
+        if self.early_stopping_rounds is not None:
+            stop = lgb.early_stopping(
+                self.early_stopping_rounds, first_metric_only=True, verbose=False
+            )
+            callbacks.append(stop)
+        fit = {
+            "sample_weight": self._row_weights(seq_weight, lengths),
+            "init_score": init_score,
+            "group": lengths,
+            "eval_metric": obj.sklearn_metric,
+            "callbacks": callbacks,
+        }
+        if evals:
+            if "eval_X" in inspect.signature(lgb.LGBMModel.fit).parameters:
+                fit.update(eval_X=tuple(e[0] for e in evals), eval_y=tuple(e[1] for e in evals))
+            else:  # lightgbm < 4.7
+                fit.update(eval_set=[(e[0], e[1]) for e in evals])
+            fit.update(
+                eval_group=[e[2] for e in evals],
+                eval_sample_weight=[self._row_weights(e[3], e[2]) for e in evals],
+                eval_init_score=[e[4] for e in evals],
+                eval_names=[f"validation_{i}" for i in range(len(evals))],
+            )
+        try:
+            model.fit(X, y, **fit)
+        except lgb.basic.LightGBMError as err:
+            if "num_features()) > (0)" not in str(err):
+                raise
+            raise ValueError(
+                f"LightGBM found no usable feature in {X.shape[0]} rows: every feature is "
+                "constant or cannot split off min_child_samples rows (default 20) on each "
+                "side. Lower min_child_samples or train on more rows."
+            ) from err
+        return model.booster_, model.evals_result_
+
+    def _kept_rounds(self):
+        from ..engines.lightgbm import kept_rounds
+
+        return kept_rounds(self.booster_)
+
+    @staticmethod
+    def _row_weights(seq_weight, lengths):
+        return None if seq_weight is None else np.repeat(seq_weight, lengths)
+
+    def _load_state(self):
+        from ..engines.lightgbm import load_state
+
+        return load_state(self.booster_)
+
+    def _gain_importance(self):
+        return self.booster_.feature_importance(importance_type="gain")

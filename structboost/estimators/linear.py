@@ -1,0 +1,374 @@
+"""A linear-chain CRF whose node scores are linear in the inputs.
+
+Row ``t`` of a sequence with inputs ``x_t (p,)`` scores label ``k`` by
+``unary[t, k] = x_t @ coef[:, k] + intercept[k]``; labellings add the
+transition, start and end scores of :class:`~structboost.transitions.chain.TransitionParams`.
+All parameters are fit together by minimising the penalised negative
+log-likelihood::
+
+    f(theta) = sum_i w_i (log Z_i(theta) - score_i(y_i; theta)) + reg / 2 * ||theta||^2,
+
+with ``theta = [[coef; intercept].ravel(), transitions.ravel(), start, end]``
+(``d = (p + 1) K + K^2 + 2K``), either by L-BFGS on the exact gradient or by
+the majorization steps of Jebara & Choromanska (2012) with the Algorithm 3
+bound of :func:`structboost.transitions.majorize.linear_chain_bound` (optionally kept at
+low rank, Algorithm 4).
+
+The fitted :meth:`LinearChainCRF.decision_function` gives node scores that a
+booster can start from (XGBoost ``base_margin``): the "features + embedding"
+setting of Chen et al. (2015).
+"""
+
+import time
+
+import numpy as np
+import scipy.sparse
+from scipy.optimize import minimize
+from sklearn.base import BaseEstimator
+
+from .. import inference
+from ..transitions import majorize
+from ..objectives.chain import SequenceBatch
+from ..transitions.chain import TransitionParams, TransitionProblem
+
+__all__ = ["LINEAR_SOLVERS", "LinearChainCRF", "LinearChainProblem"]
+
+LINEAR_SOLVERS = ("lbfgs", "majorize")
+_MAX_BOUND_DIM = 16384  # two d x d float64 matrices of 2 GiB each
+
+
+def _check_inputs(X):
+    """``X`` as float64: a C-contiguous array or a CSR matrix, finite, 2-D."""
+    if scipy.sparse.issparse(X):
+        X = scipy.sparse.csr_matrix(X, dtype=np.float64)
+        values = X.data
+    else:
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        values = X
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (rows, features); got shape {X.shape}.")
+    if not np.isfinite(values).all():
+        raise ValueError("X contains NaN or inf; impute or drop those values first.")
+    return X
+
+
+def _with_ones(X):
+    """``[X, 1]``: inputs with a constant column for the intercepts."""
+    ones = np.ones((X.shape[0], 1))
+    if scipy.sparse.issparse(X):
+        return scipy.sparse.hstack([X, ones], format="csr")
+    return np.hstack([X, ones])
+
+
+class LinearChainProblem:
+    """Penalised NLL of a linear-chain CRF in all its parameters.
+
+    Implements the ``BoundTerm`` protocol of :func:`structboost.transitions.majorize.fit_majorize`.
+
+    Parameters
+    ----------
+    X : ndarray or scipy sparse matrix, shape (n, p)
+        Inputs of all rows, sequences contiguous.
+    labels : array_like of int, shape (n,)
+        Labels ``0..K-1``.
+    lengths : array_like of int, shape (m,)
+    num_labels : int
+        ``K``.
+    reg : float
+        L2 penalty on every parameter (coefficients, intercepts,
+        transitions, start and end scores).
+    weights : array_like, shape (m,), optional
+        Non-negative weight of each sequence.
+
+    Attributes
+    ----------
+    dim : int
+        ``d = (p + 1) K + K^2 + 2K``.
+    observed_features : ndarray, shape (d,)
+        Weighted feature counts of the labelled sequences.
+    observed_score : float
+        0 (no fixed base scores).
+    """
+
+    observed_score = 0.0
+
+    def __init__(self, X, labels, lengths, num_labels, reg, weights=None):
+        inputs = _with_ones(_check_inputs(X))
+        if inputs.shape[0] != len(labels):
+            raise ValueError(
+                f"X has {inputs.shape[0]} rows but there are {len(labels)} labels; they must match."
+            )
+        k = int(num_labels)
+        batch = SequenceBatch.build(labels, lengths, k, weights)
+        if not reg >= 0:
+            raise ValueError(f"reg must be >= 0, got {reg!r}.")
+        self.inputs = inputs
+        self.batch = batch
+        self.num_labels = k
+        self.reg = float(reg)
+        self.dim = inputs.shape[1] * k + k * k + 2 * k
+        row_weight = np.repeat(batch.seq_weight, batch.lengths)
+        self._rows = np.arange(inputs.shape[0])
+        self._row_weight = row_weight
+        gold = np.zeros((inputs.shape[0], k))
+        gold[self._rows, batch.labels] = row_weight
+        self.observed_features = np.concatenate([np.asarray(inputs.T @ gold).ravel(), batch.counts])
+        self._last = None
+
+    def split(self, theta):
+        """Split ``theta (d,)`` into ``coef (p + 1, K)`` (last row: intercepts) and transitions."""
+        k = self.num_labels
+        node = self.inputs.shape[1] * k
+        return theta[:node].reshape(-1, k), TransitionParams.from_vector(theta[node:], k)
+
+    def unary(self, theta):
+        """Node scores ``(n, K)`` at ``theta``."""
+        return np.asarray(self.inputs @ self.split(theta)[0])
+
+    def value_and_grad(self, theta):
+        """Penalised NLL and its exact gradient ``(d,)``; the last evaluation is cached."""
+        theta = np.asarray(theta, dtype=np.float64)
+        if self._last is not None and np.array_equal(self._last[0], theta):
+            return self._last[1], self._last[2].copy()
+        coef, params = self.split(theta)
+        unary = np.asarray(self.inputs @ coef)
+        b = self.batch
+        problem = TransitionProblem(unary, b.offsets, b.seq_weight, b.counts, 0.0)
+        transition_value, transition_grad = problem.value_and_grad(params.to_vector())
+        residual = problem.posterior(params).marginals() * self._row_weight[:, None]
+        residual[self._rows, b.labels] -= self._row_weight
+        gold_score = self._row_weight @ unary[self._rows, b.labels]
+        value = transition_value - gold_score + 0.5 * self.reg * theta @ theta
+        node_grad = np.asarray(self.inputs.T @ residual).ravel()
+        grad = np.concatenate([node_grad, transition_grad]) + self.reg * theta
+        self._last = (theta.copy(), float(value), grad)
+        return float(value), grad.copy()
+
+    def value(self, theta):
+        """Penalised NLL at ``theta``."""
+        return self.value_and_grad(theta)[0]
+
+    def bound(self, theta, rank=None):
+        """Algorithm 3 bound on the summed ``log Z`` at ``theta``.
+
+        Parameters
+        ----------
+        theta : ndarray, shape (d,)
+        rank : int, optional
+            Compress the curvature to this rank plus a diagonal
+            (:meth:`~structboost.transitions.majorize.LowRankCurvature.from_dense`).
+
+        Returns
+        -------
+        QuadraticBound
+        """
+        coef, params = self.split(theta)
+        b = self.batch
+        log_z, mu, sigma = majorize.linear_chain_bound(
+            self.inputs,
+            b.lengths,
+            coef,
+            params.transitions,
+            params.start,
+            params.end,
+            weights=b.seq_weight,
+        )
+        curvature = sigma if rank is None else majorize.LowRankCurvature.from_dense(sigma, rank)
+        return majorize.QuadraticBound(theta, float(b.seq_weight @ log_z), mu, curvature)
+
+
+class LinearChainCRF(BaseEstimator):
+    """Linear-chain CRF with linear node scores, fit by L-BFGS or majorization.
+
+    Parameters
+    ----------
+    solver : {"lbfgs", "majorize"}
+        ``"lbfgs"``: scipy's L-BFGS-B on the exact NLL and gradient.
+        ``"majorize"``: Jebara & Choromanska (2012) bound steps, monotone
+        without a line search; ``O(K^2 d + K p d)`` per row and ``d^2``
+        memory per step, ``d = (p + 1) K + K^2 + 2K``.
+    reg : float
+        L2 penalty on every parameter, on the summed (not averaged) NLL;
+        ``> 0`` with ``rank``.
+    max_iter : int
+        Most iterations (L-BFGS iterations or bound steps).
+    tol : float
+        Stop when an iteration lowers the objective by at most
+        ``tol * max(1, |f|)``.
+    rank : int, optional
+        With ``solver="majorize"``: compress the bound's curvature to this
+        rank plus a diagonal (the representation of Algorithm 4); saves the
+        ``O(d^3)`` solve of every step at the price of a looser bound, but
+        not the ``d x d`` memory of forming it. ``None``: the full curvature.
+    num_labels : int, optional
+        ``K``; by default one more than the largest training label.
+
+    Attributes
+    ----------
+    coef_ : ndarray, shape (p, K)
+    intercept_ : ndarray, shape (K,)
+    transitions_ : TransitionParams
+    num_labels_ : int
+    history_ : ndarray, shape (n_iter_ + 1,)
+        Penalised NLL at the start and after every iteration.
+    history_seconds_ : ndarray, shape (n_iter_ + 1,)
+        Seconds since the start of :meth:`fit` when each value was reached.
+    n_iter_ : int
+
+    Notes
+    -----
+    Sparse inputs (scipy CSR, e.g. from
+    :class:`structboost.text.lexical.TokenFeatures`) stay sparse: one float64
+    copy with a column of ones is made, and every function evaluation costs
+    two sparse-dense products with ``(p + 1, K)`` matrices plus one
+    forward-backward pass.
+
+    Examples
+    --------
+    Boosting trees from the linear CRF (the "Features+Embd" setting of Chen
+    et al. 2015) with plain ``xgboost.train``: its node scores become the
+    ``base_margin`` of every DMatrix, and the transitions start from its own
+    (``XGBCRFClassifier(base_model=LinearChainCRF(...))`` does the same)::
+
+        crf = LinearChainCRF(reg=1.0).fit(X_sparse, y, lengths)
+        obj = structboost.crf_objective(num_labels=K)
+        obj.crf.params = crf.transitions_.copy()
+        dtrain = xgboost.DMatrix(X_dense, label=y, group=lengths,
+                                 base_margin=crf.decision_function(X_sparse))
+        booster = xgboost.train(structboost.xgb_params(K, eta=0.3), dtrain, 100,
+                                obj=obj, callbacks=[obj.callback()])
+        dtest = xgboost.DMatrix(X_dense_test,
+                                base_margin=crf.decision_function(X_sparse_test))
+        labels = structboost.engines.predict(booster, dtest, lengths=lengths_test)
+
+    With LightGBM the scores go in as ``init_score``, which LightGBM never
+    adds when predicting: pass them again as
+    ``structboost.engines.predict(booster, X, lengths=..., base_margin=scores)``.
+    """
+
+    def __init__(self, solver="lbfgs", reg=1.0, max_iter=100, tol=1e-7, rank=None, num_labels=None):
+        self.solver = solver
+        self.reg = reg
+        self.max_iter = max_iter
+        self.tol = tol
+        self.rank = rank
+        self.num_labels = num_labels
+
+    def _check_settings(self):
+        if self.solver not in LINEAR_SOLVERS:
+            raise ValueError(f"solver must be one of {LINEAR_SOLVERS}; got {self.solver!r}.")
+        if not self.reg >= 0:
+            raise ValueError(f"reg must be >= 0; got {self.reg!r}.")
+        if int(self.max_iter) != self.max_iter or self.max_iter < 1:
+            raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}.")
+        if self.rank is not None:
+            if self.solver != "majorize":
+                raise ValueError(
+                    'rank only applies to solver="majorize"; leave it None for L-BFGS.'
+                )
+            if int(self.rank) != self.rank or self.rank < 1:
+                raise ValueError(f"rank must be a positive integer or None; got {self.rank!r}.")
+            if not self.reg > 0:
+                raise ValueError(
+                    "a low-rank curvature needs reg > 0; pass a positive reg or rank=None."
+                )
+
+    def fit(self, X, y, lengths, sample_weight=None):
+        """Fit all parameters.
+
+        Parameters
+        ----------
+        X : ndarray or scipy sparse matrix, shape (n, p)
+        y : array_like of int, shape (n,)
+            Labels ``0..K-1``.
+        lengths : array_like of int, shape (m,)
+            Rows per sequence, in row order.
+        sample_weight : array_like, shape (m,), optional
+            One weight per sequence.
+
+        Returns
+        -------
+        self
+        """
+        self._check_settings()
+        y = np.asarray(y)
+        if self.num_labels is not None:
+            k = int(self.num_labels)
+        elif y.size and y.dtype.kind in "iu":
+            k = int(y.max()) + 1
+        else:
+            raise ValueError("y must hold integer labels 0..K-1 (or pass num_labels).")
+        problem = LinearChainProblem(X, y, lengths, k, self.reg, sample_weight)
+        if self.solver == "majorize" and problem.dim > _MAX_BOUND_DIM:
+            raise ValueError(
+                f"the majorization bound keeps d x d matrices and d = {problem.dim} parameters "
+                f"here (more than {_MAX_BOUND_DIM}); use solver='lbfgs' for this many features."
+            )
+        theta0 = np.zeros(problem.dim)
+        clock = time.perf_counter()
+        seconds = []
+
+        def record(*_):
+            seconds.append(time.perf_counter() - clock)
+
+        if self.solver == "majorize":
+            theta, history = majorize.fit_majorize(
+                [problem], theta0, self.reg, self.max_iter, self.tol, self.rank, record
+            )
+        else:
+            history = [problem.value(theta0)]
+            record()
+
+            def lbfgs_record(theta):
+                history.append(problem.value(theta))
+                record()
+
+            result = minimize(
+                problem.value_and_grad,
+                theta0,
+                jac=True,
+                method="L-BFGS-B",
+                callback=lbfgs_record,
+                options={"maxiter": int(self.max_iter), "ftol": self.tol, "gtol": 0.0},
+            )
+            theta = result.x
+        coef, params = problem.split(theta)
+        self.coef_ = np.ascontiguousarray(coef[:-1])
+        self.intercept_ = coef[-1].copy()
+        self.transitions_ = params
+        self.num_labels_ = k
+        self.history_ = np.asarray(history, dtype=np.float64)
+        self.history_seconds_ = np.asarray(seconds)
+        self.n_iter_ = self.history_.size - 1
+        return self
+
+    def _check_fitted(self, X):
+        if not hasattr(self, "coef_"):
+            raise ValueError("this LinearChainCRF is not fitted yet; call fit first.")
+        X = _check_inputs(X)
+        if X.shape[1] != self.coef_.shape[0]:
+            raise ValueError(
+                f"X has {X.shape[1]} features but the model was fit on {self.coef_.shape[0]}."
+            )
+        return X
+
+    def decision_function(self, X):
+        """Node scores ``X @ coef_ + intercept_``, shape (n, K).
+
+        Usable as XGBoost ``base_margin`` or LightGBM ``init_score``
+        (``(n, K)``) to boost from the linear CRF (see the class example).
+        """
+        X = self._check_fitted(X)
+        return np.asarray(X @ self.coef_) + self.intercept_
+
+    def predict(self, X, lengths):
+        """Viterbi labels ``(n,)`` of every sequence."""
+        unary = self.decision_function(X)
+        p = self.transitions_
+        return inference.viterbi(unary, lengths, p.transitions, p.start, p.end)
+
+    def predict_marginals(self, X, lengths):
+        """Posterior marginals ``P(y_t = k | x)``, shape (n, K)."""
+        unary = self.decision_function(X)
+        p = self.transitions_
+        return inference.forward_backward(unary, lengths, p.transitions, p.start, p.end)[1]

@@ -1,0 +1,652 @@
+"""Multi-label classification with label trees: independent, Chow-Liu and ESS-CRF.
+
+Every example with ``L`` labels becomes one tree instance of ``L`` rows, one
+per label, with binary states (label absent / present). A row's features are
+the example's features followed by the one-hot identity of its label, so one
+booster scores every label. Edges join labels; three structures:
+
+``"independent"``
+    No edges (binary relevance with one shared booster).
+``"chow-liu"``
+    One tree for every input: the maximum spanning tree of the labels'
+    mutual information in the training set (Chow & Liu 1968).
+``"ess"``
+    Evidence-specific structure (Chechetka & Guestrin 2010): pairwise
+    conditional models ``P(y_i, y_j | x)`` give every input its own edge
+    weights, the conditional mutual information ``I(y_i; y_j | x)``, and its
+    own maximum spanning tree. The pairwise models are 4-class
+    gradient-boosted XGBoost classifiers by default (the paper used logistic
+    regression, available as ``pairwise="logistic"``). With many labels only
+    the ``max_pairs`` pairs of highest training mutual information get a
+    model; the other pairs weigh ``1e-6`` times their training mutual
+    information, so they join the tree only where needed to span it. The
+    training structures use out-of-fold pairwise predictions (``folds``), so
+    they are as noisy as the test structures; test inputs average the fold
+    models.
+
+Trees are rooted at label 0. Edge types (``edge_typing``): ``"pair"`` (the
+default) gives every ordered ``(parent label, child label)`` pair its own
+``2 x 2`` potential (``L * L`` types), so positively and negatively
+associated pairs each get the coupling they need and a pair shares its
+potential across all inputs whose tree contains it (relational sharing by
+pair); ``"shared"`` uses one potential for every edge, which can only express
+one kind of association for all pairs.
+"""
+
+import gzip
+import xml.etree.ElementTree as ET
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
+from ._spanning import maximum_spanning_parents
+from .base import BoostedCRFClassifier
+from .tree import TreeCRFClassifier
+
+STRUCTURES = ("independent", "chow-liu", "ess")
+EDGE_TYPINGS = ("pair", "shared")
+PAIRWISE = ("xgboost", "logistic")
+
+
+# ----------------------------------------------------------------------------- ARFF
+
+
+def _open_text(path):
+    path = str(path)
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def _parse_attribute(line):
+    rest = line[len("@attribute") :].strip()
+    if rest[0] in "'\"":
+        end = rest.index(rest[0], 1)
+        name, kind = rest[1:end], rest[end + 1 :].strip()
+    else:
+        name, _, kind = rest.partition(" ")
+        if not kind:
+            name, _, kind = rest.partition("\t")
+        kind = kind.strip()
+    if kind.startswith("{"):
+        values = [v.strip().strip("'\"") for v in kind.strip("{}").split(",")]
+        return name, values
+    if kind.lower() not in ("numeric", "real", "integer"):
+        raise ValueError(
+            f"ARFF attribute {name!r} has type {kind!r}; only numeric and nominal "
+            "attributes are supported."
+        )
+    return name, None
+
+
+def _value(token, nominal):
+    token = token.strip().strip("'\"")
+    if token == "?":
+        return np.nan
+    if nominal is None:
+        return float(token)
+    try:
+        return float(nominal.index(token))
+    except ValueError:
+        raise ValueError(f"value {token!r} is not one of the nominal values {nominal}.") from None
+
+
+def _label_names(labels, names):
+    if isinstance(labels, (int, np.integer)):
+        n_labels = int(labels)
+        if not 1 <= n_labels < len(names):
+            raise ValueError(
+                f"n_labels must be in 1..{len(names) - 1} for {len(names)} attributes; "
+                f"got {n_labels}."
+            )
+        return names[-n_labels:]
+    root = ET.parse(str(labels)).getroot()
+    wanted = [el.get("name") for el in root.iter() if el.tag.split("}")[-1] == "label"]
+    tail = names[-len(wanted) :]
+    if not wanted or sorted(wanted) != sorted(tail):
+        raise ValueError(
+            f"the labels named in {labels} ({wanted[:5]}...) are not the last {len(wanted)} "
+            "attributes of the ARFF file; pass the matching XML file or n_labels."
+        )
+    return tail
+
+
+def read_arff_multilabel(path, labels):
+    """Read a MULAN multi-label ARFF file (dense or sparse, optionally gzipped).
+
+    Parameters
+    ----------
+    path : str or path-like
+        ``.arff`` or ``.arff.gz``.
+    labels : int or str or path-like
+        The number of labels (the last attributes) or the MULAN labels XML
+        file, whose names must be the last attributes (matched by name; the
+        XML order may differ).
+
+    Returns
+    -------
+    X : (n, d) float64
+        Features (nominal ones as their value index, ``?`` as NaN).
+    Y : (n, L) int64
+        0/1 label indicators, in the ARFF column order.
+    feature_names : list of str
+    label_names : list of str
+    """
+    names, nominals, rows = [], [], []
+    with _open_text(path) as fh:
+        in_data = False
+        for raw in fh:
+            line = raw.strip()
+            if not line or line.startswith("%"):
+                continue
+            if not in_data:
+                low = line.lower()
+                if low.startswith("@attribute"):
+                    name, nominal = _parse_attribute(line)
+                    names.append(name)
+                    nominals.append(nominal)
+                elif low.startswith("@data"):
+                    in_data = True
+                continue
+            rows.append(line)
+    if not names:
+        raise ValueError(f"{path} has no @attribute lines; is it an ARFF file?")
+    label_names = _label_names(labels, names)
+    d = len(names)
+    data = np.zeros((len(rows), d))
+    for r, line in enumerate(rows):
+        if line.startswith("{"):
+            for item in line.strip("{}").split(","):
+                if item.strip():
+                    idx, token = item.strip().split(None, 1)
+                    data[r, int(idx)] = _value(token, nominals[int(idx)])
+        else:
+            tokens = line.split(",")
+            if len(tokens) != d:
+                raise ValueError(
+                    f"{path}: data row {r} has {len(tokens)} values but {d} attributes."
+                )
+            data[r] = [_value(t, nom) for t, nom in zip(tokens, nominals)]
+    n_labels = len(label_names)
+    Y = data[:, d - n_labels :]
+    if not np.isin(Y, (0.0, 1.0)).all():
+        raise ValueError(f"{path}: label columns must hold only 0 and 1.")
+    return data[:, : d - n_labels], Y.astype(np.int64), names[: d - n_labels], list(label_names)
+
+
+# ----------------------------------------------------------------------------- structure
+
+
+def mutual_information(joint):
+    """Mutual information of binary pairs from their joint probabilities.
+
+    Parameters
+    ----------
+    joint : (..., 4) array-like
+        ``P(y_i, y_j)`` in the order ``00, 01, 10, 11`` (rows sum to one).
+
+    Returns
+    -------
+    (...) float64
+    """
+    p = np.asarray(joint, dtype=np.float64)
+    p = p.reshape(*p.shape[:-1], 2, 2)
+    outer = p.sum(-1, keepdims=True) * p.sum(-2, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, p * np.log(p / outer), 0.0)
+    return np.maximum(terms.sum(axis=(-2, -1)), 0.0)
+
+
+def check_label_matrix(Y):
+    """``(n, L)`` int64 0/1 indicators with ``L >= 1``, or a clear error."""
+    arr = np.asarray(Y)
+    if arr.ndim != 2 or arr.shape[1] < 1:
+        raise ValueError(f"Y must be an (n_examples, n_labels) 0/1 matrix; got shape {arr.shape}.")
+    if not np.isin(arr, (0, 1)).all():
+        raise ValueError("Y must hold only 0 and 1 (label absent / present).")
+    return arr.astype(np.int64)
+
+
+def label_pair_joints(Y, alpha=1.0):
+    """Smoothed joint frequencies of every label pair, ``(L, L, 4)`` (order 00, 01, 10, 11).
+
+    ``alpha`` is added to each of the four cells (Laplace smoothing).
+    """
+    y = check_label_matrix(Y).astype(np.float64)
+    n = y.shape[0]
+    n11 = y.T @ y
+    n1 = y.sum(axis=0)
+    n10 = n1[:, None] - n11
+    n01 = n1[None, :] - n11
+    n00 = n - n11 - n10 - n01
+    counts = np.stack((n00, n01, n10, n11), axis=-1) + alpha
+    return counts / (n + 4.0 * alpha)
+
+
+def label_mutual_information(Y, alpha=1.0):
+    """Training mutual information of every label pair, ``(L, L)`` with zero diagonal."""
+    mi = mutual_information(label_pair_joints(Y, alpha))
+    mi = 0.5 * (mi + mi.T)
+    np.fill_diagonal(mi, 0.0)
+    return mi
+
+
+def spanning_tree_parents(weights):
+    """Maximum spanning tree of one or many label graphs, as parents rooted at label 0.
+
+    Parameters
+    ----------
+    weights : (L, L) or (m, L, L) array-like
+        Symmetric edge weights (finite or ``-inf``); the diagonal is ignored.
+
+    Returns
+    -------
+    (L,) or (m, L) int64
+        Parent label of every label, ``-1`` for label 0.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    single = w.ndim == 2
+    if single:
+        w = w[None]
+    if w.ndim != 3 or w.shape[1] != w.shape[2] or w.shape[1] < 1:
+        raise ValueError(f"weights must be (L, L) or (m, L, L); got shape {np.shape(weights)}.")
+    if np.isnan(w).any() or np.isposinf(w).any():
+        raise ValueError("weights contain NaN or +inf; use finite values or -inf.")
+    wt = np.swapaxes(w, 1, 2)
+    finite = np.isfinite(w)
+    if not np.array_equal(finite, np.isfinite(wt)) or not np.allclose(
+        w[finite], wt[finite], rtol=1e-12, atol=1e-15
+    ):
+        raise ValueError("weights must be symmetric: w[i, j] == w[j, i].")
+    parents = maximum_spanning_parents(np.ascontiguousarray(np.maximum(w, wt)))
+    return parents[0] if single else parents
+
+
+def label_node_features(X, n_labels):
+    """Rows of the label trees: features followed by the one-hot label identity.
+
+    Parameters
+    ----------
+    X : (n, d) array-like
+    n_labels : int
+
+    Returns
+    -------
+    (n * L, d + L) float64
+        Row ``i * L + l`` is example ``i``, label ``l``.
+    """
+    x = np.asarray(X, dtype=np.float64)
+    n = x.shape[0]
+    return np.hstack((np.repeat(x, n_labels, axis=0), np.tile(np.eye(n_labels), (n, 1))))
+
+
+def label_edge_types(parents, typing="pair"):
+    """Edge type of every label's edge to its parent, ``(m, L)``.
+
+    ``"pair"``: ``parent * L + child`` (``L * L`` types); ``"shared"``: 0.
+    Roots get 0.
+    """
+    if typing not in EDGE_TYPINGS:
+        raise ValueError(f"edge_typing must be one of {EDGE_TYPINGS}; got {typing!r}.")
+    par = np.asarray(parents)
+    n_labels = par.shape[-1]
+    if typing == "shared":
+        return np.zeros_like(par)
+    return np.where(par >= 0, par * n_labels + np.arange(n_labels), 0)
+
+
+class PairwiseLabelModels:
+    """Conditional models ``P(y_i, y_j | x)`` of label pairs (4 classes each).
+
+    Parameters
+    ----------
+    pairs : (P, 2) array-like of int
+        Label pairs ``(i, j)``, ``i < j``.
+    method : {"xgboost", "logistic"}
+        4-class gradient-boosted trees (``multi:softprob``) or multinomial
+        logistic regression on standardised features.
+    n_estimators, max_depth, learning_rate : int, int, float
+        XGBoost settings.
+    folds : int
+        Folds for out-of-fold training predictions (``< 2``: in-sample).
+    random_state : int
+
+    Each XGBoost model runs on one thread: the models are small and many,
+    and OpenMP threads only contend on a busy machine.
+    """
+
+    def __init__(self, pairs, method="xgboost", n_estimators=30, max_depth=3,
+                 learning_rate=0.3, folds=2, random_state=0):  # fmt: skip
+        if method not in PAIRWISE:
+            raise ValueError(f"pairwise must be one of {PAIRWISE}; got {method!r}.")
+        self.pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self.method = method
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.folds = folds
+        self.random_state = random_state
+
+    def _fit_one(self, X, target):
+        if self.method == "xgboost":
+            import xgboost as xgb
+
+            params = {
+                "objective": "multi:softprob",
+                "num_class": 4,
+                "max_depth": self.max_depth,
+                "eta": self.learning_rate,
+                "tree_method": "hist",
+                "seed": self.random_state,
+                "nthread": 1,
+            }
+            return xgb.train(params, xgb.DMatrix(X, label=target, nthread=1), self.n_estimators)
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        if np.unique(target).size < 2:
+            return np.bincount(target, minlength=4).astype(np.float64)
+        return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(X, target)
+
+    def _predictor_input(self, X):
+        if self.method == "xgboost":
+            import xgboost as xgb
+
+            return xgb.DMatrix(X, nthread=1)
+        return X
+
+    @staticmethod
+    def _predict_one(model, data, n):
+        if isinstance(model, np.ndarray):
+            return np.tile(model / model.sum(), (n, 1))
+        if hasattr(model, "predict_proba"):
+            out = np.zeros((n, 4))
+            out[:, model.classes_] = model.predict_proba(data)
+            return out
+        return model.predict(data).reshape(-1, 4)
+
+    def fit_out_of_fold(self, X, Y):
+        """Fit the models; return out-of-fold joint probabilities ``(n, P, 4)``."""
+        x = np.asarray(X, dtype=np.float64)
+        y = check_label_matrix(Y)
+        n = x.shape[0]
+        targets = 2 * y[:, self.pairs[:, 0]] + y[:, self.pairs[:, 1]]
+        if self.folds >= 2:
+            fold = np.random.default_rng(self.random_state).permutation(n) % self.folds
+        else:
+            fold = np.full(n, -1)
+        parts = [fold != f for f in range(self.folds)] if self.folds >= 2 else [fold == -1]
+        joint = np.zeros((n, len(self.pairs), 4))
+        self.models_ = []
+        for keep in parts:
+            held = ~keep if self.folds >= 2 else keep
+            models = [self._fit_one(x[keep], targets[keep, p]) for p in range(len(self.pairs))]
+            data = self._predictor_input(x[held])
+            for p, model in enumerate(models):
+                joint[held, p] = self._predict_one(model, data, int(held.sum()))
+            self.models_.append(models)
+        return joint
+
+    def predict_joint(self, X):
+        """Joint probabilities ``(n, P, 4)``, averaged over the fold models."""
+        x = np.asarray(X, dtype=np.float64)
+        joint = np.zeros((x.shape[0], len(self.pairs), 4))
+        data = self._predictor_input(x)
+        for models in self.models_:
+            for p, model in enumerate(models):
+                joint[:, p] += self._predict_one(model, data, x.shape[0])
+        return joint / len(self.models_)
+
+
+def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
+    """Per-input maximum spanning trees from conditional pair joints.
+
+    Parameters
+    ----------
+    joint : (m, P, 4) array-like
+        ``P(y_i, y_j | x)`` of the modelled pairs.
+    pairs : (P, 2) int
+    n_labels : int
+    fallback : (L, L) array-like
+        Weights of pairs without a model (scaled by ``eps`` so that they only
+        join a tree where needed to span it).
+
+    Returns
+    -------
+    (m, L) int64
+    """
+    p = np.clip(np.asarray(joint, dtype=np.float64), eps, None)
+    p /= p.sum(axis=-1, keepdims=True)
+    cmi = mutual_information(p)
+    m = p.shape[0]
+    weights = np.broadcast_to(eps * np.asarray(fallback, dtype=np.float64), (m, n_labels, n_labels))
+    weights = weights.copy()
+    weights[:, pairs[:, 0], pairs[:, 1]] = cmi
+    weights[:, pairs[:, 1], pairs[:, 0]] = cmi
+    return spanning_tree_parents(weights)
+
+
+# ----------------------------------------------------------------------------- estimator
+
+
+@fill_doc("mode", "gamma", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
+class ESSTreeCRFClassifier(BoostedCRFClassifier):
+    """Multi-label classifier: a boosted CRF over a tree of labels.
+
+    Parameters
+    ----------
+    structure : {"ess", "chow-liu", "independent"}
+        Evidence-specific trees, one Chow-Liu tree, or no edges (see the
+        module docstring).
+    {objective_params}
+    n_estimators, learning_rate, max_depth : int, float, int
+        Boosting of the node potentials (one booster for every label).
+    early_stopping_rounds : int, optional
+        Stop when the NLL on the last ``eval_set`` entry has not improved
+        for this many rounds.
+    edge_typing : {"pair", "shared"}
+        One ``2 x 2`` potential per ordered label pair, or one for all edges.
+    pairwise : {"xgboost", "logistic"}
+        Conditional pair models of ``"ess"``.
+    max_pairs : int or None
+        Pairs (by training mutual information) that get a conditional model;
+        None for all.
+    pairwise_estimators, pairwise_depth : int
+        XGBoost rounds and depth of each pair model (which shares
+        ``learning_rate``).
+    folds : int
+        Out-of-fold predictions for the training structures.
+    random_state : int
+        Seed of the pair models and of the CRF booster.
+    **kwargs
+        Any other XGBoost parameter of the CRF booster (``n_jobs``,
+        ``min_child_weight``, ...).
+
+    Attributes
+    ----------
+    n_labels_ : int
+    mutual_information_ : (L, L) ndarray
+        Training mutual information of the label pairs.
+    tree_ : (L,) ndarray
+        Chow-Liu parents (``"chow-liu"`` only).
+    pairs_ : (P, 2) ndarray and pairwise_ : PairwiseLabelModels (``"ess"`` only)
+    crf_ : TreeCRFClassifier
+    booster_ : xgboost.Booster
+        The CRF's booster (``crf_.booster_``).
+    best_iteration_ : int
+        0-based index of the last round the model uses.
+    evals_result_ : dict
+        CRF metric per round for each ``eval_set`` entry (``validation_i``).
+    feature_importances_ : (n_features_in_,) ndarray
+        Total gain of the CRF's splits on each input feature.
+    """
+
+    def __init__(
+        self,
+        *,
+        structure="ess",
+        mode=DEFAULTS["mode"],
+        gamma=DEFAULTS["gamma"],
+        transitions=DEFAULTS["transitions"],
+        reg_transitions=DEFAULTS["reg_transitions"],
+        n_estimators=50,
+        learning_rate=0.3,
+        max_depth=4,
+        early_stopping_rounds=None,
+        edge_typing="pair",
+        pairwise="xgboost",
+        max_pairs=45,
+        pairwise_estimators=30,
+        pairwise_depth=3,
+        folds=2,
+        random_state=0,
+        **kwargs,
+    ):
+        self.structure = structure
+        self.mode = mode
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.gamma = gamma
+        self.transitions = transitions
+        self.reg_transitions = reg_transitions
+        self.early_stopping_rounds = early_stopping_rounds
+        self.edge_typing = edge_typing
+        self.pairwise = pairwise
+        self.max_pairs = max_pairs
+        self.pairwise_estimators = pairwise_estimators
+        self.pairwise_depth = pairwise_depth
+        self.folds = folds
+        self.random_state = random_state
+        super().__init__(**kwargs)
+
+    def _top_pairs(self):
+        n_labels = self.n_labels_
+        i, j = np.triu_indices(n_labels, k=1)
+        order = np.argsort(-self.mutual_information_[i, j], kind="stable")
+        if self.max_pairs is not None:
+            order = order[: int(self.max_pairs)]
+        return np.column_stack((i[order], j[order]))
+
+    def structures(self, X, joint=None):
+        """Parents ``(n, L)`` of every input's label tree (``-1`` for roots)."""
+        check_is_fitted(self, "n_labels_")
+        n = np.shape(X)[0]
+        if self.structure == "independent":
+            return np.full((n, self.n_labels_), -1, dtype=np.int64)
+        if self.structure == "chow-liu":
+            return np.tile(self.tree_, (n, 1))
+        if joint is None:
+            joint = self.pairwise_.predict_joint(X)
+        return ess_parents(joint, self.pairs_, self.n_labels_, self.mutual_information_)
+
+    def _tree_args(self, X, parents):
+        n = np.shape(X)[0]
+        types = label_edge_types(parents, self.edge_typing)
+        return {
+            "parents": parents.ravel(),
+            "edge_types": types.ravel(),
+            "lengths": np.full(n, self.n_labels_),
+        }
+
+    def fit(self, X, Y, *, eval_set=None, verbose=False):
+        """Fit the structure learner and the boosted CRF.
+
+        Parameters
+        ----------
+        X : (n, d) array-like
+        Y : (n, L) array-like of 0/1
+        eval_set : list of (X, Y) tuples, optional
+            Evaluation sets; the CRF metric is recorded in ``evals_result_``
+            and the last one drives early stopping.
+        verbose : bool or int
+            Print the ``eval_set`` metrics every round (``True``) or every
+            ``verbose`` rounds.
+
+        Returns
+        -------
+        self
+        """
+        if self.structure not in STRUCTURES:
+            raise ValueError(f"structure must be one of {STRUCTURES}; got {self.structure!r}.")
+        if self.edge_typing not in EDGE_TYPINGS:
+            raise ValueError(
+                f"edge_typing must be one of {EDGE_TYPINGS}; got {self.edge_typing!r}."
+            )
+        x = np.asarray(X, dtype=np.float64)
+        y = check_label_matrix(Y)
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"X has {x.shape[0]} rows but Y has {y.shape[0]}.")
+        if np.unique(y).size < 2:
+            raise ValueError("Y must contain both 0 and 1 somewhere to train a classifier.")
+        self.n_labels_ = y.shape[1]
+        self.mutual_information_ = label_mutual_information(y)
+        joint = None
+        if self.structure == "chow-liu":
+            self.tree_ = spanning_tree_parents(self.mutual_information_)
+        elif self.structure == "ess":
+            self.pairs_ = self._top_pairs()
+            self.pairwise_ = PairwiseLabelModels(
+                self.pairs_,
+                method=self.pairwise,
+                n_estimators=self.pairwise_estimators,
+                max_depth=self.pairwise_depth,
+                learning_rate=self.learning_rate,
+                folds=self.folds,
+                random_state=self.random_state,
+            )
+            joint = self.pairwise_.fit_out_of_fold(x, y)
+        self.n_features_in_ = x.shape[1]
+        parents = self.structures(x, joint)
+        self.crf_ = TreeCRFClassifier(
+            **self._objective_kwargs(),
+            n_estimators=self.n_estimators,
+            learning_rate=self.learning_rate,
+            max_depth=self.max_depth,
+            n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
+            early_stopping_rounds=self.early_stopping_rounds,
+            **{"seed": self.random_state, **self._engine_kwargs()},
+        )
+        evals = []
+        for i, entry in enumerate(eval_set or ()):
+            if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+                raise ValueError(f"eval_set[{i}] must be an (X, Y) tuple.")
+            rows, args = self._node_inputs(entry[0])
+            evals.append({"X": rows, "y": check_label_matrix(entry[1]).ravel(), **args})
+        self.crf_.fit(
+            label_node_features(x, self.n_labels_),
+            y.ravel(),
+            eval_set=evals,
+            verbose=verbose,
+            **self._tree_args(x, parents),
+        )
+        self.booster_ = self.crf_.booster_
+        self.evals_result_ = self.crf_.evals_result_
+        self.best_iteration_ = self.crf_.best_iteration_
+        return self
+
+    def _gain_importance(self):
+        return self.crf_.feature_importances_[: self.n_features_in_]
+
+    def _node_inputs(self, X):
+        check_is_fitted(self, "n_labels_")
+        x = np.asarray(X, dtype=np.float64)
+        return label_node_features(x, self.n_labels_), self._tree_args(x, self.structures(x))
+
+    def predict(self, X):
+        """Most probable label set of every input (MAP on its tree), ``(n, L)`` 0/1."""
+        rows, args = self._node_inputs(X)
+        return self.crf_.predict(rows, **args).reshape(-1, self.n_labels_)
+
+    def predict_proba(self, X):
+        """Marginal probability of every label, ``(n, L)``."""
+        rows, args = self._node_inputs(X)
+        marg = self.crf_.predict_marginals(rows, **args)
+        return marg[:, list(self.crf_.classes_).index(1)].reshape(-1, self.n_labels_)
+
+    def predict_log_likelihood(self, X, Y):
+        """``log P(Y | X)`` of every input's label set, ``(n,)``."""
+        rows, args = self._node_inputs(X)
+        return self.crf_.predict_log_likelihood(rows, check_label_matrix(Y).ravel(), **args)

@@ -1,0 +1,187 @@
+"""Scikit-learn estimator for tree-structured CRFs boosted with XGBoost.
+
+Each row is one node of one tree instance; rows of an instance are
+contiguous and ``parents`` gives each node's parent within its instance
+(``-1`` for a root). Labels may be of any hashable type (``classes_``).
+The estimator speaks the dialect of the chain estimators
+(:mod:`structboost.estimators.base`): instances are given by ``groups`` or
+``lengths``, and ``eval_set`` entries are ``(X, y, groups_or_lengths,
+parents[, edge_types])`` tuples or dicts.
+"""
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..engines.xgboost import xgb_params
+from ..engines.xgboost_tree import (
+    predict_tree,
+    predict_tree_marginals,
+    tree_crf_objective,
+    tree_dmatrix,
+    tree_log_likelihood,
+)
+from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
+from ..sequences import resolve_lengths, sequence_weights
+from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry
+
+_STRUCTURE = ("parents", "edge_types")
+
+
+def _edge_type_count(edge_types, given):
+    if given is not None:
+        return int(given)
+    if edge_types is None:
+        return 1
+    return int(np.max(edge_types)) + 1 if len(edge_types) else 1
+
+
+@fill_doc("mode", "gamma", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
+class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
+    """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
+
+    Parameters
+    ----------
+    {objective_params}
+    n_estimators : int
+        Boosting rounds.
+    learning_rate : float
+        XGBoost's ``eta``.
+    max_depth : int
+    n_edge_types : int, optional
+        Number of edge types; inferred as ``max(edge_types) + 1`` when None.
+        Set it when test trees may use types absent from training.
+    early_stopping_rounds : int, optional
+        Stop when the NLL on the last ``eval_set`` entry has not improved
+        for this many rounds; predictions then use the best round and its
+        potentials.
+    **kwargs
+        Any other XGBoost parameter (``min_child_weight``, ``subsample``,
+        ``n_jobs``, ``random_state``, ...).
+
+    Attributes
+    ----------
+    classes_ : (K,) ndarray
+    booster_ : xgboost.Booster
+        Carries the edge potentials; :func:`structboost.predict_tree` accepts it.
+    n_edge_types_ : int
+    best_iteration_ : int
+        0-based index of the last round the model uses.
+    evals_result_ : dict
+        CRF metric per round for each ``eval_set`` entry (``validation_i``).
+    feature_importances_ : ndarray, shape (n_features_in_,)
+    n_features_in_ : int
+    """
+
+    def __init__(
+        self,
+        *,
+        mode=DEFAULTS["mode"],
+        gamma=DEFAULTS["gamma"],
+        transitions=DEFAULTS["transitions"],
+        reg_transitions=DEFAULTS["reg_transitions"],
+        n_estimators=100,
+        learning_rate=0.3,
+        max_depth=6,
+        n_edge_types=None,
+        early_stopping_rounds=None,
+        **kwargs,
+    ):
+        self.mode = mode
+        self.gamma = gamma
+        self.transitions = transitions
+        self.reg_transitions = reg_transitions
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.n_edge_types = n_edge_types
+        self.early_stopping_rounds = early_stopping_rounds
+        super().__init__(**kwargs)
+
+    def _check_X(self, X, groups, lengths, *, reset):
+        """Validated features and instance lengths ``(m,)``."""
+        X = validate_data(self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False)
+        return X, resolve_lengths(X.shape[0], groups=groups, lengths=lengths)
+
+    def _dmatrix(self, X, codes, lengths, parents, edge_types, sample_weight=None):
+        weight = None if sample_weight is None else sequence_weights(sample_weight, lengths)
+        return tree_dmatrix(X, codes, lengths, parents, edge_types, weight=weight)
+
+    def fit(self, X, y, *, parents, edge_types=None, groups=None, lengths=None,
+            sample_weight=None, eval_set=None, verbose=False):  # fmt: skip
+        """Fit on tree instances.
+
+        Parameters
+        ----------
+        X : (n, d) array-like or scipy sparse matrix
+        y : (n,) array-like
+            Labels of any hashable type.
+        parents : (n,) array-like of int
+            Parent of each row within its instance, ``-1`` for a root.
+        edge_types : (n,) array-like of int, optional
+        groups : (n,) array-like, optional
+            Per-row instance id (rows of an instance contiguous).
+        lengths : (m,) array-like of int, optional
+            Rows per instance (alternative to ``groups``).
+        sample_weight : (n,) array-like, optional
+            Per-row weights, equal within each instance (a CRF weighs instances).
+        eval_set : list of tuple or dict, optional
+            ``(X, y, groups_or_lengths, parents[, edge_types])`` tuples or
+            dicts with those keys; the last one drives early stopping.
+        verbose : bool or int
+            Print the ``eval_set`` metrics every round (``True``) or every
+            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
+
+        Returns
+        -------
+        self
+        """
+        X, lengths = self._check_X(X, groups, lengths, reset=True)
+        classes, codes = self._fit_classes(y, X.shape[0])
+        crf = self._objective_kwargs()
+        self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
+        obj = tree_crf_objective(len(classes), self.n_edge_types_, **crf)
+        dtrain = self._dmatrix(X, codes, lengths, parents, edge_types, sample_weight)
+        dvalid = []
+        for i, item in enumerate(eval_set or ()):
+            e = eval_entry(item, i, lambda X: np.shape(X)[0], _STRUCTURE)
+            Xe, le = self._check_X(e["X"], e["groups"], e["lengths"], reset=False)
+            codes_e = self._encode(e["y"], Xe.shape[0], classes)
+            dvalid.append(
+                self._dmatrix(Xe, codes_e, le, e["parents"], e["edge_types"], e["sample_weight"])
+            )
+        if self.early_stopping_rounds is not None and not dvalid:
+            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
+        params = xgb_params(
+            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
+        )
+        booster, evals_result = self._xgb_train(params, obj, dtrain, dvalid, verbose)
+        self._set_fitted(classes, booster, evals_result)
+        return self
+
+    def _inputs(self, X, groups, lengths):
+        check_is_fitted(self)
+        return self._check_X(X, groups, lengths, reset=False)
+
+    def predict(self, X, *, parents, edge_types=None, groups=None, lengths=None):
+        """MAP labelling of every tree, ``(n,)`` in the original labels."""
+        X, lens = self._inputs(X, groups, lengths)
+        return self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
+
+    def predict_marginals(self, X, *, parents, edge_types=None, groups=None, lengths=None):
+        """Node marginals ``(n, K)`` in ``classes_`` order."""
+        X, lens = self._inputs(X, groups, lengths)
+        return predict_tree_marginals(self.booster_, X, lens, parents, edge_types)
+
+    def predict_log_likelihood(self, X, y, *, parents, edge_types=None, groups=None,
+                               lengths=None):  # fmt: skip
+        """``log P(y | x)`` of every instance, ``(m,)``."""
+        X, lens = self._inputs(X, groups, lengths)
+        codes = self._encode(y, X.shape[0], self.classes_)
+        return tree_log_likelihood(self.booster_, X, codes, lens, parents, edge_types)
+
+    def score(self, X, y, *, parents, edge_types=None, groups=None, lengths=None,
+              sample_weight=None):  # fmt: skip
+        """Node accuracy of the MAP labelling (weighted by ``sample_weight`` per row)."""
+        pred = self.predict(X, parents=parents, edge_types=edge_types, groups=groups,
+                            lengths=lengths)  # fmt: skip
+        return float(np.average(pred == np.asarray(y), weights=sample_weight))

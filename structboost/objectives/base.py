@@ -1,0 +1,204 @@
+"""The mode, Hessian and weighting of a CRF boosting objective, for any structure.
+
+:class:`NodeObjective` turns node marginals into the engine's ``G`` and ``H``;
+the chain (:mod:`.chain`) and tree (:mod:`.tree`) objectives subclass it and
+supply only the structure: the transition problem, the NLL and decoding.
+
+=================  ==========================================  ==========================
+mode               Hessian per row and label                    transitions
+=================  ==========================================  ==========================
+``"gbcrf"``        ``gamma_t * p * (1 - p)`` (Theorem 4.1)      refit every round
+``"treecrf"``      ``1`` (first order, Dietterich et al.)       refit every round
+``"logitboost"``   ``2 * p * (1 - p)``                          none (independent rows)
+=================  ==========================================  ==========================
+
+The gradient is always ``G = p - onehot(y)`` with ``p`` the CRF node
+marginals. Sequence weights multiply both ``G`` and ``H``; the Hessian is
+floored at ``hess_floor`` before weighting (as XGBoost floors its softmax
+Hessian), so no row loses all weight.
+"""
+
+import time
+
+import numpy as np
+from threadpoolctl import ThreadpoolController
+
+from ..transitions.chain import refit
+from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
+
+# The transition solvers multiply (rows x K) by (K x K) matrices: threaded
+# BLAS gains nothing there and, on a busy machine, spin-waits cost ~10x CPU
+# (measured on OCR). One controller, made once, limits BLAS while they run.
+_BLAS = ThreadpoolController()
+
+
+def check_sequence_weights(seq_weight, lengths):
+    """One finite non-negative weight per sequence ``(m,)``; ones when None or empty."""
+    if seq_weight is None or len(seq_weight) == 0:
+        return np.ones(len(lengths))
+    w = np.asarray(seq_weight, dtype=np.float64)
+    if w.shape != lengths.shape:
+        raise ValueError(
+            f"weights must be one per sequence ({len(lengths)}); got shape {w.shape}. "
+            "Give each sequence one weight (XGBoost stores group weights)."
+        )
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise ValueError("sequence weights must be finite and non-negative.")
+    return w
+
+
+def softmax(margins):
+    """Row-wise softmax of ``(n, K)`` margins."""
+    z = margins - margins.max(axis=1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=1, keepdims=True)
+    return z
+
+
+@fill_doc("mode", "gamma", "transitions", "reg_transitions", "transition_iter", "hess_floor")
+class NodeObjective:
+    """Mode, Hessian and weighting of a CRF boosting objective, for any structure.
+
+    Subclasses supply the structure: ``_zero_params()`` (independent rows),
+    ``_problem(unary, batch)`` (a
+    :class:`~structboost.transitions.chain.PenalisedProblem` whose posterior has
+    ``marginals()`` and ``node_gamma(method, marginals=)``), and
+    ``sequence_nll``/``decode``. ``batch`` has ``labels``, ``offsets`` and
+    ``seq_weight``.
+
+    Parameters
+    ----------
+    num_labels : int
+        Number of labels K (the engine's number of outputs per row).
+    {objective_params}
+
+    Attributes
+    ----------
+    params
+        The current transition parameters (all zero in ``"logitboost"`` mode).
+    timings : dict
+        CPU seconds of this process (``time.process_time``, all threads) spent so far
+        in ``"transitions"``, ``"inference"`` and ``"gamma"``.
+    """
+
+    #: The transition solvers this structure supports.
+    solvers = SOLVERS
+
+    def __init__(
+        self,
+        num_labels,
+        mode=DEFAULTS["mode"],
+        gamma=DEFAULTS["gamma"],
+        transitions=DEFAULTS["transitions"],
+        reg_transitions=DEFAULTS["reg_transitions"],
+        transition_iter=None,
+        hess_floor=DEFAULTS["hess_floor"],
+    ):
+        check_params(num_labels, mode, gamma, transitions, reg_transitions, self.solvers)
+        self.num_labels = int(num_labels)
+        self.mode = mode
+        self.gamma = gamma
+        self.transitions = transitions
+        self.reg_transitions = float(reg_transitions)
+        self.transition_iter = (
+            DEFAULT_ITER[transitions] if transition_iter is None else int(transition_iter)
+        )
+        self.hess_floor = float(hess_floor)
+        self.params = self._zero_params()
+        self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
+
+    @property
+    def uses_transitions(self):
+        return self.mode != "logitboost"
+
+    def check_margins(self, margins):
+        """``(n, K)`` C-contiguous float64 margins, or a clear error."""
+        m = np.asarray(margins)
+        if m.ndim == 1 and m.size % self.num_labels == 0:
+            m = m.reshape(-1, self.num_labels)
+        if m.ndim != 2 or m.shape[1] != self.num_labels:
+            raise ValueError(
+                f"margins have shape {m.shape} but the objective has num_labels="
+                f"{self.num_labels}: the booster must have one output per label "
+                "(num_target / num_class = num_labels)."
+            )
+        m = np.ascontiguousarray(m, dtype=np.float64)
+        if not np.isfinite(m).all():
+            raise ValueError("margins contain NaN or inf; training has diverged.")
+        return m
+
+    def grad_hess(self, margins, batch):
+        """Refit the transitions, then return the node gradient and Hessian.
+
+        Parameters
+        ----------
+        margins : (n, K) array-like
+            Current node potentials (the engine's raw scores).
+        batch
+            The labels and structure (:class:`SequenceBatch` for chains).
+
+        Returns
+        -------
+        grad, hess : (n, K) float64
+        """
+        u = self.check_margins(margins)
+        lengths = np.diff(batch.offsets)
+        t0 = time.process_time()
+        if self.uses_transitions:
+            with _BLAS.limit(limits=1, user_api="blas"):
+                problem = self._problem(u, batch)
+                self.params = refit(problem, self.params, self.transitions, self.transition_iter)
+            t1 = time.process_time()
+            post = problem.posterior(self.params)
+            p = post.marginals()
+        else:
+            t1 = t0
+            p = softmax(u)
+        t2 = time.process_time()
+        grad = p.copy()
+        grad[np.arange(u.shape[0]), batch.labels] -= 1.0
+        hess = p * (1.0 - p)
+        if self.mode == "treecrf":
+            hess[:] = 1.0
+        elif self.mode == "logitboost":
+            hess *= 2.0
+        elif isinstance(self.gamma, str):
+            hess *= post.node_gamma(self.gamma, marginals=p)[:, None]
+        else:
+            hess *= float(self.gamma)
+        np.maximum(hess, self.hess_floor, out=hess)
+        row_w = np.repeat(batch.seq_weight, lengths)[:, None]
+        grad *= row_w
+        hess *= row_w
+        t3 = time.process_time()
+        self.timings["transitions"] += t1 - t0
+        self.timings["inference"] += t2 - t1
+        self.timings["gamma"] += t3 - t2
+        return grad, hess
+
+    def evaluate(self, margins, batch, metric="nll"):
+        """Weighted metric of one dataset under the current transitions.
+
+        Parameters
+        ----------
+        margins : (n, K) array-like
+        batch
+            As for :meth:`grad_hess`.
+        metric : {"nll", "error"}
+
+        Returns
+        -------
+        (str, float)
+            ``("crf-nll", weighted mean NLL per sequence)`` or
+            ``("crf-error", weighted token error of the MAP labelling)``.
+        """
+        w = batch.seq_weight
+        if metric == "nll":
+            return "crf-nll", float(w @ self.sequence_nll(margins, batch) / w.sum())
+        if metric == "error":
+            wrong = self.decode(margins, batch) != batch.labels
+            per_seq = np.add.reduceat(wrong.astype(np.float64), batch.offsets[:-1])
+            return "crf-error", float(w @ per_seq / (w @ batch.lengths))
+        raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
+
+

@@ -1,0 +1,131 @@
+"""The chain-CRF boosting objective: node potentials and sequences in, G and H out.
+
+Engine-agnostic (numpy only). The XGBoost and LightGBM adapters read the
+margins and the sequence structure from their data objects and call
+:meth:`CRFObjective.grad_hess` once per boosting round; the mode, Hessian and
+weighting live in :class:`~.base.NodeObjective`.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..inference import _chain
+from ..inference.chain import path_scores, posterior
+from ..sequences import check_labels, check_lengths, offsets_from_lengths
+from ..transitions.chain import TransitionParams, TransitionProblem, observed_counts
+from .base import NodeObjective, check_sequence_weights
+from .constraints import resolve as resolve_constraints
+from .params import DEFAULTS
+
+
+@dataclass
+class SequenceBatch:
+    """Validated labels and sequence structure of one dataset.
+
+    Attributes
+    ----------
+    labels : (n,) int64
+    offsets : (m + 1,) int64
+    seq_weight : (m,) float64
+    counts : (K*K + 2K,) float64
+        Weighted observed transition, start and end counts.
+    """
+
+    labels: np.ndarray
+    offsets: np.ndarray
+    seq_weight: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def build(cls, labels, lengths, num_labels, seq_weight=None):
+        """Validate ``labels (n,)``, ``lengths (m,)`` and optional ``seq_weight (m,)``."""
+        n = len(labels)
+        lengths = check_lengths(lengths, n)
+        y = check_labels(labels, num_labels, n)
+        offsets = offsets_from_lengths(lengths)
+        w = check_sequence_weights(seq_weight, lengths)
+        return cls(y, offsets, w, observed_counts(y, offsets, w, num_labels))
+
+    @property
+    def lengths(self):
+        return np.diff(self.offsets)
+
+
+class CRFObjective(NodeObjective):
+    """Gradient and Hessian of the chain-CRF negative log-likelihood.
+
+    Parameters are those of :class:`NodeObjective`, plus
+    ``allowed_transitions``; the transition parameters are a
+    :class:`~structboost.transitions.chain.TransitionParams` (K x K transitions,
+    start and end scores), and ``batch`` is a :class:`SequenceBatch`.
+
+    Parameters
+    ----------
+    allowed_transitions : Constraints or (K, K) bool array-like, optional
+        Moves the model may make (see :mod:`structboost.objectives.constraints`). The
+        forbidden transition, start and end scores stay at ``-inf`` through
+        training: the solvers never refit them, so training, the metric and
+        decoding all use the constrained model. Training labels must obey
+        the constraints. In ``"logitboost"`` mode, training ignores them
+        (positions are independent) but the metric and decoding do not.
+
+    Attributes
+    ----------
+    constraints : Constraints or None
+    """
+
+    def __init__(
+        self,
+        num_labels,
+        mode=DEFAULTS["mode"],
+        gamma=DEFAULTS["gamma"],
+        transitions=DEFAULTS["transitions"],
+        reg_transitions=DEFAULTS["reg_transitions"],
+        transition_iter=None,
+        hess_floor=DEFAULTS["hess_floor"],
+        allowed_transitions=None,
+    ):
+        super().__init__(
+            num_labels, mode, gamma, transitions, reg_transitions, transition_iter, hess_floor
+        )
+        self.constraints = resolve_constraints(allowed_transitions, self.num_labels)
+        self.start_from(self.params)
+
+    def start_from(self, params):
+        """Continue from a copy of ``params`` (TransitionParams), the constraints applied."""
+        self.params = params.copy() if self.constraints is None else self.constraints.apply(params)
+
+    def _zero_params(self):
+        return TransitionParams.zeros(self.num_labels)
+
+    def _check_allowed(self, batch):
+        """Raise if the labels of ``batch`` make a move the constraints forbid."""
+        if self.constraints is not None:
+            if (batch.counts[~self.constraints.free_vector()] > 0).any():
+                self.constraints.check_labels(batch.labels, batch.lengths)
+
+    def _problem(self, unary, batch):
+        free = None if self.constraints is None else self.constraints.free_vector()
+        return TransitionProblem(
+            unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions, free
+        )
+
+    def grad_hess(self, margins, batch):
+        """As :meth:`NodeObjective.grad_hess`, after checking the labels against the constraints."""
+        self._check_allowed(batch)
+        return super().grad_hess(margins, batch)
+
+    def sequence_nll(self, margins, batch):
+        """Per-sequence negative log-likelihood ``(m,)`` under the current transitions."""
+        self._check_allowed(batch)
+        u = self.check_margins(margins)
+        p = self.params
+        post = posterior(u, batch.offsets, p.transitions, p.start, p.end)
+        return post.log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
+
+    def decode(self, margins, batch):
+        """Viterbi labels ``(n,)`` of the sequences of ``batch`` under the current transitions."""
+        u = self.check_margins(margins)
+        p = self.params
+        return _chain.viterbi(u, batch.offsets, p.transitions, p.start, p.end)

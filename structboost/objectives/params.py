@@ -1,0 +1,146 @@
+"""The objective's parameters, declared once: choices, defaults and their docs.
+
+Every factory (:func:`structboost.crf_objective`,
+:func:`structboost.lgb_crf_objective`, :func:`structboost.tree_crf_objective`),
+objective class, estimator and CLI option takes its choices and defaults from
+here, and :func:`fill_doc` writes the numpydoc entries of those parameters
+into their docstrings, so the copies cannot drift.
+"""
+
+import numpy as np
+
+from ..inference.chain import GAMMA_METHODS
+from ..transitions.chain import SOLVERS
+
+MODES = ("gbcrf", "treecrf", "logitboost")
+#: Transition solvers of tree CRFs (the majorization bound is for chains).
+TREE_SOLVERS = tuple(s for s in SOLVERS if s != "majorize")
+METRICS = ("nll", "error")
+#: Solver iterations per boosting round when ``transition_iter`` is None.
+DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
+
+#: Defaults of the objective's parameters (also the estimators').
+DEFAULTS = {
+    "mode": "gbcrf",
+    "gamma": "mixing",
+    "transitions": "lbfgs",
+    "reg_transitions": 1.0,
+    "metric": "nll",
+    "hess_floor": 1e-16,
+}
+
+
+def _choices(values):
+    return "{" + ", ".join(f'"{v}"' for v in values) + "}"
+
+
+_DOCS = {
+    "mode": (
+        f"mode : {_choices(MODES)}, default \"{DEFAULTS['mode']}\"",
+        "Second-order GBCRF (Chen et al. 2015: Hessian ``gamma p (1 - p)``),",
+        "first-order TreeCRF (Dietterich et al. 2008: unit Hessian) or",
+        "LogitBoost (no transitions: XGBoost's ``multi:softprob``).",
+    ),
+    "gamma": (
+        f"gamma : {_choices(GAMMA_METHODS)} or float, default \"{DEFAULTS['gamma']}\"",
+        "Node bound of the GBCRF Hessian: the mixing-rate bound (Theorem 4.1,",
+        "O(nK^2)), the length bound (Corollary 4.1) or the exact smallest value",
+        "(quadratic in the length: for analysis); a float fixes it everywhere.",
+        "Not XGBoost's split ``gamma``.",
+    ),
+    "transitions": (
+        "transitions : {solvers}, default \"" + DEFAULTS["transitions"] + "\"",
+        "Solver refitting the transition, start and end scores every round:",
+        "warm-started L-BFGS, one monotone diagonal Newton step with the edge",
+        "bound (Theorem 4.2), or the Jebara & Choromanska quadratic bound",
+        "(chains only).",
+    ),
+    "reg_transitions": (
+        f"reg_transitions : float, default {DEFAULTS['reg_transitions']}",
+        "L2 penalty on the transition, start and end scores.",
+    ),
+    "metric": (
+        f"metric : {_choices(METRICS)}, default \"{DEFAULTS['metric']}\"",
+        "What the objective's metric reports: the CRF negative log-likelihood",
+        "per sequence, or the token error of the Viterbi path.",
+    ),
+    "transition_iter": (
+        "transition_iter : int, optional",
+        "Solver iterations per round (default "
+        + ", ".join(f"{v} for {k}" for k, v in DEFAULT_ITER.items())
+        + ").",
+    ),
+    "allowed_transitions": (
+        "allowed_transitions : Constraints or (K, K) bool array-like, optional",
+        "Moves the model may make (from tag names:",
+        ":func:`structboost.allowed_transitions`). Forbidden transition, start",
+        "and end scores stay at ``-inf`` and are never refit, so they travel",
+        "with the model and decoding never makes a forbidden move. Training",
+        "labels must obey them.",
+    ),
+    "hess_floor": (
+        f"hess_floor : float, default {DEFAULTS['hess_floor']}",
+        "Smallest Hessian per row and label before weighting.",
+    ),
+}
+
+
+def param_docs(*names, solvers=SOLVERS, indent=4):
+    """Numpydoc entries of the named objective parameters.
+
+    Parameters
+    ----------
+    *names : str
+        Keys of the declaration (``"mode"``, ``"gamma"``, ``"transitions"``,
+        ``"reg_transitions"``, ``"metric"``, ``"transition_iter"``,
+        ``"allowed_transitions"``, ``"hess_floor"``).
+    solvers : tuple of str
+        The solver choices to document (tree CRFs have no ``"majorize"``).
+    indent : int
+        Spaces before each parameter line (the description gets 4 more).
+
+    Returns
+    -------
+    str
+    """
+    pad = " " * indent
+    lines = []
+    for name in names:
+        head, *body = _DOCS[name]
+        lines.append(pad + head.replace("{solvers}", _choices(solvers)))
+        lines.extend(pad + "    " + line for line in body)
+    return "\n".join(lines)
+
+
+def fill_doc(*names, solvers=SOLVERS):
+    """Decorator replacing the line ``{objective_params}`` of a docstring.
+
+    The placeholder line's indentation is kept; see :func:`param_docs`.
+    """
+
+    def decorate(obj):
+        doc = obj.__doc__
+        key = "{objective_params}"
+        at = doc.index(key)
+        indent = at - doc.rindex("\n", 0, at) - 1
+        obj.__doc__ = doc.replace(key, param_docs(*names, solvers=solvers, indent=indent).lstrip())
+        return obj
+
+    return decorate
+
+
+def check_params(num_labels, mode, gamma, transitions, reg_transitions, solvers=SOLVERS):
+    """Raise a ``ValueError`` naming the first invalid objective parameter."""
+    if int(num_labels) != num_labels or num_labels < 1:
+        raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}; got {mode!r}.")
+    if isinstance(gamma, str):
+        if gamma not in GAMMA_METHODS:
+            raise ValueError(f"gamma must be one of {GAMMA_METHODS} or a float; got {gamma!r}.")
+    elif not np.isfinite(gamma) or gamma <= 0:
+        raise ValueError(f"a fixed gamma must be a positive float; got {gamma!r}.")
+    if transitions not in solvers:
+        raise ValueError(f"transitions must be one of {solvers}; got {transitions!r}.")
+    if reg_transitions < 0:
+        raise ValueError(f"reg_transitions must be >= 0; got {reg_transitions!r}.")

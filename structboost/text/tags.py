@@ -1,0 +1,196 @@
+"""Chunk tags (IOB1, IOB2, BIOES): parsing, span extraction and encoding.
+
+A tag is ``"O"`` (outside every chunk) or ``"P-TYPE"``: a prefix ``P`` and a
+chunk type (``"B-PER"``, ``"I-NP"``). The text is split at the first ``-``, so
+types may themselves contain dashes.
+
+Spans are read with the rules of the CoNLL evaluation script ``conlleval``,
+which does not need to know the scheme: a chunk starts at ``B-`` (or ``S-``),
+at an ``I-``/``E-`` that follows ``O`` or a closed chunk, or wherever the type
+changes; it ends before ``B-``/``S-``/``O``, after ``E-``/``S-``, or where the
+type changes. IOB1 and IOB2 are therefore decoded by the same rules, and
+ill-formed sequences (a leading ``I-``, ``I-PER`` after ``B-LOC``) still give
+spans rather than errors. ``E-`` and ``S-`` are BIOES additions: conlleval
+treats ``S-`` like ``I-``; here, as in seqeval's default mode, ``S-`` opens and
+closes a one-token chunk. The scheme decides only which prefixes are legal.
+
+Shared by :mod:`structboost.metrics` (span scores) and
+:mod:`structboost.datasets` (scheme conversion).
+"""
+
+import numpy as np
+
+from ..sequences import check_lengths, offsets_from_lengths
+
+SCHEME_PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "bioes": ("B", "I", "E", "S")}
+
+
+def check_scheme(scheme, name="scheme"):
+    """Return ``scheme`` lower-cased, or raise if it is not a known tagging scheme."""
+    key = str(scheme).lower()
+    if key not in SCHEME_PREFIXES:
+        raise ValueError(
+            f"unknown {name} {scheme!r}: use one of {', '.join(map(repr, SCHEME_PREFIXES))}."
+        )
+    return key
+
+
+def as_tags(tags, tag_names=None):
+    """Tags as a 1-D ``str`` array, decoding integer codes through ``tag_names``.
+
+    Parameters
+    ----------
+    tags : array-like, shape (n,)
+        Tag strings, or integer codes into ``tag_names`` when it is given.
+    tag_names : sequence of str, optional
+        ``tag_names[k]`` is the tag of code ``k``.
+
+    Returns
+    -------
+    tags : (n,) ndarray of str
+    """
+    arr = np.asarray(tags)
+    if arr.ndim != 1:
+        raise ValueError(f"tags must be 1-D (one tag per token); got shape {arr.shape}.")
+    if tag_names is None:
+        if arr.size and arr.dtype.kind not in "UO":
+            raise ValueError(
+                f"tags must be strings such as 'B-PER' or 'O', got dtype {arr.dtype}; pass "
+                "tag_names to decode integer label codes."
+            )
+        return arr.astype(str)
+    names = np.asarray(tag_names, dtype=str)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise ValueError(
+            f"with tag_names, tags must be integer codes 0..{len(names) - 1}; got dtype "
+            f"{arr.dtype}. Drop tag_names to pass tag strings."
+        )
+    bad = (arr < 0) | (arr >= len(names))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"tag code {int(arr[first])} at position {first} is outside 0..{len(names) - 1}: "
+            "tag_names must name every code."
+        )
+    return names[arr.astype(np.int64)]
+
+
+def parse_tags(tags, scheme):
+    """Split tags into prefixes and integer type codes, checking them against ``scheme``.
+
+    Parameters
+    ----------
+    tags : (n,) ndarray of str
+    scheme : str
+        A key of ``SCHEME_PREFIXES``.
+
+    Returns
+    -------
+    prefixes : (n,) ndarray of str
+        ``"O"`` or one of the scheme's prefixes.
+    type_codes : (n,) int64 ndarray
+        Index into ``type_names``; -1 for ``O``.
+    type_names : (t,) ndarray of str
+        Sorted chunk types.
+    """
+    parts = np.char.partition(tags, "-") if tags.size else np.zeros((0, 3), dtype=str)
+    prefixes, seps, types = parts[:, 0], parts[:, 1], parts[:, 2]
+    outside = tags == "O"
+    legal = SCHEME_PREFIXES[scheme]
+    good = outside | ((seps == "-") & np.isin(prefixes, legal) & (types != ""))
+    if not good.all():
+        first = int(np.flatnonzero(~good)[0])
+        raise ValueError(
+            f"tag {str(tags[first])!r} at position {first} is not a {scheme} tag: use 'O' or "
+            f"one of {', '.join(p + '-' for p in legal)} followed by a chunk type (e.g. "
+            f"'{legal[0]}-PER')."
+        )
+    prefixes = np.where(outside, "O", prefixes)
+    type_names, codes = np.unique(types[~outside], return_inverse=True)
+    type_codes = np.full(tags.size, -1, dtype=np.int64)
+    type_codes[~outside] = codes
+    return prefixes, type_codes, type_names
+
+
+def sentence_offsets(lengths, n):
+    """``(m + 1,)`` sentence offsets from validated ``lengths``; ``None`` is one sentence."""
+    if lengths is None:
+        lengths = [n] if n else []
+    return offsets_from_lengths(check_lengths(lengths, n))
+
+
+def span_arrays(tags, scheme, offsets):
+    """Chunks of a tag sequence as arrays.
+
+    Parameters
+    ----------
+    tags : (n,) ndarray of str
+    scheme : str
+        A key of ``SCHEME_PREFIXES``.
+    offsets : (m + 1,) int64 ndarray
+        Sentence offsets (see :func:`sentence_offsets`); chunks never cross a
+        sentence boundary.
+
+    Returns
+    -------
+    starts, ends : (s,) int64 ndarrays
+        Chunk ``i`` covers tokens ``starts[i]:ends[i]`` (end exclusive), in order.
+    types : (s,) ndarray of str
+    """
+    n = tags.size
+    prefixes, codes, type_names = parse_tags(tags, scheme)
+    first = np.zeros(n, dtype=bool)
+    first[offsets[:-1]] = True
+    prev_prefix = np.where(first, "O", np.roll(prefixes, 1))
+    prev_code = np.where(first, -1, np.roll(codes, 1))
+    inside = prefixes != "O"
+    start = inside & (
+        np.isin(prefixes, ("B", "S")) | np.isin(prev_prefix, ("O", "E", "S")) | (prev_code != codes)
+    )
+    # A chunk ends after token i exactly when token i + 1 is outside, starts a
+    # chunk of its own, or lies in the next sentence.
+    last = np.zeros(n, dtype=bool)
+    last[offsets[1:] - 1] = True
+    next_breaks = last | np.roll(~inside | start, -1)
+    end = inside & next_breaks
+    starts = np.flatnonzero(start)
+    return starts, np.flatnonzero(end) + 1, type_names[codes[starts]]
+
+
+def encode_spans(n, starts, ends, types, scheme, offsets):
+    """Write chunks as tags of ``scheme``.
+
+    Parameters
+    ----------
+    n : int
+        Number of tokens.
+    starts, ends : (s,) int64 ndarrays
+        Sorted, non-overlapping chunks ``starts[i]:ends[i]``.
+    types : (s,) ndarray of str
+    scheme : str
+        A key of ``SCHEME_PREFIXES``.
+    offsets : (m + 1,) int64 ndarray
+        Sentence offsets; in IOB1 a chunk opens with ``B-`` only where it
+        directly follows a chunk of the same type in the same sentence.
+
+    Returns
+    -------
+    tags : (n,) object ndarray of str
+    """
+    sizes = ends - starts
+    rows = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes - starts, sizes)
+    prefixes = np.full(rows.size, "I", dtype="<U1")
+    heads = np.cumsum(sizes) - sizes  # position of each chunk's first token in ``rows``
+    if scheme == "iob2":
+        prefixes[heads] = "B"
+    elif scheme == "iob1":
+        sentence_start = np.isin(starts, offsets)
+        follows_same = np.zeros(starts.size, dtype=bool)
+        follows_same[1:] = (ends[:-1] == starts[1:]) & (types[:-1] == types[1:])
+        prefixes[heads[follows_same & ~sentence_start]] = "B"
+    else:
+        prefixes[heads] = "B"
+        prefixes[heads + sizes - 1] = np.where(sizes == 1, "S", "E")
+    out = np.full(n, "O", dtype=object)
+    out[rows] = np.char.add(np.char.add(prefixes, "-"), np.repeat(types, sizes).astype(str))
+    return out

@@ -1,0 +1,553 @@
+"""Linear-chain inference checked against the brute-force oracle in ``naive.py``.
+
+Random tiny CRFs (K in 1..4, sequence lengths 1..5, several sequences per
+batch) are enumerated exhaustively; the numba kernels behind
+``structboost.inference.chain`` must reproduce log Z, node and edge marginals, the
+MAP score, the NLL and the exact gamma, and their gamma bounds must dominate
+the exact values (Chen et al. 2015, Theorems 4.1 and 4.2).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import naive
+from structboost import inference
+
+
+def make_crf(seed, lengths, num_labels, scale=1.0, sticky=0.0):
+    """Random batch ``(unary, lengths, transitions, start, end)``."""
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    unary = scale * rng.normal(size=(int(lengths.sum()), num_labels))
+    transitions = scale * rng.normal(size=(num_labels, num_labels)) + sticky * np.eye(num_labels)
+    start = scale * rng.normal(size=num_labels)
+    end = scale * rng.normal(size=num_labels)
+    return unary, lengths, transitions, start, end
+
+
+@st.composite
+def crfs(draw, scales=(0.3, 1.0, 2.5), sticky=(0.0, 3.0, 6.0, -4.0), max_labels=4):
+    num_labels = draw(st.integers(1, max_labels))
+    lengths = draw(st.lists(st.integers(1, 5), min_size=1, max_size=4))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return make_crf(seed, lengths, num_labels, draw(st.sampled_from(scales)), draw(st.sampled_from(sticky)))
+
+
+def exact_gamma_tolerance(marginals):
+    """Absolute error allowed in the exact gamma of every position, shape (n,).
+
+    A message-based exact gamma divides total variations (differences of conditionals
+    that are all close to 1) by ``1 - p`` of near-certain labels, so float64 rounding
+    grows like ``eps / (1 - p)`` there; the oracle's enumerated, centred covariance
+    has no such cancellation (checked against 60-digit arithmetic).
+    """
+    q = 1.0 - marginals
+    considered = marginals * q >= naive.VARIANCE_FLOOR
+    return 1e-9 + 1e-13 / np.where(considered, q, 1.0).min(axis=1)
+
+
+def sequence_ends(lengths):
+    """Row index of the last position of every sequence."""
+    return np.cumsum(lengths) - 1
+
+
+def sequence_starts(lengths):
+    return np.cumsum(lengths) - lengths
+
+
+# ---------------------------------------------------------------------------
+# against the oracle
+
+
+@settings(max_examples=60, deadline=None)
+@given(crfs())
+def test_forward_backward_matches_oracle(crf):
+    unary, lengths, transitions, start, end = crf
+    expected = naive.batch(*crf)
+    log_z, marginals = inference.forward_backward(*crf)
+    assert log_z.shape == (len(lengths),)
+    assert marginals.shape == unary.shape
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(marginals, expected["marginals"], rtol=0, atol=1e-10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(crfs())
+def test_edge_marginals_match_oracle(crf):
+    unary, lengths, transitions, start, end = crf
+    expected = naive.batch(*crf)
+    pair = inference.edge_marginals(*crf)
+    assert pair.shape == (unary.shape[0], unary.shape[1], unary.shape[1])
+    np.testing.assert_allclose(pair, expected["edge_marginals"], rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(pair[sequence_ends(lengths)], 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(crfs())
+def test_viterbi_reaches_map_score(crf):
+    unary, lengths, transitions, start, end = crf
+    expected = naive.batch(*crf)
+    labels = inference.viterbi(*crf)
+    assert labels.shape == (unary.shape[0],)
+    assert np.issubdtype(labels.dtype, np.integer)
+    assert labels.min() >= 0 and labels.max() < unary.shape[1]
+    # ties are possible, so compare scores rather than labels
+    scores = naive.batch_scores(unary, lengths, labels, transitions, start, end)
+    np.testing.assert_allclose(scores, expected["map_score"], rtol=1e-12, atol=1e-10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(crfs(), st.integers(0, 2**32 - 1))
+def test_sequence_nll_matches_oracle(crf, label_seed):
+    unary, lengths, transitions, start, end = crf
+    labels = np.random.default_rng(label_seed).integers(0, unary.shape[1], size=unary.shape[0])
+    nll = inference.sequence_nll(unary, lengths, labels, transitions, start, end)
+    assert nll.shape == (len(lengths),)
+    expected = naive.batch_nll(unary, lengths, labels, transitions, start, end)
+    np.testing.assert_allclose(nll, expected, rtol=1e-10, atol=1e-10)
+    assert np.all(nll >= -1e-10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(crfs(scales=(0.3, 1.0, 2.0), sticky=(0.0, 3.0, -3.0)))
+def test_gamma_exact_matches_oracle(crf):
+    expected = naive.batch(*crf)
+    got = inference.gamma(*crf, "exact")
+    assert got.shape == (crf[0].shape[0],)
+    assert np.all(np.isfinite(got))
+    defined = ~np.isnan(expected["gamma_exact"])  # NaN: every label has H_ii < 1e-12
+    error = np.abs(got - expected["gamma_exact"])[defined]
+    assert np.all(error <= exact_gamma_tolerance(expected["marginals"])[defined])
+
+
+@settings(max_examples=60, deadline=None)
+@given(crfs())
+def test_gamma_mixing_is_theorem_4_1(crf):
+    """The Eq. 17 recursions reproduce the path-product sum of Theorem 4.1."""
+    expected = naive.batch(*crf)["gamma_mixing"]
+    got = inference.gamma(*crf, "mixing")
+    assert got.shape == (crf[0].shape[0],)
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_gamma_length_is_twice_the_length():
+    crf = make_crf(0, [3, 1, 4], 3)
+    np.testing.assert_array_equal(inference.gamma(*crf, "length"), [6, 6, 6, 2, 8, 8, 8, 8])
+
+
+@settings(max_examples=150, deadline=None)
+@given(crfs(scales=(0.1, 0.5, 1.0, 2.0), sticky=(0.0, 2.0, 5.0, 9.0, -5.0)))
+def test_gamma_bounds_are_ordered(crf):
+    """length >= mixing >= exact (the true value), including strongly sticky chains."""
+    unary, lengths, transitions, start, end = crf
+    expected = naive.batch(*crf)
+    exact_true = expected["gamma_exact"]
+    exact = inference.gamma(*crf, "exact")
+    mixing = inference.gamma(*crf, "mixing")
+    length = inference.gamma(*crf, "length")
+    defined = ~np.isnan(exact_true)
+    assert np.all(mixing[defined] >= exact_true[defined] - 1e-9)
+    assert np.all(mixing >= exact - exact_gamma_tolerance(expected["marginals"]))
+    assert np.all(length >= mixing - 1e-12)
+    assert np.all(mixing >= 2.0 - 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(crfs(scales=(0.1, 0.5, 1.0, 2.0), sticky=(0.0, 2.0, 5.0, 9.0, -5.0)))
+def test_edge_gamma_bounds_exact_edge_gamma(crf):
+    """Theorem 4.2: gamma^(e) >= max_(k1,k2) sum_j |H_ij| / H_ii over all edge indicators."""
+    unary, lengths, transitions, start, end = crf
+    expected = naive.batch(*crf)
+    got = inference.edge_gamma(*crf)
+    assert got.shape == (unary.shape[0],)
+    np.testing.assert_array_equal(got[sequence_ends(lengths)], 0.0)
+    defined = ~np.isnan(expected["edge_gamma_exact"])
+    assert np.all(got[defined] >= expected["edge_gamma_exact"][defined] - 1e-9)
+    np.testing.assert_allclose(got, expected["edge_gamma_mixing"], rtol=1e-9, atol=1e-9)
+
+
+def make_forbidding_crf(seed, lengths, num_labels, scale=1.0):
+    """Random batch where some moves, first and last labels are ``-inf`` (forbidden).
+
+    Label 0 may always start, repeat and end, so every sequence keeps a possible labelling.
+    """
+    unary, lengths, transitions, start, end = make_crf(seed, lengths, num_labels, scale)
+    rng = np.random.default_rng(seed + 1)
+    transitions[rng.random(transitions.shape) < 0.35] = -np.inf
+    start[rng.random(num_labels) < 0.3] = -np.inf
+    end[rng.random(num_labels) < 0.3] = -np.inf
+    transitions[0, 0] = start[0] = end[0] = 0.0
+    return unary, lengths, transitions, start, end
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**31),
+    st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    st.integers(1, 4),
+    st.sampled_from([0.3, 1.0, 3.0]),
+)
+def test_forbidden_moves_match_oracle(seed, lengths, num_labels, scale):
+    crf = make_forbidding_crf(seed, lengths, num_labels, scale)
+    unary, lengths, transitions, start, end = crf
+    expected = naive.batch(*crf)
+    log_z, marginals = inference.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-10)
+    np.testing.assert_allclose(inference.edge_marginals(*crf), expected["edge_marginals"], atol=1e-10)
+    scores = naive.batch_scores(unary, lengths, inference.viterbi(*crf), transitions, start, end)
+    np.testing.assert_allclose(scores, expected["map_score"], rtol=1e-12, atol=1e-10)
+    mixing = inference.gamma(*crf, "mixing")
+    defined = ~np.isnan(expected["gamma_exact"])
+    error = np.abs(inference.gamma(*crf, "exact") - expected["gamma_exact"])[defined]
+    assert np.all(error <= exact_gamma_tolerance(expected["marginals"])[defined])
+    assert np.all(mixing[defined] >= expected["gamma_exact"][defined] - 1e-9)
+    defined = ~np.isnan(expected["edge_gamma_exact"])
+    assert np.all(inference.edge_gamma(*crf)[defined] >= expected["edge_gamma_exact"][defined] - 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**31),
+    st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    st.integers(1, 4),
+    st.sampled_from([0.3, 1.0, 3.0]),
+)
+def test_mixing_gamma_with_forbidden_moves_is_theorem_4_1(seed, lengths, num_labels, scale):
+    """alpha_{s,v} takes its minimum over the labels of y_s that have nonzero probability.
+
+    A conditional given an impossible label is undefined; such labels add nothing to the
+    total variation in the proof of Theorem 3.1, so they are left out of the minimum.
+    """
+    crf = make_forbidding_crf(seed, lengths, num_labels, scale)
+    expected = naive.batch(*crf)["gamma_mixing"]
+    np.testing.assert_allclose(inference.gamma(*crf, "mixing"), expected, rtol=1e-9, atol=1e-9)
+
+
+def _forbidding_extreme(case, margin):
+    """Tiny chains whose only possible paths go through labels that the margins disfavour.
+
+    ``tie``: both positions prefer label 1 by ``2 * margin`` but 1 -> 1 is forbidden, so
+    (0, 1) and (1, 0) tie: log Z = log 2 and every marginal is 1/2. ``end``: the preferred
+    label may not end the sequence. ``dead end``: the preferred first label has no allowed
+    successor.
+    """
+    inf = np.inf
+    if case == "tie":
+        return (np.array([[-margin, margin], [-margin, margin]]), np.array([2]),
+                np.array([[0.0, 0.0], [0.0, -inf]]), np.zeros(2), np.zeros(2))
+    if case == "end":
+        return (np.array([[margin, -margin]]), np.array([1]), np.zeros((2, 2)),
+                np.zeros(2), np.array([-inf, 0.0]))
+    return (np.array([[margin, -margin], [0.0, 0.0]]), np.array([2]),
+            np.array([[-inf, -inf], [0.0, 0.0]]), np.zeros(2), np.zeros(2))
+
+
+@pytest.mark.parametrize("margin", [10.0, 300.0, 1e4])
+@pytest.mark.parametrize("case", ["tie", "end", "dead end"])
+def test_forbidden_moves_with_extreme_margins(case, margin):
+    """At margin 1e4 scaled messages cannot hold the ratios: the log-space fallback does."""
+    crf = _forbidding_extreme(case, margin)
+    expected = naive.batch(*crf)
+    log_z, marginals = inference.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-12)
+    np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-9)
+    np.testing.assert_allclose(inference.edge_marginals(*crf), expected["edge_marginals"], atol=1e-9)
+    scores = naive.batch_scores(crf[0], crf[1], inference.viterbi(*crf), *crf[2:])
+    np.testing.assert_allclose(scores, expected["map_score"], rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# finite differences on the implementation itself
+
+
+def _central_difference(function, array, eps=1e-5):
+    grad = np.zeros_like(array)
+    for idx in np.ndindex(array.shape):
+        saved = array[idx]
+        array[idx] = saved + eps
+        up = function()
+        array[idx] = saved - eps
+        down = function()
+        array[idx] = saved
+        grad[idx] = (up - down) / (2 * eps)
+    return grad
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_log_z_gradients_are_marginals(seed):
+    crf = make_crf(seed, [3, 1, 4], 3, scale=1.5, sticky=1.0)
+    unary, lengths, transitions, start, end = crf
+
+    def total_log_z():
+        return inference.forward_backward(unary, lengths, transitions, start, end)[0].sum()
+
+    _, marginals = inference.forward_backward(*crf)
+    pair = inference.edge_marginals(*crf)
+    first, last = sequence_starts(lengths), sequence_ends(lengths)
+    np.testing.assert_allclose(_central_difference(total_log_z, unary), marginals, atol=1e-7)
+    np.testing.assert_allclose(_central_difference(total_log_z, transitions), pair.sum(axis=0), atol=1e-7)
+    np.testing.assert_allclose(_central_difference(total_log_z, start), marginals[first].sum(axis=0), atol=1e-7)
+    np.testing.assert_allclose(_central_difference(total_log_z, end), marginals[last].sum(axis=0), atol=1e-7)
+
+
+# ---------------------------------------------------------------------------
+# properties
+
+
+@settings(max_examples=60, deadline=None)
+@given(crfs(scales=(0.3, 1.0, 3.0, 8.0)))
+def test_marginals_are_consistent(crf):
+    unary, lengths, transitions, start, end = crf
+    _, marginals = inference.forward_backward(*crf)
+    pair = inference.edge_marginals(*crf)
+    np.testing.assert_allclose(marginals.sum(axis=1), 1.0, atol=1e-12)
+    assert np.all(marginals >= 0.0) and np.all(marginals <= 1.0 + 1e-12)
+    assert np.all(pair >= 0.0)
+    inner = np.setdiff1d(np.arange(unary.shape[0]), sequence_ends(lengths))
+    np.testing.assert_allclose(pair[inner].sum(axis=2), marginals[inner], atol=1e-12)
+    np.testing.assert_allclose(pair[inner].sum(axis=1), marginals[inner + 1], atol=1e-12)
+
+
+def _all_outputs(unary, lengths, transitions, start, end, labels):
+    log_z, marginals = inference.forward_backward(unary, lengths, transitions, start, end)
+    args = (unary, lengths, transitions, start, end)
+    return {
+        "log_z": log_z,
+        "marginals": marginals,
+        "edge_marginals": inference.edge_marginals(*args),
+        "viterbi": inference.viterbi(*args),
+        "gamma_mixing": inference.gamma(*args, "mixing"),
+        "gamma_length": inference.gamma(*args, "length"),
+        "gamma_exact": inference.gamma(*args, "exact"),
+        "edge_gamma": inference.edge_gamma(*args),
+        "nll": inference.sequence_nll(unary, lengths, labels, transitions, start, end),
+    }
+
+
+@settings(max_examples=40, deadline=None)
+@given(crfs(scales=(0.3, 1.0, 3.0)))
+def test_batch_equals_loop_over_sequences(crf):
+    unary, lengths, transitions, start, end = crf
+    labels = np.arange(unary.shape[0]) % unary.shape[1]
+    together = _all_outputs(unary, lengths, transitions, start, end, labels)
+    bounds = naive.offsets(lengths)
+    singles = [
+        _all_outputs(unary[a:b], np.array([b - a]), transitions, start, end, labels[a:b])
+        for a, b in zip(bounds[:-1], bounds[1:])
+    ]
+    for name, value in together.items():
+        looped = np.concatenate([single[name] for single in singles])
+        if name == "viterbi":  # ties could legitimately break differently
+            scores = naive.batch_scores(unary, lengths, value, transitions, start, end)
+            looped_scores = naive.batch_scores(unary, lengths, looped, transitions, start, end)
+            np.testing.assert_allclose(scores, looped_scores, rtol=1e-12, err_msg=name)
+        else:
+            np.testing.assert_allclose(value, looped, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+# ---------------------------------------------------------------------------
+# numerics and edge cases
+
+
+@pytest.mark.parametrize("kind", ["signs", "uniform"])
+def test_huge_margins_stay_finite_and_exact(kind):
+    rng = np.random.default_rng(7)
+    lengths = np.array([4, 1, 3, 2])
+    K = 3
+    n = int(lengths.sum())
+    if kind == "signs":  # exact +-1e4 with many ties
+        unary = 1e4 * rng.choice([-1.0, 1.0], size=(n, K))
+    else:
+        unary = 1e4 * rng.uniform(-1.0, 1.0, size=(n, K))
+    transitions, start, end = rng.normal(size=(K, K)), rng.normal(size=K), rng.normal(size=K)
+    crf = (unary, lengths, transitions, start, end)
+    expected = naive.batch(*crf)
+    outputs = _all_outputs(*crf, labels=rng.integers(0, K, size=n))
+    for name, value in outputs.items():
+        assert np.all(np.isfinite(value)), name
+    np.testing.assert_allclose(outputs["log_z"], expected["log_z"], rtol=1e-12)
+    np.testing.assert_allclose(outputs["marginals"], expected["marginals"], atol=1e-9)
+    np.testing.assert_allclose(outputs["edge_marginals"], expected["edge_marginals"], atol=1e-9)
+    scores = naive.batch_scores(unary, lengths, outputs["viterbi"], transitions, start, end)
+    np.testing.assert_allclose(scores, expected["map_score"], rtol=1e-12)
+    assert np.all(outputs["nll"] >= -1e-6)
+    assert np.all(outputs["gamma_mixing"] >= 2.0 - 1e-12)
+    assert np.all(outputs["gamma_length"] >= outputs["gamma_mixing"] - 1e-12)
+
+
+def test_large_transitions_stay_finite():
+    rng = np.random.default_rng(8)
+    crf = make_crf(8, [5, 2], 3)
+    unary, lengths, _, start, end = crf
+    transitions = 100.0 * rng.uniform(-1.0, 1.0, size=(3, 3))
+    outputs = _all_outputs(unary, lengths, transitions, start, end, labels=np.zeros(7, dtype=np.int64))
+    for name, value in outputs.items():
+        assert np.all(np.isfinite(value)), name
+    expected = naive.batch(unary, lengths, transitions, start, end)
+    np.testing.assert_allclose(outputs["log_z"], expected["log_z"], rtol=1e-12)
+    np.testing.assert_allclose(outputs["marginals"], expected["marginals"], atol=1e-9)
+
+
+def test_float32_input_matches_float64():
+    crf = make_crf(3, [3, 2, 1], 4, scale=2.0)
+    crf32 = tuple(np.asarray(a, dtype=np.float32) for a in (crf[0], crf[2], crf[3], crf[4]))
+    unary32, transitions32, start32, end32 = crf32
+    lengths32 = crf[1].astype(np.int32)
+    labels = np.array([0, 1, 2, 3, 0, 1])
+    got = _all_outputs(unary32, lengths32, transitions32, start32, end32, labels)
+    as64 = tuple(a.astype(np.float64) for a in crf32)
+    want = _all_outputs(as64[0], crf[1], as64[1], as64[2], as64[3], labels)
+    for name in got:
+        if name == "viterbi":
+            np.testing.assert_array_equal(got[name], want[name])
+        else:
+            assert got[name].dtype == np.float64, name
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_length_one_sequences():
+    rng = np.random.default_rng(4)
+    K = 3
+    unary = rng.normal(size=(3, K))
+    lengths = np.array([1, 1, 1])
+    transitions, start, end = rng.normal(size=(K, K)), rng.normal(size=K), rng.normal(size=K)
+    crf = (unary, lengths, transitions, start, end)
+    scores = unary + start + end
+    log_z, marginals = inference.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, np.log(np.exp(scores).sum(axis=1)), rtol=1e-12)
+    np.testing.assert_allclose(marginals, np.exp(scores - log_z[:, None]), atol=1e-12)
+    np.testing.assert_array_equal(inference.viterbi(*crf), scores.argmax(axis=1))
+    np.testing.assert_array_equal(inference.edge_marginals(*crf), 0.0)
+    np.testing.assert_array_equal(inference.edge_gamma(*crf), 0.0)
+    np.testing.assert_allclose(inference.gamma(*crf, "mixing"), 2.0)
+    np.testing.assert_allclose(inference.gamma(*crf, "length"), 2.0)
+    np.testing.assert_allclose(inference.gamma(*crf, "exact"), 2.0)
+
+
+def test_single_label():
+    rng = np.random.default_rng(5)
+    lengths = np.array([3, 1, 2])
+    unary = rng.normal(size=(6, 1))
+    transitions, start, end = np.array([[0.7]]), np.array([0.2]), np.array([-0.4])
+    crf = (unary, lengths, transitions, start, end)
+    log_z, marginals = inference.forward_backward(*crf)
+    bounds = naive.offsets(lengths)
+    expected = [unary[a:b].sum() + 0.2 - 0.4 + 0.7 * (b - a - 1) for a, b in zip(bounds[:-1], bounds[1:])]
+    np.testing.assert_allclose(log_z, expected, rtol=1e-12)
+    np.testing.assert_array_equal(marginals, 1.0)
+    np.testing.assert_array_equal(inference.viterbi(*crf), 0)
+    np.testing.assert_allclose(inference.sequence_nll(unary, lengths, np.zeros(6, dtype=np.int64), transitions, start, end), 0.0, atol=1e-12)
+    np.testing.assert_allclose(inference.gamma(*crf, "mixing"), 2.0)
+    for method in ("exact", "length"):
+        assert np.all(np.isfinite(inference.gamma(*crf, method)))
+    assert np.all(np.isfinite(inference.edge_gamma(*crf)))
+    pair = inference.edge_marginals(*crf)
+    np.testing.assert_array_equal(pair[:, 0, 0], [1, 1, 0, 0, 1, 0])
+
+
+def test_empty_batch():
+    K = 3
+    args = (np.zeros((0, K)), np.zeros(0, dtype=np.int64), np.zeros((K, K)), np.zeros(K), np.zeros(K))
+    outputs = _all_outputs(*args, labels=np.zeros(0, dtype=np.int64))
+    for name, value in outputs.items():
+        assert value.shape[0] == 0, name
+    assert outputs["marginals"].shape == (0, K)
+
+
+# ---------------------------------------------------------------------------
+# bad input
+
+
+def _call(name, unary, lengths, transitions, start, end, labels=None):
+    args = (unary, lengths, transitions, start, end)
+    if name == "forward_backward":
+        return inference.forward_backward(*args)
+    if name == "viterbi":
+        return inference.viterbi(*args)
+    if name == "edge_marginals":
+        return inference.edge_marginals(*args)
+    if name == "edge_gamma":
+        return inference.edge_gamma(*args)
+    if name.startswith("gamma_"):
+        return inference.gamma(*args, name.removeprefix("gamma_"))
+    if labels is None:
+        labels = np.zeros(np.shape(unary)[0], dtype=np.int64)
+    return inference.sequence_nll(unary, lengths, labels, transitions, start, end)
+
+
+FUNCTIONS = [
+    "forward_backward",
+    "viterbi",
+    "edge_marginals",
+    "edge_gamma",
+    "gamma_mixing",
+    "gamma_length",
+    "gamma_exact",
+    "sequence_nll",
+]
+
+
+def _bad_inputs():
+    K, n = 3, 5
+    good = dict(
+        unary=np.zeros((n, K)),
+        lengths=np.array([2, 3]),
+        transitions=np.zeros((K, K)),
+        start=np.zeros(K),
+        end=np.zeros(K),
+    )
+    nan_unary = np.zeros((n, K))
+    nan_unary[2, 1] = np.nan
+    inf_unary = np.zeros((n, K))
+    inf_unary[4, 0] = np.inf
+    cases = {
+        "lengths sum too small": dict(lengths=np.array([2, 2])),
+        "lengths sum too large": dict(lengths=np.array([3, 3])),
+        "zero length": dict(lengths=np.array([2, 0, 3])),
+        "negative length": dict(lengths=np.array([6, -1])),
+        "lengths 2-D": dict(lengths=np.array([[2, 3]])),
+        "unary 1-D": dict(unary=np.zeros(n)),
+        "unary 3-D": dict(unary=np.zeros((n, K, 1))),
+        "transitions not square": dict(transitions=np.zeros((K, K + 1))),
+        "transitions wrong K": dict(transitions=np.zeros((K + 1, K + 1))),
+        "transitions 1-D": dict(transitions=np.zeros(K)),
+        "start wrong K": dict(start=np.zeros(K + 1)),
+        "start 2-D": dict(start=np.zeros((1, K))),
+        "end wrong K": dict(end=np.zeros(K - 1)),
+        "unary NaN": dict(unary=nan_unary),
+        "unary inf": dict(unary=inf_unary),
+    }
+    return good, cases
+
+
+_GOOD, _CASES = _bad_inputs()
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_good_input_is_accepted(function):
+    _call(function, **_GOOD)
+
+
+@pytest.mark.parametrize("case", sorted(_CASES))
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_bad_input_raises_value_error(function, case):
+    with pytest.raises(ValueError):
+        _call(function, **{**_GOOD, **_CASES[case]})
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [np.array([0, 1, 2, 3, 0]), np.array([0, -1, 2, 1, 0]), np.array([0, 1, 2, 1]), np.array([0.0, 1.0, np.nan, 1.0, 0.0])],
+    ids=["label K", "label -1", "too few labels", "NaN label"],
+)
+def test_sequence_nll_rejects_bad_labels(labels):
+    with pytest.raises(ValueError):
+        _call("sequence_nll", **_GOOD, labels=labels)
+
+
+def test_gamma_rejects_unknown_method():
+    with pytest.raises(ValueError):
+        inference.gamma(_GOOD["unary"], _GOOD["lengths"], _GOOD["transitions"], _GOOD["start"], _GOOD["end"], "tight")
