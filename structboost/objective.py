@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from . import _chain
+from . import _config
 from .constraints import resolve as resolve_constraints
-from .inference import GAMMA_METHODS, path_scores, posterior
+from .inference import GAMMA_METHODS, map_labels, path_scores, posterior
 from .sequences import check_labels, check_lengths, offsets_from_lengths
 from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_counts, refit
 
@@ -331,11 +331,11 @@ class CRFObjective(NodeObjective):
         self._check_allowed(batch)
         u = self.check_margins(margins)
         p = self.params
-        post = posterior(u, batch.offsets, p.transitions, p.start, p.end)
+        post = posterior(u, batch.offsets, p.transitions, p.start, p.end, rates=False)
         return post.log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
 
     def decode(self, margins, batch):
         """Viterbi labels ``(n,)`` of the sequences of ``batch`` under the current transitions."""
         u = self.check_margins(margins)
         p = self.params
-        return _chain.viterbi(u, batch.offsets, p.transitions, p.start, p.end)
+        return map_labels(u, batch.offsets, p.transitions, p.start, p.end)

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from . import _chain, majorize
-from .inference import posterior
+from . import majorize
+from .inference import Workspace, posterior
 
 SOLVERS = ("lbfgs", "newton", "majorize")
 
@@ -255,7 +255,7 @@ class TransitionProblem(PenalisedProblem):
         self.counts = counts
         self.reg = float(reg)
         self.num_labels = unary.shape[1]
-        self._exp_unary = _chain.exp_rows(unary)
+        self._workspace = Workspace(*unary.shape, offsets.shape[0] - 1).load(unary, offsets)
         inner = np.ones(unary.shape[0], dtype=bool)
         inner[offsets[1:] - 1] = False
         self._edges = np.flatnonzero(inner)
@@ -268,7 +268,7 @@ class TransitionProblem(PenalisedProblem):
             params.transitions,
             params.start,
             params.end,
-            exp_unary=self._exp_unary,
+            workspace=self._workspace,
         )
 
     def expected_counts(self, post, with_curvature=False):
