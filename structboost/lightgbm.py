@@ -270,6 +270,7 @@ def lgb_crf_objective(
     reg_transitions=1.0,
     metric="nll",
     allowed_transitions=None,
+    nthread=None,
     **kwargs,
 ):
     """Build a chain-CRF objective for ``lightgbm.train``.
@@ -296,6 +297,9 @@ def lgb_crf_objective(
         transition, start and end scores stay at ``-inf`` and are never
         refit, so they travel with the model: :func:`structboost.predict`
         then never outputs a forbidden move. Training labels must obey them.
+    nthread : int, optional
+        Threads of the objective's numba kernels; pass the engine's
+        ``nthread`` (None: numba's default).
     **kwargs
         ``transition_iter``, ``hess_floor``: see
         :class:`~structboost.objective.CRFObjective`.
@@ -322,6 +326,7 @@ def lgb_crf_objective(
         transitions=transitions,
         reg_transitions=reg_transitions,
         allowed_transitions=allowed_transitions,
+        nthread=nthread,
         **kwargs,
     )
     return LGBCRFObjective(crf, metric=metric)

@@ -28,14 +28,15 @@ from threadpoolctl import ThreadpoolController
 
 from . import _config
 from .constraints import resolve as resolve_constraints
-from .inference import GAMMA_METHODS, map_labels, path_scores, posterior
+from .inference import GAMMA_METHODS, Workspace, map_labels, path_scores, posterior
 from .sequences import check_labels, check_lengths, offsets_from_lengths
 from .transitions import SOLVERS, TransitionParams, TransitionProblem, observed_counts, refit
 
 MODES = ("gbcrf", "treecrf", "logitboost")
-# The transition solvers multiply (rows x K) by (K x K) matrices: threaded
-# BLAS gains nothing there and, on a busy machine, spin-waits cost ~10x CPU
-# (measured on OCR). One controller, made once, limits BLAS while they run.
+# The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
+# gains nothing there and, beside numba's and the engine's threads, its
+# spin-waits cost ~10x CPU (measured on OCR). One controller, made once,
+# limits BLAS while the objective runs.
 _BLAS = ThreadpoolController()
 METRICS = ("nll", "error")
 _DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
@@ -123,6 +124,11 @@ class NodeObjective:
         and for majorization).
     hess_floor : float
         Smallest Hessian per row and label before weighting.
+    nthread : int, optional
+        Threads of the numba kernels while the objective runs (pass the
+        engine's ``nthread``); None leaves numba's setting. BLAS runs on one
+        thread meanwhile, so nothing oversubscribes. Batches of fewer than
+        ``structboost._config.SERIAL_ROWS`` rows always run serially.
 
     Attributes
     ----------
@@ -142,6 +148,7 @@ class NodeObjective:
         reg_transitions=1.0,
         transition_iter=None,
         hess_floor=1e-16,
+        nthread=None,
     ):
         if int(num_labels) != num_labels or num_labels < 1:
             raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
@@ -167,6 +174,7 @@ class NodeObjective:
             _DEFAULT_ITER[transitions] if transition_iter is None else int(transition_iter)
         )
         self.hess_floor = float(hess_floor)
+        self.nthread = _config.check_nthread(nthread)
         self.params = self._zero_params()
         self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
 
@@ -205,12 +213,15 @@ class NodeObjective:
         grad, hess : (n, K) float64
         """
         u = self.check_margins(margins)
+        with _BLAS.limit(limits=1, user_api="blas"), _config.threads(self.nthread):
+            return self._grad_hess(u, batch)
+
+    def _grad_hess(self, u, batch):
         lengths = np.diff(batch.offsets)
         t0 = time.process_time()
         if self.uses_transitions:
-            with _BLAS.limit(limits=1, user_api="blas"):
-                problem = self._problem(u, batch)
-                self.params = refit(problem, self.params, self.transitions, self.transition_iter)
+            problem = self._problem(u, batch)
+            self.params = refit(problem, self.params, self.transitions, self.transition_iter)
             t1 = time.process_time()
             post = problem.posterior(self.params)
             p = post.marginals()
@@ -298,11 +309,14 @@ class CRFObjective(NodeObjective):
         transition_iter=None,
         hess_floor=1e-16,
         allowed_transitions=None,
+        nthread=None,
     ):
         super().__init__(
-            num_labels, mode, gamma, transitions, reg_transitions, transition_iter, hess_floor
+            num_labels, mode, gamma, transitions, reg_transitions, transition_iter, hess_floor,
+            nthread,
         )
         self.constraints = resolve_constraints(allowed_transitions, self.num_labels)
+        self._workspace = None
         if self.constraints is not None:
             self.params = self.constraints.apply(self.params)
 
@@ -315,10 +329,19 @@ class CRFObjective(NodeObjective):
             if (batch.counts[~self.constraints.free_vector()] > 0).any():
                 self.constraints.check_labels(batch.labels, batch.lengths)
 
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_workspace"] = None  # buffers, rebuilt on the next round
+        return state
+
     def _problem(self, unary, batch):
         free = None if self.constraints is None else self.constraints.free_vector()
+        shape = unary.shape + (batch.offsets.shape[0] - 1,)
+        if self._workspace is None or self._workspace.shape != shape:
+            self._workspace = Workspace(*shape)
         return TransitionProblem(
-            unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions, free
+            unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions, free,
+            workspace=self._workspace,
         )
 
     def grad_hess(self, margins, batch):

@@ -159,6 +159,7 @@ def crf_objective(
     reg_transitions=1.0,
     metric="nll",
     allowed_transitions=None,
+    nthread=None,
     **kwargs,
 ):
     """Build a chain-CRF objective for ``xgboost.train``.
@@ -185,6 +186,9 @@ def crf_objective(
         transition, start and end scores stay at ``-inf`` and are never
         refit, so they travel with the model: :func:`structboost.predict`
         then never outputs a forbidden move. Training labels must obey them.
+    nthread : int, optional
+        Threads of the objective's numba kernels; pass the engine's
+        ``nthread`` (None: numba's default).
     **kwargs
         ``transition_iter``, ``hess_floor``: see
         :class:`~structboost.objective.CRFObjective`.
@@ -200,6 +204,7 @@ def crf_objective(
         transitions=transitions,
         reg_transitions=reg_transitions,
         allowed_transitions=allowed_transitions,
+        nthread=nthread,
         **kwargs,
     )
     return XGBCRFObjective(crf, metric=metric)
