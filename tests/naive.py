@@ -7,7 +7,9 @@ problems (``K ** L`` up to a few thousand). Nothing here shares code with
 
 Conventions match ``structboost.inference.chain``: ``unary (L, K)`` node scores of
 one sequence, ``transitions[a, b]`` the score of label ``a`` followed by label
-``b``, ``start (K,)`` / ``end (K,)`` the scores of the first / last label::
+``b`` (or per-position scores ``(L, K, K)``, row ``t`` scoring the move into
+position ``t``, row 0 unused), ``start (K,)`` / ``end (K,)`` the scores of the
+first / last label::
 
     score(y) = sum_t unary[t, y_t] + start[y_0]
                + sum_t transitions[y_t, y_{t+1}] + end[y_{L-1}]
@@ -35,7 +37,9 @@ class ChainOracle:
     Parameters
     ----------
     unary : array_like, shape (L, K)
-    transitions : array_like, shape (K, K)
+    transitions : array_like, shape (K, K) or (L, K, K)
+        One table for every move, or per position (row ``t`` scores the move
+        from ``t - 1`` into ``t``; row 0 is not used).
     start, end : array_like, shape (K,)
     """
 
@@ -71,7 +75,8 @@ class ChainOracle:
         for t in range(self.length):
             total += self.unary[t, y[t]]
         for t in range(self.length - 1):
-            total += self.transitions[y[t], y[t + 1]]
+            table = self.transitions if self.transitions.ndim == 2 else self.transitions[t + 1]
+            total += table[y[t], y[t + 1]]
         return float(total)
 
     def nll(self, labels):
@@ -204,10 +209,17 @@ def offsets(lengths):
 
 
 def oracles(unary, lengths, transitions, start, end):
-    """One :class:`ChainOracle` per sequence of a flat batch ``unary (n, K)``."""
+    """One :class:`ChainOracle` per sequence of a flat batch ``unary (n, K)``.
+
+    ``transitions`` is one ``(K, K)`` table or per-position scores ``(n, K, K)``.
+    """
     unary = np.asarray(unary, dtype=np.float64)
+    transitions = np.asarray(transitions, dtype=np.float64)
     bounds = offsets(lengths)
-    return [ChainOracle(unary[a:b], transitions, start, end) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [
+        ChainOracle(unary[a:b], transitions if transitions.ndim == 2 else transitions[a:b], start, end)
+        for a, b in zip(bounds[:-1], bounds[1:])
+    ]
 
 
 def batch(unary, lengths, transitions, start, end):

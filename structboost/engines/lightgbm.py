@@ -263,7 +263,7 @@ class LGBCRFObjective(EngineObjective):
         return LGBTransitionRecorder(self)
 
 
-@fill_doc('mode', 'gamma', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions')
+@fill_doc('mode', 'gamma', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions', 'nthread')
 def lgb_crf_objective(
     num_labels,
     mode=DEFAULTS["mode"],
@@ -272,6 +272,7 @@ def lgb_crf_objective(
     reg_transitions=DEFAULTS["reg_transitions"],
     metric=DEFAULTS["metric"],
     allowed_transitions=None,
+    nthread=None,
     **kwargs,
 ):
     """Build a chain-CRF objective for ``lightgbm.train``.
@@ -308,6 +309,7 @@ def lgb_crf_objective(
         transitions=transitions,
         reg_transitions=reg_transitions,
         allowed_transitions=allowed_transitions,
+        nthread=nthread,
         **kwargs,
     )
     return LGBCRFObjective(crf, metric=metric)

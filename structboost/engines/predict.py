@@ -10,9 +10,8 @@ import sys
 
 import numpy as np
 
-from ..inference import _chain
+from ..inference.chain import map_labels, path_scores, posterior
 from ..objectives.constraints import resolve as resolve_constraints
-from ..inference.chain import path_scores, posterior
 from ..sequences import check_labels, offsets_from_lengths, resolve_lengths
 
 DECODINGS = ("viterbi", "marginal")
@@ -166,9 +165,9 @@ def predict(
     )
     p = _constrained(p, allowed_transitions)
     if decode == "marginal":
-        post = posterior(u, offsets, p.transitions, p.start, p.end)
+        post = posterior(u, offsets, p.transitions, p.start, p.end, rates=False)
         return post.marginals().argmax(axis=1).astype(np.int64)
-    return _chain.viterbi(u, offsets, p.transitions, p.start, p.end)
+    return map_labels(u, offsets, p.transitions, p.start, p.end)
 
 
 def predict_marginals(
@@ -182,7 +181,7 @@ def predict_marginals(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
     p = _constrained(p, allowed_transitions)
-    return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
+    return posterior(u, offsets, p.transitions, p.start, p.end, rates=False).marginals()
 
 
 def sequence_log_likelihood(
@@ -210,5 +209,5 @@ def sequence_log_likelihood(
     if labels is None or len(labels) == 0:
         raise ValueError("no labels: pass labels= or a DMatrix/Dataset built with label=.")
     y = check_labels(labels, u.shape[1], u.shape[0])
-    post = posterior(u, offsets, p.transitions, p.start, p.end)
+    post = posterior(u, offsets, p.transitions, p.start, p.end, rates=False)
     return path_scores(u, offsets, y, p.transitions, p.start, p.end) - post.log_z

@@ -152,7 +152,7 @@ class XGBCRFObjective(EngineObjective):
         return TransitionRecorder(self)
 
 
-@fill_doc('mode', 'gamma', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions')
+@fill_doc('mode', 'gamma', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions', 'nthread')
 def crf_objective(
     num_labels,
     mode=DEFAULTS["mode"],
@@ -161,6 +161,7 @@ def crf_objective(
     reg_transitions=DEFAULTS["reg_transitions"],
     metric=DEFAULTS["metric"],
     allowed_transitions=None,
+    nthread=None,
     **kwargs,
 ):
     """Build a chain-CRF objective for ``xgboost.train``.
@@ -186,6 +187,7 @@ def crf_objective(
         transitions=transitions,
         reg_transitions=reg_transitions,
         allowed_transitions=allowed_transitions,
+        nthread=nthread,
         **kwargs,
     )
     return XGBCRFObjective(crf, metric=metric)

@@ -3,8 +3,10 @@
 import numpy as np
 from numba import njit
 
+from .._config import CACHE
 
-@njit(cache=True)
+
+@njit(cache=CACHE)
 def maximum_spanning_parents(weights):
     """Maximum spanning tree of each graph, as parents rooted at node 0.
 

@@ -1,179 +1,352 @@
 """Numba kernels for linear-chain CRFs over ragged batches of sequences.
 
+Interface
+---------
 Every kernel takes flat, C-contiguous float64 rows of all sequences and
 ``offsets (m + 1,)`` int64 with ``offsets[i]:offsets[i + 1]`` the rows of
-sequence ``i``. Nothing here validates input: :mod:`structboost.inference.chain`
-does that once.
+sequence ``i``. Transition scores come as one array ``trans (P, K, K)``:
 
+* ``P == 1``: one table shared by every position (``transitions[None]``, a
+  view of the usual ``(K, K)`` table);
+* ``P == n``: per-position scores, ``trans[t, a, b]`` scores the move from
+  label ``a`` at position ``t - 1`` into label ``b`` at position ``t``; the
+  table of a sequence's first row is never read.
+
+:func:`table` picks the table of a position. The probability-space kernels
+also take ``emat, emax = exp_tables(trans)``: ``emat[p] = exp(trans[p] -
+emax[p])``. Nothing here validates input: :mod:`structboost.inference.chain`
+does that once. Each batch kernel comes as a ``prange`` driver and a serial one
+over the same per-sequence function; :mod:`structboost._config` picks.
+
+Messages
+--------
 Messages are kept in scaled probability space, so the inner loops are plain
-multiply-adds with no ``exp``/``log``:
+multiply-adds with no ``exp``/``log``; ``exp`` runs once per round over all
+node scores (:func:`exp_rows`, a vectorisable polynomial):
 
 * ``alpha[t]`` is proportional to the forward message *including* the unary
   factor of position ``t`` and sums to one;
+* ``into[t] = alpha[t - 1] @ E_t`` is the forward message entering ``t``;
 * ``beta[t]`` is proportional to the backward message *excluding* position
-  ``t`` and sums to one;
-* ``r[t]`` is proportional to ``exp(unary[t]) * beta[t]`` (the message that
-  position ``t`` sends to its left neighbour) and sums to one.
+  ``t`` and sums to one; ``E_{t+1} @ r[t + 1] = beta_scale[t] * beta[t]``;
+* ``r[t]`` is proportional to ``exp(unary[t]) * beta[t]`` and sums to one.
 
 Hence ``P(y_t = k) ~ alpha[t, k] * beta[t, k]`` and
-``P(y_t = a, y_{t+1} = b) ~ alpha[t, a] * E[a, b] * r[t + 1, b]`` with
-``E = exp(transitions - max(transitions))``. Unary rows are exponentiated
-after subtracting their maximum; a product that underflows (possible only
-with forbidden, ``-inf``, transitions and extreme margins) is redone in log
-space for that step. Where forbidden moves and node potentials hundreds of
-units apart put the relevant labellings beyond float64's range of one
-another, no scaling of the messages can hold the posterior:
-:func:`log_space_posterior` recomputes such sequences in log space, and
-:func:`pairwise_rates` / :func:`exact_gamma_pairwise` derive their bounds
-from its pairwise marginals.
+``P(y_t = a, y_{t+1} = b) ~ alpha[t, a] * E_{t+1}[a, b] * r[t + 1, b]``.
+One forward and one backward sweep (:func:`messages`) give log Z, the node
+marginals and, on request, both Dobrushin mixing rates of every edge.
+
+Fallback criterion
+------------------
+Scaled messages drop whatever falls below float64's range: an unnormalised
+entry, a product in a message or an ``exp`` below ``2 ** -1022`` (forbidden
+moves, node or transition scores hundreds of units apart). Each such loss at
+position ``t`` is below ``TINY`` (``_config``) before normalisation, so the
+posterior mass of the labellings it removes is at most ``TINY / (s_t ov_t)``
+for the forward sweep and ``TINY / (b_t ov_t)`` for the backward one, where
+``s_t`` and ``b_t`` are the normalisers of ``alpha[t]`` and ``beta[t]`` and
+``ov_t = alpha[t] @ beta[t]``: the removed labellings pass through a node
+whose forward (backward) factor was below ``TINY``. A sequence is therefore
+*lost* as soon as ``s_t ov_t`` or ``b_t ov_t`` falls below ``SAFE = TINY *
+1e30`` at some position (or a normaliser below ``TINY``); otherwise every
+drop removes less than ``1e-30`` of the posterior mass per position and the
+result is exact to rounding. Lost sequences are recomputed in log space
+(:func:`log_space_posterior`), which holds any finite scores;
+:func:`pairwise_rates` and :func:`exact_gamma_pairwise` then derive the
+bounds from its pairwise marginals.
 """
 
 import numpy as np
 from numba import njit, prange
 
-_TINY = 1e-280
-# Reassociation lets LLVM vectorise the K-long reductions; no "nnan"/"ninf",
-# because forbidden (-inf) transitions are legal input.
-_FAST = {"reassoc", "contract", "arcp"}
+from .._config import KERNEL, PARALLEL, SAFE, TINY
+
+# exp(x) for x below this is under 2 ** -1022: returned as zero (any such
+# entry of a possible label is below TINY and marks its sequence anyway).
+_EXP_FLOOR = -708.0
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_EXP_BLOCK = 4096
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _scaled_product(m, u_row, w_row, row_max, out):
-    """``out = m * exp(u_row)`` normalised to sum one; returns the log of the factor removed.
+@njit(inline="always")
+def table(n_tables, t):
+    """Index of the transition table of position ``t``: ``t`` if per position, else 0."""
+    return t if n_tables > 1 else 0
 
-    ``w_row = exp(u_row - row_max)``. Falls back to log space when the
-    product underflows.
+
+@njit(**KERNEL)
+def _exp_nonpositive(x, lo, hi, bits):
+    """In place ``x[lo:hi] = exp(x[lo:hi])`` for entries ``<= 0`` (``-inf`` allowed), vectorisable.
+
+    Cody-Waite reduction ``x = k ln 2 + r``, ``|r| <= ln 2 / 2``, a degree-13
+    Taylor polynomial in ``r`` (relative error below 1e-16) and ``2 ** k``
+    assembled in the exponent bits of ``bits`` (int64 scratch, ``hi - lo`` long).
     """
-    k = m.shape[0]
-    s = 0.0
-    for j in range(k):
-        v = m[j] * w_row[j]
-        out[j] = v
-        s += v
-    if s > _TINY:
-        inv = 1.0 / s
+    scale = bits.view(np.float64)
+    for j in range(lo, hi):
+        v = x[j]
+        c = v if v > _EXP_FLOOR else _EXP_FLOOR
+        kf = np.floor(c * _LOG2E + 0.5)
+        r = c - kf * _LN2_HI - kf * _LN2_LO
+        p = 1.0 / 6227020800.0
+        p = p * r + 1.0 / 479001600.0
+        p = p * r + 1.0 / 39916800.0
+        p = p * r + 1.0 / 3628800.0
+        p = p * r + 1.0 / 362880.0
+        p = p * r + 1.0 / 40320.0
+        p = p * r + 1.0 / 5040.0
+        p = p * r + 1.0 / 720.0
+        p = p * r + 1.0 / 120.0
+        p = p * r + 1.0 / 24.0
+        p = p * r + 1.0 / 6.0
+        p = p * r + 0.5
+        p = p * r + 1.0
+        p = p * r + 1.0
+        bits[j - lo] = (np.int64(kf) + 1023) << 52
+        x[j] = p if v > _EXP_FLOOR else 0.0
+    for j in range(lo, hi):
+        x[j] *= scale[j - lo]
+
+
+@njit(**KERNEL)
+def _exp_block(src, lo, hi, w, row_max):
+    """Rows ``lo:hi`` of :func:`exp_rows`; ``w`` is the flat ``(n * K,)`` output."""
+    k = src.shape[1]
+    for t in range(lo, hi):
+        top = -np.inf
         for j in range(k):
-            out[j] *= inv
-        return row_max + np.log(s)
-    top = -np.inf
-    for j in range(k):
-        v = np.log(m[j]) + u_row[j] if m[j] > 0.0 else -np.inf
-        out[j] = v
-        if v > top:
-            top = v
-    s = 0.0
-    for j in range(k):
-        v = np.exp(out[j] - top)
-        out[j] = v
-        s += v
-    for j in range(k):
-        out[j] /= s
-    return top + np.log(s)
+            top = max(top, src[t, j])
+        row_max[t] = top
+        for j in range(k):
+            w[t * k + j] = src[t, j] - top
+    _exp_nonpositive(w, lo * k, hi * k, np.empty((hi - lo) * k, dtype=np.int64))
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _exp_shifted(x, out):
-    """``out = exp(x - max(x))``; returns ``max(x)``."""
-    top = -np.inf
-    for j in range(x.shape[0]):
-        if x[j] > top:
-            top = x[j]
-    for j in range(x.shape[0]):
-        out[j] = np.exp(x[j] - top)
-    return top
+@njit(**PARALLEL)
+def _exp_rows_parallel(src, w, row_max):
+    n, k = src.shape
+    rows = max(1, _EXP_BLOCK // max(1, k))
+    for b in prange((n + rows - 1) // rows):
+        _exp_block(src, b * rows, min(n, (b + 1) * rows), w, row_max)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
-def _normalise(v):
-    s = v.sum()
-    for j in range(v.shape[0]):
-        v[j] /= s
+@njit(**KERNEL)
+def _exp_rows_serial(src, w, row_max):
+    _exp_block(src, 0, src.shape[0], w, row_max)
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
-def exp_rows(unary):
-    """Row-wise ``exp(unary - max)`` and the maxima.
-
-    Returns
-    -------
-    w : (n, K) float64
-    row_max : (n,) float64
-    """
-    n, k = unary.shape
-    w = np.empty((n, k))
-    row_max = np.empty(n)
-    for t in prange(n):
-        row_max[t] = _exp_shifted(unary[t], w[t])
-    return w, row_max
-
-
-@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
-def messages(unary, w, row_max, offsets, transitions, start, end):
-    """Scaled forward-backward messages of every sequence.
+def exp_rows(src, w, row_max, parallel):
+    """Row-wise ``w = exp(src - max)``, ``row_max = max`` (in the given buffers).
 
     Parameters
     ----------
-    unary : (n, K) float64
-    w, row_max : (n, K), (n,) float64
-        From :func:`exp_rows` (computed once per set of node potentials).
-    offsets : (m + 1,) int64
-    transitions : (K, K) float64, ``transitions[a, b]`` scores ``a`` then ``b``
-    start, end : (K,) float64
-
-    Returns
-    -------
-    log_z : (m,) float64
-    alpha, beta, r : (n, K) float64
-        Scaled messages as described in the module docstring.
-    into : (n, K) float64
-        ``into[t] = alpha[t - 1] @ E`` (the forward message entering ``t``,
-        before its unary factor); on a sequence's first row,
-        ``exp(start - max(start))``.
-    beta_scale : (n,) float64
-        ``beta_scale[t] = sum(E @ r[t + 1])``, so that
-        ``E @ r[t + 1] == beta_scale[t] * beta[t]``; unused on last rows.
+    src : (n, K) float64
+        Finite or ``-inf`` entries; a row may be all ``-inf`` (its ``w`` is
+        then NaN, and only a forbidden table has such rows).
+    w : (n, K) float64, output
+    row_max : (n,) float64, output
+    parallel : bool
     """
-    n, k = unary.shape
-    n_seq = offsets.shape[0] - 1
-    t_max = transitions.max()
-    emat = np.exp(transitions - t_max)
-    alpha = np.empty((n, k))
-    beta = np.empty((n, k))
-    r = np.empty((n, k))
-    into = np.zeros((n, k))
-    beta_scale = np.ones(n)
-    log_z = np.empty(n_seq)
-    for i in prange(n_seq):
-        lo, hi = offsets[i], offsets[i + 1]
-        acc = _exp_shifted(start, into[lo])
-        acc += _scaled_product(into[lo], unary[lo], w[lo], row_max[lo], alpha[lo])
-        for t in range(lo + 1, hi):
-            m = into[t]
-            for a in range(k):
-                pa = alpha[t - 1, a]
-                for b in range(k):
-                    m[b] += pa * emat[a, b]
-            acc += t_max + _scaled_product(m, unary[t], w[t], row_max[t], alpha[t])
-        e_top = _exp_shifted(end, beta[hi - 1])
-        s = 0.0
+    (_exp_rows_parallel if parallel else _exp_rows_serial)(src, w.reshape(-1), row_max)
+
+
+def exp_tables(trans, parallel=False):
+    """``emat (P, K, K)``, ``emax (P,)`` with ``emat[p] = exp(trans[p] - emax[p])``.
+
+    A table with every move forbidden gets ``emax = -inf`` and a zero ``emat``.
+    """
+    p, k, _ = trans.shape
+    flat = trans.reshape(p, k * k)
+    emat = np.empty((p, k * k))
+    emax = np.empty(p)
+    exp_rows(flat, emat, emax, parallel)
+    emat[~np.isfinite(emax)] = 0.0
+    return emat.reshape(p, k, k), emax
+
+
+@njit(**KERNEL)
+def _rates(t, emat_t, alpha, beta, r, into, beta_scale, inv, low, right, left):
+    """Mixing rates ``right[t - 1]`` and ``left[t]`` of the edge ``(t - 1, t)``.
+
+    ``right[t - 1] = 1 - sum_b min_a P(y_t = b | y_{t-1} = a)`` over labels
+    ``a`` of nonzero marginal, from ``P(b | a) = E[a, b] r[t, b] /
+    (beta_scale[t - 1] beta[t - 1, a])``; ``left[t]`` likewise from
+    ``P(a | b) = alpha[t - 1, a] E[a, b] / into[t, b]``. Labels of zero
+    probability add nothing to the total variation of Theorem 3.1.
+    """
+    k = inv.shape[0]
+    low[:] = np.inf
+    for a in range(k):
+        if alpha[t - 1, a] * beta[t - 1, a] > 0.0:
+            s = 1.0 / (beta_scale[t - 1] * beta[t - 1, a])
+            for b in range(k):
+                low[b] = min(low[b], emat_t[a, b] * s)
+    total = 0.0
+    for b in range(k):
+        if low[b] < np.inf:
+            total += low[b] * r[t, b]
+    right[t - 1] = max(0.0, 1.0 - total)
+    for b in range(k):
+        inv[b] = 1.0 / into[t, b] if alpha[t, b] * beta[t, b] > 0.0 else np.inf
+    total = 0.0
+    for a in range(k):
+        m = np.inf
         for b in range(k):
-            s += alpha[hi - 1, b] * beta[hi - 1, b]
-        log_z[i] = acc + e_top + np.log(s)
-        _normalise(beta[hi - 1])
-        for t in range(hi - 1, lo, -1):
-            _scaled_product(beta[t], unary[t], w[t], row_max[t], r[t])
-            for a in range(k):
-                acc_a = 0.0
-                for b in range(k):
-                    acc_a += emat[a, b] * r[t, b]
-                beta[t - 1, a] = acc_a
-            beta_scale[t - 1] = beta[t - 1].sum()
-            _normalise(beta[t - 1])
-        _scaled_product(beta[lo], unary[lo], w[lo], row_max[lo], r[lo])
-    return log_z, alpha, beta, r, into, beta_scale
+            m = min(m, emat_t[a, b] * inv[b] if inv[b] < np.inf else np.inf)
+        if m < np.inf:
+            total += m * alpha[t - 1, a]
+    left[t] = max(0.0, 1.0 - total)
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@njit(**KERNEL)
+def _sequence_messages(
+    i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
+    with_rates, log_z, alpha, beta, r, into, beta_scale, marg, overlap, right, left, lost,
+):
+    """Both sweeps of sequence ``i`` (see :func:`messages`); returns early when lost."""
+    lo, hi = offsets[i], offsets[i + 1]
+    k = w.shape[1]
+    n_tab = emat.shape[0]
+    lost[i] = True
+    # Forward sweep; overlap[t] keeps the normaliser of alpha[t] until the backward sweep.
+    s = 0.0
+    for j in range(k):
+        into[lo, j] = start_e[j]
+        v = start_e[j] * w[lo, j]
+        alpha[lo, j] = v
+        s += v
+    if not s >= TINY:
+        return
+    overlap[lo] = s
+    acc = start_max + row_max[lo] + np.log(s)
+    inv_s = 1.0 / s
+    for j in range(k):
+        alpha[lo, j] *= inv_s
+    for t in range(lo + 1, hi):
+        p = table(n_tab, t)
+        e = emat[p]
+        m = into[t]
+        m[:] = 0.0
+        for a in range(k):
+            pa = alpha[t - 1, a]
+            for b in range(k):
+                m[b] += pa * e[a, b]
+        s = 0.0
+        for j in range(k):
+            v = m[j] * w[t, j]
+            alpha[t, j] = v
+            s += v
+        if not s >= TINY:
+            return
+        overlap[t] = s
+        acc += emax[p] + row_max[t] + np.log(s)
+        inv_s = 1.0 / s
+        for j in range(k):
+            alpha[t, j] *= inv_s
+    s = 0.0
+    e_sum = 0.0
+    for j in range(k):
+        beta[hi - 1, j] = end_e[j]
+        s += alpha[hi - 1, j] * end_e[j]
+        e_sum += end_e[j]
+    if not s >= TINY:
+        return
+    log_z[i] = acc + end_max + np.log(s)
+    beta_scale[hi - 1] = e_sum
+    inv_s = 1.0 / e_sum
+    for j in range(k):
+        beta[hi - 1, j] *= inv_s
+    # Backward sweep: the fallback criterion, r[t], beta[t - 1], the marginals and the rates.
+    inv = np.empty(k)
+    low = np.empty(k)
+    right[hi - 1] = 0.0
+    left[lo] = 0.0
+    for t in range(hi - 1, lo - 1, -1):
+        ov = 0.0
+        s = 0.0
+        for j in range(k):
+            ov += alpha[t, j] * beta[t, j]
+            v = beta[t, j] * w[t, j]
+            r[t, j] = v
+            s += v
+        if not (overlap[t] * ov >= SAFE and beta_scale[t] * ov >= SAFE and s >= TINY):
+            return
+        overlap[t] = ov
+        inv_s = 1.0 / s
+        inv_ov = 1.0 / ov
+        for j in range(k):
+            r[t, j] *= inv_s
+            marg[t, j] = alpha[t, j] * beta[t, j] * inv_ov
+        if t == lo:
+            break
+        e = emat[table(n_tab, t)]
+        s = 0.0
+        for a in range(k):
+            acc_a = 0.0
+            for b in range(k):
+                acc_a += e[a, b] * r[t, b]
+            beta[t - 1, a] = acc_a
+            s += acc_a
+        if not s >= TINY:
+            return
+        beta_scale[t - 1] = s
+        inv_s = 1.0 / s
+        for a in range(k):
+            beta[t - 1, a] *= inv_s
+        if with_rates:
+            _rates(t, e, alpha, beta, r, into, beta_scale, inv, low, right, left)
+    lost[i] = False
+
+
+@njit(**PARALLEL)
+def _messages_parallel(*args):
+    for i in prange(args[2].shape[0] - 1):
+        _sequence_messages(i, *args)
+
+
+@njit(**KERNEL)
+def _messages_serial(*args):
+    for i in range(args[2].shape[0] - 1):
+        _sequence_messages(i, *args)
+
+
+def messages(ws, emat, emax, start, end, with_rates, parallel):
+    """Scaled forward-backward messages, marginals and mixing rates of every sequence.
+
+    Parameters
+    ----------
+    ws : Workspace-like
+        Holds ``w, row_max`` (from :func:`exp_rows`) and ``offsets``, and the
+        output buffers ``log_z (m,)``, ``alpha, beta, r, into, marg (n, K)``,
+        ``beta_scale, overlap, right, left (n,)`` and ``lost (m,)`` bool.
+    emat, emax : (P, K, K), (P,) float64
+        From :func:`exp_tables`.
+    start, end : (K,) float64
+    with_rates : bool
+        Fill ``right[t] = alpha_{t, t+1}`` (zero on last rows) and
+        ``left[t] = alpha_{t, t-1}`` (zero on first rows).
+    parallel : bool
+
+    Notes
+    -----
+    ``marg`` holds the node marginals, ``overlap[t] = alpha[t] @ beta[t]``
+    (so that ``alpha[t] @ E @ r[t + 1] = beta_scale[t] * overlap[t]``).
+    Rows of sequences with ``lost[i]`` set are unspecified: the caller
+    recomputes them in log space.
+    """
+    s_max, e_max = start.max(), end.max()
+    start_e = np.exp(start - s_max) if s_max > -np.inf else np.zeros_like(start)
+    end_e = np.exp(end - e_max) if e_max > -np.inf else np.zeros_like(end)
+    (_messages_parallel if parallel else _messages_serial)(
+        ws.w, ws.row_max, ws.offsets, emat, emax, start_e, s_max, end_e, e_max,
+        with_rates, ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg,
+        ws.overlap, ws.right, ws.left, ws.lost,
+    )
+
+
+@njit(**KERNEL)
 def _edge_joint(alpha_t, emat, r_next, out):
     """``out[a, b] = P(y_t = a, y_{t+1} = b)`` from the scaled messages."""
     k = alpha_t.shape[0]
@@ -189,8 +362,25 @@ def _edge_joint(alpha_t, emat, r_next, out):
             out[a, b] *= inv
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
-def edge_marginals(alpha, r, offsets, transitions):
+@njit(**KERNEL)
+def _sequence_edges(i, alpha, r, offsets, emat, out):
+    for t in range(offsets[i], offsets[i + 1] - 1):
+        _edge_joint(alpha[t], emat[table(emat.shape[0], t + 1)], r[t + 1], out[t])
+
+
+@njit(**PARALLEL)
+def _edges_parallel(alpha, r, offsets, emat, out):
+    for i in prange(offsets.shape[0] - 1):
+        _sequence_edges(i, alpha, r, offsets, emat, out)
+
+
+@njit(**KERNEL)
+def _edges_serial(alpha, r, offsets, emat, out):
+    for i in range(offsets.shape[0] - 1):
+        _sequence_edges(i, alpha, r, offsets, emat, out)
+
+
+def edge_marginals(alpha, r, offsets, emat, parallel):
     """Pairwise marginals of consecutive positions.
 
     Returns
@@ -200,15 +390,12 @@ def edge_marginals(alpha, r, offsets, transitions):
         sequence is zero.
     """
     n, k = alpha.shape
-    emat = np.exp(transitions - transitions.max())
     out = np.zeros((n, k, k))
-    for i in prange(offsets.shape[0] - 1):
-        for t in range(offsets[i], offsets[i + 1] - 1):
-            _edge_joint(alpha[t], emat, r[t + 1], out[t])
+    (_edges_parallel if parallel else _edges_serial)(alpha, r, offsets, emat, out)
     return out
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@njit(**KERNEL)
 def _row_conditional(mat, weight, out):
     """``out[i, j] = mat[i, j] * weight[j]`` normalised over ``j``; zero rows stay zero.
 
@@ -228,16 +415,9 @@ def _row_conditional(mat, weight, out):
             out[i, j] *= inv
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@njit(**KERNEL)
 def _rate(emat, into_inv, weight, possible, low):
-    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]``.
-
-    With ``emat = E``, ``into_inv = 1 / (E r)`` and ``weight = r`` this is
-    ``alpha_{t,t+1}`` of the forward conditional ``P(y_{t+1} | y_t)``; with
-    ``emat = E.T``, ``into_inv = 1 / (alpha' E)`` and ``weight = alpha`` it is
-    ``alpha_{t+1,t}`` of the backward one. Labels of zero probability are
-    skipped: they add nothing to the total variation in Theorem 3.1.
-    """
+    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`_rates`)."""
     k = low.shape[0]
     low[:] = np.inf
     for i in range(k):
@@ -253,44 +433,7 @@ def _rate(emat, into_inv, weight, possible, low):
     return max(0.0, 1.0 - total)
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
-def mixing_rates(alpha, beta, r, into, beta_scale, offsets, transitions):
-    """Dobrushin contraction coefficients of both conditional chains.
-
-    Reuses the normalisers of the message pass: ``E @ r[t + 1] =
-    beta_scale[t] * beta[t]`` and ``alpha[t] @ E = into[t + 1]``, so each
-    edge costs two ``K x K`` sweeps.
-
-    Returns
-    -------
-    right : (n,) float64
-        ``right[t] = alpha_{t, t+1} = 1 - sum_b min_a P(y_{t+1}=b | y_t=a)``;
-        zero on the last row of each sequence.
-    left : (n,) float64
-        ``left[t] = alpha_{t, t-1}``; zero on the first row of each sequence.
-    """
-    n, k = alpha.shape
-    emat = np.exp(transitions - transitions.max())
-    emat_t = np.ascontiguousarray(emat.T)
-    right = np.zeros(n)
-    left = np.zeros(n)
-    for i in prange(offsets.shape[0] - 1):
-        inv = np.empty(k)
-        low = np.empty(k)
-        possible = np.empty(k, dtype=np.bool_)
-        for t in range(offsets[i], offsets[i + 1] - 1):
-            for j in range(k):
-                possible[j] = alpha[t, j] * beta[t, j] > 0.0
-                inv[j] = 1.0 / (beta_scale[t] * beta[t, j]) if possible[j] else 0.0
-            right[t] = _rate(emat, inv, r[t + 1], possible, low)
-            for j in range(k):
-                possible[j] = alpha[t + 1, j] * beta[t + 1, j] > 0.0
-                inv[j] = 1.0 / into[t + 1, j] if possible[j] else 0.0
-            left[t + 1] = _rate(emat_t, inv, alpha[t], possible, low)
-    return right, left
-
-
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@njit(**KERNEL)
 def path_sums(right, left, offsets):
     """Eq. 17 on a chain: sums over other positions of the products of rates.
 
@@ -313,7 +456,7 @@ def path_sums(right, left, offsets):
     return to_right, to_left
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@njit(**KERNEL)
 def _sequence_exact_gamma(fwd, bwd, marginals, lo, out):
     """Exact node bound of one sequence from its one-step conditionals.
 
@@ -348,8 +491,8 @@ def _sequence_exact_gamma(fwd, bwd, marginals, lo, out):
         out[lo + t] = best if best > 0.0 else 2.0
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
-def exact_gamma(alpha, r, marginals, offsets, transitions):
+@njit(**PARALLEL)
+def exact_gamma(alpha, r, marginals, offsets, emat):
     """Smallest valid node bound: ``max_k sum_j |H_ij| / H_ii`` per position.
 
     Uses Lemma 3.1: ``sum_j |H_ij| = 2 p_i sum_s TV(P(y_s | y_t = k), P(y_s))``
@@ -361,8 +504,6 @@ def exact_gamma(alpha, r, marginals, offsets, transitions):
     (n,) float64
     """
     n, k = alpha.shape
-    emat = np.exp(transitions - transitions.max())
-    emat_t = np.ascontiguousarray(emat.T)
     out = np.zeros(n)
     for i in prange(offsets.shape[0] - 1):
         lo, hi = offsets[i], offsets[i + 1]
@@ -370,13 +511,14 @@ def exact_gamma(alpha, r, marginals, offsets, transitions):
         fwd = np.zeros((length, k, k))
         bwd = np.zeros((length, k, k))
         for t in range(length - 1):
-            _row_conditional(emat, r[lo + t + 1], fwd[t])
-            _row_conditional(emat_t, alpha[lo + t], bwd[t + 1])
+            e = emat[table(emat.shape[0], lo + t + 1)]
+            _row_conditional(e, r[lo + t + 1], fwd[t])
+            _row_conditional(np.ascontiguousarray(e.T), alpha[lo + t], bwd[t + 1])
         _sequence_exact_gamma(fwd, bwd, marginals, lo, out)
     return out
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@njit(**KERNEL)
 def exact_gamma_pairwise(pairwise, marginals, offsets):
     """:func:`exact_gamma` from pairwise marginals (rows of the log-space fallback).
 
@@ -406,9 +548,9 @@ def exact_gamma_pairwise(pairwise, marginals, offsets):
     return out
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@njit(**KERNEL)
 def pairwise_rates(pairwise, offsets):
-    """:func:`mixing_rates` from pairwise marginals (rows of the log-space fallback).
+    """Mixing rates from pairwise marginals (rows of the log-space fallback).
 
     Parameters
     ----------
@@ -419,7 +561,7 @@ def pairwise_rates(pairwise, offsets):
     Returns
     -------
     right, left : (r,) float64
-        As in :func:`mixing_rates`.
+        As filled by :func:`messages`.
     """
     r, k, _ = pairwise.shape
     right = np.zeros(r)
@@ -446,7 +588,7 @@ def pairwise_rates(pairwise, offsets):
     return right, left
 
 
-@njit(cache=True, fastmath=_FAST, error_model="numpy")
+@njit(**KERNEL)
 def _logsumexp(x):
     top = -np.inf
     for j in range(x.shape[0]):
@@ -461,12 +603,12 @@ def _logsumexp(x):
 
 
 @njit(cache=True, error_model="numpy")
-def log_space_posterior(unary, offsets, sequences, transitions, start, end):
+def log_space_posterior(unary, offsets, sequences, trans, start, end):
     """Forward-backward in log space for some sequences.
 
-    The fallback for sequences whose scaled messages underflow (forbidden
-    moves together with node potentials hundreds of units apart): every
-    message is a log-sum-exp, so any finite potentials work.
+    The fallback for sequences the scaled messages cannot hold (see the
+    module notes): every message is a log-sum-exp, so any finite potentials
+    work.
 
     Parameters
     ----------
@@ -474,7 +616,7 @@ def log_space_posterior(unary, offsets, sequences, transitions, start, end):
     offsets : (m + 1,) int64
     sequences : (s,) int64
         Indices of the sequences to process, increasing.
-    transitions : (K, K) float64
+    trans : (P, K, K) float64
     start, end : (K,) float64
 
     Returns
@@ -488,6 +630,7 @@ def log_space_posterior(unary, offsets, sequences, transitions, start, end):
         ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
     """
     k = unary.shape[1]
+    n_tab = trans.shape[0]
     total = 0
     for i in sequences:
         total += offsets[i + 1] - offsets[i]
@@ -504,15 +647,17 @@ def log_space_posterior(unary, offsets, sequences, transitions, start, end):
         for b in range(k):
             la[0, b] = start[b] + unary[lo, b]
         for t in range(1, length):
+            tr = trans[table(n_tab, lo + t)]
             for b in range(k):
                 for a in range(k):
-                    tmp[a] = la[t - 1, a] + transitions[a, b]
+                    tmp[a] = la[t - 1, a] + tr[a, b]
                 la[t, b] = _logsumexp(tmp) + unary[lo + t, b]
         lb[length - 1] = end
         for t in range(length - 2, -1, -1):
+            tr = trans[table(n_tab, lo + t + 1)]
             for a in range(k):
                 for b in range(k):
-                    tmp[b] = transitions[a, b] + unary[lo + t + 1, b] + lb[t + 1, b]
+                    tmp[b] = tr[a, b] + unary[lo + t + 1, b] + lb[t + 1, b]
                 lb[t, a] = _logsumexp(tmp)
         for b in range(k):
             tmp[b] = la[length - 1, b] + end[b]
@@ -521,16 +666,18 @@ def log_space_posterior(unary, offsets, sequences, transitions, start, end):
         if lz > -np.inf:
             # Rounding in sums of potentials ~1e4 leaves ~1e-12 in the totals: renormalise.
             for t in range(length):
+                s = 0.0
                 for a in range(k):
-                    marginals[row + t, a] = np.exp(la[t, a] + lb[t, a] - lz)
-                _normalise(marginals[row + t])
+                    v = np.exp(la[t, a] + lb[t, a] - lz)
+                    marginals[row + t, a] = v
+                    s += v
+                marginals[row + t] /= s
             for t in range(length - 1):
+                tr = trans[table(n_tab, lo + t + 1)]
                 total_pair = 0.0
                 for a in range(k):
                     for b in range(k):
-                        v = np.exp(
-                            la[t, a] + transitions[a, b] + unary[lo + t + 1, b] + lb[t + 1, b] - lz
-                        )
+                        v = np.exp(la[t, a] + tr[a, b] + unary[lo + t + 1, b] + lb[t + 1, b] - lz)
                         pairwise[row + t, a, b] = v
                         total_pair += v
                 pairwise[row + t] /= total_pair
@@ -538,37 +685,54 @@ def log_space_posterior(unary, offsets, sequences, transitions, start, end):
     return log_z, marginals, pairwise
 
 
-@njit(cache=True, parallel=True, fastmath=_FAST, error_model="numpy")
-def viterbi(unary, offsets, transitions, start, end):
+@njit(**KERNEL)
+def _sequence_viterbi(i, unary, offsets, trans, start, end, path):
+    k = unary.shape[1]
+    n_tab = trans.shape[0]
+    lo, hi = offsets[i], offsets[i + 1]
+    back = np.empty((hi - lo, k), dtype=np.int64)
+    score = unary[lo] + start
+    nxt = np.empty(k)
+    for t in range(lo + 1, hi):
+        tr = trans[table(n_tab, t)]
+        for b in range(k):
+            best = -np.inf
+            arg = 0
+            for a in range(k):
+                v = score[a] + tr[a, b]
+                if v > best:
+                    best = v
+                    arg = a
+            nxt[b] = best + unary[t, b]
+            back[t - lo, b] = arg
+        score[:] = nxt
+    score += end
+    y = np.argmax(score)
+    for t in range(hi - 1, lo - 1, -1):
+        path[t] = y
+        if t > lo:
+            y = back[t - lo, y]
+
+
+@njit(**PARALLEL)
+def _viterbi_parallel(unary, offsets, trans, start, end, path):
+    for i in prange(offsets.shape[0] - 1):
+        _sequence_viterbi(i, unary, offsets, trans, start, end, path)
+
+
+@njit(**KERNEL)
+def _viterbi_serial(unary, offsets, trans, start, end, path):
+    for i in range(offsets.shape[0] - 1):
+        _sequence_viterbi(i, unary, offsets, trans, start, end, path)
+
+
+def viterbi(unary, offsets, trans, start, end, parallel):
     """Most probable label path of every sequence (max-product in log space).
 
     Returns
     -------
     (n,) int64
     """
-    n, k = unary.shape
-    path = np.empty(n, dtype=np.int64)
-    for i in prange(offsets.shape[0] - 1):
-        lo, hi = offsets[i], offsets[i + 1]
-        back = np.empty((hi - lo, k), dtype=np.int64)
-        score = unary[lo] + start
-        nxt = np.empty(k)
-        for t in range(lo + 1, hi):
-            for b in range(k):
-                best = -np.inf
-                arg = 0
-                for a in range(k):
-                    v = score[a] + transitions[a, b]
-                    if v > best:
-                        best = v
-                        arg = a
-                nxt[b] = best + unary[t, b]
-                back[t - lo, b] = arg
-            score[:] = nxt
-        score += end
-        y = np.argmax(score)
-        for t in range(hi - 1, lo - 1, -1):
-            path[t] = y
-            if t > lo:
-                y = back[t - lo, y]
+    path = np.empty(unary.shape[0], dtype=np.int64)
+    (_viterbi_parallel if parallel else _viterbi_serial)(unary, offsets, trans, start, end, path)
     return path

@@ -31,11 +31,13 @@ Roots have ``up = outside = down = 0``.
 import numpy as np
 from numba import njit
 
+from .._config import CACHE, KERNEL
+
 _TINY = 1e-200
 _LOG_TINY = np.log(_TINY)
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def structure(offsets, parents):
     """Global parents, children lists and a parents-first order per instance.
 
@@ -104,7 +106,7 @@ def structure(offsets, parents):
     return order, gparent, child_ptr, child_idx, reached
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _edge_tables(transitions):
     """Transposed transitions and the scaled exponentials of both orientations.
 
@@ -134,7 +136,7 @@ def _edge_tables(transitions):
     return backward, emat, emat_back, t_max
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _exp_shifted(x, out):
     """``out = exp(x - max(x))``; returns ``max(x)`` (``-inf`` leaves ``out`` zero)."""
     top = -np.inf
@@ -149,7 +151,7 @@ def _exp_shifted(x, out):
     return top
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"})
+@njit(**KERNEL)
 def _dot(x, y):
     """``sum_j x[j] * y[j]`` (reassociated, so the loop vectorises; inputs are finite)."""
     s = 0.0
@@ -158,7 +160,7 @@ def _dot(x, y):
     return s
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _log_matvec(trans, emat, t_max, x, w, out):
     """``out[a] = log sum_b exp(trans[a, b] + x[b])``.
 
@@ -186,7 +188,7 @@ def _log_matvec(trans, emat, t_max, x, w, out):
         out[a] = best + np.log(s)
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _logsumexp(x):
     top = -np.inf
     for j in range(x.shape[0]):
@@ -199,7 +201,7 @@ def _logsumexp(x):
     return top + np.log(s)
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def messages(unary, offsets, order, gparent, child_ptr, child_idx, etype, transitions):
     """Sum-product messages of every instance (see the module docstring).
 
@@ -264,7 +266,7 @@ def messages(unary, offsets, order, gparent, child_ptr, child_idx, etype, transi
     return log_z, inside, up, outside, down, belief
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def softmax_rows(belief):
     """Node marginals ``(n, K)`` from unnormalised log beliefs."""
     out = np.empty_like(belief)
@@ -278,7 +280,7 @@ def softmax_rows(belief):
     return out
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _row_scale(lnorm_a, top, t_max):
     """Factor turning ``emat[a] * w`` into a conditional row, or 0 when that underflows.
 
@@ -289,7 +291,7 @@ def _row_scale(lnorm_a, top, t_max):
     return np.exp(-gap) if gap > _LOG_TINY else 0.0
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _conditional(trans, emat, t_max, x, lnorm, w, out):
     """``out[a, b] = exp(trans[a, b] + x[b] - lnorm[a])``, a conditional distribution per row.
 
@@ -309,7 +311,7 @@ def _conditional(trans, emat, t_max, x, lnorm, w, out):
                 out[a, b] = 0.0
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def edge_marginals(marginals, gparent, etype, transitions, inside, up):
     """Joint marginals of every edge.
 
@@ -334,7 +336,7 @@ def edge_marginals(marginals, gparent, etype, transitions, inside, up):
     return out
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _contraction(trans, emat_t, t_max, x, lnorm, w, rows, scale):
     """``1 - sum_j min_i M[i, j]`` for the conditional ``M`` of :func:`_conditional`.
 
@@ -372,7 +374,7 @@ def _contraction(trans, emat_t, t_max, x, lnorm, w, rows, scale):
     return min(1.0, max(0.0, 1.0 - total))
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def mixing_rates(gparent, etype, transitions, inside, up, outside, down):
     """Contraction coefficients of Theorem 3.1 along both directions of every edge.
 
@@ -404,7 +406,7 @@ def mixing_rates(gparent, etype, transitions, inside, up, outside, down):
     return rate_down, rate_up
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def mixing_bounds(offsets, order, gparent, child_ptr, rate_down, rate_up):
     """Node and edge bounds from the Eq. 17 messages of Chen et al. (2015).
 
@@ -465,7 +467,7 @@ def mixing_bounds(offsets, order, gparent, child_ptr, rate_down, rate_up):
     return node_gamma, edge_gamma
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _visit(s, u, lo, step, given, p_t, rest, spread, came_from, stack, depth):
     """Extend the conditionals from ``u`` to its neighbour ``s`` and push ``s``.
 
@@ -502,7 +504,7 @@ def _visit(s, u, lo, step, given, p_t, rest, spread, came_from, stack, depth):
     return depth + 1
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def exact_gamma(
     offsets, gparent, child_ptr, child_idx, etype, transitions, inside, up, outside, down, marginals
 ):
@@ -586,7 +588,7 @@ def exact_gamma(
     return out
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def viterbi(unary, offsets, order, gparent, etype, transitions):
     """Max-product labelling of every instance (ties go to the lowest label).
 
@@ -632,7 +634,7 @@ def viterbi(unary, offsets, order, gparent, etype, transitions):
     return labels, best
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def label_scores(unary, offsets, gparent, etype, transitions, labels):
     """Score ``sum_v unary[v, y_v] + sum_{v non-root} T[type_v, y_p, y_v]`` per instance.
 

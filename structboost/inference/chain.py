@@ -2,23 +2,26 @@
 
 A batch of ``m`` sequences is given as flat rows ``unary (n, K)`` (node
 potentials, e.g. a booster's margins) and ``lengths (m,)`` with
-``lengths.sum() == n``. ``transitions[a, b]`` scores label ``a`` followed
-by ``b``; ``start`` and ``end`` ``(K,)`` score the first and last label. The
-score of a labelling ``y`` of one sequence is::
+``lengths.sum() == n``. ``transitions`` is either one ``(K, K)`` table,
+``transitions[a, b]`` scoring label ``a`` followed by ``b`` at every
+position, or per-position scores ``(n, K, K)``: ``transitions[t, a, b]``
+scores ``a`` at position ``t - 1`` followed by ``b`` at ``t`` (the table of
+a sequence's first row is not used). ``start`` and ``end`` ``(K,)`` score
+the first and last label. The score of a labelling ``y`` of one sequence
+is::
 
-    start[y_0] + sum_t unary[t, y_t] + sum_t transitions[y_t, y_{t+1}] + end[y_last]
+    start[y_0] + sum_t unary[t, y_t] + sum_t T_t[y_t, y_{t+1}] + end[y_last]
 
-Every public function validates its input, converts it once to C-contiguous
-float64 and calls the numba kernels of :mod:`structboost.inference._chain`.
-``-inf`` entries of ``transitions``, ``start`` or ``end`` forbid a move
-(see :mod:`structboost.objectives.constraints`). Messages live in scaled probability
-space (fast, no logs in the inner loops). With forbidden moves, a sequence
-whose allowed labellings lie more than ~700 (natural-log units) below a
-forbidden one cannot be held in that space; such sequences are detected
-(a position whose forward and backward messages barely overlap) and
-recomputed by a log-space forward-backward, so any finite node potentials
-work. Only a sequence that the constraints leave no labelling at all raises
-a ``ValueError``.
+with ``T_t`` the table of the move into position ``t + 1``. Every public
+function validates its input, converts it once to C-contiguous float64 and
+calls the numba kernels of :mod:`structboost.inference._chain`. ``-inf`` entries of
+``transitions``, ``start`` or ``end`` forbid a move (see
+:mod:`structboost.objectives.constraints`). Messages live in scaled probability space
+(fast, no logs in the inner loops); every sequence those messages cannot
+hold (a possible label whose scaled entry leaves float64's range, see
+:mod:`structboost.inference._chain`) is recomputed by a log-space forward-backward, so
+any finite node and transition scores work. Only a sequence that the
+constraints leave no labelling at all raises a ``ValueError``.
 """
 
 from dataclasses import dataclass
@@ -26,14 +29,11 @@ from functools import cached_property
 
 import numpy as np
 
-from . import _chain
+from .. import _config
 from ..sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
+from . import _chain
 
 GAMMA_METHODS = ("mixing", "length", "exact")
-# A position whose scaled forward and backward messages overlap by less than
-# this is recomputed in log space: any label the scaled pass lost (below
-# float64's ~1e-308) then has posterior probability below 1e-158.
-_OVERLAP_FLOOR = 1e-150
 
 
 def _as_float_array(x, name, shape):
@@ -45,6 +45,11 @@ def _as_float_array(x, name, shape):
     return arr
 
 
+def as_tables(transitions):
+    """``(P, K, K)`` view of a ``(K, K)`` table (``P = 1``) or per-position ``(n, K, K)`` scores."""
+    return transitions[None] if transitions.ndim == 2 else transitions
+
+
 def check_chain(unary, lengths, transitions, start, end):
     """Validate and convert the inputs shared by every chain function.
 
@@ -52,14 +57,15 @@ def check_chain(unary, lengths, transitions, start, end):
     -------
     unary : (n, K) float64, C-contiguous
     offsets : (m + 1,) int64
-    transitions : (K, K) float64
+    transitions : (K, K) or (n, K, K) float64
     start, end : (K,) float64
     """
     u = check_unary(unary)
     n, k = u.shape
     offsets = offsets_from_lengths(check_lengths(lengths, n))
-    trans = _as_float_array(transitions, "transitions", (k, k))
-    if not np.isfinite(trans).any():
+    shape = np.shape(transitions)
+    trans = _as_float_array(transitions, "transitions", (n, k, k) if len(shape) == 3 else (k, k))
+    if trans.ndim == 2 and not np.isfinite(trans).any():
         raise ValueError("transitions forbid every move (all -inf); allow at least one.")
     return (
         u,
@@ -68,6 +74,35 @@ def check_chain(unary, lengths, transitions, start, end):
         _as_float_array(start, "start", (k,)),
         _as_float_array(end, "end", (k,)),
     )
+
+
+class Workspace:
+    """Buffers of the message passes over one batch, reused from pass to pass.
+
+    Holds ``exp(unary - row max)`` (:meth:`load`) and every per-row output
+    of :func:`structboost.inference._chain.messages`. A :class:`ChainPosterior` built
+    on a workspace views its buffers, so it is valid until the next pass on
+    the same workspace.
+
+    Parameters
+    ----------
+    n, k, m : int
+        Rows, labels and sequences.
+    """
+
+    def __init__(self, n, k, m):
+        self.shape = (n, k, m)
+        self.w, self.alpha, self.beta, self.r, self.into, self.marg = np.empty((6, n, k))
+        self.row_max, self.beta_scale, self.overlap, self.right, self.left = np.empty((5, n))
+        self.log_z = np.empty(m)
+        self.lost = np.empty(m, dtype=bool)
+        self.offsets = None
+
+    def load(self, unary, offsets):
+        """Exponentiate the node potentials ``(n, K)`` of the batch ``offsets`` once."""
+        self.offsets = offsets
+        _chain.exp_rows(unary, self.w, self.row_max, _config.parallel(unary.shape[0]))
+        return self
 
 
 @dataclass
@@ -99,32 +134,46 @@ class ChainPosterior:
     """Scaled forward-backward messages of a batch, with what derives from them.
 
     Built by :func:`posterior` from already validated arrays; objectives and
-    solvers use it to avoid repeating validation and message passes. On the
-    rows of the sequences in ``log_space`` (if any), ``alpha`` holds the node
-    marginals and ``beta`` ones, while ``r``, ``into`` and ``beta_scale`` are
-    finite placeholders: every method below takes those rows from
-    ``log_space`` instead.
+    solvers use it to avoid repeating validation and message passes.
+    ``transitions`` and ``emat`` are ``(P, K, K)`` (see
+    :mod:`structboost.inference._chain`); ``marg`` holds the node marginals,
+    ``right``/``left`` the mixing rates (None when built without them). On
+    the rows of the sequences in ``log_space`` (if any), ``alpha`` and
+    ``marg`` hold the node marginals and ``beta`` ones, while ``r``,
+    ``into``, ``beta_scale`` and ``overlap`` are finite placeholders: every
+    method below takes those rows from ``log_space`` instead.
     """
 
     offsets: np.ndarray
     transitions: np.ndarray
+    emat: np.ndarray
     log_z: np.ndarray
     alpha: np.ndarray
     beta: np.ndarray
     r: np.ndarray
     into: np.ndarray
     beta_scale: np.ndarray
+    marg: np.ndarray
+    overlap: np.ndarray
+    right: np.ndarray | None
+    left: np.ndarray | None
     log_space: LogSpacePart | None = None
 
+    @property
+    def parallel(self):
+        return _config.parallel(self.alpha.shape[0])
+
     def marginals(self, rows=None):
-        """Node marginals ``(n, K)``, or ``(len(rows), K)`` of the given rows."""
-        p = self.alpha * self.beta if rows is None else self.alpha[rows] * self.beta[rows]
-        p /= p.sum(axis=1, keepdims=True)
-        return p
+        """Node marginals ``(n, K)``, or ``(len(rows), K)`` of the given rows.
+
+        Without ``rows``, the posterior's own array (a workspace buffer when
+        built on one): copy it before changing it.
+        """
+        return self.marg if rows is None else self.marg[rows]
 
     def edge_marginals(self):
         """Pairwise marginals ``(n, K, K)``; row ``t`` joins ``t`` and ``t + 1``."""
-        out = _chain.edge_marginals(self.alpha, self.r, self.offsets, self.transitions)
+        out = _chain.edge_marginals(self.alpha, self.r, self.offsets, self.emat, self.parallel)
         if self.log_space is not None:
             out[self.log_space.rows] = self.log_space.pairwise
         return out
@@ -148,11 +197,19 @@ class ChainPosterior:
 
         Notes
         -----
-        Two matrix products over all edges at once:
-        ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t``, so
+        With one shared table, two matrix products over all edges at once:
+        ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t`` with
+        ``z_t = beta_scale[t] * overlap[t]``, so
         ``sum_t c_t P_t = E * (A' diag(c / z) R)`` and
-        ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``.
+        ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``. Per-position
+        tables sum the pairwise marginals directly.
         """
+        if self.emat.shape[0] > 1:
+            pair = self.edge_marginals()[edges]
+            total = np.einsum("e,eab->ab", weights, pair)
+            if curvature_weights is None:
+                return total, None
+            return total, np.einsum("e,eab->ab", curvature_weights, pair * (1.0 - pair))
         part = self.log_space
         if part is not None:
             # Edges of log-space sequences: summed from their pairwise marginals.
@@ -166,10 +223,10 @@ class ChainPosterior:
                 fallback_curv = np.einsum("e,eab->ab", curvature_weights[mine], pair * (1.0 - pair))
                 curvature_weights = curvature_weights[~mine]
             edges, weights = edges[~mine], weights[~mine]
-        emat = np.exp(self.transitions - self.transitions.max())
+        emat = self.emat[0]
         a = self.alpha[edges]
         r = self.r[edges + 1]
-        z = np.einsum("ij,ij->i", a @ emat, r)
+        z = self.beta_scale[edges] * self.overlap[edges]
         scaled = emat * (a.T @ (r * (weights / z)[:, None]))
         total = scaled if part is None else total + scaled
         if curvature_weights is None:
@@ -183,13 +240,9 @@ class ChainPosterior:
     @cached_property
     def _path_sums(self):
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
-        right, left = _chain.mixing_rates(
-            self.alpha, self.beta, self.r, self.into, self.beta_scale, self.offsets, self.transitions
-        )
-        part = self.log_space
-        if part is not None:
-            right[part.rows], left[part.rows] = _chain.pairwise_rates(part.pairwise, part.offsets)
-        return _chain.path_sums(right, left, self.offsets)
+        if self.right is None:
+            raise ValueError("this posterior was built with rates=False; build it with rates=True.")
+        return _chain.path_sums(self.right, self.left, self.offsets)
 
     def node_gamma(self, method="mixing", marginals=None):
         """Per-position node bound ``(n,)`` (Theorem 4.1, Corollary 4.1 or exact)."""
@@ -201,7 +254,7 @@ class ChainPosterior:
             return np.repeat(2.0 * lengths, lengths).astype(np.float64)
         if method == "exact":
             p = self.marginals() if marginals is None else marginals
-            out = _chain.exact_gamma(self.alpha, self.r, p, self.offsets, self.transitions)
+            out = _chain.exact_gamma(self.alpha, self.r, p, self.offsets, self.emat)
             part = self.log_space
             if part is not None:
                 out[part.rows] = _chain.exact_gamma_pairwise(part.pairwise, part.marginals, part.offsets)
@@ -217,7 +270,7 @@ class ChainPosterior:
         return out
 
 
-def _log_space_part(unary, offsets, sequences, transitions, start, end):
+def _log_space_part(unary, offsets, sequences, trans, start, end):
     """Run :func:`structboost.inference._chain.log_space_posterior`; raise where nothing is allowed.
 
     Returns
@@ -225,9 +278,7 @@ def _log_space_part(unary, offsets, sequences, transitions, start, end):
     log_z : (s,) float64
     part : LogSpacePart
     """
-    log_z, marginals, pairwise = _chain.log_space_posterior(
-        unary, offsets, sequences, transitions, start, end
-    )
+    log_z, marginals, pairwise = _chain.log_space_posterior(unary, offsets, sequences, trans, start, end)
     if not np.isfinite(log_z).all():
         seq = int(sequences[np.flatnonzero(~np.isfinite(log_z))[0]])
         raise ValueError(
@@ -243,33 +294,50 @@ def _log_space_part(unary, offsets, sequences, transitions, start, end):
     return log_z, LogSpacePart(sequences, rows, part_offsets, marginals, pairwise)
 
 
-def posterior(unary, offsets, transitions, start, end, exp_unary=None):
-    """Run the message passes on validated arrays (see :func:`check_chain`).
+def posterior(unary, offsets, transitions, start, end, workspace=None, rates=True):
+    """One forward and one backward sweep over validated arrays (see :func:`check_chain`).
 
-    ``exp_unary`` is ``_chain.exp_rows(unary)``, passed in by callers that
-    run several passes over the same node potentials. Sequences the scaled
-    messages cannot hold are recomputed in log space (see the module notes).
+    Parameters
+    ----------
+    unary : (n, K) float64
+    offsets : (m + 1,) int64
+    transitions : (K, K) or (n, K, K) float64
+    start, end : (K,) float64
+    workspace : Workspace, optional
+        Buffers already :meth:`loaded <Workspace.load>` with ``unary`` and
+        ``offsets``, for callers that run several passes over the same node
+        potentials; fresh buffers otherwise.
+    rates : bool
+        Also compute the mixing rates (needed by the ``"mixing"`` gamma and
+        the edge bound).
+
+    Returns
+    -------
+    ChainPosterior
+        Sequences the scaled messages cannot hold are recomputed in log
+        space (see the module notes).
     """
-    w, row_max = _chain.exp_rows(unary) if exp_unary is None else exp_unary
-    log_z, alpha, beta, r, into, beta_scale = _chain.messages(
-        unary, w, row_max, offsets, transitions, start, end
-    )
-    overlap = np.einsum("nk,nk->n", alpha, beta)
-    weak = ~(overlap >= _OVERLAP_FLOOR)
+    n, k = unary.shape
+    ws = Workspace(n, k, offsets.shape[0] - 1).load(unary, offsets) if workspace is None else workspace
+    parallel = _config.parallel(n)
+    trans = as_tables(transitions)
+    emat, emax = _chain.exp_tables(trans, parallel and trans.shape[0] > 1)
+    _chain.messages(ws, emat, emax, start, end, rates, parallel)
+    lost = np.flatnonzero(ws.lost)
     part = None
-    if weak.any() or not np.isfinite(log_z).all():
-        sequences = np.union1d(
-            np.flatnonzero(~np.isfinite(log_z)),
-            np.searchsorted(offsets, np.flatnonzero(weak), "right") - 1,
-        ).astype(np.int64)
-        log_z[sequences], part = _log_space_part(unary, offsets, sequences, transitions, start, end)
-        alpha[part.rows] = part.marginals
-        k = alpha.shape[1]
-        beta[part.rows] = 1.0
-        r[part.rows] = 1.0 / k
-        into[part.rows] = 1.0
-        beta_scale[part.rows] = 1.0
-    return ChainPosterior(offsets, transitions, log_z, alpha, beta, r, into, beta_scale, part)
+    if lost.size:
+        ws.log_z[lost], part = _log_space_part(unary, offsets, lost, trans, start, end)
+        rows = part.rows
+        ws.alpha[rows] = ws.marg[rows] = part.marginals
+        ws.beta[rows] = ws.into[rows] = 1.0
+        ws.r[rows] = 1.0 / k
+        ws.beta_scale[rows] = ws.overlap[rows] = 1.0
+        if rates:
+            ws.right[rows], ws.left[rows] = _chain.pairwise_rates(part.pairwise, part.offsets)
+    return ChainPosterior(
+        offsets, trans, emat, ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg,
+        ws.overlap, ws.right if rates else None, ws.left if rates else None, part,
+    )
 
 
 def path_scores(unary, offsets, labels, transitions, start, end):
@@ -280,7 +348,7 @@ def path_scores(unary, offsets, labels, transitions, start, end):
     unary : (n, K) float64
     offsets : (m + 1,) int64
     labels : (n,) int64
-    transitions : (K, K) float64
+    transitions : (K, K) or (n, K, K) float64
     start, end : (K,) float64
 
     Returns
@@ -293,10 +361,20 @@ def path_scores(unary, offsets, labels, transitions, start, end):
     inner[offsets[1:] - 1] = False
     idx = np.flatnonzero(inner)
     edge = np.zeros(n)
-    edge[idx] = transitions[labels[idx], labels[idx + 1]]
+    if transitions.ndim == 2:
+        edge[idx] = transitions[labels[idx], labels[idx + 1]]
+    else:
+        edge[idx] = transitions[idx + 1, labels[idx], labels[idx + 1]]
     per_row = node + edge
     total = np.add.reduceat(per_row, offsets[:-1]) if n else np.zeros(0)
     return total + start[labels[offsets[:-1]]] + end[labels[offsets[1:] - 1]]
+
+
+def map_labels(unary, offsets, transitions, start, end):
+    """Viterbi labels ``(n,)`` of validated arrays (see :func:`check_chain`)."""
+    return _chain.viterbi(
+        unary, offsets, as_tables(transitions), start, end, _config.parallel(unary.shape[0])
+    )
 
 
 def forward_backward(unary, lengths, transitions, start, end):
@@ -306,7 +384,9 @@ def forward_backward(unary, lengths, transitions, start, end):
     ----------
     unary : (n, K) array-like
     lengths : (m,) array-like of int
-    transitions : (K, K) array-like
+    transitions : (K, K) or (n, K, K) array-like
+        One shared table, or per-position scores (row ``t``: the move into
+        position ``t``; a sequence's first row is not used).
     start, end : (K,) array-like
 
     Returns
@@ -315,7 +395,7 @@ def forward_backward(unary, lengths, transitions, start, end):
     marginals : (n, K) float64
         ``P(y_t = k | x)``; rows sum to one.
     """
-    post = posterior(*check_chain(unary, lengths, transitions, start, end))
+    post = posterior(*check_chain(unary, lengths, transitions, start, end), rates=False)
     return post.log_z, post.marginals()
 
 
@@ -328,7 +408,7 @@ def edge_marginals(unary, lengths, transitions, start, end):
         Row ``t`` joins positions ``t`` and ``t + 1``; the last row of every
         sequence is zero.
     """
-    return posterior(*check_chain(unary, lengths, transitions, start, end)).edge_marginals()
+    return posterior(*check_chain(unary, lengths, transitions, start, end), rates=False).edge_marginals()
 
 
 def viterbi(unary, lengths, transitions, start, end):
@@ -339,8 +419,7 @@ def viterbi(unary, lengths, transitions, start, end):
     (n,) int64
         The flat best label path (ties go to the lowest label index).
     """
-    u, offsets, trans, s, e = check_chain(unary, lengths, transitions, start, end)
-    return _chain.viterbi(u, offsets, trans, s, e)
+    return map_labels(*check_chain(unary, lengths, transitions, start, end))
 
 
 def gamma(unary, lengths, transitions, start, end, method="mixing"):
@@ -387,5 +466,5 @@ def sequence_nll(unary, lengths, labels, transitions, start, end):
     """
     u, offsets, trans, s, e = check_chain(unary, lengths, transitions, start, end)
     y = check_labels(labels, u.shape[1], u.shape[0])
-    post = posterior(u, offsets, trans, s, e)
+    post = posterior(u, offsets, trans, s, e, rates=False)
     return post.log_z - path_scores(u, offsets, y, trans, s, e)

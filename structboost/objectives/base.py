@@ -23,12 +23,14 @@ import time
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from .. import _config
 from ..transitions.chain import refit
 from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
 
-# The transition solvers multiply (rows x K) by (K x K) matrices: threaded
-# BLAS gains nothing there and, on a busy machine, spin-waits cost ~10x CPU
-# (measured on OCR). One controller, made once, limits BLAS while they run.
+# The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
+# gains nothing there and, beside numba's and the engine's threads, its
+# spin-waits cost ~10x CPU (measured on OCR). One controller, made once,
+# limits BLAS while the objective runs.
 _BLAS = ThreadpoolController()
 
 
@@ -55,7 +57,9 @@ def softmax(margins):
     return z
 
 
-@fill_doc("mode", "gamma", "transitions", "reg_transitions", "transition_iter", "hess_floor")
+@fill_doc(
+    "mode", "gamma", "transitions", "reg_transitions", "transition_iter", "hess_floor", "nthread"
+)
 class NodeObjective:
     """Mode, Hessian and weighting of a CRF boosting objective, for any structure.
 
@@ -93,6 +97,7 @@ class NodeObjective:
         reg_transitions=DEFAULTS["reg_transitions"],
         transition_iter=None,
         hess_floor=DEFAULTS["hess_floor"],
+        nthread=None,
     ):
         check_params(num_labels, mode, gamma, transitions, reg_transitions, self.solvers)
         self.num_labels = int(num_labels)
@@ -104,6 +109,7 @@ class NodeObjective:
             DEFAULT_ITER[transitions] if transition_iter is None else int(transition_iter)
         )
         self.hess_floor = float(hess_floor)
+        self.nthread = _config.check_nthread(nthread)
         self.params = self._zero_params()
         self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
 
@@ -142,12 +148,15 @@ class NodeObjective:
         grad, hess : (n, K) float64
         """
         u = self.check_margins(margins)
+        with _BLAS.limit(limits=1, user_api="blas"), _config.threads(self.nthread):
+            return self._grad_hess(u, batch)
+
+    def _grad_hess(self, u, batch):
         lengths = np.diff(batch.offsets)
         t0 = time.process_time()
         if self.uses_transitions:
-            with _BLAS.limit(limits=1, user_api="blas"):
-                problem = self._problem(u, batch)
-                self.params = refit(problem, self.params, self.transitions, self.transition_iter)
+            problem = self._problem(u, batch)
+            self.params = refit(problem, self.params, self.transitions, self.transition_iter)
             t1 = time.process_time()
             post = problem.posterior(self.params)
             p = post.marginals()
@@ -200,5 +209,3 @@ class NodeObjective:
             per_seq = np.add.reduceat(wrong.astype(np.float64), batch.offsets[:-1])
             return "crf-error", float(w @ per_seq / (w @ batch.lengths))
         raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
-
-

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inference import _chain
-from ..inference.chain import path_scores, posterior
+from ..inference.chain import Workspace, map_labels, path_scores, posterior
 from ..sequences import check_labels, check_lengths, offsets_from_lengths
 from ..transitions.chain import TransitionParams, TransitionProblem, observed_counts
 from .base import NodeObjective, check_sequence_weights
@@ -85,11 +84,14 @@ class CRFObjective(NodeObjective):
         transition_iter=None,
         hess_floor=DEFAULTS["hess_floor"],
         allowed_transitions=None,
+        nthread=None,
     ):
         super().__init__(
-            num_labels, mode, gamma, transitions, reg_transitions, transition_iter, hess_floor
+            num_labels, mode, gamma, transitions, reg_transitions, transition_iter, hess_floor,
+            nthread,
         )
         self.constraints = resolve_constraints(allowed_transitions, self.num_labels)
+        self._workspace = None
         self.start_from(self.params)
 
     def start_from(self, params):
@@ -105,10 +107,19 @@ class CRFObjective(NodeObjective):
             if (batch.counts[~self.constraints.free_vector()] > 0).any():
                 self.constraints.check_labels(batch.labels, batch.lengths)
 
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_workspace"] = None  # buffers, rebuilt on the next round
+        return state
+
     def _problem(self, unary, batch):
         free = None if self.constraints is None else self.constraints.free_vector()
+        shape = unary.shape + (batch.offsets.shape[0] - 1,)
+        if self._workspace is None or self._workspace.shape != shape:
+            self._workspace = Workspace(*shape)
         return TransitionProblem(
-            unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions, free
+            unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions, free,
+            workspace=self._workspace,
         )
 
     def grad_hess(self, margins, batch):
@@ -121,11 +132,11 @@ class CRFObjective(NodeObjective):
         self._check_allowed(batch)
         u = self.check_margins(margins)
         p = self.params
-        post = posterior(u, batch.offsets, p.transitions, p.start, p.end)
+        post = posterior(u, batch.offsets, p.transitions, p.start, p.end, rates=False)
         return post.log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
 
     def decode(self, margins, batch):
         """Viterbi labels ``(n,)`` of the sequences of ``batch`` under the current transitions."""
         u = self.check_margins(margins)
         p = self.params
-        return _chain.viterbi(u, batch.offsets, p.transitions, p.start, p.end)
+        return map_labels(u, batch.offsets, p.transitions, p.start, p.end)

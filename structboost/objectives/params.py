@@ -78,6 +78,13 @@ _DOCS = {
         "with the model and decoding never makes a forbidden move. Training",
         "labels must obey them.",
     ),
+    "nthread": (
+        "nthread : int, optional",
+        "Threads of the numba kernels while the objective runs (pass the",
+        "engine's ``nthread``); None leaves numba's setting. BLAS runs on one",
+        "thread meanwhile, so nothing oversubscribes. Batches of fewer than",
+        "``structboost._config.SERIAL_ROWS`` rows always run serially.",
+    ),
     "hess_floor": (
         f"hess_floor : float, default {DEFAULTS['hess_floor']}",
         "Smallest Hessian per row and label before weighting.",
@@ -93,7 +100,7 @@ def param_docs(*names, solvers=SOLVERS, indent=4):
     *names : str
         Keys of the declaration (``"mode"``, ``"gamma"``, ``"transitions"``,
         ``"reg_transitions"``, ``"metric"``, ``"transition_iter"``,
-        ``"allowed_transitions"``, ``"hess_floor"``).
+        ``"allowed_transitions"``, ``"nthread"``, ``"hess_floor"``).
     solvers : tuple of str
         The solver choices to document (tree CRFs have no ``"majorize"``).
     indent : int

@@ -14,8 +14,10 @@ Nothing here validates input: :mod:`structboost.text.lexical` does that.
 import numpy as np
 from numba import njit
 
+from .._config import CACHE
 
-@njit(cache=True)
+
+@njit(cache=CACHE)
 def window_columns(row_ptr, row_attr, seq_offsets, half_width, colmap):
     """Columns of the windowed attributes of every row, CSR layout.
 

@@ -20,10 +20,12 @@ Nothing here validates input: :mod:`structboost.transitions.majorize` does.
 import numpy as np
 from numba import njit
 
+from .._config import CACHE
+
 _SERIES_CUTOFF = 1e-2
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def _coefficient(x):
     """``tanh(x / 2) / (2 x)`` (``1/4`` at 0, a Taylor series near 0)."""
     x = abs(x)
@@ -33,7 +35,7 @@ def _coefficient(x):
     return np.tanh(0.5 * x) / (2.0 * x)
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def running_curvature(log_alpha, weights, log_z, prob, curvature, curvature_sum):
     """Log-sum, probabilities and curvature weights of Algorithm 1, per problem.
 
@@ -108,7 +110,7 @@ def running_curvature(log_alpha, weights, log_z, prob, curvature, curvature_sum)
                     curvature_sum[s, w, v] += lower[v, w]
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def add_weighted_rows(weights, rows, out):
     """``out[v, w] += sum_j weights[j, v, w] * rows[j, v]`` (a product kept off threaded BLAS).
 

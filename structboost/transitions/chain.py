@@ -32,9 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from ..inference import _chain
+from ..inference.chain import Workspace, posterior
 from . import majorize
-from ..inference.chain import posterior
 
 SOLVERS = ("lbfgs", "newton", "majorize")
 
@@ -239,12 +238,15 @@ class TransitionProblem(PenalisedProblem):
         Entries to fit (:meth:`Constraints.free_vector
         <structboost.objectives.constraints.Constraints.free_vector>`); the others stay
         at ``-inf``. All entries are free by default.
+    workspace : Workspace, optional
+        Message buffers of the batch's shape to reuse (an objective keeps one
+        across rounds); fresh ones otherwise.
     """
 
     param_type = TransitionParams
     newton_scale = 2.0
 
-    def __init__(self, unary, offsets, seq_weight, counts, reg, free=None):
+    def __init__(self, unary, offsets, seq_weight, counts, reg, free=None, workspace=None):
         self.free = None if free is None or free.all() else free
         self.unary = unary
         self.offsets = offsets
@@ -252,7 +254,9 @@ class TransitionProblem(PenalisedProblem):
         self.counts = counts
         self.reg = float(reg)
         self.num_labels = unary.shape[1]
-        self._exp_unary = _chain.exp_rows(unary)
+        if workspace is None:
+            workspace = Workspace(*unary.shape, offsets.shape[0] - 1)
+        self._workspace = workspace.load(unary, offsets)
         inner = np.ones(unary.shape[0], dtype=bool)
         inner[offsets[1:] - 1] = False
         self._edges = np.flatnonzero(inner)
@@ -265,7 +269,7 @@ class TransitionProblem(PenalisedProblem):
             params.transitions,
             params.start,
             params.end,
-            exp_unary=self._exp_unary,
+            workspace=self._workspace,
         )
 
     def expected_counts(self, post, with_curvature=False):

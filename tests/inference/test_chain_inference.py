@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 import naive
 from structboost import inference
+from structboost.inference import _chain
+from structboost.inference import chain as chain_inference
 
 
 def make_crf(seed, lengths, num_labels, scale=1.0, sticky=0.0):
@@ -551,3 +553,134 @@ def test_sequence_nll_rejects_bad_labels(labels):
 def test_gamma_rejects_unknown_method():
     with pytest.raises(ValueError):
         inference.gamma(_GOOD["unary"], _GOOD["lengths"], _GOOD["transitions"], _GOOD["start"], _GOOD["end"], "tight")
+
+
+# ---------------------------------------------------------------------------
+# per-position transition scores (n, K, K)
+
+
+@st.composite
+def position_crfs(draw, max_labels=4):
+    """Batches with per-position transitions, some moves forbidden (the diagonal never)."""
+    num_labels = draw(st.integers(1, max_labels))
+    lengths = np.asarray(draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)), dtype=np.int64)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    scale = draw(st.sampled_from((0.3, 1.0, 3.0)))
+    n = int(lengths.sum())
+    transitions = scale * rng.normal(size=(n, num_labels, num_labels))
+    forbid = rng.random(transitions.shape) < draw(st.sampled_from((0.0, 0.3)))
+    forbid[:, np.arange(num_labels), np.arange(num_labels)] = False
+    transitions[forbid] = -np.inf
+    unary = scale * rng.normal(size=(n, num_labels))
+    start, end = scale * rng.normal(size=(2, num_labels))
+    return unary, lengths, transitions, start, end
+
+
+@settings(max_examples=60, deadline=None)
+@given(position_crfs())
+def test_position_transitions_match_oracle(crf):
+    unary, lengths, transitions, start, end = crf
+    expected = naive.batch(*crf)
+    log_z, marginals = inference.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-10)
+    np.testing.assert_allclose(inference.edge_marginals(*crf), expected["edge_marginals"], atol=1e-10)
+    labels = inference.viterbi(*crf)
+    scores = naive.batch_scores(unary, lengths, labels, transitions, start, end)
+    np.testing.assert_allclose(scores, expected["map_score"], rtol=1e-12, atol=1e-10)
+    nll = inference.sequence_nll(unary, lengths, labels, transitions, start, end)
+    np.testing.assert_allclose(nll, expected["log_z"] - expected["map_score"], atol=1e-9)
+    np.testing.assert_allclose(inference.gamma(*crf, "mixing"), expected["gamma_mixing"], rtol=1e-9)
+    np.testing.assert_allclose(inference.edge_gamma(*crf), expected["edge_gamma_mixing"], rtol=1e-9)
+    defined = ~np.isnan(expected["gamma_exact"])
+    error = np.abs(inference.gamma(*crf, "exact") - expected["gamma_exact"])[defined]
+    assert np.all(error <= exact_gamma_tolerance(expected["marginals"])[defined])
+
+
+def test_position_transitions_equal_to_one_table_give_its_results():
+    unary, lengths, transitions, start, end = make_crf(3, [4, 1, 6], 3, scale=2.0)
+    tiled = np.broadcast_to(transitions, (unary.shape[0],) + transitions.shape)
+    shared = chain_inference.posterior(*chain_inference.check_chain(unary, lengths, transitions, start, end))
+    per_row = chain_inference.posterior(*chain_inference.check_chain(unary, lengths, tiled, start, end))
+    np.testing.assert_allclose(per_row.log_z, shared.log_z, rtol=1e-13)
+    np.testing.assert_allclose(per_row.marginals(), shared.marginals(), atol=1e-14)
+    edges = np.array([0, 1, 2, 5, 6, 7, 8])
+    weights = np.linspace(0.5, 2.0, edges.size)
+    for got, want in zip(per_row.edge_sums(edges, weights, weights), shared.edge_sums(edges, weights, weights)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_position_transitions_shape_is_checked():
+    unary, lengths, transitions, start, end = make_crf(0, [2, 3], 3)
+    with pytest.raises(ValueError, match="transitions must have shape"):
+        inference.forward_backward(unary, lengths, np.zeros((4, 3, 3)), start, end)
+
+
+# ---------------------------------------------------------------------------
+# adversarial scales: the log-space fallback catches every sequence it must
+
+
+def test_fallback_catches_lost_best_paths():
+    """Issue 15's example: the scaled sweep keeps a path 4670 units below the best one."""
+    unary = [[-4073.2, 2495.6], [-6347.4, 9323.2], [-2071.1, 2362.3]]
+    transitions = [[2.51, -3.12], [-0.11, -np.inf]]
+    start, end = [-2.07, 0.09], [3.57, -0.34]
+    oracle = naive.ChainOracle(unary, transitions, start, end)
+    log_z, marginals = inference.forward_backward(unary, [3], transitions, start, end)
+    np.testing.assert_allclose(log_z, [oracle.log_z], rtol=1e-12)
+    np.testing.assert_allclose(log_z, [3177.17], rtol=1e-12)
+    np.testing.assert_allclose(marginals, oracle.marginals, atol=1e-12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    st.integers(2, 3),
+    st.sampled_from((1e2, 1e3, 1e4)),
+    st.sampled_from((1.0, 1e2, 1e3)),
+    st.sampled_from((0.0, 0.3, 0.5)),
+)
+def test_adversarial_scales_match_enumeration(seed, lengths, num_labels, node_scale, edge_scale, forbid):
+    """Node scores up to 1e4, transitions up to 1e3, random forbidden moves: exact or an error."""
+    rng = np.random.default_rng(seed)
+    k = num_labels
+    unary = np.round(node_scale * rng.uniform(-1, 1, size=(sum(lengths), k)), 1)
+    transitions = np.round(edge_scale * rng.uniform(-1, 1, size=(k, k)), 2)
+    start, end = np.round(rng.uniform(-edge_scale, edge_scale, size=(2, k)), 2)
+    transitions[rng.random((k, k)) < forbid] = -np.inf
+    start[rng.random(k) < forbid / 2] = -np.inf
+    end[rng.random(k) < forbid / 2] = -np.inf
+    crf = (unary, lengths, transitions, start, end)
+    if not np.isfinite(transitions).any():
+        return
+    parts = naive.oracles(*crf)
+    if not all(np.isfinite(o.log_z) for o in parts):
+        with pytest.raises(ValueError, match="no allowed labelling"):
+            inference.forward_backward(*crf)
+        return
+    log_z, marginals = inference.forward_backward(*crf)
+    tolerance = 1e-12 * (node_scale * max(lengths) + edge_scale * (max(lengths) + 1))
+    np.testing.assert_allclose(log_z, [o.log_z for o in parts], rtol=0, atol=tolerance)
+    # The oracle's probabilities carry exp(rounding of ~1e4-sized sums): ~1e-11.
+    np.testing.assert_allclose(marginals, np.concatenate([o.marginals for o in parts]), atol=1e-8)
+    pair = inference.edge_marginals(*crf)
+    np.testing.assert_allclose(pair, naive.batch(*crf)["edge_marginals"], atol=1e-8)
+    assert np.isfinite(inference.gamma(*crf, "mixing")).all()
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e4])
+def test_long_sequence_agrees_with_log_space(scale):
+    """One sequence of 100,000 positions: finite, and equal to the log-space computation."""
+    rng = np.random.default_rng(5)
+    n, k = 100_000, 3
+    unary = scale * rng.uniform(-1, 1, size=(n, k))
+    transitions = rng.normal(size=(k, k))
+    transitions[1, 1] = -np.inf
+    start, end = np.zeros(k), np.zeros(k)
+    log_z, marginals = inference.forward_backward(unary, [n], transitions, start, end)
+    u, offsets, trans, s, e = chain_inference.check_chain(unary, [n], transitions, start, end)
+    want_z, want_marg, _ = _chain.log_space_posterior(u, offsets, np.array([0]), trans[None], s, e)
+    assert np.isfinite(log_z).all() and np.isfinite(marginals).all()
+    np.testing.assert_allclose(log_z, want_z, rtol=1e-11)
+    np.testing.assert_allclose(marginals, want_marg, atol=1e-9)

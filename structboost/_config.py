@@ -1,0 +1,63 @@
+"""Numba settings shared by every kernel module, and the thread policy.
+
+``KERNEL`` and ``PARALLEL`` are the keyword arguments of ``numba.njit`` for
+serial and ``prange`` kernels (:mod:`structboost.inference._chain`,
+:mod:`structboost.inference._tree`, :mod:`structboost.text._lexical`). Fast-math is limited
+to reassociation, contraction and reciprocals, which let LLVM vectorise the
+``K``-long reductions; never ``nnan``/``ninf``, because forbidden (``-inf``)
+transitions are legal input.
+
+:func:`threads` sets numba's thread count for one call: batches below
+``SERIAL_ROWS`` rows run the serial kernels on the calling thread (no thread
+pool is woken for a 10-sequence fit), larger ones the ``prange`` kernels on
+``nthread`` threads (numba's default when None).
+"""
+
+import contextlib
+
+import numba
+
+FASTMATH = {"reassoc", "contract", "arcp"}
+CACHE = True
+KERNEL = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
+PARALLEL = {**KERNEL, "parallel": True}
+#: Batches with fewer rows than this run the serial kernels.
+SERIAL_ROWS = 8192
+#: Bound on what a scaled message loses to underflow at one entry, and the
+#: smallest normaliser a scaled sweep accepts (see :mod:`structboost.inference._chain`).
+TINY = 1e-280
+#: A position whose normaliser times overlap is below this marks its sequence
+#: for the log-space fallback (what underflow dropped is then < 1e-30 of it).
+SAFE = TINY * 1e30
+
+
+def check_nthread(nthread):
+    """``None`` or a positive int, else a ``ValueError``."""
+    if nthread is None:
+        return None
+    if int(nthread) != nthread or nthread < 1:
+        raise ValueError(f"nthread must be None or a positive integer; got {nthread!r}.")
+    return int(nthread)
+
+
+def parallel(n_rows):
+    """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels."""
+    return n_rows >= SERIAL_ROWS
+
+
+@contextlib.contextmanager
+def threads(nthread):
+    """Run the enclosed numba kernels on ``nthread`` threads (None: leave as is).
+
+    Capped at ``numba.config.NUMBA_NUM_THREADS``; numba's setting is per
+    calling thread and restored on exit.
+    """
+    if nthread is None:
+        yield
+        return
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(int(nthread), numba.config.NUMBA_NUM_THREADS))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
