@@ -66,16 +66,22 @@ def check_chain(unary, lengths, transitions, start, end):
     u = check_unary(unary)
     n, k = u.shape
     offsets = offsets_from_lengths(check_lengths(lengths, n))
+    return (u, offsets, *check_chain_params(k, transitions, start, end))
+
+
+def check_chain_params(num_labels, transitions, start, end):
+    """Validate and convert the transition, start and end scores of ``num_labels`` labels.
+
+    Returns
+    -------
+    transitions : (K, K) float64
+    start, end : (K,) float64
+    """
+    k = num_labels
     trans = _as_float_array(transitions, "transitions", (k, k))
     if not np.isfinite(trans).any():
         raise ValueError("transitions forbid every move (all -inf); allow at least one.")
-    return (
-        u,
-        offsets,
-        trans,
-        _as_float_array(start, "start", (k,)),
-        _as_float_array(end, "end", (k,)),
-    )
+    return trans, _as_float_array(start, "start", (k,)), _as_float_array(end, "end", (k,))
 
 
 @dataclass
