@@ -52,20 +52,6 @@ from .objective import _BLAS, CRFObjective
 from .sequences import check_lengths, offsets_from_lengths
 from .transitions import PenalisedProblem, TransitionParams, TransitionProblem, refit
 
-#: Devices accepted by ``crf_objective(device=...)``.
-DEVICES = ("cpu", "cuda")
-
-
-def check_device(device):
-    """``"cpu"`` or ``"cuda"`` (``"gpu"`` and ``"cuda:N"`` are read as ``"cuda"``)."""
-    name = str(device).lower()
-    if name == "gpu" or name.startswith("cuda"):
-        return "cuda"
-    if name != "cpu":
-        raise ValueError(f'device must be "cpu" or "cuda"; got {device!r}.')
-    return name
-
-
 def _is_device_array(x):
     """Whether ``x`` lives on the device (CUDA array interface, or a numba/simulator array)."""
     return hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host")
@@ -567,13 +553,11 @@ class DeviceCRFObjective(CRFObjective):
 
 
 __all__ = [
-    "DEVICES",
     "DeviceCRFObjective",
     "DevicePosterior",
     "DeviceStructure",
     "DeviceTransitionProblem",
     "DeviceUnary",
-    "check_device",
     "device_unary",
     "forward_backward",
     "gamma",

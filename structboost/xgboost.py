@@ -19,6 +19,16 @@ from .state import STATE_KEY, TransitionHistory, parse_state, state_dict
 from .transitions import TransitionParams
 
 
+def _check_device(device):
+    """``"cpu"`` or ``"cuda"`` (``"gpu"`` and ``"cuda:N"`` read as ``"cuda"``)."""
+    name = str(device).lower()
+    if name == "gpu" or name.startswith("cuda"):
+        return "cuda"
+    if name != "cpu":
+        raise ValueError(f'device must be "cpu" or "cuda"; got {device!r}.')
+    return name
+
+
 def xgb_params(num_labels, **overrides):
     """Parameters a CRF objective needs in XGBoost.
 
@@ -159,6 +169,7 @@ def crf_objective(
     reg_transitions=1.0,
     metric="nll",
     allowed_transitions=None,
+    device="cpu",
     **kwargs,
 ):
     """Build a chain-CRF objective for ``xgboost.train``.
@@ -185,6 +196,12 @@ def crf_objective(
         transition, start and end scores stay at ``-inf`` and are never
         refit, so they travel with the model: :func:`structboost.predict`
         then never outputs a forbidden move. Training labels must obey them.
+    device : {"cpu", "cuda"}
+        Where the objective's round runs. ``"cuda"`` (needs
+        ``structboost[gpu]`` and a CUDA GPU; pair it with XGBoost's
+        ``device="cuda"``) refits the transitions and computes G and H with
+        the kernels of :mod:`structboost.gpu` and hands XGBoost device
+        arrays; the metric's inference and Viterbi run there too.
     **kwargs
         ``transition_iter``, ``hess_floor``: see
         :class:`~structboost.objective.CRFObjective`.
@@ -193,7 +210,10 @@ def crf_objective(
     -------
     XGBCRFObjective
     """
-    crf = CRFObjective(
+    cls = CRFObjective
+    if _check_device(device) == "cuda":
+        from .gpu import DeviceCRFObjective as cls
+    crf = cls(
         num_labels,
         mode=mode,
         gamma=gamma,
