@@ -215,16 +215,6 @@ def scatter_rows(dst, rows, src):
 
 
 @cuda.jit
-def fill_rows(dst, rows, value):
-    """``dst[rows] = value`` on the rows of a 2-D array."""
-    e = cuda.grid(1)
-    if e >= rows.shape[0]:
-        return
-    for j in range(dst.shape[1]):
-        dst[rows[e], j] = value
-
-
-@cuda.jit
 def scatter(dst, index, src):
     """``dst[index[e]] = src[e]`` on 1-D arrays."""
     e = cuda.grid(1)

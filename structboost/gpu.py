@@ -241,7 +241,8 @@ class DevicePosterior:
             count = part.rows.size
             _launch(kern.scatter_rows, count, self.alpha, rows, cuda.to_device(part.marginals))
             for arr, value in ((self.beta, 1.0), (self.r, 1.0 / k), (self.into, 1.0)):
-                _launch(kern.fill_rows, count, arr, rows, value)
+                fill = cuda.to_device(np.full((count, k), value))
+                _launch(kern.scatter_rows, count, arr, rows, fill)
             _launch(kern.scatter, count, self.beta_scale, rows, cuda.to_device(np.ones(count)))
             self.log_space = part
 
@@ -425,7 +426,8 @@ class DeviceTransitionProblem(PenalisedProblem):
                 coef)
         part = post.log_space
         if part is not None:
-            _launch(kern.fill_rows, part.rows.size, coef, cuda.to_device(part.rows), 0.0)
+            _launch(kern.scatter_rows, part.rows.size, coef, cuda.to_device(part.rows),
+                    _zeros((part.rows.size, 3)))
         trans, trans_curv = _zeros((k, k)), _zeros((k, k))
         chunks = -(-n // kern.CHUNK)
         _launch(kern.outer_sums, k * k * chunks, post.alpha, post.r, coef, post.d_emat,

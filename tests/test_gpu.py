@@ -116,10 +116,16 @@ def _problem(seed, k=3, lengths=(3, 1, 4, 2)):
     return margins, SequenceBatch.build(labels, lengths, k, rng.uniform(0.5, 2.0, len(lengths)))
 
 
-@pytest.mark.parametrize("forbid", [False, True], ids=["free", "forbidden"])
-def test_expected_counts_and_curvature_match_the_cpu(forbid):
+@pytest.mark.parametrize("case", ["free", "forbidden", "log space"])
+def test_expected_counts_and_curvature_match_the_cpu(case):
     margins, batch = _problem(0)
-    crf = (make_forbidding_crf if forbid else make_crf)(1, [1], 3)
+    crf = (make_crf if case == "free" else make_forbidding_crf)(1, [1], 3)
+    if case == "log space":  # a tie sequence (see test_inference) among ordinary ones
+        tie = _forbidding_extreme("tie", 1e4)
+        margins = np.vstack((margins, np.c_[tie[0], np.zeros(2)]))
+        batch = SequenceBatch.build(np.r_[batch.labels, 0, 1], np.r_[batch.lengths, 2], 3,
+                                    np.r_[batch.seq_weight, 1.5])
+        crf[2][:2, :2] = tie[2]
     params = TransitionParams(*crf[2:])
     cpu = TransitionProblem(margins, batch.offsets, batch.seq_weight, batch.counts, 1.0)
     structure = gpu.DeviceStructure(batch.offsets, batch.seq_weight)
@@ -134,6 +140,7 @@ def test_expected_counts_and_curvature_match_the_cpu(forbid):
                 np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(dev.posterior(params).log_z, cpu.posterior(params).log_z,
                                rtol=1e-12)
+    assert (dev.posterior(params).log_space is not None) == (case == "log space")
 
 
 @pytest.mark.parametrize(
@@ -163,6 +170,11 @@ def test_objective_round_matches_the_cpu(mode, gamma, solver):
 
 
 def test_objective_errors():
+    import structboost as sb
+
+    with pytest.raises(ValueError, match='device must be "cpu" or "cuda"'):
+        sb.crf_objective(3, device="tpu")
+    assert isinstance(sb.crf_objective(3, device="cuda:0").crf, gpu.DeviceCRFObjective)
     with pytest.raises(ValueError, match="CPU only"):
         gpu.DeviceCRFObjective(3, transitions="majorize")
     margins, batch = _problem(3)
