@@ -151,11 +151,21 @@ def test_expected_counts_and_curvature_match_the_cpu(case):
         ("gbcrf", 3.0, "lbfgs"),
         ("treecrf", "mixing", "newton"),
         ("logitboost", "mixing", "lbfgs"),
+        ("gbcrf", "mixing", "constrained"),
     ],
 )
 def test_objective_round_matches_the_cpu(mode, gamma, solver):
     margins, batch = _problem(2)
     kwargs = dict(mode=mode, gamma=gamma, transitions=solver, transition_iter=2)
+    if solver == "constrained":  # the move 2 -> 1 forbidden; labels made to obey it
+        allowed = np.ones((3, 3), dtype=bool)
+        allowed[2, 1] = False
+        labels = batch.labels.copy()
+        for t in range(1, labels.size):
+            if labels[t - 1] == 2 and labels[t] == 1 and t not in batch.offsets:
+                labels[t] = 2
+        batch = SequenceBatch.build(labels, batch.lengths, 3, batch.seq_weight)
+        kwargs.update(transitions="newton", allowed_transitions=allowed)
     cpu, dev = CRFObjective(3, **kwargs), gpu.DeviceCRFObjective(3, **kwargs)
     for step in range(2):
         want = cpu.grad_hess(margins + step, batch)
