@@ -424,7 +424,9 @@ class XGBCRFClassifier(_CRFClassifier):
         training labels must obey them.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
-        ``n_jobs``, ``random_state``, ``multi_strategy``, ...).
+        ``n_jobs``, ``random_state``, ``multi_strategy``, ...). With
+        ``device="cuda"`` the CRF objective runs on the GPU as well
+        (``crf_objective(..., device="cuda")``, needs ``structboost[gpu]``).
 
     Attributes
     ----------
@@ -490,7 +492,8 @@ class XGBCRFClassifier(_CRFClassifier):
         )
 
     def _train(self, train, evals, crf, n_classes, verbose):
-        obj = crf_objective(n_classes, **crf)
+        # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
+        obj = crf_objective(n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf)
         self._start_transitions(obj)
         dtrain = self._dmatrix(*train)
         dvalid = [(self._dmatrix(*e), f"validation_{i}") for i, e in enumerate(evals)]

@@ -198,7 +198,7 @@ def test_objective_errors():
 
 @pytest.mark.skipif(SIMULATOR, reason="XGBoost reads device gradients through "
                     "__cuda_array_interface__, which simulator arrays lack: needs a GPU")
-def test_xgboost_trains_with_device_gradients():
+def test_xgboost_and_the_estimator_train_with_device_gradients():
     import xgboost as xgb
 
     import structboost as sb
@@ -213,3 +213,7 @@ def test_xgboost_trains_with_device_gradients():
                             callbacks=[obj.callback()])
         results[device] = sb.predict_marginals(booster, dtrain)
     np.testing.assert_allclose(results["cuda"], results["cpu"], atol=1e-4)
+    clf = sb.XGBCRFClassifier(n_estimators=5, max_depth=3, device="cuda")
+    clf.fit(X, batch.labels, lengths=batch.lengths)
+    np.testing.assert_allclose(clf.predict_marginals(X, lengths=batch.lengths), results["cuda"],
+                               atol=1e-4)
