@@ -52,6 +52,7 @@ from .objective import _BLAS, CRFObjective
 from .sequences import check_lengths, offsets_from_lengths
 from .transitions import PenalisedProblem, TransitionParams, TransitionProblem, refit
 
+
 def _is_device_array(x):
     """Whether ``x`` lives on the device (CUDA array interface, or a numba/simulator array)."""
     return hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host")
