@@ -80,6 +80,15 @@ def _scale_into(m, u, w, row_max, out):
     return top + math.log(total)
 
 
+@cuda.jit(device=True)
+def _sequence_rows(offsets):
+    """Rows ``lo:hi`` of this thread's sequence; ``lo == hi`` for threads past the last one."""
+    i = cuda.grid(1)
+    if i >= offsets.shape[0] - 1:
+        return 0, 0
+    return offsets[i], offsets[i + 1]
+
+
 @cuda.jit
 def prepare_rows(margins, unary, w, row_max, bad):
     """Per row: float64 copy, ``exp(u - max(u))``, the maximum; counts non-finite rows.
@@ -246,12 +255,10 @@ def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
     same for ``P(y_{t-1} | y_t)``, zero on each first row. The inner minimum
     runs over ``a`` for each ``b``, so no scratch vector is needed.
     """
-    i = cuda.grid(1)
-    if i >= offsets.shape[0] - 1:
+    lo, hi = _sequence_rows(offsets)
+    if lo == hi:
         return
     k = alpha.shape[1]
-    lo = offsets[i]
-    hi = offsets[i + 1]
     right[hi - 1] = 0.0
     left[lo] = 0.0
     for t in range(lo, hi - 1):
@@ -282,11 +289,9 @@ def path_gamma(right, left, offsets, node_gamma, edge_gamma):
     zero on last rows), with the sums of :func:`structboost._chain.path_sums`.
     ``right`` is overwritten with ``to_right``.
     """
-    i = cuda.grid(1)
-    if i >= offsets.shape[0] - 1:
+    lo, hi = _sequence_rows(offsets)
+    if lo == hi:
         return
-    lo = offsets[i]
-    hi = offsets[i + 1]
     right[hi - 1] = 0.0
     for t in range(hi - 2, lo - 1, -1):
         right[t] = right[t] * (1.0 + right[t + 1])
@@ -301,11 +306,9 @@ def path_gamma(right, left, offsets, node_gamma, edge_gamma):
 @cuda.jit
 def length_gamma(offsets, out):
     """``out[t] = 2 * length`` of the sequence of row ``t`` (Corollary 4.1)."""
-    i = cuda.grid(1)
-    if i >= offsets.shape[0] - 1:
-        return
-    for t in range(offsets[i], offsets[i + 1]):
-        out[t] = 2.0 * (offsets[i + 1] - offsets[i])
+    lo, hi = _sequence_rows(offsets)
+    for t in range(lo, hi):
+        out[t] = 2.0 * (hi - lo)
 
 
 @cuda.jit
@@ -440,12 +443,10 @@ def viterbi(unary, offsets, transitions, start, end, score, back, path):
     ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
     ``path (n,)`` int64.
     """
-    i = cuda.grid(1)
-    if i >= offsets.shape[0] - 1:
+    lo, hi = _sequence_rows(offsets)
+    if lo == hi:
         return
     k = unary.shape[1]
-    lo = offsets[i]
-    hi = offsets[i + 1]
     for b in range(k):
         score[lo, b] = unary[lo, b] + start[b]
     for t in range(lo + 1, hi):
