@@ -12,8 +12,9 @@ Layout and parallelism: rows stay flat ``(n, K)`` C-contiguous float64 and
 recursions run one thread per sequence, so every step ``t`` advances all
 sequences of the batch at once (batched by position across sequences); the
 per-row kernels (softmax, marginals, G/H) run one thread per row, and the
-parameter-sized sums (expected transition counts, start/end marginals) run
-one thread per output entry and chunk of rows, added with atomics. No
+parameter-sized sums run as a tiled matrix product (expected transition
+counts) or one thread per label and chunk of rows (start/end marginals),
+added with atomics. No
 kernel allocates memory: scratch lives in the output arrays, as in the CPU
 message pass. Nothing here validates input: :mod:`structboost.gpu` does.
 
@@ -26,13 +27,21 @@ raises).
 
 import math
 
-from numba import cuda
+from numba import cuda, float64
 
 _TINY = 1e-280
-#: Rows per thread in the atomic reductions over rows.
-CHUNK = 1024
+#: Whether numba's CUDA simulator runs these kernels (``NUMBA_ENABLE_CUDASIM=1``). There
+#: every thread is a Python thread, so blocks are small; the work is split finely too,
+#: so that the tests' tiny inputs span several blocks, tiles and chunks.
+SIMULATOR = "simulator" in cuda.is_available.__module__
 #: Threads per block of every 1-D launch.
-THREADS = 128
+THREADS = 8 if SIMULATOR else 128
+#: Side of the shared-memory tiles of :func:`outer_sums` (needs TILE >= 3).
+TILE = 4 if SIMULATOR else 16
+#: Rows per block of :func:`outer_sums`.
+ROWS = 2 * TILE if SIMULATOR else 4096
+#: Rows per thread in the atomic reductions over rows (:func:`node_sums`).
+CHUNK = 2 if SIMULATOR else 128
 
 
 def blocks(count):
@@ -348,32 +357,53 @@ def outer_sums(alpha, r, coef, emat, with_curvature, total, curvature):
 
     (the second only if ``with_curvature``), as
     ``E * (A' diag(w / z) R)`` and ``E * (A' diag(g / z) R) - E^2 * ((A^2)'
-    diag(g / z^2) R^2)``. One thread per ``(a, b)`` and chunk of
-    :data:`CHUNK` rows, added with atomics; launch
-    ``K * K * ceil(n / CHUNK)`` threads on zeroed outputs.
+    diag(g / z^2) R^2)``: a tiled matrix product. Launch blocks of
+    ``(TILE, TILE)`` threads on the grid :func:`outer_grid`; block
+    ``(x, y, z)`` sums the ``TILE x TILE`` entries ``a`` in tile ``x``,
+    ``b`` in tile ``y`` over rows ``z * ROWS:(z + 1) * ROWS``, staging
+    ``TILE`` rows of ``alpha``, ``r`` and ``coef`` at a time in shared
+    memory, and adds its sums with atomics. Outputs must start at zero.
     """
-    g = cuda.grid(1)
-    k = alpha.shape[1]
-    n = alpha.shape[0]
-    if g >= k * k * ((n + CHUNK - 1) // CHUNK):
-        return
-    a = (g % (k * k)) // k
-    b = g % k
-    lo = (g // (k * k)) * CHUNK
-    hi = min(lo + CHUNK, n - 1)
-    e = emat[a, b]
+    n, k = alpha.shape
+    sa = cuda.shared.array((TILE, TILE), float64)
+    sr = cuda.shared.array((TILE, TILE), float64)
+    sc = cuda.shared.array((3, TILE), float64)
+    x = cuda.threadIdx.x
+    y = cuda.threadIdx.y
+    a = cuda.blockIdx.x * TILE + x
+    b = cuda.blockIdx.y * TILE + y
+    lo = cuda.blockIdx.z * ROWS
+    hi = min(lo + ROWS, n - 1)
     s1 = 0.0
     s2 = 0.0
     s3 = 0.0
-    for t in range(lo, hi):
-        v = alpha[t, a] * r[t + 1, b]
-        s1 += coef[t, 0] * v
+    for t0 in range(lo, hi, TILE):
+        t = t0 + y
+        col_b = cuda.blockIdx.y * TILE + x
+        inside = t < hi
+        sa[y, x] = alpha[t, a] if inside and a < k else 0.0
+        sr[y, x] = r[t + 1, col_b] if inside and col_b < k else 0.0
+        if x < 3:
+            sc[x, y] = coef[t, x] if inside else 0.0
+        cuda.syncthreads()
+        for j in range(TILE):
+            v = sa[j, x] * sr[j, y]
+            s1 += sc[0, j] * v
+            if with_curvature:
+                s2 += sc[1, j] * v
+                s3 += sc[2, j] * v * v
+        cuda.syncthreads()
+    if a < k and b < k:
+        e = emat[a, b]
+        cuda.atomic.add(total, (a, b), e * s1)
         if with_curvature:
-            s2 += coef[t, 1] * v
-            s3 += coef[t, 2] * v * v
-    cuda.atomic.add(total, (a, b), e * s1)
-    if with_curvature:
-        cuda.atomic.add(curvature, (a, b), e * s2 - e * e * s3)
+            cuda.atomic.add(curvature, (a, b), e * s2 - e * e * s3)
+
+
+def outer_grid(n, k):
+    """Grid of :func:`outer_sums` for ``n`` rows and ``k`` labels."""
+    tiles = (k + TILE - 1) // TILE
+    return (tiles, tiles, max(1, (n - 1 + ROWS - 1) // ROWS))
 
 
 @cuda.jit

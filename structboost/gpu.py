@@ -430,9 +430,9 @@ class DeviceTransitionProblem(PenalisedProblem):
             _launch(kern.scatter_rows, part.rows.size, coef, cuda.to_device(part.rows),
                     _zeros((part.rows.size, 3)))
         trans, trans_curv = _zeros((k, k)), _zeros((k, k))
-        chunks = -(-n // kern.CHUNK)
-        _launch(kern.outer_sums, k * k * chunks, post.alpha, post.r, coef, post.d_emat,
-                with_curvature, trans, trans_curv)
+        kern.outer_sums[kern.outer_grid(n, k), (kern.TILE, kern.TILE)](
+            post.alpha, post.r, coef, post.d_emat, with_curvature, trans, trans_curv
+        )
         ends = []
         for d_rows in (st.d_first_rows, st.d_last_rows):
             total, curv = _zeros(k), _zeros(k)

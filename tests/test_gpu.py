@@ -56,7 +56,7 @@ try:
     cuda, gpu = _import_gpu()
 except ImportError as exc:  # numba without its CUDA target (numba-cuda without bindings)
     pytest.skip(f"numba.cuda cannot be imported: {exc}", allow_module_level=True)
-SIMULATOR = "simulator" in cuda.is_available.__module__
+SIMULATOR = gpu.kern.SIMULATOR
 if not SIMULATOR and not cuda.is_available():
     pytest.skip(
         "numba.cuda was imported for a real GPU but none is available; run this module in "
@@ -116,10 +116,12 @@ def _problem(seed, k=3, lengths=(3, 1, 4, 2)):
     return margins, SequenceBatch.build(labels, lengths, k, rng.uniform(0.5, 2.0, len(lengths)))
 
 
-@pytest.mark.parametrize("case", ["free", "forbidden", "log space"])
+@pytest.mark.parametrize("case", ["free", "forbidden", "log space", "wide"])
 def test_expected_counts_and_curvature_match_the_cpu(case):
-    margins, batch = _problem(0)
-    crf = (make_crf if case == "free" else make_forbidding_crf)(1, [1], 3)
+    """"wide": more labels than one tile of the transition-count product."""
+    k = 2 * gpu.kern.TILE + 1 if case == "wide" else 3
+    margins, batch = _problem(0, k)
+    crf = (make_forbidding_crf if case in ("forbidden", "log space") else make_crf)(1, [1], k)
     if case == "log space":  # a tie sequence (see test_inference) among ordinary ones
         tie = _forbidding_extreme("tie", 1e4)
         margins = np.vstack((margins, np.c_[tie[0], np.zeros(2)]))
