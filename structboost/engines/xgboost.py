@@ -20,6 +20,16 @@ from .state import STATE_KEY, TransitionHistory, parse_state, state_dict
 from ..transitions.chain import TransitionParams
 
 
+def _check_device(device):
+    """``"cpu"`` or ``"cuda"`` (``"gpu"`` and ``"cuda:N"`` read as ``"cuda"``)."""
+    name = str(device).lower()
+    if name == "gpu" or name.startswith("cuda"):
+        return "cuda"
+    if name != "cpu":
+        raise ValueError(f'device must be "cpu" or "cuda"; got {device!r}.')
+    return name
+
+
 def xgb_params(num_labels, **overrides):
     """Parameters a CRF objective needs in XGBoost.
 
@@ -162,6 +172,7 @@ def crf_objective(
     metric=DEFAULTS["metric"],
     allowed_transitions=None,
     nthread=None,
+    device="cpu",
     **kwargs,
 ):
     """Build a chain-CRF objective for ``xgboost.train``.
@@ -172,6 +183,12 @@ def crf_objective(
         Number of labels K; the booster needs ``num_target=K``
         (see :func:`xgb_params`).
     {objective_params}
+    device : {"cpu", "cuda"}
+        Where the objective's round runs. ``"cuda"`` (needs
+        ``structboost[gpu]`` and a CUDA GPU; pair it with XGBoost's
+        ``device="cuda"``) refits the transitions and computes G and H with
+        the kernels of :mod:`structboost.objectives.gpu` and hands XGBoost
+        device arrays; the metric's inference and Viterbi run there too.
     **kwargs
         ``transition_iter``, ``hess_floor``: see
         :class:`~structboost.objectives.chain.CRFObjective`.
@@ -180,7 +197,10 @@ def crf_objective(
     -------
     XGBCRFObjective
     """
-    crf = CRFObjective(
+    cls = CRFObjective
+    if _check_device(device) == "cuda":
+        from ..objectives.gpu import DeviceCRFObjective as cls
+    crf = cls(
         num_labels,
         mode=mode,
         gamma=gamma,

@@ -312,7 +312,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         training labels must obey them.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
-        ``n_jobs``, ``random_state``, ``multi_strategy``, ...).
+        ``n_jobs``, ``random_state``, ``multi_strategy``, ...). With
+        ``device="cuda"`` the CRF objective runs on the GPU as well
+        (``crf_objective(..., device="cuda")``, needs ``structboost[gpu]``).
 
     Attributes
     ----------
@@ -380,7 +382,8 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         )
 
     def _train(self, train, evals, crf, n_classes, verbose):
-        obj = crf_objective(n_classes, **crf)
+        # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
+        obj = crf_objective(n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf)
         self._start_transitions(obj)
         params = xgb_params(
             n_classes,

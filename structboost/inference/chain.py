@@ -63,17 +63,32 @@ def check_chain(unary, lengths, transitions, start, end):
     u = check_unary(unary)
     n, k = u.shape
     offsets = offsets_from_lengths(check_lengths(lengths, n))
-    shape = np.shape(transitions)
-    trans = _as_float_array(transitions, "transitions", (n, k, k) if len(shape) == 3 else (k, k))
+    return (u, offsets, *check_chain_params(k, transitions, start, end, rows=n))
+
+
+def check_chain_params(num_labels, transitions, start, end, rows=None):
+    """Validate and convert the transition, start and end scores of ``num_labels`` labels.
+
+    Parameters
+    ----------
+    num_labels : int
+    transitions : (K, K) or (rows, K, K) array-like
+        One shared table, or per-position scores when ``rows`` is given.
+    start, end : (K,) array-like
+    rows : int, optional
+        Rows of the batch; None accepts only a shared table.
+
+    Returns
+    -------
+    transitions : (K, K) or (rows, K, K) float64
+    start, end : (K,) float64
+    """
+    k = num_labels
+    per_position = rows is not None and np.ndim(transitions) == 3
+    trans = _as_float_array(transitions, "transitions", (rows, k, k) if per_position else (k, k))
     if trans.ndim == 2 and not np.isfinite(trans).any():
         raise ValueError("transitions forbid every move (all -inf); allow at least one.")
-    return (
-        u,
-        offsets,
-        trans,
-        _as_float_array(start, "start", (k,)),
-        _as_float_array(end, "end", (k,)),
-    )
+    return trans, _as_float_array(start, "start", (k,)), _as_float_array(end, "end", (k,))
 
 
 class Workspace:

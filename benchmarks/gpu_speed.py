@@ -1,0 +1,205 @@
+"""Per-round cost of the CRF objective on a GPU beside XGBoost's native multi:softprob.
+
+Generates ``--rows`` rows (default 1M) of sequences of ``--length`` rows
+(default 10) with ``--features`` dense float32 features and sticky labels,
+for each ``K`` in ``--labels`` (default 26 and 100), and times, after one
+warm-up round, the wall seconds per round of
+
+1. native ``multi:softprob`` (``device=--device``);
+2. GBCRF, ``xgboost.train(obj=crf_objective(K, device=...))``: XGBoost
+   copies the margins to the host for the objective, which copies them to
+   the device and hands back device gradients;
+3. GBCRF with the CPU objective (``device="cpu"``) on the same booster;
+4. GBCRF through ``Booster.boost`` with the margins kept on the device
+   (each round adds the new trees' ``inplace_predict`` on CuPy features):
+   the loop an estimator can run, with no large copy at all;
+
+plus the device forward-backward pass alone against the CPU one on the
+same margins, and the transfer costs of one round (XGBoost's
+``predict(output_margin=True)`` of the training matrix, which includes its
+device-to-host copy, and our host-to-device copy of the margins).
+
+Needs a CUDA GPU, ``structboost[gpu]`` and CuPy for ``--device cuda``;
+``--device cpu`` runs only rows 1 and 3 and the CPU kernel (a smoke test on
+machines without a GPU; use small ``--rows``). Prints Markdown tables for
+benchmarks/README.md.
+
+Usage::
+
+    python benchmarks/gpu_speed.py --device cuda [--rows 1000000] [--labels 26 100] [--rounds 5]
+    python benchmarks/gpu_speed.py --device cpu --rows 20000 --labels 5 --rounds 2
+"""
+
+import argparse
+import os
+import platform
+import time
+
+import numba
+import numpy as np
+import xgboost as xgb
+
+import structboost as sb
+from structboost import inference
+from structboost.objectives.chain import SequenceBatch
+
+
+def make_data(rows, length, k, d, seed):
+    """Sticky label chains of fixed length and noisy class-mean features."""
+    rng = np.random.default_rng(seed)
+    m = rows // length
+    lengths = np.full(m, length, dtype=np.int64)
+    stay = rng.random((m, length)) < 0.7
+    y = rng.integers(0, k, size=(m, length))
+    for t in range(1, length):
+        y[:, t] = np.where(stay[:, t], y[:, t - 1], y[:, t])
+    y = y.ravel()
+    means = rng.normal(size=(k, d)).astype(np.float32)
+    X = means[y] + rng.normal(scale=2.0, size=(y.size, d)).astype(np.float32)
+    return X, y, lengths
+
+
+def synced(device):
+    """A clock that waits for the GPU first when ``device == "cuda"``."""
+    if device != "cuda":
+        return time.perf_counter
+    from numba import cuda
+
+    def clock():
+        cuda.synchronize()
+        return time.perf_counter()
+
+    return clock
+
+
+def per_round(params, dtrain, rounds, clock, obj=None):
+    """Wall seconds per round after one warm-up round."""
+    xgb.train(params, dtrain, 1, obj=obj)
+    t0 = clock()
+    xgb.train(params, dtrain, rounds, obj=obj)
+    return (clock() - t0) / rounds
+
+
+def boost_on_device(params, dtrain, X_dev, batch, k, rounds, clock):
+    """Seconds per round of a ``Booster.boost`` loop with device margins."""
+    import cupy
+
+    def run(n_rounds):
+        obj = sb.crf_objective(k, device="cuda")
+        booster = xgb.Booster(params, [dtrain])
+        margins = cupy.zeros((batch.labels.size, k), dtype=cupy.float32)
+        for i in range(n_rounds):
+            grad, hess = obj.crf.grad_hess(margins, batch)
+            booster.boost(dtrain, i, grad=grad, hess=hess)
+            margins += booster.inplace_predict(
+                X_dev, iteration_range=(i, i + 1), predict_type="margin"
+            )
+        return booster
+
+    run(1)
+    t0 = clock()
+    run(rounds)
+    return (clock() - t0) / rounds
+
+
+def kernel_and_transfer(X, y, lengths, k, device, clock, repeats=3):
+    """Forward-backward times (device, CPU) and per-round copy costs, in seconds."""
+    rng = np.random.default_rng(1)
+    u = rng.normal(size=(y.size, k)).astype(np.float32)
+    trans = rng.normal(size=(k, k))
+    z = np.zeros(k)
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    cpu_u = np.ascontiguousarray(u, dtype=np.float64)
+    inference.posterior(cpu_u, offsets, trans, z, z)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        inference.posterior(cpu_u, offsets, trans, z, z)
+    out = {"cpu forward-backward": (time.perf_counter() - t0) / repeats}
+    if device != "cuda":
+        return out
+    from numba import cuda
+
+    from structboost.inference import gpu
+
+    structure = gpu.DeviceStructure(offsets)
+    du = gpu.device_unary(u)
+    gpu.DevicePosterior(du, structure, trans, z, z)
+    t0 = clock()
+    for _ in range(repeats):
+        gpu.DevicePosterior(du, structure, trans, z, z)
+    out["gpu forward-backward"] = (clock() - t0) / repeats
+    t0 = clock()
+    for _ in range(repeats):
+        cuda.to_device(u)
+    out["host-to-device margins"] = (clock() - t0) / repeats
+    dtrain = xgb.DMatrix(X, label=y, group=lengths)
+    booster = xgb.train(sb.xgb_params(k, device="cuda", max_depth=6), dtrain, 2,
+                        obj=sb.crf_objective(k, device="cuda"))
+    booster.predict(dtrain, output_margin=True, training=True)
+    t0 = clock()
+    for _ in range(repeats):
+        booster.predict(dtrain, output_margin=True, training=True)
+    out["XGBoost predict(output_margin) incl. device-to-host"] = (clock() - t0) / repeats
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--length", type=int, default=10)
+    ap.add_argument("--features", type=int, default=50)
+    ap.add_argument("--labels", type=int, nargs="+", default=[26, 100])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--max-depth", type=int, default=6)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    clock = synced(args.device)
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"device={args.device}; python {platform.python_version()}, xgboost {xgb.__version__}, "
+        f"numba {numba.__version__}, structboost {sb.__version__}; {args.rows} rows, sequences "
+        f"of {args.length}, d={args.features}, depth {args.max_depth}, {args.rounds} rounds; "
+        "wall seconds"
+    )
+    if args.device == "cuda":
+        import cupy
+        from numba import cuda
+
+        print(f"GPU: {cuda.get_current_device().name}, cupy {cupy.__version__}")
+    tree = {"max_depth": args.max_depth, "eta": 0.3, "device": args.device, "tree_method": "hist"}
+    for k in args.labels:
+        X, y, lengths = make_data(args.rows, args.length, k, args.features, args.seed)
+        X_in = X
+        if args.device == "cuda":
+            X_in = cupy.asarray(X)
+        rows = []
+        dnative = xgb.QuantileDMatrix(X_in, label=y)
+        native = per_round({**tree, "objective": "multi:softprob", "num_class": k}, dnative,
+                           args.rounds, clock)
+        rows.append(("native multi:softprob", native))
+        dtrain = xgb.QuantileDMatrix(X_in, label=y, group=lengths)
+        params = sb.xgb_params(k, **tree)
+        if args.device == "cuda":
+            rows.append(("GBCRF, GPU objective, xgboost.train(obj=...)",
+                         per_round(params, dtrain, args.rounds, clock,
+                                   sb.crf_objective(k, device="cuda"))))
+        rows.append(("GBCRF, CPU objective, xgboost.train(obj=...)",
+                     per_round(params, dtrain, args.rounds, clock, sb.crf_objective(k))))
+        if args.device == "cuda":
+            batch = SequenceBatch.build(y, lengths, k)
+            rows.append(("GBCRF, GPU objective, Booster.boost + device margins",
+                         boost_on_device(params, dtrain, X_in, batch, k, args.rounds, clock)))
+        print(f"\nK = {k}, {y.size} rows, {lengths.size} sequences\n")
+        print("| run | s / round | ratio to native |")
+        print("|---|---|---|")
+        for name, sec in rows:
+            print(f"| {name} | {sec:.4f} | {sec / native:.2f} |")
+        print("\n| part | ms |")
+        print("|---|---|")
+        for name, sec in kernel_and_transfer(X, y, lengths, k, args.device, clock).items():
+            print(f"| {name} | {sec * 1e3:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,503 @@
+"""CUDA kernels (numba.cuda) for linear-chain CRFs over ragged batches.
+
+The device counterpart of :mod:`structboost._chain`, with the same scaled
+messages (see that module's docstring for ``alpha``, ``beta``, ``r``,
+``into`` and ``beta_scale``) so that every result matches the CPU kernels to
+float tolerance. Importing this module imports ``numba.cuda``; nothing else
+in structboost does, except :mod:`structboost.inference.gpu`, which is imported only
+when a GPU path is asked for.
+
+Layout and parallelism: rows stay flat ``(n, K)`` C-contiguous float64 and
+``offsets (m + 1,)`` int64 delimit the sequences, as on the CPU. The
+recursions run one thread per sequence, so every step ``t`` advances all
+sequences of the batch at once (batched by position across sequences); the
+per-row kernels (softmax, marginals, G/H) run one thread per row, and the
+parameter-sized sums run as a tiled matrix product (expected transition
+counts) or one thread per label and chunk of rows (start/end marginals),
+added with atomics. No
+kernel allocates memory: scratch lives in the output arrays, as in the CPU
+message pass. Nothing here validates input: :mod:`structboost.inference.gpu` does.
+
+Only ``math`` functions and plain loops are used, so the kernels also run
+under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), which is how the
+test suite checks them on machines without a GPU. Every ``log`` is guarded
+against zero (the simulator evaluates ``math.log(0)`` in Python, which
+raises).
+"""
+
+import math
+
+from numba import cuda, float64
+
+_TINY = 1e-280
+#: Whether numba's CUDA simulator runs these kernels (``NUMBA_ENABLE_CUDASIM=1``). There
+#: every thread is a Python thread, so blocks are small; the work is split finely too,
+#: so that the tests' tiny inputs span several blocks, tiles and chunks.
+SIMULATOR = "simulator" in cuda.is_available.__module__
+#: Threads per block of every 1-D launch.
+THREADS = 8 if SIMULATOR else 128
+#: Side of the shared-memory tiles of :func:`outer_sums` (needs TILE >= 3).
+TILE = 4 if SIMULATOR else 16
+#: Rows per block of :func:`outer_sums`.
+ROWS = 2 * TILE if SIMULATOR else 4096
+#: Rows per thread in the atomic reductions over rows (:func:`node_sums`).
+CHUNK = 2 if SIMULATOR else 128
+
+
+def blocks(count):
+    """Blocks of :data:`THREADS` threads that cover ``count`` threads (at least one)."""
+    return max(1, (int(count) + THREADS - 1) // THREADS)
+
+
+@cuda.jit(device=True)
+def _safe_log(x):
+    return math.log(x) if x > 0.0 else -math.inf
+
+
+@cuda.jit(device=True)
+def _scale_into(m, u, w, row_max, out):
+    """``out = m * exp(u)`` normalised to sum one; returns the log of the removed factor.
+
+    ``m``, ``u``, ``w`` (``exp(u - row_max)``) and ``out`` are ``(K,)`` rows.
+    Falls back to log space when the product underflows; a product with no
+    mass at all leaves ``out`` zero and returns ``-inf`` (the caller's
+    sequence is then recomputed in log space).
+    """
+    k = out.shape[0]
+    total = 0.0
+    for j in range(k):
+        out[j] = m[j] * w[j]
+        total += out[j]
+    if total > _TINY:
+        for j in range(k):
+            out[j] /= total
+        return row_max + math.log(total)
+    top = -math.inf
+    for j in range(k):
+        out[j] = math.log(m[j]) + u[j] if m[j] > 0.0 else -math.inf
+        top = max(top, out[j])
+    if top == -math.inf:
+        for j in range(k):
+            out[j] = 0.0
+        return -math.inf
+    total = 0.0
+    for j in range(k):
+        out[j] = math.exp(out[j] - top)
+        total += out[j]
+    for j in range(k):
+        out[j] /= total
+    return top + math.log(total)
+
+
+@cuda.jit(device=True)
+def _sequence_rows(offsets):
+    """Rows ``lo:hi`` of this thread's sequence; ``lo == hi`` for threads past the last one."""
+    i = cuda.grid(1)
+    if i >= offsets.shape[0] - 1:
+        return 0, 0
+    return offsets[i], offsets[i + 1]
+
+
+@cuda.jit
+def prepare_rows(margins, unary, w, row_max, bad):
+    """Per row: float64 copy, ``exp(u - max(u))``, the maximum; counts non-finite rows.
+
+    Parameters
+    ----------
+    margins : (n, K) float32 or float64
+    unary, w : (n, K) float64, written
+    row_max : (n,) float64, written
+    bad : (1,) int64
+        Incremented once per row holding NaN or +-inf.
+    """
+    t = cuda.grid(1)
+    if t >= unary.shape[0]:
+        return
+    top = -math.inf
+    finite = True
+    for j in range(unary.shape[1]):
+        v = float(margins[t, j])
+        unary[t, j] = v
+        if math.isnan(v) or math.isinf(v):
+            finite = False
+        elif v > top:
+            top = v
+    if not finite:
+        cuda.atomic.add(bad, 0, 1)
+        top = 0.0
+    row_max[t] = top
+    for j in range(unary.shape[1]):
+        w[t, j] = math.exp(unary[t, j] - top) if finite else 0.0
+
+
+@cuda.jit
+def softmax_rows(w, out):
+    """``out[t] = w[t] / sum(w[t])``: the softmax, from :func:`prepare_rows`' ``w``."""
+    t = cuda.grid(1)
+    if t >= w.shape[0]:
+        return
+    total = 0.0
+    for j in range(w.shape[1]):
+        total += w[t, j]
+    for j in range(w.shape[1]):
+        out[t, j] = w[t, j] / total
+
+
+@cuda.jit
+def messages(unary, w, row_max, offsets, emat, t_max, start_w, start_top, end_w, end_top,
+             log_z, alpha, beta, r, into, beta_scale, weak, n_weak, overlap_floor):
+    """Scaled forward-backward messages, one thread per sequence.
+
+    Parameters
+    ----------
+    unary, w : (n, K) float64
+    row_max : (n,) float64
+    offsets : (m + 1,) int64
+    emat : (K, K) float64
+        ``exp(transitions - t_max)``.
+    t_max : float
+    start_w, end_w : (K,) float64
+        ``exp(start - start_top)``, ``exp(end - end_top)``.
+    start_top, end_top : float
+    log_z : (m,) float64, written
+    alpha, beta, r, into : (n, K) float64, written
+        As returned by :func:`structboost._chain.messages`.
+    beta_scale : (n,) float64, written
+    weak : (m,) int8, written
+        1 where the sequence must be recomputed in log space: ``log_z`` not
+        finite, or a row whose forward and backward messages overlap by less
+        than ``overlap_floor`` (see :mod:`structboost.inference`).
+    n_weak : (1,) int64
+        Incremented once per weak sequence.
+    overlap_floor : float
+    """
+    i = cuda.grid(1)
+    if i >= log_z.shape[0]:
+        return
+    k = unary.shape[1]
+    lo = offsets[i]
+    hi = offsets[i + 1]
+    for j in range(k):
+        into[lo, j] = start_w[j]
+    acc = start_top + _scale_into(into[lo], unary[lo], w[lo], row_max[lo], alpha[lo])
+    for t in range(lo + 1, hi):
+        for b in range(k):
+            s = 0.0
+            for a in range(k):
+                s += alpha[t - 1, a] * emat[a, b]
+            into[t, b] = s
+        acc += t_max + _scale_into(into[t], unary[t], w[t], row_max[t], alpha[t])
+    mass = 0.0
+    norm = 0.0
+    for b in range(k):
+        beta[hi - 1, b] = end_w[b]
+        mass += alpha[hi - 1, b] * end_w[b]
+        norm += end_w[b]
+    log_z[i] = acc + end_top + _safe_log(mass)
+    for b in range(k):
+        beta[hi - 1, b] /= norm
+    beta_scale[hi - 1] = 1.0
+    for t in range(hi - 1, lo, -1):
+        _scale_into(beta[t], unary[t], w[t], row_max[t], r[t])
+        s = 0.0
+        for a in range(k):
+            acc_a = 0.0
+            for b in range(k):
+                acc_a += emat[a, b] * r[t, b]
+            beta[t - 1, a] = acc_a
+            s += acc_a
+        beta_scale[t - 1] = s
+        for a in range(k):
+            beta[t - 1, a] /= s
+    _scale_into(beta[lo], unary[lo], w[lo], row_max[lo], r[lo])
+    flag = not (log_z[i] > -math.inf and log_z[i] < math.inf)
+    for t in range(lo, hi):
+        s = 0.0
+        for j in range(k):
+            s += alpha[t, j] * beta[t, j]
+        if not s >= overlap_floor:
+            flag = True
+    weak[i] = 1 if flag else 0
+    if flag:
+        cuda.atomic.add(n_weak, 0, 1)
+
+
+@cuda.jit
+def scatter_rows(dst, rows, src):
+    """``dst[rows[e]] = src[e]`` for ``(n, K)`` ``dst`` and ``(e, K)`` ``src``."""
+    e = cuda.grid(1)
+    if e >= rows.shape[0]:
+        return
+    for j in range(dst.shape[1]):
+        dst[rows[e], j] = src[e, j]
+
+
+@cuda.jit
+def scatter(dst, index, src):
+    """``dst[index[e]] = src[e]`` on 1-D arrays."""
+    e = cuda.grid(1)
+    if e < index.shape[0]:
+        dst[index[e]] = src[e]
+
+
+@cuda.jit
+def marginals(alpha, beta, out):
+    """Node marginals ``out[t] = alpha[t] * beta[t]`` normalised, one thread per row."""
+    t = cuda.grid(1)
+    if t >= alpha.shape[0]:
+        return
+    total = 0.0
+    for j in range(alpha.shape[1]):
+        out[t, j] = alpha[t, j] * beta[t, j]
+        total += out[t, j]
+    for j in range(alpha.shape[1]):
+        out[t, j] /= total
+
+
+@cuda.jit
+def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
+    """Dobrushin coefficients of both conditional chains, one thread per sequence.
+
+    As :func:`structboost._chain.mixing_rates`: ``right[t]`` is
+    ``1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over labels ``a`` of
+    non-zero probability, zero on each sequence's last row; ``left[t]`` the
+    same for ``P(y_{t-1} | y_t)``, zero on each first row. The inner minimum
+    runs over ``a`` for each ``b``, so no scratch vector is needed.
+    """
+    lo, hi = _sequence_rows(offsets)
+    if lo == hi:
+        return
+    k = alpha.shape[1]
+    right[hi - 1] = 0.0
+    left[lo] = 0.0
+    for t in range(lo, hi - 1):
+        total_r = 0.0
+        total_l = 0.0
+        for j in range(k):
+            low_r = math.inf
+            low_l = math.inf
+            for a in range(k):
+                if alpha[t, a] * beta[t, a] > 0.0:
+                    low_r = min(low_r, emat[a, j] / (beta_scale[t] * beta[t, a]))
+                if alpha[t + 1, a] * beta[t + 1, a] > 0.0:
+                    low_l = min(low_l, emat[j, a] / into[t + 1, a])
+            if low_r < math.inf:
+                total_r += low_r * r[t + 1, j]
+            if low_l < math.inf:
+                total_l += low_l * alpha[t, j]
+        right[t] = max(0.0, 1.0 - total_r)
+        left[t + 1] = max(0.0, 1.0 - total_l)
+
+
+@cuda.jit
+def path_gamma(right, left, offsets, node_gamma, edge_gamma):
+    """Eq. 17 path sums turned into the node and edge bounds, one thread per sequence.
+
+    ``node_gamma[t] = 2 (1 + to_right[t] + to_left[t])`` (Theorem 4.1) and
+    ``edge_gamma[t] = 2 (3 + to_left[t] + to_right[t + 1])`` (Theorem 4.2,
+    zero on last rows), with the sums of :func:`structboost._chain.path_sums`.
+    ``right`` is overwritten with ``to_right``.
+    """
+    lo, hi = _sequence_rows(offsets)
+    if lo == hi:
+        return
+    right[hi - 1] = 0.0
+    for t in range(hi - 2, lo - 1, -1):
+        right[t] = right[t] * (1.0 + right[t + 1])
+    to_left = 0.0
+    for t in range(lo, hi):
+        if t > lo:
+            to_left = left[t] * (1.0 + to_left)
+        node_gamma[t] = 2.0 * (1.0 + right[t] + to_left)
+        edge_gamma[t] = 2.0 * (3.0 + to_left + right[t + 1]) if t < hi - 1 else 0.0
+
+
+@cuda.jit
+def length_gamma(offsets, out):
+    """``out[t] = 2 * length`` of the sequence of row ``t`` (Corollary 4.1)."""
+    lo, hi = _sequence_rows(offsets)
+    for t in range(lo, hi):
+        out[t] = 2.0 * (hi - lo)
+
+
+@cuda.jit
+def edge_weights(into, r, row_weight, edge_gamma, last, coef):
+    """Per-edge coefficients of :func:`outer_sums` from the scaled messages.
+
+    ``z_t = into[t + 1] . r[t + 1]`` normalises ``alpha[t, a] E[a, b]
+    r[t + 1, b]``. Writes ``coef[t] = (w_t / z_t, g_t / z_t, g_t / z_t^2)``
+    with ``w_t = row_weight[t]`` and ``g_t = w_t edge_gamma[t]`` (the
+    curvature weight), all zero where ``last[t]`` (no edge leaves the row).
+    """
+    t = cuda.grid(1)
+    if t >= coef.shape[0]:
+        return
+    if last[t]:
+        coef[t, 0] = 0.0
+        coef[t, 1] = 0.0
+        coef[t, 2] = 0.0
+        return
+    z = 0.0
+    for j in range(r.shape[1]):
+        z += into[t + 1, j] * r[t + 1, j]
+    coef[t, 0] = row_weight[t] / z
+    coef[t, 1] = row_weight[t] * edge_gamma[t] / z
+    coef[t, 2] = coef[t, 1] / z
+
+
+@cuda.jit
+def outer_sums(alpha, r, coef, emat, with_curvature, total, curvature):
+    """Expected transition counts and their curvature bound, summed over all edges.
+
+    With ``P_t(a, b) = alpha[t, a] E[a, b] r[t + 1, b] / z_t`` and the
+    coefficients of :func:`edge_weights`::
+
+        total[a, b]     += sum_t w_t P_t(a, b)
+        curvature[a, b] += sum_t g_t P_t(a, b) (1 - P_t(a, b))
+
+    (the second only if ``with_curvature``), as
+    ``E * (A' diag(w / z) R)`` and ``E * (A' diag(g / z) R) - E^2 * ((A^2)'
+    diag(g / z^2) R^2)``: a tiled matrix product. Launch blocks of
+    ``(TILE, TILE)`` threads on the grid :func:`outer_grid`; block
+    ``(x, y, z)`` sums the ``TILE x TILE`` entries ``a`` in tile ``x``,
+    ``b`` in tile ``y`` over rows ``z * ROWS:(z + 1) * ROWS``, staging
+    ``TILE`` rows of ``alpha``, ``r`` and ``coef`` at a time in shared
+    memory, and adds its sums with atomics. Outputs must start at zero.
+    """
+    n, k = alpha.shape
+    sa = cuda.shared.array((TILE, TILE), float64)
+    sr = cuda.shared.array((TILE, TILE), float64)
+    sc = cuda.shared.array((3, TILE), float64)
+    x = cuda.threadIdx.x
+    y = cuda.threadIdx.y
+    a = cuda.blockIdx.x * TILE + x
+    b = cuda.blockIdx.y * TILE + y
+    lo = cuda.blockIdx.z * ROWS
+    hi = min(lo + ROWS, n - 1)
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    for t0 in range(lo, hi, TILE):
+        t = t0 + y
+        col_b = cuda.blockIdx.y * TILE + x
+        inside = t < hi
+        sa[y, x] = alpha[t, a] if inside and a < k else 0.0
+        sr[y, x] = r[t + 1, col_b] if inside and col_b < k else 0.0
+        if x < 3:
+            sc[x, y] = coef[t, x] if inside else 0.0
+        cuda.syncthreads()
+        for j in range(TILE):
+            v = sa[j, x] * sr[j, y]
+            s1 += sc[0, j] * v
+            if with_curvature:
+                s2 += sc[1, j] * v
+                s3 += sc[2, j] * v * v
+        cuda.syncthreads()
+    if a < k and b < k:
+        e = emat[a, b]
+        cuda.atomic.add(total, (a, b), e * s1)
+        if with_curvature:
+            cuda.atomic.add(curvature, (a, b), e * s2 - e * e * s3)
+
+
+def outer_grid(n, k):
+    """Grid of :func:`outer_sums` for ``n`` rows and ``k`` labels."""
+    tiles = (k + TILE - 1) // TILE
+    return (tiles, tiles, max(1, (n - 1 + ROWS - 1) // ROWS))
+
+
+@cuda.jit
+def node_sums(alpha, beta, rows, weight, gamma, with_curvature, total, curvature):
+    """Weighted sums of node marginals over some rows (start and end counts).
+
+    ``total[j] += sum_e weight[e] p[rows[e], j]`` and, if
+    ``with_curvature``, ``curvature[j] += sum_e weight[e] gamma[rows[e]]
+    p (1 - p)``, with ``p`` the normalised ``alpha * beta``. One thread per
+    label and chunk of :data:`CHUNK` rows, added with atomics; launch
+    ``K * ceil(len(rows) / CHUNK)`` threads on zeroed outputs.
+    """
+    g = cuda.grid(1)
+    k = alpha.shape[1]
+    count = rows.shape[0]
+    if g >= k * ((count + CHUNK - 1) // CHUNK):
+        return
+    j = g % k
+    lo = (g // k) * CHUNK
+    s1 = 0.0
+    s2 = 0.0
+    for e in range(lo, min(lo + CHUNK, count)):
+        t = rows[e]
+        norm = 0.0
+        for c in range(k):
+            norm += alpha[t, c] * beta[t, c]
+        p = alpha[t, j] * beta[t, j] / norm
+        s1 += weight[e] * p
+        if with_curvature:
+            s2 += weight[e] * gamma[t] * p * (1.0 - p)
+    cuda.atomic.add(total, j, s1)
+    if with_curvature:
+        cuda.atomic.add(curvature, j, s2)
+
+
+@cuda.jit
+def grad_hess(p, labels, row_weight, gamma, scale, mode, hess_floor, grad, hess):
+    """Node gradient and Hessian of one boosting round, one thread per row.
+
+    ``grad = w (p - onehot(y))`` and ``hess = w max(h, hess_floor)`` with
+    ``h = 1`` (``mode`` 1, TreeCRF), ``scale p (1 - p)`` (``mode`` 0; 2 for
+    LogitBoost, a fixed gamma) or ``gamma[t] p (1 - p)`` (``mode`` 2, a
+    per-row bound), ``w = row_weight[t]``.
+    """
+    t = cuda.grid(1)
+    if t >= p.shape[0]:
+        return
+    w = row_weight[t]
+    for j in range(p.shape[1]):
+        q = p[t, j]
+        g = q - 1.0 if j == labels[t] else q
+        if mode == 1:
+            h = 1.0
+        elif mode == 2:
+            h = gamma[t] * q * (1.0 - q)
+        else:
+            h = scale * q * (1.0 - q)
+        grad[t, j] = w * g
+        hess[t, j] = w * max(h, hess_floor)
+
+
+@cuda.jit
+def viterbi(unary, offsets, transitions, start, end, score, back, path):
+    """Most probable label path of every sequence, one thread per sequence.
+
+    As :func:`structboost._chain.viterbi` (ties go to the lowest label).
+    ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
+    ``path (n,)`` int64.
+    """
+    lo, hi = _sequence_rows(offsets)
+    if lo == hi:
+        return
+    k = unary.shape[1]
+    for b in range(k):
+        score[lo, b] = unary[lo, b] + start[b]
+    for t in range(lo + 1, hi):
+        for b in range(k):
+            best = -math.inf
+            arg = 0
+            for a in range(k):
+                v = score[t - 1, a] + transitions[a, b]
+                if v > best:
+                    best = v
+                    arg = a
+            score[t, b] = best + unary[t, b]
+            back[t, b] = arg
+    best = -math.inf
+    y = 0
+    for b in range(k):
+        v = score[hi - 1, b] + end[b]
+        if v > best:
+            best = v
+            y = b
+    for t in range(hi - 1, lo - 1, -1):
+        path[t] = y
+        if t > lo:
+            y = back[t, y]

@@ -1,0 +1,382 @@
+"""Linear-chain CRF inference and the CRF objective round on a CUDA GPU.
+
+The optional GPU path (``pip install structboost[gpu]``): the kernels of
+:mod:`structboost.inference._cuda_chain` (numba.cuda) behind numpy-facing functions
+with the signatures and outputs of :mod:`structboost.inference.chain`
+(:func:`forward_backward`, :func:`viterbi`, :func:`gamma`), and
+:class:`DeviceCRFObjective`, the CRF objective whose round (transition
+refit, forward-backward, gamma, G and H) runs on the device. Build it with
+``structboost.crf_objective(K, device="cuda")``. Nothing imports this module
+(nor ``numba.cuda``) unless a GPU path is asked for.
+
+Inputs may be numpy arrays or device arrays (anything with
+``__cuda_array_interface__``: CuPy, numba, PyTorch); outputs of the
+inference functions are numpy, like their CPU twins.
+
+What crosses the bus in one objective round (``n`` rows, ``m`` sequences,
+``K`` labels):
+
+* in: the margins, ``n K`` floats (XGBoost hands a custom objective host
+  margins, so this copy is unavoidable on the ``xgboost.train(obj=...)``
+  path; device margins are used in place);
+* per evaluation of the transition objective (about ``transition_iter + 2``
+  per round with L-BFGS): one count, the ``m`` log partition values and
+  the ``K^2 + 2K`` expected counts;
+* out: nothing large: G and H stay on the device and XGBoost reads them
+  through ``__cuda_array_interface__``.
+
+Sequences whose scaled messages underflow (forbidden moves together with
+extreme margins, see :mod:`structboost.inference.chain`) are recomputed on the
+host in log space and patched into the device messages, as on the CPU.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from numba import cuda
+
+from ..sequences import check_lengths, offsets_from_lengths
+from . import _chain
+from . import _cuda_chain as kern
+from .chain import (
+    _OVERLAP_FLOOR,
+    GAMMA_METHODS,
+    ChainPosterior,
+    _log_space_part,
+    check_chain_params,
+)
+
+
+def is_device_array(x):
+    """Whether ``x`` lives on the device (CUDA array interface, or a numba/simulator array)."""
+    return hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host")
+
+
+def as_device(x):
+    """A numba device view of a device array (no copy)."""
+    return x if hasattr(x, "copy_to_host") else cuda.as_cuda_array(x)
+
+
+def launch(kernel, count, *args):
+    kernel[kern.blocks(count), kern.THREADS](*args)
+
+
+def zeros(shape, dtype=np.float64):
+    return cuda.to_device(np.zeros(shape, dtype=dtype))
+
+
+def _count(counter):
+    """The value of a ``(1,)`` device counter (one small copy to the host)."""
+    return int(counter.copy_to_host()[0])
+
+
+@dataclass
+class DeviceUnary:
+    """Node potentials on the device.
+
+    Attributes
+    ----------
+    unary, w : (n, K) float64 device arrays
+        The potentials and ``exp(unary - row_max)``.
+    row_max : (n,) float64 device array
+    """
+
+    unary: object
+    w: object
+    row_max: object
+
+    @property
+    def shape(self):
+        return self.unary.shape
+
+    @cached_property
+    def host(self):
+        """The potentials as a host ``(n, K)`` float64 array (for the log-space fallback)."""
+        return self.unary.copy_to_host()
+
+
+def device_unary(margins, num_labels=None):
+    """Copy (if needed) and check node potentials; their row exponentials.
+
+    Parameters
+    ----------
+    margins : (n, K) array or device array, float32 or float64
+        A host array of another dtype is converted to float64 first; a flat
+        host array is reshaped to ``(n, num_labels)`` when ``num_labels`` is
+        given.
+    num_labels : int, optional
+        Required number of columns.
+
+    Returns
+    -------
+    DeviceUnary
+    """
+    if is_device_array(margins):
+        src = as_device(margins)
+    else:
+        host = np.asarray(margins)
+        if host.dtype not in (np.float32, np.float64):
+            host = host.astype(np.float64)
+        if num_labels is not None and host.ndim == 1 and host.size % num_labels == 0:
+            host = host.reshape(-1, num_labels)
+        src = cuda.to_device(np.ascontiguousarray(host))
+    if len(src.shape) != 2 or src.shape[1] < 1 or (num_labels and src.shape[1] != num_labels):
+        want = f"(rows, {num_labels})" if num_labels else "(rows, labels)"
+        raise ValueError(
+            f"margins must have shape {want}; got {tuple(src.shape)}. The booster needs one "
+            "output per label (num_target = num_labels)."
+        )
+    n, k = src.shape
+    unary = cuda.device_array((n, k))
+    w = cuda.device_array((n, k))
+    row_max = cuda.device_array(n)
+    bad = zeros(1, np.int64)
+    launch(kern.prepare_rows, n, src, unary, w, row_max, bad)
+    if _count(bad):
+        raise ValueError(
+            "margins contain NaN or inf; node potentials must be finite (training has "
+            "diverged, or check the margins)."
+        )
+    return DeviceUnary(unary, w, row_max)
+
+
+class DeviceStructure:
+    """Sequence boundaries and weights of a batch, on the device.
+
+    Parameters
+    ----------
+    offsets : (m + 1,) int64
+    seq_weight : (m,) float64, optional
+        Ones by default.
+    labels : (n,) int64, optional
+        Training labels (needed by the objective round only).
+
+    Attributes
+    ----------
+    offsets : (m + 1,) int64 host array
+    seq_weight : (m,) float64 host array
+    d_offsets, d_row_weight, d_last, d_first_rows, d_last_rows, d_seq_weight, d_labels
+        Device copies: offsets, the weight of every row ``(n,)``, a bool mask
+        of the last rows ``(n,)``, the first and last row of every sequence
+        ``(m,)``, the sequence weights and the labels (or None).
+    """
+
+    def __init__(self, offsets, seq_weight=None, labels=None):
+        m = offsets.shape[0] - 1
+        lengths = np.diff(offsets)
+        self.offsets = offsets
+        self.seq_weight = np.ones(m) if seq_weight is None else seq_weight
+        last = np.zeros(offsets[-1], dtype=np.bool_)
+        last[offsets[1:] - 1] = True
+        self.d_offsets = cuda.to_device(offsets)
+        self.d_row_weight = cuda.to_device(np.repeat(self.seq_weight, lengths))
+        self.d_last = cuda.to_device(last)
+        self.d_first_rows = cuda.to_device(offsets[:-1].copy())
+        self.d_last_rows = cuda.to_device(offsets[1:] - 1)
+        self.d_seq_weight = cuda.to_device(self.seq_weight)
+        self.d_labels = None if labels is None else cuda.to_device(labels)
+
+    @property
+    def num_sequences(self):
+        return self.offsets.shape[0] - 1
+
+
+def _shifted_exp(x):
+    """``(exp(x - max(x)), max(x))`` as the CPU kernels compute them."""
+    top = float(x.max())
+    with np.errstate(invalid="ignore"):
+        return np.exp(x - top), top
+
+
+class DevicePosterior:
+    """Scaled forward-backward messages on the device, with what derives from them.
+
+    The device counterpart of :class:`structboost.inference.ChainPosterior`
+    (same messages, same log-space fallback); built by
+    :func:`device_posterior`.
+
+    Attributes
+    ----------
+    log_z : (m,) float64 host array
+    alpha, beta, r, into : (n, K) float64 device arrays
+    beta_scale : (n,) float64 device array
+    log_space : LogSpacePart or None
+        Sequences recomputed on the host in log space.
+    """
+
+    def __init__(self, unary, structure, transitions, start, end):
+        n, k = unary.shape
+        m = structure.num_sequences
+        self.unary = unary
+        self.structure = structure
+        self.transitions = transitions
+        t_max = float(transitions.max())
+        self.d_emat = cuda.to_device(np.exp(transitions - t_max))
+        start_w, start_top = _shifted_exp(start)
+        end_w, end_top = _shifted_exp(end)
+        d_log_z = cuda.device_array(m)
+        self.alpha, self.beta, self.r, self.into = (cuda.device_array((n, k)) for _ in range(4))
+        self.beta_scale = cuda.device_array(n)
+        weak = cuda.device_array(m, dtype=np.int8)
+        n_weak = zeros(1, np.int64)
+        launch(
+            kern.messages, m, unary.unary, unary.w, unary.row_max, structure.d_offsets,
+            self.d_emat, t_max, cuda.to_device(start_w), start_top, cuda.to_device(end_w),
+            end_top, d_log_z, self.alpha, self.beta, self.r, self.into, self.beta_scale,
+            weak, n_weak, _OVERLAP_FLOOR,
+        )
+        self.log_z = d_log_z.copy_to_host()
+        self.log_space = None
+        if _count(n_weak):
+            sequences = np.flatnonzero(weak.copy_to_host()).astype(np.int64)
+            self.log_z[sequences], part = _log_space_part(
+                unary.host, structure.offsets, sequences, transitions, start, end
+            )
+            rows = cuda.to_device(part.rows)
+            count = part.rows.size
+            launch(kern.scatter_rows, count, self.alpha, rows, cuda.to_device(part.marginals))
+            for arr, value in ((self.beta, 1.0), (self.r, 1.0 / k), (self.into, 1.0)):
+                fill = cuda.to_device(np.full((count, k), value))
+                launch(kern.scatter_rows, count, arr, rows, fill)
+            launch(kern.scatter, count, self.beta_scale, rows, cuda.to_device(np.ones(count)))
+            self.log_space = part
+
+    @property
+    def offsets(self):
+        return self.structure.offsets
+
+    def marginals_device(self):
+        """Node marginals ``(n, K)`` as a device array."""
+        out = cuda.device_array(self.alpha.shape)
+        launch(kern.marginals, out.shape[0], self.alpha, self.beta, out)
+        return out
+
+    def marginals(self):
+        """Node marginals ``(n, K)`` on the host."""
+        return self.marginals_device().copy_to_host()
+
+    @cached_property
+    def _gammas(self):
+        """Node and edge bounds of the mixing rates ``(n,), (n,)`` on the device."""
+        n = self.alpha.shape[0]
+        right, left = cuda.device_array(n), cuda.device_array(n)
+        launch(
+            kern.mixing_rates, self.structure.num_sequences, self.alpha, self.beta, self.r,
+            self.into, self.beta_scale, self.structure.d_offsets, self.d_emat, right, left,
+        )
+        part = self.log_space
+        if part is not None:
+            rates = _chain.pairwise_rates(part.pairwise, part.offsets)
+            rows = cuda.to_device(part.rows)
+            for dst, src in zip((right, left), rates):
+                launch(kern.scatter, part.rows.size, dst, rows, cuda.to_device(src))
+        node, edge = cuda.device_array(n), cuda.device_array(n)
+        launch(kern.path_gamma, self.structure.num_sequences, right, left,
+                self.structure.d_offsets, node, edge)
+        return node, edge
+
+    def node_gamma(self, method="mixing"):
+        """Per-row node bound ``(n,)`` as a device array.
+
+        ``"mixing"`` and ``"length"`` run on the device; ``"exact"`` (an
+        analysis tool, ``O(L^2 K^3)`` per sequence) runs the CPU kernel on
+        copies of the messages.
+        """
+        if method == "mixing":
+            return self._gammas[0]
+        if method == "length":
+            out = cuda.device_array(self.alpha.shape[0])
+            launch(kern.length_gamma, self.structure.num_sequences, self.structure.d_offsets, out)
+            return out
+        if method == "exact":
+            return cuda.to_device(self.to_host().node_gamma("exact"))
+        raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
+
+    def edge_gamma(self):
+        """Per-edge bound ``(n,)`` of Theorem 4.2 as a device array; zero on last rows."""
+        return self._gammas[1]
+
+    def to_host(self):
+        """The same posterior as a host :class:`~structboost.inference.ChainPosterior`."""
+        return ChainPosterior(
+            self.offsets, self.transitions, self.log_z, self.alpha.copy_to_host(),
+            self.beta.copy_to_host(), self.r.copy_to_host(), self.into.copy_to_host(),
+            self.beta_scale.copy_to_host(), self.log_space,
+        )
+
+
+def _host_chain(unary, lengths, transitions, start, end):
+    """Validated inputs of the inference functions: device potentials, structure, parameters."""
+    du = device_unary(unary)
+    n, k = du.shape
+    offsets = offsets_from_lengths(check_lengths(lengths, n))
+    return (du, offsets, *check_chain_params(k, transitions, start, end))
+
+
+def forward_backward(unary, lengths, transitions, start, end):
+    """Log partition function and node marginals, on the GPU.
+
+    As :func:`structboost.inference.forward_backward`; ``unary`` may be a
+    device array.
+
+    Returns
+    -------
+    log_z : (m,) float64
+    marginals : (n, K) float64
+    """
+    du, offsets, trans, s, e = _host_chain(unary, lengths, transitions, start, end)
+    post = DevicePosterior(du, DeviceStructure(offsets), trans, s, e)
+    return post.log_z, post.marginals()
+
+
+def gamma(unary, lengths, transitions, start, end, method="mixing"):
+    """Per-position node bound of Chen et al. (2015), on the GPU.
+
+    As :func:`structboost.inference.gamma` (``"exact"`` runs on the host).
+
+    Returns
+    -------
+    (n,) float64
+    """
+    if method not in GAMMA_METHODS:
+        raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
+    du, offsets, trans, s, e = _host_chain(unary, lengths, transitions, start, end)
+    post = DevicePosterior(du, DeviceStructure(offsets), trans, s, e)
+    return post.node_gamma(method).copy_to_host()
+
+
+def viterbi_labels(unary, d_offsets, transitions, start, end):
+    """Device Viterbi path ``(n,)`` int64 of :class:`DeviceUnary` potentials."""
+    n, k = unary.shape
+    path = cuda.device_array(n, dtype=np.int64)
+    launch(
+        kern.viterbi, d_offsets.shape[0] - 1, unary.unary, d_offsets, cuda.to_device(transitions),
+        cuda.to_device(start), cuda.to_device(end), cuda.device_array((n, k)),
+        cuda.device_array((n, k), dtype=np.int32), path,
+    )
+    return path.copy_to_host()
+
+
+def viterbi(unary, lengths, transitions, start, end):
+    """Most probable labelling of every sequence, on the GPU.
+
+    As :func:`structboost.inference.viterbi`.
+
+    Returns
+    -------
+    (n,) int64
+    """
+    du, offsets, trans, s, e = _host_chain(unary, lengths, transitions, start, end)
+    return viterbi_labels(du, cuda.to_device(offsets), trans, s, e)
+
+
+__all__ = [
+    "DevicePosterior",
+    "DeviceStructure",
+    "DeviceUnary",
+    "device_unary",
+    "forward_backward",
+    "gamma",
+    "viterbi",
+]

@@ -1,0 +1,127 @@
+"""The chain-CRF objective round on a CUDA GPU (``crf_objective(K, device="cuda")``).
+
+See :mod:`structboost.inference.gpu` for what crosses the bus each round.
+"""
+
+import time
+import weakref
+
+from numba import cuda
+
+from ..inference import _cuda_chain as kern
+from ..inference.chain import path_scores
+from ..inference.gpu import (
+    DevicePosterior,
+    DeviceStructure,
+    as_device,
+    device_unary,
+    is_device_array,
+    launch,
+    viterbi_labels,
+)
+from ..transitions.chain import refit
+from ..transitions.gpu import DeviceTransitionProblem
+from .base import _BLAS
+from .chain import CRFObjective
+
+
+class DeviceCRFObjective(CRFObjective):
+    """:class:`~structboost.objective.CRFObjective` whose round runs on a CUDA GPU.
+
+    Same parameters and results (to float tolerance) as the CPU objective;
+    :meth:`grad_hess` returns numba device arrays, which
+    ``xgboost.train(obj=...)`` on a booster with ``device="cuda"`` reads in
+    place. ``transitions="majorize"`` is CPU-only (its ``O(K^4)`` bound is
+    built on the host). ``timings`` are wall seconds here (the device works
+    asynchronously, so CPU time would miss it).
+    """
+
+    def __init__(self, num_labels, mode="gbcrf", gamma="mixing", transitions="lbfgs",
+                 reg_transitions=1.0, transition_iter=None, hess_floor=1e-16,
+                 allowed_transitions=None):
+        if transitions == "majorize":
+            raise ValueError(
+                'transitions="majorize" runs on the CPU only; use "lbfgs" or "newton" with '
+                'device="cuda", or device="cpu".'
+            )
+        super().__init__(num_labels, mode, gamma, transitions, reg_transitions, transition_iter,
+                         hess_floor, allowed_transitions)
+        self._structures = {}
+
+    def structure(self, batch):
+        """The :class:`DeviceStructure` of a batch, built once per batch object."""
+        key = id(batch)
+        cached = self._structures.get(key)
+        if cached is not None and cached[0]() is batch:
+            return cached[1]
+        structure = DeviceStructure(batch.offsets, batch.seq_weight, batch.labels)
+        self._structures[key] = (weakref.ref(batch), structure)
+        return structure
+
+    def grad_hess(self, margins, batch):
+        """Refit the transitions and return the node gradient and Hessian, on the device.
+
+        Parameters
+        ----------
+        margins : (n, K) array or device array
+        batch : SequenceBatch
+
+        Returns
+        -------
+        grad, hess : (n, K) float64 device arrays
+        """
+        self._check_allowed(batch)
+        t0 = time.perf_counter()
+        du = device_unary(margins, self.num_labels)
+        st = self.structure(batch)
+        n, k = du.shape
+        gamma = st.d_row_weight
+        mode, scale = 0, 2.0
+        if self.uses_transitions:
+            free = None if self.constraints is None else self.constraints.free_vector()
+            problem = DeviceTransitionProblem(du, st, batch.counts, self.reg_transitions, free)
+            with _BLAS.limit(limits=1, user_api="blas"):
+                self.params = refit(problem, self.params, self.transitions, self.transition_iter)
+            t1 = time.perf_counter()
+            post = problem.posterior(self.params)
+            p = post.marginals_device()
+            if self.mode == "treecrf":
+                mode = 1
+            elif isinstance(self.gamma, str):
+                mode = 2
+                gamma = post.node_gamma(self.gamma)
+            else:
+                scale = float(self.gamma)
+        else:
+            t1 = t0
+            p = cuda.device_array((n, k))
+            launch(kern.softmax_rows, n, du.w, p)
+        grad, hess = cuda.device_array((n, k)), cuda.device_array((n, k))
+        launch(kern.grad_hess, n, p, st.d_labels, st.d_row_weight, gamma, scale, mode,
+                self.hess_floor, grad, hess)
+        cuda.synchronize()
+        t2 = time.perf_counter()
+        self.timings["transitions"] += t1 - t0
+        self.timings["inference"] += t2 - t1
+        return grad, hess
+
+    def _host_margins(self, margins):
+        if is_device_array(margins):
+            margins = as_device(margins).copy_to_host()
+        return self.check_margins(margins)
+
+    def sequence_nll(self, margins, batch):
+        """Per-sequence negative log-likelihood ``(m,)``; ``log Z`` on the device."""
+        self._check_allowed(batch)
+        u = self._host_margins(margins)
+        p = self.params
+        post = DevicePosterior(device_unary(u), self.structure(batch), p.transitions, p.start,
+                               p.end)
+        return post.log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start,
+                                        p.end)
+
+    def decode(self, margins, batch):
+        """Viterbi labels ``(n,)`` of the sequences of ``batch``, on the device."""
+        p = self.params
+        du = device_unary(margins, self.num_labels)
+        return viterbi_labels(du, self.structure(batch).d_offsets, p.transitions, p.start, p.end)

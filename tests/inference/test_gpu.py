@@ -1,0 +1,230 @@
+"""The GPU path (``structboost.inference.gpu``) against the brute-force oracle and the CPU kernels.
+
+Without a GPU the kernels run under numba's CUDA simulator on tiny inputs:
+this module switches the simulator on (numba's config flag and the
+environment variable that numba-cuda reads) only while it imports
+``numba.cuda`` and ``structboost.inference.gpu``, then puts both back, so no other
+test's numba sees it (CPU ``njit`` kernels never read the flag). On a
+machine with a GPU, ``STRUCTBOOST_GPU_TESTS=device python -m pytest
+tests/test_gpu.py`` runs the same checks on the device, plus an
+``xgboost.train`` run that hands XGBoost device gradients (the simulator's
+arrays have no ``__cuda_array_interface__`` for XGBoost to read).
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import naive
+from structboost import inference
+from structboost.objectives.chain import CRFObjective, SequenceBatch
+from structboost.transitions.chain import TransitionParams, TransitionProblem
+from test_chain_inference import _forbidding_extreme, make_crf, make_forbidding_crf
+
+ON_DEVICE = os.environ.get("STRUCTBOOST_GPU_TESTS") == "device"
+
+
+def _import_gpu():
+    """``(numba.cuda, structboost.gpu)``, under the simulator unless ``ON_DEVICE``."""
+    if ON_DEVICE or "numba.cuda" in sys.modules:
+        from numba import cuda
+
+        return cuda, _gpu_modules()
+    from numba.core import config
+
+    before_flag, before_env = config.ENABLE_CUDASIM, os.environ.get("NUMBA_ENABLE_CUDASIM")
+    config.ENABLE_CUDASIM = 1
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    try:
+        from numba import cuda
+
+        modules = _gpu_modules()
+    finally:
+        config.ENABLE_CUDASIM = before_flag
+        if before_env is None:
+            del os.environ["NUMBA_ENABLE_CUDASIM"]
+        else:
+            os.environ["NUMBA_ENABLE_CUDASIM"] = before_env
+    return cuda, modules
+
+
+def _gpu_modules():
+    """The GPU modules of the three layers: inference, transitions, objective."""
+    from structboost.inference import gpu
+    from structboost.objectives import gpu as objectives_gpu
+    from structboost.transitions import gpu as transitions_gpu
+
+    return gpu, transitions_gpu, objectives_gpu
+
+
+try:
+    cuda, (gpu, transitions_gpu, objectives_gpu) = _import_gpu()
+except ImportError as exc:  # numba without its CUDA target (numba-cuda without bindings)
+    if exc.name is None or not exc.name.startswith(("numba", "cuda")):
+        raise
+    pytest.skip(f"numba.cuda cannot be imported: {exc}", allow_module_level=True)
+SIMULATOR = gpu.kern.SIMULATOR
+if not SIMULATOR and not cuda.is_available():
+    pytest.skip(
+        "numba.cuda was imported for a real GPU but none is available; run this module in "
+        "its own process (or unset STRUCTBOOST_GPU_TESTS) to use the simulator",
+        allow_module_level=True,
+    )
+
+#: Random tiny batches ``(seed, lengths, K)``: K = 1 and length-one sequences included.
+CASES = [(0, [3, 1, 4], 3), (1, [2, 2], 1), (2, [1], 2), (3, [4, 1, 2, 3], 2)]
+
+
+@pytest.mark.parametrize("forbid", [False, True], ids=["free", "forbidden"])
+@pytest.mark.parametrize("seed, lengths, k", CASES)
+def test_inference_matches_the_oracle_and_the_cpu(seed, lengths, k, forbid):
+    crf = (make_forbidding_crf if forbid else make_crf)(seed, lengths, k, 1.5)
+    expected = naive.batch(*crf)
+    log_z, marginals = gpu.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-12)
+    np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-12)
+    scores = naive.batch_scores(crf[0], crf[1], gpu.viterbi(*crf), *crf[2:])
+    np.testing.assert_allclose(scores, expected["map_score"], rtol=1e-12, atol=1e-10)
+    np.testing.assert_array_equal(gpu.viterbi(*crf), inference.viterbi(*crf))
+    np.testing.assert_allclose(gpu.gamma(*crf, "mixing"), expected["gamma_mixing"], rtol=1e-9)
+    np.testing.assert_array_equal(gpu.gamma(*crf, "length"), expected["gamma_length"])
+    np.testing.assert_allclose(gpu.gamma(*crf, "exact"), inference.gamma(*crf, "exact"),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["tie", "end", "dead end"])
+def test_log_space_fallback_matches_the_oracle(case):
+    """Margins 1e4 apart with forbidden moves: recomputed in log space and patched in."""
+    crf = _forbidding_extreme(case, 1e4)
+    expected = naive.batch(*crf)
+    log_z, marginals = gpu.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-12)
+    np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-9)
+    np.testing.assert_allclose(gpu.gamma(*crf), inference.gamma(*crf), rtol=1e-12)
+    np.testing.assert_array_equal(gpu.viterbi(*crf), inference.viterbi(*crf))
+
+
+def test_device_and_float32_inputs_give_the_same_results():
+    unary, lengths, transitions, start, end = make_crf(5, [3, 2], 3)
+    host = gpu.forward_backward(unary, lengths, transitions, start, end)
+    on_device = gpu.forward_backward(cuda.to_device(unary), lengths, transitions, start, end)
+    np.testing.assert_array_equal(host[0], on_device[0])
+    single = gpu.forward_backward(unary.astype(np.float32), lengths, transitions, start, end)
+    cpu = inference.forward_backward(unary.astype(np.float32), lengths, transitions, start, end)
+    np.testing.assert_allclose(single[0], cpu[0], rtol=1e-12)
+
+
+def _problem(seed, k=3, lengths=(3, 1, 4, 2)):
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray(lengths)
+    n = int(lengths.sum())
+    margins = rng.normal(scale=1.5, size=(n, k))
+    labels = rng.integers(0, k, size=n)
+    return margins, SequenceBatch.build(labels, lengths, k, rng.uniform(0.5, 2.0, len(lengths)))
+
+
+@pytest.mark.parametrize("case", ["free", "forbidden", "log space", "wide"])
+def test_expected_counts_and_curvature_match_the_cpu(case):
+    """"wide": more labels than one tile of the transition-count product."""
+    k = 2 * gpu.kern.TILE + 1 if case == "wide" else 3
+    margins, batch = _problem(0, k)
+    crf = (make_forbidding_crf if case in ("forbidden", "log space") else make_crf)(1, [1], k)
+    if case == "log space":  # a tie sequence (see test_inference) among ordinary ones
+        tie = _forbidding_extreme("tie", 1e4)
+        margins = np.vstack((margins, np.c_[tie[0], np.zeros(2)]))
+        batch = SequenceBatch.build(np.r_[batch.labels, 0, 1], np.r_[batch.lengths, 2], 3,
+                                    np.r_[batch.seq_weight, 1.5])
+        crf[2][:2, :2] = tie[2]
+    params = TransitionParams(*crf[2:])
+    cpu = TransitionProblem(margins, batch.offsets, batch.seq_weight, batch.counts, 1.0)
+    structure = gpu.DeviceStructure(batch.offsets, batch.seq_weight)
+    dev = transitions_gpu.DeviceTransitionProblem(gpu.device_unary(margins), structure, batch.counts, 1.0)
+    for curvature in (False, True):
+        want = cpu.expected_counts(cpu.posterior(params), curvature)
+        got = dev.expected_counts(dev.posterior(params), curvature)
+        for w, g in zip(want, got):
+            if w is None:
+                assert g is None
+            else:
+                np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dev.posterior(params).log_z, cpu.posterior(params).log_z,
+                               rtol=1e-12)
+    assert (dev.posterior(params).log_space is not None) == (case == "log space")
+
+
+@pytest.mark.parametrize(
+    "mode, gamma, solver",
+    [
+        ("gbcrf", "mixing", "lbfgs"),
+        ("gbcrf", "length", "newton"),
+        ("gbcrf", 3.0, "lbfgs"),
+        ("treecrf", "mixing", "newton"),
+        ("logitboost", "mixing", "lbfgs"),
+        ("gbcrf", "mixing", "constrained"),
+    ],
+)
+def test_objective_round_matches_the_cpu(mode, gamma, solver):
+    margins, batch = _problem(2)
+    kwargs = dict(mode=mode, gamma=gamma, transitions=solver, transition_iter=2)
+    if solver == "constrained":  # the move 2 -> 1 forbidden; labels made to obey it
+        allowed = np.ones((3, 3), dtype=bool)
+        allowed[2, 1] = False
+        labels = batch.labels.copy()
+        for t in range(1, labels.size):
+            if labels[t - 1] == 2 and labels[t] == 1 and t not in batch.offsets:
+                labels[t] = 2
+        batch = SequenceBatch.build(labels, batch.lengths, 3, batch.seq_weight)
+        kwargs.update(transitions="newton", allowed_transitions=allowed)
+    cpu, dev = CRFObjective(3, **kwargs), objectives_gpu.DeviceCRFObjective(3, **kwargs)
+    for step in range(2):
+        want = cpu.grad_hess(margins + step, batch)
+        got = dev.grad_hess(margins + step, batch)
+        np.testing.assert_allclose(dev.params.to_vector(), cpu.params.to_vector(), rtol=1e-6,
+                                   atol=1e-8)
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g.copy_to_host(), w, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(dev.sequence_nll(margins, batch), cpu.sequence_nll(margins, batch),
+                               rtol=1e-10)
+    np.testing.assert_array_equal(dev.decode(margins, batch), cpu.decode(margins, batch))
+
+
+def test_objective_errors():
+    import structboost as sb
+
+    with pytest.raises(ValueError, match='device must be "cpu" or "cuda"'):
+        sb.crf_objective(3, device="tpu")
+    assert isinstance(sb.crf_objective(3, device="cuda:0").crf, objectives_gpu.DeviceCRFObjective)
+    with pytest.raises(ValueError, match="CPU only"):
+        objectives_gpu.DeviceCRFObjective(3, transitions="majorize")
+    margins, batch = _problem(3)
+    dev = objectives_gpu.DeviceCRFObjective(3)
+    margins[1, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN or inf"):
+        dev.grad_hess(margins, batch)
+    with pytest.raises(ValueError, match=r"shape \(rows, 3\)"):
+        dev.grad_hess(np.zeros((batch.offsets[-1], 2)), batch)
+
+
+@pytest.mark.skipif(SIMULATOR, reason="XGBoost reads device gradients through "
+                    "__cuda_array_interface__, which simulator arrays lack: needs a GPU")
+def test_xgboost_and_the_estimator_train_with_device_gradients():
+    import xgboost as xgb
+
+    import structboost as sb
+
+    margins, batch = _problem(4, lengths=[5] * 40)
+    X = margins + np.random.default_rng(0).normal(size=margins.shape)
+    dtrain = xgb.DMatrix(X, label=batch.labels, group=batch.lengths)
+    results = {}
+    for device in ("cpu", "cuda"):
+        obj = sb.crf_objective(3, device=device)
+        booster = xgb.train(sb.xgb_params(3, device="cuda", max_depth=3), dtrain, 5, obj=obj,
+                            callbacks=[obj.callback()])
+        results[device] = sb.predict_marginals(booster, dtrain)
+    np.testing.assert_allclose(results["cuda"], results["cpu"], atol=1e-4)
+    clf = sb.XGBCRFClassifier(n_estimators=5, max_depth=3, device="cuda")
+    clf.fit(X, batch.labels, lengths=batch.lengths)
+    np.testing.assert_allclose(clf.predict_marginals(X, lengths=batch.lengths), results["cuda"],
+                               atol=1e-4)
