@@ -13,6 +13,7 @@ import numpy as np
 from . import _chain
 from .constraints import resolve as resolve_constraints
 from .inference import path_scores, posterior
+from .objective import DIVERGED, check_margin_values
 from .sequences import check_labels, offsets_from_lengths, resolve_lengths
 
 DECODINGS = ("viterbi", "marginal")
@@ -101,6 +102,18 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
                 f"{margins.shape}: give one score per row and label."
             )
         margins += base
+    check_margin_values(
+        margins,
+        "the booster's margin" if base_margin is None else "the margin (booster + base_margin)",
+        "the model cannot score it (" + DIVERGED + ")"
+        + ("" if base_margin is None else ", or base_margin holds it"),
+    )
+    for name in ("transitions", "start", "end"):
+        scores = getattr(params, name)
+        if np.isnan(scores).any() or np.isposinf(scores).any():
+            raise ValueError(
+                f"the booster's CRF {name} scores hold NaN or +inf: {DIVERGED}."
+            )
     return margins, offsets_from_lengths(lengths), params, labels
 
 
