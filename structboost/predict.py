@@ -88,6 +88,8 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
             "structboost.lgb_crf_objective."
         )
     margins, lengths, params, num_labels, labels = inputs
+    if len(margins) == 0:
+        raise ValueError("the data has no rows: there is nothing to predict.")
     margins = np.ascontiguousarray(np.asarray(margins).reshape(len(margins), -1), dtype=np.float64)
     if margins.shape[1] != num_labels:
         raise ValueError(

@@ -178,7 +178,7 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         unseen = classes[codes] != y
         if unseen.any():
             raise ValueError(
-                f"y contains labels not seen in fit, e.g. {y[np.flatnonzero(unseen)[0]]!r}; "
+                f"y contains labels not seen in fit, e.g. {y[np.flatnonzero(unseen)[0]].tolist()!r}; "
                 f"known labels: {classes.tolist()}."
             )
         return codes
@@ -257,6 +257,12 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         """
         X, lengths = self._check_X(X, groups, lengths, reset=True)
         y = column_or_1d(y, warn=True)
+        missing = pd.isna(y)
+        if missing.any():
+            raise ValueError(
+                f"y has a missing label ({y[missing][0]!r}) at row {int(np.flatnonzero(missing)[0])}"
+                f" ({int(missing.sum())} in all): drop those rows or give them a label."
+            )
         check_classification_targets(y)
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"y has {y.shape[0]} labels but X has {X.shape[0]} rows.")

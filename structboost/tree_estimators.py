@@ -94,7 +94,7 @@ class TreeCRFClassifier(ClassifierMixin, BaseEstimator):
         unknown = self.classes_[codes] != y
         if unknown.any():
             raise ValueError(
-                f"label {y[np.flatnonzero(unknown)[0]]!r} was not seen in fit; "
+                f"label {y[np.flatnonzero(unknown)[0]].tolist()!r} was not seen in fit; "
                 f"known labels: {self.classes_.tolist()}."
             )
         return codes
