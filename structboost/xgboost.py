@@ -187,6 +187,9 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         """Start from the transitions stored on the booster being trained further."""
         obj = self.objective
         key, param_type = obj.state_key, obj.param_type
+        # Training continues from every round, so does prediction: an earlier
+        # run's early-stopping mark would hide the new rounds.
+        model.set_attr(best_iteration=None, best_score=None)
         num_labels, mode, params = load_state(model, key, param_type)
         if (num_labels, mode) != (obj.num_labels, obj.crf.mode):
             raise ValueError(
