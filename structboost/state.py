@@ -75,7 +75,10 @@ def _field(state, name, shape):
     """Field ``name`` as a float64 array of ``shape`` (``None``: any size >= 1)."""
     if name not in state:
         raise _corrupt(f"it has no {name!r} field")
-    arr = np.array(state[name])
+    try:
+        arr = np.array(state[name])
+    except ValueError:  # ragged nesting
+        arr = np.array(None)
     if arr.dtype.kind not in "iuf":
         raise _corrupt(f"{name!r} must be a rectangular array of numbers; got {state[name]!r:.80}")
     sizes_ok = all(a >= 1 if n is None else a == n for a, n in zip(arr.shape, shape))
