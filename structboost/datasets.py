@@ -490,7 +490,9 @@ def read_conll(
     try:
         text = raw.decode(encoding)
     except LookupError:
-        raise ValueError(f"unknown text encoding {encoding!r}; e.g. 'utf-8' or 'latin-1'.") from None
+        raise ValueError(
+            f"unknown text encoding {encoding!r}; e.g. 'utf-8' or 'latin-1'."
+        ) from None
     except UnicodeDecodeError as err:
         bad_line = raw[: err.start].count(b"\n") + 1
         raise ValueError(

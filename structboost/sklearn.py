@@ -177,8 +177,9 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         codes = np.minimum(np.searchsorted(classes, y), len(classes) - 1)
         unseen = classes[codes] != y
         if unseen.any():
+            example = y[np.flatnonzero(unseen)[0]].tolist()
             raise ValueError(
-                f"y contains labels not seen in fit, e.g. {y[np.flatnonzero(unseen)[0]].tolist()!r}; "
+                f"y contains labels not seen in fit, e.g. {example!r}; "
                 f"known labels: {classes.tolist()}."
             )
         return codes
@@ -259,9 +260,10 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         y = column_or_1d(y, warn=True)
         missing = pd.isna(y)
         if missing.any():
+            row = int(np.flatnonzero(missing)[0])
             raise ValueError(
-                f"y has a missing label ({y[missing][0]!r}) at row {int(np.flatnonzero(missing)[0])}"
-                f" ({int(missing.sum())} in all): drop those rows or give them a label."
+                f"y has a missing label ({y[row]!r}) at row {row} ({int(missing.sum())} in "
+                "all): drop those rows or give them a label."
             )
         check_classification_targets(y)
         if y.shape[0] != X.shape[0]:
@@ -484,7 +486,9 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
         allowed = params.get("allowed_transitions")
         if isinstance(allowed, dict):
             if set(allowed) != {"transitions", "start", "end"}:
-                raise ValueError(f"{where} is damaged: allowed_transitions has keys {sorted(allowed)}.")
+                raise ValueError(
+                    f"{where} is damaged: allowed_transitions has keys {sorted(allowed)}."
+                )
             params["allowed_transitions"] = from_masks(**allowed)
         return params
 
@@ -685,7 +689,9 @@ class XGBCRFClassifier(_CRFClassifier):
             booster.load_model(bytearray(model.encode("utf-8")))
         except xgb.core.XGBoostError as err:
             message = str(err).splitlines()[0]
-            raise ValueError(f"{where}: XGBoost cannot read the model it holds ({message}).") from None
+            raise ValueError(
+                f"{where}: XGBoost cannot read the model it holds ({message})."
+            ) from None
         return booster
 
     def _gain_importance(self):

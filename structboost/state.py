@@ -236,7 +236,9 @@ class TransitionHistory(Mapping):
         """A one-entry history holding a saved state as round ``n_rounds - 1``."""
         num_labels, mode, params, rounds = parse_state(state, param_type)
         if rounds is not None and rounds != n_rounds:
-            raise _corrupt(f"its transitions belong to {rounds} rounds but the model has {n_rounds}")
+            raise _corrupt(
+                f"its transitions belong to {rounds} rounds but the model has {n_rounds}"
+            )
         history = cls(num_labels, mode)
         history.record(int(n_rounds) - 1, params)
         return history

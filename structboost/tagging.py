@@ -229,7 +229,8 @@ def load_tagger(path):
     classifier_doc = field(doc, "classifier", dict, where)
     cls = _CLASSIFIERS.get(classifier_doc.get("estimator"))
     if cls is None:
-        raise ValueError(f"{where} is damaged: unknown classifier {classifier_doc.get('estimator')!r}.")
+        name = classifier_doc.get("estimator")
+        raise ValueError(f"{where} is damaged: unknown classifier {name!r}.")
     classifier = cls().from_document(classifier_doc, where)
     if classifier.n_features_in_ != features.n_features_out_:
         raise ValueError(

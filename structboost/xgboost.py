@@ -73,7 +73,7 @@ def dmatrix_lengths(dmat):
 
 
 def save_state(booster, objective, params, key=STATE_KEY, rounds=None):
-    """Store the CRF description and ``params`` (of a ``rounds``-round model) as attribute ``key``."""
+    """Store the CRF description and ``params`` of a ``rounds``-round model as attribute ``key``."""
     state = state_dict(objective.num_labels, objective.mode, params, rounds)
     booster.set_attr(**{key: json.dumps(state)})
 

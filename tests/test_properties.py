@@ -193,7 +193,8 @@ JSON_LEAVES = st.one_of(
 )
 JSON_VALUES = st.recursive(
     JSON_LEAVES,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=3), inner, max_size=3),
     max_leaves=12,
 )
 FIELDS = ["version", "num_labels", "mode", "transitions", "start", "end", "rounds"]

@@ -77,7 +77,9 @@ def test_estimator_save_model_load_model_round_trip(estimators, hmm, tmp_path, k
     X, _, lengths, _ = hmm
     est.save_model(tmp_path / "m.json")
     loaded = cls().load_model(tmp_path / "m.json")
-    np.testing.assert_array_equal(loaded.predict(X, lengths=lengths), est.predict(X, lengths=lengths))
+    np.testing.assert_array_equal(
+        loaded.predict(X, lengths=lengths), est.predict(X, lengths=lengths)
+    )
     np.testing.assert_allclose(
         loaded.predict_marginals(X, lengths=lengths), est.predict_marginals(X, lengths=lengths)
     )
@@ -177,7 +179,7 @@ def _good_state(k=3):
 TAMPERED = {
     "start of length 50": ({"start": [0.0] * 50}, r"'start' has shape \(50,\)"),
     "start of length 1": ({"start": [0.0]}, r"'start' has shape \(1,\)"),
-    "ragged transitions": ({"transitions": [[0.0, 0.0, 0.0], [0.0], [0.0, 0.0, 0.0]]}, "rectangular"),
+    "ragged transitions": ({"transitions": [[0.0] * 3, [0.0], [0.0] * 3]}, "rectangular"),
     "empty end": ({"end": []}, r"'end' has shape \(0,\)"),
     "missing end": ({"end": None}, "no 'end' field"),
     "non-numeric start": ({"start": ["a", "b", "c"]}, "array of numbers"),
