@@ -121,12 +121,12 @@ def _plot_curves(curves, path):
     plt.close(fig)
 
 
-def _read(path, columns):
+def _read(path, columns, encoding):
     from .datasets import read_conll
 
     if not Path(path).is_file():
         raise ValueError(f"{path}: no such file.")
-    frame = read_conll(path, columns=columns, line_numbers=True)
+    frame = read_conll(path, columns=columns, encoding=encoding, line_numbers=True)
     if frame.empty:
         raise ValueError(f"{path} holds no tokens: is it a CoNLL column file?")
     return frame
@@ -161,11 +161,11 @@ def train(args):
     from .tagging import ChunkTagger
 
     columns = _columns(args.columns)
-    frame = _read(args.train, columns)
+    frame = _read(args.train, columns, args.encoding)
     _check_tags(frame, args.train, columns, args.scheme)
     dev = None
     if args.dev:
-        dev = _read(args.dev, columns)
+        dev = _read(args.dev, columns, args.encoding)
         _check_tags(dev, args.dev, columns, args.scheme)
     extra = tuple(c for c in columns if c not in ("token", "tag"))
     engine = {"xgboost": XGBCRFClassifier, "lightgbm": LGBMCRFClassifier}[args.engine]
@@ -216,7 +216,7 @@ def predict(args):
     """Tag a token file; write it back with the predicted tags as the last column."""
     tagger = _load(args)
     columns = _columns(args.columns, need_tag=False)
-    frame = _read(args.input, columns)
+    frame = _read(args.input, columns, args.encoding)
     frame["predicted"] = tagger.predict(frame)
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     try:
@@ -242,7 +242,7 @@ def evaluate(args):
 
     columns = _columns(args.columns)
     if args.predictions:
-        frame = _read(args.predictions, [*columns, "predicted"])
+        frame = _read(args.predictions, [*columns, "predicted"], args.encoding)
         _check_tags(frame, args.predictions, columns, args.scheme)
         lengths = np.bincount(frame["sentence"].to_numpy())
         pred = frame["predicted"].to_numpy().astype(str)
@@ -250,7 +250,7 @@ def evaluate(args):
         if not (args.model and args.input):
             raise ValueError("evaluate needs --predictions F, or --model M with --input F.")
         tagger = _load(args)
-        frame = _read(args.input, columns)
+        frame = _read(args.input, columns, args.encoding)
         _check_tags(frame, args.input, columns, tagger.scheme)
         lengths = np.bincount(frame["sentence"].to_numpy())
         pred = tagger.predict(frame)
@@ -279,6 +279,12 @@ def _add_file_options(p):
         help="names of the columns of every token line, comma separated; must include token "
         "and tag (default: CoNLL-2003)",
     )
+    p.add_argument(
+        "--encoding",
+        default="utf-8",
+        help="text encoding of the token files (default utf-8; a byte-order mark is skipped; "
+        "German CoNLL-2003: latin-1)",
+    )
 
 
 def build_parser():
@@ -304,7 +310,7 @@ def build_parser():
     _add_file_options(t)
     t.add_argument("--train", required=True, help="training token file")
     t.add_argument("--dev", help="development token file (early stopping and a report)")
-    t.add_argument("--model", required=True, help="where to write the model")
+    t.add_argument("--model", required=True, help="where to write the model (JSON)")
     t.add_argument("--scheme", default="iob1", help="tag scheme of the files: iob1, iob2, bioes")
     t.add_argument("--model-scheme", default="iob2", help="tag scheme the model learns")
     t.add_argument(

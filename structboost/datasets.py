@@ -444,7 +444,8 @@ def read_conll(
 
     One token per line, fields separated by whitespace; a blank line ends a
     sentence. ``-DOCSTART-`` lines (document boundaries) are skipped and also
-    end a sentence. Leading and trailing whitespace is ignored.
+    end a sentence. Leading and trailing whitespace is ignored, and so is a
+    byte-order mark at the start of the file.
 
     Parameters
     ----------
@@ -453,7 +454,9 @@ def read_conll(
         Names of the fields of every token line, in order. CoNLL-2003 English:
         ``("token", "pos", "chunk", "tag")``; CoNLL-2000: three columns.
     encoding : str
-        Text encoding (the German CoNLL-2003 files are ``"latin-1"``).
+        Text encoding (the German CoNLL-2003 files are ``"latin-1"``); a
+        file that is not valid in it raises a ``ValueError`` naming the
+        file and line.
     line_numbers : bool
         Add a ``line`` column: the 1-based line of every token in the file,
         for error messages that point into it.
@@ -483,23 +486,36 @@ def read_conll(
     lines = []
     sentence = 0
     in_sentence = False
-    with open(path, encoding=encoding) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            fields = line.split()
-            if not fields or fields[0] == "-DOCSTART-":
-                sentence += in_sentence
-                in_sentence = False
-                continue
-            if len(fields) != len(columns):
-                raise ValueError(
-                    f"{path}, line {lineno}: expected {len(columns)} columns {columns} but "
-                    f"found {len(fields)}: {line.rstrip()!r}. Pass columns= naming every field."
-                )
-            for values, field in zip(fields_by_column, fields):
-                values.append(field)
-            sentence_ids.append(sentence)
-            lines.append(lineno)
-            in_sentence = True
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode(encoding)
+    except LookupError:
+        raise ValueError(
+            f"unknown text encoding {encoding!r}; e.g. 'utf-8' or 'latin-1'."
+        ) from None
+    except UnicodeDecodeError as err:
+        bad_line = raw[: err.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}, line {bad_line}: not {encoding} text "
+            f"({err.reason}, byte {raw[err.start:err.start + 1]!r}). Pass the file's encoding "
+            "(encoding='latin-1', or --encoding latin-1 on the command line)."
+        ) from None
+    for lineno, line in enumerate(text.removeprefix("\ufeff").split("\n"), start=1):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            sentence += in_sentence
+            in_sentence = False
+            continue
+        if len(fields) != len(columns):
+            raise ValueError(
+                f"{path}, line {lineno}: expected {len(columns)} columns {columns} but "
+                f"found {len(fields)}: {line.rstrip()!r}. Pass columns= naming every field."
+            )
+        for values, field in zip(fields_by_column, fields):
+            values.append(field)
+        sentence_ids.append(sentence)
+        lines.append(lineno)
+        in_sentence = True
     data = {"sentence": np.array(sentence_ids, dtype=np.int64)}
     for name, values in zip(columns, fields_by_column):
         data[name] = np.array(values, dtype=object)

@@ -95,7 +95,7 @@ def lengths_from_groups(groups):
     firsts = ids[starts]
     if len(np.unique(firsts)) != len(firsts):
         values, counts = np.unique(firsts, return_counts=True)
-        dup = values[counts > 1][0]
+        dup = values[counts > 1][0].tolist()  # a Python value: its repr is the id
         raise ValueError(
             f"sequence id {dup!r} appears in more than one run of rows: the rows of a "
             "sequence must be contiguous. Sort the rows by sequence (keeping the order "
@@ -114,7 +114,8 @@ def resolve_lengths(n_rows, *, groups=None, lengths=None):
             "lengths (rows per sequence)."
         )
     if groups is not None:
-        if len(groups) != n_rows:
+        groups = np.asarray(groups)
+        if groups.ndim != 1 or len(groups) != n_rows:
             raise ValueError(f"groups has {len(groups)} entries but X has {n_rows} rows.")
         lengths = lengths_from_groups(groups)
     return check_lengths(lengths, n_rows)

@@ -10,9 +10,13 @@ chunk boundaries are labels the CRF sees), trains a CRF classifier
 (:class:`structboost.XGBCRFClassifier` by default) whose decoding is
 constrained to well-formed tag sequences of that scheme, and writes
 predictions back in the file's scheme.
-"""
 
-import pickle
+:meth:`ChunkTagger.save` writes one JSON file (see
+:mod:`structboost.model_io`): the tagger's settings, the feature vocabulary
+and the classifier's model file content; :func:`load_tagger` reads it
+without running any code. Taggers pickled by structboost before 0.2 are
+refused with a message asking to retrain.
+"""
 
 import numpy as np
 from sklearn.base import BaseEstimator, clone
@@ -21,12 +25,16 @@ from .text.tags import check_scheme
 from .datasets import convert_tags
 from .text.lexical import TokenFeatures
 from .metrics import span_prf, span_report
-from .estimators.chain import XGBCRFClassifier
+from .engines.model_io import field, read_document, write_document
+from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
 
 __all__ = ["ChunkTagger", "load_tagger"]
 
 _FILE_FORMAT = "structboost-chunk-tagger"
-_FILE_VERSION = 1
+_FILE_VERSION = 2
+_FILE_HINT = "train one with `structboost train --format conll`"
+_CLASSIFIERS = {cls.__name__: cls for cls in (XGBCRFClassifier, LGBMCRFClassifier)}
+_SETTINGS = ("scheme", "model_scheme", "constrained", "tag_column")
 
 
 class ChunkTagger(BaseEstimator):
@@ -175,32 +183,62 @@ class ChunkTagger(BaseEstimator):
         return scorer(truth, pred, lengths, scheme=self.scheme)
 
     def save(self, path):
-        """Write the fitted tagger to ``path`` (a pickle; load with :func:`load_tagger`)."""
-        with open(path, "wb") as handle:
-            pickle.dump({"format": _FILE_FORMAT, "version": _FILE_VERSION, "tagger": self}, handle)
+        """Write the fitted tagger to ``path`` as JSON (load with :func:`load_tagger`).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        """
+        if not isinstance(self.features_, TokenFeatures):
+            raise ValueError(
+                f"a tagger with {type(self.features_).__name__} features cannot be written as "
+                "JSON: pickle or joblib it instead (and load only files you trust)."
+            )
+        body = {
+            "settings": {name: getattr(self, name) for name in _SETTINGS},
+            "features": self.features_.to_document(),
+            "classifier": self.classifier_.to_document(),
+        }
+        write_document(path, _FILE_FORMAT, _FILE_VERSION, body)
 
 
 def load_tagger(path):
     """Read a tagger written by :meth:`ChunkTagger.save`.
 
-    Pickles run code when loaded: only load files you trust.
+    The file is JSON, validated field by field; loading runs no code.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    ChunkTagger
+        Fitted; its ``features`` and ``classifier`` parameters are unfitted
+        copies of the fitted ones.
     """
-    with open(path, "rb") as handle:
-        try:
-            data = pickle.load(handle)
-        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as err:
-            raise ValueError(
-                f"{path} is not a structboost tagger file ({err}); train one with "
-                "`structboost train --format conll`."
-            ) from err
-    if not isinstance(data, dict) or data.get("format") != _FILE_FORMAT:
+    where = str(path)
+    doc = read_document(path, _FILE_FORMAT, _FILE_VERSION, _FILE_HINT)
+    settings = field(doc, "settings", dict, where)
+    if set(settings) != set(_SETTINGS):
+        raise ValueError(f"{where} is damaged: 'settings' must hold {list(_SETTINGS)}.")
+    tagger = ChunkTagger(**settings)
+    check_scheme(tagger.scheme)
+    check_scheme(tagger.model_scheme, "model_scheme")
+    features = TokenFeatures.from_document(field(doc, "features", dict, where), where)
+    classifier_doc = field(doc, "classifier", dict, where)
+    cls = _CLASSIFIERS.get(classifier_doc.get("estimator"))
+    if cls is None:
+        name = classifier_doc.get("estimator")
+        raise ValueError(f"{where} is damaged: unknown classifier {name!r}.")
+    classifier = cls().from_document(classifier_doc, where)
+    if classifier.n_features_in_ != features.n_features_out_:
         raise ValueError(
-            f"{path} is not a structboost tagger file; train one with "
-            "`structboost train --format conll`."
+            f"{where} is damaged: the classifier reads {classifier.n_features_in_} features "
+            f"but the vocabulary makes {features.n_features_out_}."
         )
-    if data.get("version") != _FILE_VERSION:
-        raise ValueError(
-            f"{path} was written by tagger file version {data.get('version')}; this "
-            f"structboost reads version {_FILE_VERSION}. Retrain the model."
-        )
-    return data["tagger"]
+    tagger.set_params(features=clone(features), classifier=clone(classifier))
+    tagger.features_ = features
+    tagger.classifier_ = classifier
+    tagger.classes_ = classifier.classes_
+    return tagger

@@ -66,19 +66,19 @@ def test_tagger_learns_spans_and_writes_input_scheme(files, tmp_path):
     assert table.loc["overall", "f1"] == pytest.approx(
         span_prf(dev["tag"].to_numpy().astype(str), pred, lengths, "iob1").loc["overall", "f1"]
     )
-    tagger.save(tmp_path / "m.pkl")
-    np.testing.assert_array_equal(load_tagger(tmp_path / "m.pkl").predict(dev), pred)
+    tagger.save(tmp_path / "m.json")
+    np.testing.assert_array_equal(load_tagger(tmp_path / "m.json").predict(dev), pred)
 
 
 def test_load_tagger_rejects_other_files(tmp_path):
     path = tmp_path / "x.pkl"
     path.write_bytes(b"not a pickle")
-    with pytest.raises(ValueError, match="not a structboost tagger file"):
+    with pytest.raises(ValueError, match="not a structboost model file"):
         load_tagger(path)
 
 
 def test_cli_train_predict_evaluate(files, tmp_path, capsys):
-    model, out = tmp_path / "model.pkl", tmp_path / "pred.txt"
+    model, out = tmp_path / "model.json", tmp_path / "pred.txt"
     common = ["--rounds", "10", "--max-depth", "3", "--threads", "1", "--verbose", "5"]
     assert main(["train", "--format", "conll", "--train", str(files[0]), "--dev",
                  str(files[1]), "--model", str(model), *common]) == 0
@@ -104,14 +104,14 @@ def test_cli_names_line_and_column_of_bad_input(files, tmp_path, capsys):
     text[4] = text[4].rsplit(" ", 1)[0] + " X-PER"
     bad.write_text("\n".join(text) + "\n")
     with pytest.raises(SystemExit) as exc:
-        main(["train", "--train", str(bad), "--model", str(tmp_path / "m.pkl")])
+        main(["train", "--train", str(bad), "--model", str(tmp_path / "m.json")])
     assert exc.value.code == 2
     assert "line 5, column 4: tag 'X-PER'" in capsys.readouterr().err
     text[4] = "only two"
     bad.write_text("\n".join(text) + "\n")
     with pytest.raises(SystemExit):
-        main(["train", "--train", str(bad), "--model", str(tmp_path / "m.pkl")])
+        main(["train", "--train", str(bad), "--model", str(tmp_path / "m.json")])
     assert "line 5: expected 4 columns" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["predict", "--model", str(tmp_path / "none.pkl"), "--input", str(files[1])])
+        main(["predict", "--model", str(tmp_path / "none.json"), "--input", str(files[1])])
     assert "no such model file" in capsys.readouterr().err

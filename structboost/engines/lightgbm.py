@@ -111,6 +111,45 @@ def booster_margins(booster, data):
     return booster.predict(data, raw_score=True, num_iteration=kept_rounds(booster))
 
 
+def booster_document(booster):
+    """``{"lgb_model": model text, "structboost_crf": state}`` of the rounds the booster keeps."""
+    num_labels, mode, params = load_state(booster)
+    n_rounds = kept_rounds(booster)
+    return {
+        MODEL_KEY: booster.model_to_string(num_iteration=n_rounds),
+        STATE_KEY: state_dict(num_labels, mode, params, n_rounds),
+    }
+
+
+def booster_from_document(doc, where):
+    """Inverse of :func:`booster_document`: the booster with its validated transitions.
+
+    Parameters
+    ----------
+    doc : dict
+    where : str
+        The file, for the messages.
+    """
+    if not isinstance(doc, dict) or not isinstance(doc.get(MODEL_KEY), str) or STATE_KEY not in doc:
+        raise ValueError(
+            f"{where} is not a file written by structboost.save_lgb_model (a JSON object with "
+            f"{MODEL_KEY!r} and {STATE_KEY!r}); a plain LightGBM model file holds no "
+            "transitions."
+        )
+    try:
+        booster = lgb.Booster(model_str=doc[MODEL_KEY])
+    except lgb.basic.LightGBMError as err:
+        raise ValueError(f"{where}: LightGBM cannot read the model it holds ({err}).") from None
+    history = TransitionHistory.from_state(doc[STATE_KEY], booster.current_iteration())
+    if history.num_labels != booster.num_model_per_iteration():
+        raise ValueError(
+            f"{where} is corrupt: the CRF has {history.num_labels} labels but the model "
+            f"grows {booster.num_model_per_iteration()} trees per round."
+        )
+    setattr(booster, STATE_KEY, history)
+    return booster
+
+
 def save_lgb_model(booster, path):
     """Save a LightGBM booster together with its CRF transitions.
 
@@ -124,13 +163,7 @@ def save_lgb_model(booster, path):
         Trained with :func:`lgb_crf_objective` and its callback (or loaded).
     path : str or os.PathLike
     """
-    num_labels, mode, params = load_state(booster)
-    n_rounds = kept_rounds(booster)
-    doc = {
-        MODEL_KEY: booster.model_to_string(num_iteration=n_rounds),
-        STATE_KEY: state_dict(num_labels, mode, params),
-    }
-    Path(path).write_text(json.dumps(doc), encoding="utf-8")
+    Path(path).write_text(json.dumps(booster_document(booster)), encoding="utf-8")
 
 
 def load_lgb_model(path):
@@ -142,26 +175,11 @@ def load_lgb_model(path):
         With its transitions attached: :func:`structboost.engines.predict` and the
         other predict functions accept it.
     """
-    text = Path(path).read_text(encoding="utf-8")
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
+        doc = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
         doc = None
-    if not isinstance(doc, dict) or MODEL_KEY not in doc or STATE_KEY not in doc:
-        raise ValueError(
-            f"{path} is not a file written by structboost.save_lgb_model (a JSON object with "
-            f"{MODEL_KEY!r} and {STATE_KEY!r}); a plain LightGBM model file holds no "
-            "transitions."
-        )
-    booster = lgb.Booster(model_str=doc[MODEL_KEY])
-    history = TransitionHistory.from_state(doc[STATE_KEY], booster.current_iteration())
-    if history.num_labels != booster.num_model_per_iteration():
-        raise ValueError(
-            f"{path} is corrupt: the CRF has {history.num_labels} labels but the model "
-            f"grows {booster.num_model_per_iteration()} trees per round."
-        )
-    setattr(booster, STATE_KEY, history)
-    return booster
+    return booster_from_document(doc, path)
 
 
 class LGBTransitionRecorder:

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from ..inference.chain import map_labels, path_scores, posterior
+from ..objectives.base import DIVERGED, check_margin_values
 from ..objectives.constraints import resolve as resolve_constraints
 from ..sequences import check_labels, offsets_from_lengths, resolve_lengths
 
@@ -86,6 +87,8 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
             "structboost.lgb_crf_objective."
         )
     margins, lengths, params, num_labels, labels = inputs
+    if len(margins) == 0:
+        raise ValueError("the data has no rows: there is nothing to predict.")
     margins = np.ascontiguousarray(np.asarray(margins).reshape(len(margins), -1), dtype=np.float64)
     if margins.shape[1] != num_labels:
         raise ValueError(
@@ -100,6 +103,18 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
                 f"{margins.shape}: give one score per row and label."
             )
         margins += base
+    check_margin_values(
+        margins,
+        "the booster's margin" if base_margin is None else "the margin (booster + base_margin)",
+        "the model cannot score it (" + DIVERGED + ")"
+        + ("" if base_margin is None else ", or base_margin holds it"),
+    )
+    for name in ("transitions", "start", "end"):
+        scores = getattr(params, name)
+        if np.isnan(scores).any() or np.isposinf(scores).any():
+            raise ValueError(
+                f"the booster's CRF {name} scores hold NaN or +inf: {DIVERGED}."
+            )
     return margins, offsets_from_lengths(lengths), params, labels
 
 

@@ -8,18 +8,26 @@ adapters keep the parameters of every round in a :class:`TransitionHistory`
 and pick the ones that belong to the rounds the model keeps.
 
 The state itself is a JSON-ready dict (:func:`state_dict`), stored as a
-booster attribute by XGBoost and in a wrapper file for LightGBM.
+booster attribute by XGBoost and in a wrapper file for LightGBM. Every
+stored state is read back through :func:`parse_state`, which checks it
+completely (known version and mode, field types and shapes, values finite
+or ``-inf``) before any array reaches a numba kernel, so a damaged or
+crafted model file gives a ``ValueError``, never a crash.
 """
 
 from collections.abc import Mapping
+from numbers import Integral
 
+import numpy as np
+
+from ..objectives.params import MODES
 from ..transitions.chain import TransitionParams
 
 STATE_KEY = "structboost_crf"
 STATE_VERSION = 1
 
 
-def state_dict(num_labels, mode, params):
+def state_dict(num_labels, mode, params, rounds=None):
     """JSON-ready description of a trained CRF.
 
     Parameters
@@ -28,49 +36,149 @@ def state_dict(num_labels, mode, params):
     mode : str
     params : TransitionParams or TreeTransitionParams
         Anything with ``to_dict()``.
+    rounds : int, optional
+        Number of boosting rounds of the model these parameters belong to.
 
     Returns
     -------
     dict
-        ``version``, ``num_labels``, ``mode``, ``transitions``, ``start``, ``end``.
+        ``version``, ``num_labels``, ``mode``, the parameter fields
+        (``transitions``, ``start``, ``end`` for chains) and ``rounds`` when
+        given.
     """
-    return {
+    state = {
         "version": STATE_VERSION,
         "num_labels": int(num_labels),
         "mode": mode,
         **params.to_dict(),
     }
+    if rounds is not None:
+        state["rounds"] = int(rounds)
+    return state
 
 
-def parse_state(state, param_type=TransitionParams):
-    """Inverse of :func:`state_dict`.
+def _corrupt(problem):
+    return ValueError(
+        f"the model's CRF state is corrupt: {problem}. Use the file structboost saved "
+        "unchanged, or retrain the model."
+    )
+
+
+def _count(value, name, low):
+    """``value`` as an int >= ``low`` (JSON integers only), or a corrupt-state error."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
+        raise _corrupt(f"{name} must be an integer >= {low}; got {value!r}")
+    return int(value)
+
+
+def _field(state, name, shape):
+    """Field ``name`` as a float64 array of ``shape`` (``None``: any size >= 1)."""
+    if name not in state:
+        raise _corrupt(f"it has no {name!r} field")
+    try:
+        arr = np.array(state[name])
+    except ValueError:  # ragged nesting
+        arr = np.array(None)
+    if arr.dtype.kind not in "iuf":
+        raise _corrupt(f"{name!r} must be a rectangular array of numbers; got {state[name]!r:.80}")
+    sizes_ok = all(a >= 1 if n is None else a == n for a, n in zip(arr.shape, shape))
+    if arr.ndim != len(shape) or not sizes_ok:
+        expected = "x".join("T" if n is None else str(n) for n in shape)
+        raise _corrupt(f"{name!r} has shape {arr.shape}; {expected} expected")
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if np.isnan(arr).any() or np.isposinf(arr).any():
+        raise _corrupt(f"{name!r} holds NaN or +inf (only finite scores or -inf are stored)")
+    return arr
+
+
+def _chain_fields(state, k):
+    fields = {
+        "transitions": _field(state, "transitions", (k, k)),
+        "start": _field(state, "start", (k,)),
+        "end": _field(state, "end", (k,)),
+    }
+    for name, arr in fields.items():
+        if not np.isfinite(arr).any():
+            raise _corrupt(f"every {name!r} score is -inf, so no label path is allowed")
+    return fields
+
+
+def _tree_fields(state, k):
+    edges = _field(state, "edge_transitions", (None, k, k))
+    if not np.isfinite(edges).reshape(edges.shape[0], -1).any(axis=1).all():
+        raise _corrupt("an edge type has every 'edge_transitions' score at -inf")
+    return {"edge_transitions": edges}
+
+
+def parse_params(state, num_labels, param_type=TransitionParams):
+    """Validated parameters of ``param_type`` read from the fields of a stored dict.
 
     Parameters
     ----------
-    state : dict
+    state : Mapping
+        Holds the fields of ``param_type.to_dict()``.
+    num_labels : int
     param_type : type
-        The parameter class, with ``from_dict``.
+        :class:`~structboost.transitions.chain.TransitionParams` or
+        :class:`~structboost.transitions.tree.TreeTransitionParams`.
+
+    Returns
+    -------
+    param_type
+    """
+    if not isinstance(state, Mapping):
+        raise _corrupt(f"transition parameters must be a JSON object; got {type(state).__name__}")
+    fields = (_chain_fields if param_type is TransitionParams else _tree_fields)(state, num_labels)
+    return param_type.from_dict(fields)
+
+
+def parse_state(state, param_type=TransitionParams):
+    """Validated inverse of :func:`state_dict`: the one reader of stored CRF state.
+
+    Checks the version, ``num_labels`` (an integer >= 1), ``mode`` (one of
+    :data:`structboost.objectives.chain.MODES`), ``rounds`` (if present), and
+    every parameter field: a rectangular array of numbers of the shape
+    ``num_labels`` implies, with finite scores or ``-inf`` (a forbidden
+    move) and at least one allowed score in each field.
+
+    Parameters
+    ----------
+    state : Mapping
+        As written by :func:`state_dict` (typically parsed from JSON).
+    param_type : type
+        :class:`~structboost.transitions.chain.TransitionParams` or
+        :class:`~structboost.transitions.tree.TreeTransitionParams`.
 
     Returns
     -------
     num_labels : int
     mode : str
     params : param_type
+    rounds : int or None
+        Rounds of the model the parameters belong to (None for states
+        written before it was recorded).
+
+    Raises
+    ------
+    ValueError
+        Naming the first problem found.
     """
+    if not isinstance(state, Mapping):
+        raise _corrupt(f"it must be a JSON object; got {type(state).__name__}")
     version = state.get("version")
-    if version != STATE_VERSION:
+    if isinstance(version, bool) or version != STATE_VERSION:
         raise ValueError(
             f"the model's CRF state has version {version!r}; this structboost reads version "
             f"{STATE_VERSION}. Load it with the structboost release that saved it."
         )
-    params = param_type.from_dict(state)
-    num_labels = int(state["num_labels"])
-    if params.transitions.shape[-2:] != (num_labels, num_labels):
-        raise ValueError(
-            f"the model's CRF state is corrupt: {num_labels} labels but transitions of shape "
-            f"{params.transitions.shape}."
-        )
-    return num_labels, state["mode"], params
+    num_labels = _count(state.get("num_labels"), "num_labels", 1)
+    mode = state.get("mode")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise _corrupt(f"mode must be one of {MODES}; got {mode!r}")
+    rounds = state.get("rounds")
+    if rounds is not None:
+        rounds = _count(rounds, "rounds", 1)
+    return num_labels, mode, parse_params(state, num_labels, param_type), rounds
 
 
 class TransitionHistory(Mapping):
@@ -126,7 +234,11 @@ class TransitionHistory(Mapping):
     @classmethod
     def from_state(cls, state, n_rounds, param_type=TransitionParams):
         """A one-entry history holding a saved state as round ``n_rounds - 1``."""
-        num_labels, mode, params = parse_state(state, param_type)
+        num_labels, mode, params, rounds = parse_state(state, param_type)
+        if rounds is not None and rounds != n_rounds:
+            raise _corrupt(
+                f"its transitions belong to {rounds} rounds but the model has {n_rounds}"
+            )
         history = cls(num_labels, mode)
         history.record(int(n_rounds) - 1, params)
         return history

@@ -5,7 +5,13 @@ the raw margins ``(n, K)`` and the training ``DMatrix``, whose group
 information (``group=`` lengths or sorted ``qid=``) carries the sequence
 boundaries. The transition parameters live on the booster as the JSON
 attribute ``structboost_crf``, so ``save_model``/``load_model`` (JSON and
-UBJ), pickling and slicing keep them.
+UBJ), pickling and slicing keep them. Each state records the number of
+rounds of the model it belongs to, and after training the transitions of
+every round are stored too (attribute ``structboost_crf_history``), so a
+slice ``booster[:r]`` predicts with the transitions of round ``r`` and
+training continued with ``xgb_model=`` and ``callbacks=[obj.callback()]``
+starts from the stored transitions; a booster whose rounds have no
+recorded transitions is refused.
 """
 
 import json
@@ -13,11 +19,11 @@ import json
 import numpy as np
 import xgboost as xgb
 
-from .base import EngineObjective
-from ..objectives.params import DEFAULTS, fill_doc
 from ..objectives.chain import CRFObjective, SequenceBatch
-from .state import STATE_KEY, TransitionHistory, parse_state, state_dict
+from ..objectives.params import DEFAULTS, fill_doc
 from ..transitions.chain import TransitionParams
+from .base import EngineObjective
+from .state import STATE_KEY, TransitionHistory, parse_params, parse_state, state_dict
 
 
 def _check_device(device):
@@ -28,6 +34,11 @@ def _check_device(device):
     if name != "cpu":
         raise ValueError(f'device must be "cpu" or "cuda"; got {device!r}.')
     return name
+
+HISTORY_SUFFIX = "_history"
+# XGBoost 3.1 made the intercept one value per output: a model saved by it
+# stores K values, and continuing training with a scalar ``base_score`` fails.
+_VECTOR_INTERCEPT = tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (3, 1)
 
 
 def xgb_params(num_labels, **overrides):
@@ -44,12 +55,16 @@ def xgb_params(num_labels, **overrides):
     -------
     dict
         ``num_target=K`` (K outputs, no link function), ``base_score=0``
-        (custom objectives otherwise start from 0.5), the default metric
-        disabled and ``tree_method="hist"``, updated with ``overrides``.
+        (custom objectives otherwise start from 0.5; one zero per label on
+        XGBoost >= 3.1, whose models store one intercept per output, so
+        that ``xgb.train(..., xgb_model=booster)`` accepts it), the default
+        metric disabled and ``tree_method="hist"``, updated with
+        ``overrides``.
     """
+    k = int(num_labels)
     params = {
-        "num_target": int(num_labels),
-        "base_score": 0.0,
+        "num_target": k,
+        "base_score": [0.0] * k if _VECTOR_INTERCEPT else 0.0,
         "disable_default_eval_metric": 1,
         "tree_method": "hist",
     }
@@ -68,28 +83,86 @@ def dmatrix_lengths(dmat):
     return np.diff(ptr.astype(np.int64))
 
 
-def save_state(booster, objective, params, key=STATE_KEY):
-    """Store the CRF description and ``params`` on the booster as attribute ``key``."""
-    state = state_dict(objective.num_labels, objective.mode, params)
+def save_state(booster, objective, params, key=STATE_KEY, rounds=None):
+    """Store the CRF description and ``params`` of a ``rounds``-round model as attribute ``key``."""
+    state = state_dict(objective.num_labels, objective.mode, params, rounds)
     booster.set_attr(**{key: json.dumps(state)})
 
 
-def load_state(booster, key=STATE_KEY, param_type=TransitionParams, factory="crf_objective"):
-    """The ``(num_labels, mode, params)`` stored on a booster under ``key``."""
+def save_history(booster, history, key=STATE_KEY):
+    """Store the transitions of every recorded round as attribute ``key + "_history"``."""
+    rounds = {str(r): history[r].to_dict() for r in sorted(history)}
+    booster.set_attr(**{key + HISTORY_SUFFIX: json.dumps(rounds)})
+
+
+def _attr_json(booster, key):
     raw = booster.attr(key)
     if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"the booster's attribute {key!r} is not valid JSON ({err}): the model file is "
+            "damaged; use the file structboost saved unchanged, or retrain the model."
+        ) from None
+
+
+def load_history(booster, num_labels, key=STATE_KEY, param_type=TransitionParams):
+    """Round index -> validated parameters stored by :func:`save_history` (empty if none)."""
+    doc = _attr_json(booster, key + HISTORY_SUFFIX)
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict) or not all(r.isdigit() for r in doc):
+        raise ValueError(
+            f"the booster's attribute {key + HISTORY_SUFFIX!r} must map round numbers to "
+            "transitions: the model file is damaged; retrain the model."
+        )
+    return {int(r): parse_params(d, num_labels, param_type) for r, d in doc.items()}
+
+
+def kept_rounds(booster):
+    """Rounds the booster predicts with: ``best_iteration + 1`` after early stopping, else all."""
+    best = booster.attr("best_iteration")
+    return int(best) + 1 if best is not None else booster.num_boosted_rounds()
+
+
+def load_state(booster, key=STATE_KEY, param_type=TransitionParams, factory="crf_objective"):
+    """The ``(num_labels, mode, params)`` of the rounds the booster predicts with.
+
+    The main state under ``key`` when it belongs to that many rounds (or
+    records no round count), else the recorded transitions of that round.
+
+    Raises
+    ------
+    ValueError
+        No state, a damaged one, or no transitions recorded for the rounds
+        the booster keeps (a slice or continued training without the callback).
+    """
+    state = _attr_json(booster, key)
+    if state is None:
         raise ValueError(
             "this booster carries no CRF transitions: train it with "
             f"callbacks=[obj.callback()] (obj = structboost.{factory}(...))."
         )
-    return parse_state(json.loads(raw), param_type)
+    num_labels, mode, params, rounds = parse_state(state, param_type)
+    kept = kept_rounds(booster)
+    if rounds is not None and rounds != kept:
+        params = load_history(booster, num_labels, key, param_type).get(kept - 1)
+        if params is None:
+            raise ValueError(
+                f"the booster predicts with {kept} rounds but its CRF transitions belong to a "
+                f"{rounds}-round model and none were recorded for round {kept}: it was sliced "
+                "or trained further without the objective's callback. Pass "
+                f"callbacks=[obj.callback()] (obj = structboost.{factory}(...)) to every "
+                "training call, and slice only boosters trained with it."
+            )
+    return num_labels, mode, params
 
 
 def booster_margins(booster, dmat):
     """Raw margins ``(n, K)`` of the iterations whose transitions are stored."""
-    best = booster.attr("best_iteration")
-    rng = (0, int(best) + 1) if best is not None else (0, 0)
-    return booster.predict(dmat, output_margin=True, iteration_range=rng)
+    return booster.predict(dmat, output_margin=True, iteration_range=(0, kept_rounds(booster)))
 
 
 class TransitionRecorder(xgb.callback.TrainingCallback):
@@ -98,7 +171,10 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
     After each round the objective's current parameters are stored on the
     booster; after training, if early stopping recorded a ``best_iteration``,
     the parameters of that iteration are put back, so the model and its
-    transitions always belong together.
+    transitions always belong together, and the parameters of every round
+    are stored as well (for slices). When training continues a booster
+    (``xgb_model=``), the objective starts from the booster's stored
+    transitions and the rounds are numbered on from the booster's.
 
     Attributes
     ----------
@@ -110,17 +186,44 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         super().__init__()
         self.objective = objective
         self.history = TransitionHistory(objective.num_labels, objective.crf.mode)
+        self._first_round = 0
+
+    def before_training(self, model):
+        self._first_round = model.num_boosted_rounds()
+        if self._first_round:
+            self._resume(model)
+        return model
+
+    def _resume(self, model):
+        """Start from the transitions stored on the booster being trained further."""
+        obj = self.objective
+        key, param_type = obj.state_key, obj.param_type
+        # Training continues from every round, so does prediction: an earlier
+        # run's early-stopping mark would hide the new rounds.
+        model.set_attr(best_iteration=None, best_score=None)
+        num_labels, mode, params = load_state(model, key, param_type)
+        if (num_labels, mode) != (obj.num_labels, obj.crf.mode):
+            raise ValueError(
+                f"the booster was trained with a {num_labels}-label {mode!r} CRF; continue it "
+                f"with the same objective, not a {obj.num_labels}-label {obj.crf.mode!r} one."
+            )
+        for r, stored in load_history(model, num_labels, key, param_type).items():
+            self.history.record(r, stored)
+        self.history.record(kept_rounds(model) - 1, params)
+        constraints = getattr(obj.crf, "constraints", None)
+        obj.crf.params = params.copy() if constraints is None else constraints.apply(params)
 
     def after_iteration(self, model, epoch, evals_log):
-        self.history.record(epoch, self.objective.params)
-        save_state(model, self.objective.crf, self.history[epoch], self.objective.state_key)
+        r = self._first_round + epoch
+        self.history.record(r, self.objective.params)
+        save_state(model, self.objective.crf, self.history[r], self.objective.state_key, r + 1)
         return False
 
     def after_training(self, model):
-        best = model.attr("best_iteration")
-        if best is not None and int(best) in self.history:
-            params = self.history.for_rounds(int(best) + 1)
-            save_state(model, self.objective.crf, params, self.objective.state_key)
+        rounds = kept_rounds(model)
+        key = self.objective.state_key
+        save_state(model, self.objective.crf, self.history.for_rounds(rounds), key, rounds)
+        save_history(model, self.history, key)
         return model
 
 
@@ -139,6 +242,7 @@ class XGBCRFObjective(EngineObjective):
     """
 
     state_key = STATE_KEY
+    param_type = TransitionParams
 
     def _build_batch(self, dmat):
         """Validated labels, boundaries and per-sequence weights of a DMatrix."""

@@ -114,6 +114,7 @@ class XGBTreeCRFObjective(XGBCRFObjective):
     """
 
     state_key = TREE_STATE_KEY
+    param_type = TreeTransitionParams
 
     @property
     def n_edge_types(self):

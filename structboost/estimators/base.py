@@ -14,6 +14,7 @@
 """
 
 import numpy as np
+import pandas as pd
 import xgboost as xgb
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
@@ -130,6 +131,13 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
     def _fit_classes(y, n_rows):
         """Sorted ``classes (K,)`` and codes ``(n,)`` of the training labels."""
         y = column_or_1d(y, warn=True)
+        missing = pd.isna(y)
+        if missing.any():
+            row = int(np.flatnonzero(missing)[0])
+            raise ValueError(
+                f"y has a missing label ({y[row]!r}) at row {row} ({int(missing.sum())} in "
+                "all): drop those rows or give them a label."
+            )
         check_classification_targets(y)
         if y.shape[0] != n_rows:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_rows} rows.")
@@ -151,7 +159,7 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         unseen = classes[codes] != y
         if unseen.any():
             raise ValueError(
-                f"y contains labels not seen in fit, e.g. {y[np.flatnonzero(unseen)[0]]!r}; "
+                f"y contains labels not seen in fit, e.g. {y[np.flatnonzero(unseen)[0]].tolist()!r}; "
                 f"known labels: {classes.tolist()}."
             )
         return codes

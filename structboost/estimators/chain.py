@@ -27,6 +27,13 @@ sees sparse lexical features (:class:`structboost.text.lexical.TokenFeatures`)
 and the trees dense ones. The same recipe with ``xgboost.train`` is in
 :class:`structboost.LinearChainCRF`.
 
+``save_model(path)`` writes a fitted estimator as one JSON file (the
+engine's model, the CRF state, the labels; see :mod:`structboost.model_io`)
+and ``load_model(path)`` reads one back into an estimator, as XGBoost's
+estimators do; loading runs no code, unlike pickle and joblib, which keep
+working for Python objects. An estimator with a ``base_model`` is saved with
+pickle or joblib only.
+
 Inside scikit-learn's model selection, route the sequence ids to ``fit`` and
 ``score`` with metadata routing::
 
@@ -36,6 +43,7 @@ Inside scikit-learn's model selection, route the sequence ids to ``fit`` and
 """
 
 import inspect
+import json
 
 import numpy as np
 import pandas as pd
@@ -44,15 +52,21 @@ from sklearn.base import clone
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
 from ..engines.xgboost import crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
+from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
 from ..objectives.params import DEFAULTS, fill_doc
 from ..sequences import resolve_lengths, sequence_weights
 from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry
+
+_FILE_FORMAT = "structboost-crf-classifier"
+_FILE_VERSION = 1
+_FILE_HINT = "write one with the estimator's save_model(path)"
 
 
 class _CRFClassifier(BoostedCRFClassifier):
@@ -61,7 +75,8 @@ class _CRFClassifier(BoostedCRFClassifier):
     Subclasses implement ``_train`` (returns the booster and the metric
     history; data tuples end with the base margin ``(n, K)`` or None),
     ``_kept_rounds``, ``_engine_data`` (features as the engine
-    predicts from them), ``_load_state`` and ``_gain_importance``.
+    predicts from them), ``_load_state``, ``_gain_importance`` and the
+    model-file pair ``_engine_document`` / ``_booster_from_document``.
     """
 
     def __sklearn_tags__(self):
@@ -278,6 +293,143 @@ class _CRFClassifier(BoostedCRFClassifier):
         )
 
 
+    # -- model files ----------------------------------------------------------
+    def _json_params(self):
+        """The parameters as JSON values; a ValueError names one that has none."""
+        params = self.get_params(deep=False)
+        if params["base_model"] is not None:
+            raise ValueError(
+                "an estimator with a base_model cannot be written by save_model: pickle or "
+                "joblib it instead (and load only files you trust)."
+            )
+        allowed = params["allowed_transitions"]
+        if allowed is not None and not isinstance(allowed, str):
+            masks = self.constraints_
+            params["allowed_transitions"] = {k: v.tolist() for k, v in masks._asdict().items()}
+        for name, value in params.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"parameter {name}={value!r} cannot be written to a JSON model file: set it "
+                    "to a number, string, list or dict, or pickle/joblib the estimator."
+                ) from None
+        return params
+
+    def to_document(self):
+        """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
+
+        Returns
+        -------
+        dict
+            ``estimator`` (class name), ``params``, ``classes``,
+            ``n_features_in``, ``feature_names_in``, ``evals_result`` and
+            ``engine`` (the engine's model and the CRF state).
+        """
+        check_is_fitted(self)
+        names = getattr(self, "feature_names_in_", None)
+        return {
+            "estimator": type(self).__name__,
+            "params": self._json_params(),
+            "classes": encode_labels(self.classes_),
+            "n_features_in": int(self.n_features_in_),
+            "feature_names_in": None if names is None else [str(n) for n in names],
+            "evals_result": self.evals_result_,
+            "engine": self._engine_document(),
+        }
+
+    def save_model(self, path):
+        """Write the fitted estimator to ``path`` as JSON; read it with :meth:`load_model`.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        """
+        write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
+
+    def load_model(self, path):
+        """Replace this estimator by the one saved in ``path`` (see :meth:`save_model`).
+
+        Reading parses and validates JSON; it runs no code.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+
+        Returns
+        -------
+        self
+        """
+        doc = read_document(path, _FILE_FORMAT, _FILE_VERSION, _FILE_HINT)
+        return self.from_document(doc, str(path))
+
+    def _checked_params(self, params, where):
+        """Saved parameters, with names an estimator can take and constraints rebuilt."""
+        named = set(self._get_param_names())
+        for name in params:
+            odd = name.startswith("_") or name.endswith("_") or not name.isidentifier()
+            if name not in named and (odd or hasattr(type(self), name)):
+                raise ValueError(f"{where} is damaged: it sets a parameter named {name!r}.")
+        allowed = params.get("allowed_transitions")
+        if isinstance(allowed, dict):
+            if set(allowed) != {"transitions", "start", "end"}:
+                raise ValueError(
+                    f"{where} is damaged: allowed_transitions has keys {sorted(allowed)}."
+                )
+            params["allowed_transitions"] = from_masks(**allowed)
+        return params
+
+    def from_document(self, doc, where="the model document"):
+        """Set this estimator from :meth:`to_document`'s dict, validated.
+
+        Parameters
+        ----------
+        doc : dict
+        where : str
+            Where the dict came from, for the messages.
+
+        Returns
+        -------
+        self
+        """
+        name = field(doc, "estimator", str, where)
+        if name != type(self).__name__:
+            raise ValueError(f"{where} holds a {name}: load it with {name}().load_model(path).")
+        params = self._checked_params(dict(field(doc, "params", dict, where)), where)
+        classes = decode_labels(field(doc, "classes", dict, where), where)
+        n_features = field(doc, "n_features_in", int, where)
+        names = doc.get("feature_names_in")
+        if names is not None and (
+            not isinstance(names, list)
+            or len(names) != n_features
+            or not all(isinstance(n, str) for n in names)
+        ):
+            raise ValueError(f"{where} is damaged: feature_names_in must be {n_features} names.")
+        evals_result = field(doc, "evals_result", dict, where)
+        booster = self._booster_from_document(field(doc, "engine", dict, where), where)
+        self.set_params(**params)
+        self.booster_ = booster
+        num_labels = self._load_state()[0]
+        if num_labels != len(classes) or n_features < 1:
+            del self.booster_
+            raise ValueError(
+                f"{where} is damaged: its CRF has {num_labels} labels for {len(classes)} "
+                f"classes and {n_features} input features."
+            )
+        self.classes_ = classes
+        self.constraints_ = resolve_constraints(
+            self.allowed_transitions, len(classes), labels=classes
+        )
+        self.n_features_in_ = n_features
+        if names is not None:
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        self.evals_result_ = evals_result
+        self.base_model_ = None
+        self.best_iteration_ = self._kept_rounds() - 1
+        return self
+
 
 @fill_doc("mode", "gamma", "transitions", "reg_transitions")
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
@@ -396,6 +548,22 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
 
     def _load_state(self):
         return load_xgb_state(self.booster_)
+
+    def _engine_document(self):
+        return {"xgboost_json": self.booster_.save_raw("json").decode("utf-8")}
+
+    @staticmethod
+    def _booster_from_document(doc, where):
+        model = field(doc, "xgboost_json", str, where)
+        booster = xgb.Booster()
+        try:
+            booster.load_model(bytearray(model.encode("utf-8")))
+        except xgb.core.XGBoostError as err:
+            message = str(err).splitlines()[0]
+            raise ValueError(
+                f"{where}: XGBoost cannot read the model it holds ({message})."
+            ) from None
+        return booster
 
 
 @fill_doc("mode", "gamma", "transitions", "reg_transitions")
@@ -548,6 +716,17 @@ class LGBMCRFClassifier(_CRFClassifier):
         from ..engines.lightgbm import load_state
 
         return load_state(self.booster_)
+
+    def _engine_document(self):
+        from ..engines.lightgbm import booster_document
+
+        return booster_document(self.booster_)
+
+    @staticmethod
+    def _booster_from_document(doc, where):
+        from ..engines.lightgbm import booster_from_document
+
+        return booster_from_document(doc, where)
 
     def _gain_importance(self):
         return self.booster_.feature_importance(importance_type="gain")

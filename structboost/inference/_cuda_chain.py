@@ -1,6 +1,6 @@
 """CUDA kernels (numba.cuda) for linear-chain CRFs over ragged batches.
 
-The device counterpart of :mod:`structboost._chain`, with the same scaled
+The device counterpart of :mod:`structboost.inference._chain`, with the same scaled
 messages (see that module's docstring for ``alpha``, ``beta``, ``r``,
 ``into`` and ``beta_scale``) so that every result matches the CPU kernels to
 float tolerance. Importing this module imports ``numba.cuda``; nothing else
@@ -161,7 +161,7 @@ def messages(unary, w, row_max, offsets, emat, t_max, start_w, start_top, end_w,
     start_top, end_top : float
     log_z : (m,) float64, written
     alpha, beta, r, into : (n, K) float64, written
-        As returned by :func:`structboost._chain.messages`.
+        As returned by :func:`structboost.inference._chain.messages`.
     beta_scale : (n,) float64, written
     weak : (m,) int8, written
         1 where the sequence must be recomputed in log space: ``log_z`` not
@@ -258,7 +258,7 @@ def marginals(alpha, beta, out):
 def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
     """Dobrushin coefficients of both conditional chains, one thread per sequence.
 
-    As :func:`structboost._chain.mixing_rates`: ``right[t]`` is
+    As :func:`structboost.inference._chain.mixing_rates`: ``right[t]`` is
     ``1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over labels ``a`` of
     non-zero probability, zero on each sequence's last row; ``left[t]`` the
     same for ``P(y_{t-1} | y_t)``, zero on each first row. The inner minimum
@@ -295,7 +295,7 @@ def path_gamma(right, left, offsets, node_gamma, edge_gamma):
 
     ``node_gamma[t] = 2 (1 + to_right[t] + to_left[t])`` (Theorem 4.1) and
     ``edge_gamma[t] = 2 (3 + to_left[t] + to_right[t + 1])`` (Theorem 4.2,
-    zero on last rows), with the sums of :func:`structboost._chain.path_sums`.
+    zero on last rows), with the sums of :func:`structboost.inference._chain.path_sums`.
     ``right`` is overwritten with ``to_right``.
     """
     lo, hi = _sequence_rows(offsets)
@@ -469,7 +469,7 @@ def grad_hess(p, labels, row_weight, gamma, scale, mode, hess_floor, grad, hess)
 def viterbi(unary, offsets, transitions, start, end, score, back, path):
     """Most probable label path of every sequence, one thread per sequence.
 
-    As :func:`structboost._chain.viterbi` (ties go to the lowest label).
+    As :func:`structboost.inference._chain.viterbi` (ties go to the lowest label).
     ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
     ``path (n,)`` int64.
     """

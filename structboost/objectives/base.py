@@ -34,6 +34,38 @@ from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill
 _BLAS = ThreadpoolController()
 
 
+# Node scores beyond this size mean a diverged model: a probability of
+# exp(-1e12) is not a prediction, and from about 1e16 float64 can no longer
+# resolve score differences of order 1 (marginals become NaN).
+MARGIN_LIMIT = 1e12
+DIVERGED = (
+    "training has diverged: lower the learning rate (eta), raise min_child_weight or "
+    "reg_lambda, or use gamma='mixing' instead of a fixed gamma below the Hessian bound"
+)
+
+
+def check_margin_values(margins, what, cause):
+    """Raise naming the first row whose margin is NaN, infinite or beyond :data:`MARGIN_LIMIT`.
+
+    Parameters
+    ----------
+    margins : (n, K) float64
+    what : str
+        What the margins are, for the message (``"the margins"``).
+    cause : str
+        Where such margins come from and what to do.
+    """
+    bad = ~(np.abs(margins) <= MARGIN_LIMIT)  # NaN compares False
+    if bad.any():
+        row, label = (int(i) for i in np.argwhere(bad)[0])
+        value = float(margins[row, label])
+        kind = "not finite" if not np.isfinite(value) else f"beyond +-{MARGIN_LIMIT:g}"
+        raise ValueError(
+            f"{what} of row {row}, label {label} is {value:g} ({kind}; {int(bad.sum())} "
+            f"value(s) in all): {cause}."
+        )
+
+
 def check_sequence_weights(seq_weight, lengths):
     """One finite non-negative weight per sequence ``(m,)``; ones when None or empty."""
     if seq_weight is None or len(seq_weight) == 0:
@@ -129,8 +161,7 @@ class NodeObjective:
                 "(num_target / num_class = num_labels)."
             )
         m = np.ascontiguousarray(m, dtype=np.float64)
-        if not np.isfinite(m).all():
-            raise ValueError("margins contain NaN or inf; training has diverged.")
+        check_margin_values(m, "the margin", DIVERGED)
         return m
 
     def grad_hess(self, margins, batch):

@@ -26,7 +26,7 @@ from .chain import CRFObjective
 
 
 class DeviceCRFObjective(CRFObjective):
-    """:class:`~structboost.objective.CRFObjective` whose round runs on a CUDA GPU.
+    """:class:`~structboost.objectives.chain.CRFObjective` whose round runs on a CUDA GPU.
 
     Same parameters and results (to float tolerance) as the CPU objective;
     :meth:`grad_hess` returns numba device arrays, which

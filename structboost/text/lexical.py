@@ -430,6 +430,66 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         )
         return self._assemble(row_ptr, row_attr, lengths)
 
+    def to_document(self):
+        """The fitted transformer as a JSON-ready dict: parameters and vocabulary.
+
+        Returns
+        -------
+        dict
+            ``params``, ``attributes`` (``[kind, value]`` pairs in id order)
+            and ``columns`` (:attr:`columns_` as nested lists).
+        """
+        check_is_fitted(self, "columns_")
+        params = {k: list(v) if isinstance(v, tuple) else v for k, v in self.get_params().items()}
+        attrs = sorted(self.attributes_, key=self.attributes_.__getitem__)
+        return {"params": params, "attributes": [list(a) for a in attrs],
+                "columns": self.columns_.tolist()}  # fmt: skip
+
+    @classmethod
+    def from_document(cls, doc, where="the feature document"):
+        """A fitted transformer from :meth:`to_document`'s dict, validated.
+
+        Parameters
+        ----------
+        doc : dict
+        where : str
+            Where the dict came from, for the messages.
+
+        Returns
+        -------
+        TokenFeatures
+        """
+        params, attrs, columns = (doc.get(k) if isinstance(doc, dict) else None
+                                  for k in ("params", "attributes", "columns"))  # fmt: skip
+        if not isinstance(params, dict) or not set(params) <= set(cls._get_param_names()):
+            raise ValueError(f"{where} is damaged: 'params' must name TokenFeatures parameters.")
+        tf = cls(**params)
+        tf._check_params()
+        if not isinstance(attrs, list) or not all(
+            isinstance(a, list) and len(a) == 2 and all(isinstance(v, str) for v in a)
+            for a in attrs
+        ):
+            raise ValueError(f"{where} is damaged: 'attributes' must be [kind, value] pairs.")
+        arr = np.array(columns if isinstance(columns, list) else [])
+        shape = (2 * tf.half_width + 1, len(attrs))
+        n_out = int((arr >= 0).sum()) if arr.dtype.kind == "i" else -1
+        if (
+            arr.shape != shape
+            or n_out < 0
+            or arr.min(initial=-1) < -1
+            or not np.array_equal(np.sort(arr[arr >= 0]), np.arange(n_out))
+        ):
+            raise ValueError(
+                f"{where} is damaged: 'columns' must be a {shape} integer array numbering the "
+                "output columns 0..n-1 once each, -1 elsewhere."
+            )
+        tf.attributes_ = {tuple(a): i for i, a in enumerate(attrs)}
+        if len(tf.attributes_) != len(attrs):
+            raise ValueError(f"{where} is damaged: 'attributes' repeats an attribute.")
+        tf.columns_ = np.ascontiguousarray(arr, dtype=np.int64)
+        tf.n_features_out_ = n_out
+        return tf
+
     def get_feature_names_out(self, input_features=None):
         """Names ``kind[offset]=value`` of the output columns, in column order.
 

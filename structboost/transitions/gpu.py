@@ -9,7 +9,7 @@ from .chain import PenalisedProblem, TransitionParams, TransitionProblem
 
 
 class DeviceTransitionProblem(PenalisedProblem):
-    """:class:`~structboost.transitions.TransitionProblem` with device messages.
+    """:class:`~structboost.transitions.chain.TransitionProblem` with device messages.
 
     The solvers (L-BFGS and the diagonal Newton step) run on the host over
     ``K^2 + 2K`` parameters; each evaluation runs the message pass and the
@@ -43,7 +43,7 @@ class DeviceTransitionProblem(PenalisedProblem):
 
     def expected_counts(self, post, with_curvature=False):
         """As :meth:`TransitionProblem.expected_counts
-        <structboost.transitions.TransitionProblem.expected_counts>`.
+        <structboost.transitions.chain.TransitionProblem.expected_counts>`.
 
         Returns
         -------

@@ -21,7 +21,7 @@ import naive
 from structboost import inference
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.transitions.chain import TransitionParams, TransitionProblem
-from test_chain_inference import _forbidding_extreme, make_crf, make_forbidding_crf
+from chains import forbidding_extreme, make_crf, make_forbidding_crf
 
 ON_DEVICE = os.environ.get("STRUCTBOOST_GPU_TESTS") == "device"
 
@@ -97,7 +97,7 @@ def test_inference_matches_the_oracle_and_the_cpu(seed, lengths, k, forbid):
 @pytest.mark.parametrize("case", ["tie", "end", "dead end"])
 def test_log_space_fallback_matches_the_oracle(case):
     """Margins 1e4 apart with forbidden moves: recomputed in log space and patched in."""
-    crf = _forbidding_extreme(case, 1e4)
+    crf = forbidding_extreme(case, 1e4)
     expected = naive.batch(*crf)
     log_z, marginals = gpu.forward_backward(*crf)
     np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-12)
@@ -132,7 +132,7 @@ def test_expected_counts_and_curvature_match_the_cpu(case):
     margins, batch = _problem(0, k)
     crf = (make_forbidding_crf if case in ("forbidden", "log space") else make_crf)(1, [1], k)
     if case == "log space":  # a tie sequence (see test_inference) among ordinary ones
-        tie = _forbidding_extreme("tie", 1e4)
+        tie = forbidding_extreme("tie", 1e4)
         margins = np.vstack((margins, np.c_[tie[0], np.zeros(2)]))
         batch = SequenceBatch.build(np.r_[batch.labels, 0, 1], np.r_[batch.lengths, 2], 3,
                                     np.r_[batch.seq_weight, 1.5])

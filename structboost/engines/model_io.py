@@ -1,0 +1,122 @@
+"""Model files that cannot run code: one JSON document per model.
+
+The estimators' ``save_model`` and the chunk tagger's ``save`` (what
+``structboost train`` writes) store a JSON object::
+
+    {"format": "structboost-...", "version": 1, ...}
+
+holding the engine's own model (XGBoost's JSON model, or LightGBM's model
+text), the CRF state (:func:`structboost.engines.state.state_dict`), the label
+encoding and, for the tagger, the feature vocabulary. Reading one parses
+JSON and validates every field before use; nothing is unpickled, so a file
+from an untrusted source cannot run code (pickle and joblib stay available
+for Python objects, as in scikit-learn, and load only files you trust).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+def write_document(path, kind, version, body):
+    """Write ``{"format": kind, "version": version, **body}`` as JSON to ``path``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    kind : str
+        The file format's name.
+    version : int
+    body : dict
+        JSON-ready content (``-inf`` is written as ``-Infinity``).
+    """
+    doc = {"format": kind, "version": version, **body}
+    Path(path).write_text(json.dumps(doc), encoding="utf-8")
+
+
+def read_document(path, kind, version, hint):
+    """The JSON object of a file written by :func:`write_document`, checked.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    kind : str
+        The expected ``format``.
+    version : int
+        The version this structboost reads.
+    hint : str
+        How to make such a file, for the messages.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ValueError
+        The file is missing, a pickle (older structboost), not JSON, of
+        another format or version.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such model file; {hint}.")
+    raw = path.read_bytes()
+    if raw[:1] == b"\x80":  # the PROTO opcode that starts every pickle since protocol 2
+        raise ValueError(
+            f"{path} is a pickle (the model format of structboost before 0.2). Pickles can run "
+            f"code when loaded, so structboost no longer reads them as model files: {hint} "
+            "again, which writes JSON."
+        )
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not a structboost model file (not JSON: {err}); {hint}.")
+    if not isinstance(doc, dict) or doc.get("format") != kind:
+        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f"{path} is not a {kind} file (format {found!r}); {hint}.")
+    if doc.get("version") != version:
+        raise ValueError(
+            f"{path} has {kind} version {doc.get('version')!r}; this structboost reads version "
+            f"{version}. Load it with the structboost release that wrote it, or {hint} again."
+        )
+    return doc
+
+
+def field(doc, name, types, where):
+    """``doc[name]`` if it is an instance of ``types``, else a ValueError naming it."""
+    value = doc.get(name) if isinstance(doc, dict) else None
+    if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
+        raise ValueError(f"{where} is damaged: field {name!r} is missing or of the wrong type.")
+    return value
+
+
+def encode_labels(labels):
+    """JSON-ready ``{"dtype", "values"}`` of a 1-D array of str, int, float or bool labels."""
+    labels = np.asarray(labels)
+    kind = labels.dtype.kind
+    if kind == "O" and all(isinstance(v, str) for v in labels.tolist()):
+        kind = "U"
+    if kind not in "Uiubf":
+        raise ValueError(
+            f"labels of dtype {labels.dtype} cannot be saved as JSON: use str, int, float or "
+            "bool labels, or pickle/joblib the estimator."
+        )
+    names = {"U": "str", "i": "int", "u": "int", "b": "bool", "f": "float"}
+    return {"dtype": names[kind], "values": labels.tolist()}
+
+
+def decode_labels(doc, where):
+    """Inverse of :func:`encode_labels`, validated: a sorted, distinct 1-D array."""
+    dtypes = {"str": str, "int": np.int64, "bool": bool, "float": np.float64}
+    dtype = field(doc, "dtype", str, where)
+    values = field(doc, "values", list, where)
+    kinds = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float)}
+    if dtype not in dtypes or not all(
+        isinstance(v, kinds[dtype]) and (dtype in ("bool", "int") or not isinstance(v, bool))
+        for v in values
+    ):
+        raise ValueError(f"{where} is damaged: labels must be a list of {dtype} values.")
+    labels = np.asarray(values, dtype=dtypes[dtype])
+    if labels.size < 2 or not np.array_equal(np.unique(labels), labels):
+        raise ValueError(f"{where} is damaged: labels must be at least 2, distinct and sorted.")
+    return labels
