@@ -141,6 +141,7 @@ def test_damaged_estimator_files_raise(estimators, tmp_path, edit, message):
         sb.XGBCRFClassifier().load_model(path)
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # XGBoost: callback_thing is not used
 def test_unsavable_estimators_say_why(hmm, estimators, tmp_path):
     X, y, lengths, _ = hmm
     est = sb.XGBCRFClassifier(n_estimators=1, base_model=sb.LinearChainCRF(max_iter=2))
@@ -388,6 +389,7 @@ class _NotAnArray:
         return self.data
 
 
+@pytest.mark.filterwarnings("ignore:.*Empty dataset")
 def test_clear_messages(hmm, booster):
     X, y, lengths, _ = hmm
     labels = np.array(["a", "b", "c"], dtype=object)[y]
