@@ -5,16 +5,16 @@ per row are the CRF node potentials. See :func:`crf_objective`.
 """
 
 from . import datasets, features, inference, metrics
-from .engines.predict import predict, predict_marginals, sequence_log_likelihood
-from .engines.xgboost import crf_objective, xgb_params
-from .engines.xgboost_tree import (
+from .engines.predict import (
+    predict,
+    predict_marginals,
     predict_tree,
     predict_tree_marginals,
-    register_tree,
-    tree_crf_objective,
-    tree_dmatrix,
+    sequence_log_likelihood,
     tree_log_likelihood,
 )
+from .engines.xgboost import crf_objective, xgb_params
+from .engines.xgboost_tree import register_tree, tree_crf_objective, tree_dmatrix
 from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
 from .estimators.linear import LinearChainCRF
 from .estimators.multilabel import ESSTreeCRFClassifier, read_arff_multilabel

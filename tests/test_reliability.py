@@ -25,7 +25,7 @@ from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.engines.state import parse_state
 from structboost.tagging import load_tagger
 from structboost.transitions.tree import TreeTransitionParams
-from structboost.engines.xgboost_tree import predict_tree
+from structboost.engines.predict import predict_tree
 from structboost.engines.xgboost import load_state
 
 pytestmark = pytest.mark.usefixtures("single_threaded")

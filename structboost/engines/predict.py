@@ -1,5 +1,11 @@
 """Prediction from a trained booster: Viterbi paths, marginals, log-likelihoods.
 
+Chains (:func:`predict`, :func:`predict_marginals`,
+:func:`sequence_log_likelihood`: XGBoost or LightGBM boosters) and trees
+(:func:`predict_tree`, :func:`predict_tree_marginals`,
+:func:`tree_log_likelihood`: XGBoost boosters trained with
+:func:`structboost.tree_crf_objective`).
+
 The booster supplies the node potentials (its raw margins) and carries the
 transition parameters it was trained with; the sequence boundaries come from
 the data (a grouped ``xgboost.DMatrix`` or ``lightgbm.Dataset``) or from
@@ -10,10 +16,14 @@ import sys
 
 import numpy as np
 
+from ..inference import _tree
 from ..inference.chain import map_labels, path_scores, posterior
+from ..inference.tree import check_tree
+from ..inference.tree import posterior as tree_posterior
 from ..objectives.base import DIVERGED, check_margin_values
 from ..objectives.constraints import resolve as resolve_constraints
 from ..sequences import check_labels, offsets_from_lengths, resolve_lengths
+from ..transitions.tree import TreeTransitionParams
 
 DECODINGS = ("viterbi", "marginal")
 
@@ -226,3 +236,55 @@ def sequence_log_likelihood(
     y = check_labels(labels, u.shape[1], u.shape[0])
     post = posterior(u, offsets, p.transitions, p.start, p.end, rates=False)
     return path_scores(u, offsets, y, p.transitions, p.start, p.end) - post.log_z
+
+
+def _tree_inputs(booster, X, lengths, parents, edge_types, groups):
+    import xgboost as xgb
+
+    from .xgboost import booster_margins, load_state
+    from .xgboost_tree import TREE_STATE_KEY
+
+    num_labels, _, params = load_state(
+        booster, TREE_STATE_KEY, TreeTransitionParams, "tree_crf_objective"
+    )
+    dmat = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(X)
+    lens = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
+    margins = np.asarray(booster_margins(booster, dmat)).reshape(dmat.num_row(), -1)
+    if margins.shape[1] != num_labels:
+        raise ValueError(
+            f"the booster outputs {margins.shape[1]} scores per row but its CRF has "
+            f"{num_labels} labels."
+        )
+    return check_tree(margins, lens, parents, params.transitions, edge_types)
+
+
+def predict_tree(booster, X, lengths=None, parents=None, edge_types=None, *, groups=None):
+    """MAP labelling of every tree, flat ``(n,)``.
+
+    Parameters
+    ----------
+    booster : xgboost.Booster
+        Trained with :func:`tree_crf_objective` and its callback.
+    X : (n, d) array-like or xgboost.DMatrix
+    lengths : (m,) array-like of int, optional
+        Rows per instance (or ``groups``, a per-row instance id).
+    parents : (n,) array-like of int
+    edge_types : (n,) array-like of int, optional
+    """
+    b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
+    labels, _ = _tree.viterbi(b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions)
+    return labels
+
+
+def predict_tree_marginals(booster, X, lengths=None, parents=None, edge_types=None, *, groups=None):
+    """Node marginals ``P(y_v = k | x)``, shape ``(n, K)``; arguments as :func:`predict_tree`."""
+    return tree_posterior(_tree_inputs(booster, X, lengths, parents, edge_types, groups)).marginals()
+
+
+def tree_log_likelihood(booster, X, labels, lengths=None, parents=None, edge_types=None, *,
+                        groups=None):  # fmt: skip
+    """``log P(y | x)`` of every tree, shape ``(m,)``; arguments as :func:`predict_tree`."""
+    b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
+    y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])
+    scores = _tree.label_scores(b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, y)
+    return scores - tree_posterior(b).log_z

@@ -1,11 +1,12 @@
-"""XGBoost wiring for tree CRFs: objective, metric, recorder, prediction.
+"""XGBoost wiring for tree CRFs: objective, metric, recorder.
 
 A ``DMatrix`` carries instance boundaries (``group=``) but not the tree
 structure. The structure reaches the objective through a registry keyed
 weakly by the ``DMatrix``: build the matrix with :func:`tree_dmatrix`, or
 register an existing grouped one with :func:`register_tree` (or
 ``obj.register``, the same thing). The registry entry lives exactly as long as
-the ``DMatrix``. Prediction helpers take the structure explicitly.
+the ``DMatrix``. Prediction (:mod:`structboost.engines.predict`) takes the
+structure explicitly.
 
 The typed edge potentials are stored on the booster as the JSON attribute
 ``structboost_tree_crf`` (kept by ``save_model``/``load_model`` and pickling).
@@ -16,13 +17,11 @@ import weakref
 import numpy as np
 import xgboost as xgb
 
-from ..inference import _tree
-from ..sequences import check_labels, resolve_lengths
-from ..inference.tree import check_tree, posterior
+from ..sequences import resolve_lengths
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..objectives.tree import TreeCRFObjective, TreeLabelBatch
 from ..transitions.tree import TreeTransitionParams
-from .xgboost import XGBCRFObjective, booster_margins, dmatrix_lengths, load_state
+from .xgboost import XGBCRFObjective, dmatrix_lengths
 
 TREE_STATE_KEY = "structboost_tree_crf"
 _STRUCTURES = weakref.WeakKeyDictionary()
@@ -177,60 +176,10 @@ def tree_crf_objective(
     return XGBTreeCRFObjective(crf, metric=metric)
 
 
-def _tree_inputs(booster, X, lengths, parents, edge_types, groups):
-    num_labels, _, params = load_state(
-        booster, TREE_STATE_KEY, TreeTransitionParams, "tree_crf_objective"
-    )
-    dmat = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(X)
-    lens = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
-    margins = np.asarray(booster_margins(booster, dmat)).reshape(dmat.num_row(), -1)
-    if margins.shape[1] != num_labels:
-        raise ValueError(
-            f"the booster outputs {margins.shape[1]} scores per row but its CRF has "
-            f"{num_labels} labels."
-        )
-    return check_tree(margins, lens, parents, params.transitions, edge_types)
-
-
-def predict_tree(booster, X, lengths=None, parents=None, edge_types=None, *, groups=None):
-    """MAP labelling of every tree, flat ``(n,)``.
-
-    Parameters
-    ----------
-    booster : xgboost.Booster
-        Trained with :func:`tree_crf_objective` and its callback.
-    X : (n, d) array-like or xgboost.DMatrix
-    lengths : (m,) array-like of int, optional
-        Rows per instance (or ``groups``, a per-row instance id).
-    parents : (n,) array-like of int
-    edge_types : (n,) array-like of int, optional
-    """
-    b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
-    labels, _ = _tree.viterbi(b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions)
-    return labels
-
-
-def predict_tree_marginals(booster, X, lengths=None, parents=None, edge_types=None, *, groups=None):
-    """Node marginals ``P(y_v = k | x)``, shape ``(n, K)``; arguments as :func:`predict_tree`."""
-    return posterior(_tree_inputs(booster, X, lengths, parents, edge_types, groups)).marginals()
-
-
-def tree_log_likelihood(booster, X, labels, lengths=None, parents=None, edge_types=None, *,
-                        groups=None):  # fmt: skip
-    """``log P(y | x)`` of every tree, shape ``(m,)``; arguments as :func:`predict_tree`."""
-    b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
-    y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])
-    scores = _tree.label_scores(b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, y)
-    return scores - posterior(b).log_z
-
-
 __all__ = [
     "XGBTreeCRFObjective",
-    "predict_tree",
-    "predict_tree_marginals",
     "register_tree",
     "tree_crf_objective",
     "tree_dmatrix",
-    "tree_log_likelihood",
     "tree_structure",
 ]

@@ -13,13 +13,8 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..engines.xgboost import xgb_params
-from ..engines.xgboost_tree import (
-    predict_tree,
-    predict_tree_marginals,
-    tree_crf_objective,
-    tree_dmatrix,
-    tree_log_likelihood,
-)
+from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_likelihood
+from ..engines.xgboost_tree import tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..sequences import resolve_lengths, sequence_weights
 from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry

@@ -17,14 +17,8 @@ from structboost.estimators.tree import TreeCRFClassifier
 from structboost.inference.tree import tree_forward_backward, tree_gamma, tree_nll, tree_viterbi
 from structboost.objectives.tree import TreeCRFObjective, TreeLabelBatch
 from structboost.transitions.tree import TreeTransitionParams, TreeTransitionProblem
-from structboost.engines.xgboost_tree import (
-    predict_tree,
-    predict_tree_marginals,
-    register_tree,
-    tree_crf_objective,
-    tree_dmatrix,
-    tree_log_likelihood,
-)
+from structboost.engines.predict import predict_tree, predict_tree_marginals, tree_log_likelihood
+from structboost.engines.xgboost_tree import register_tree, tree_crf_objective, tree_dmatrix
 
 K, TYPES = 3, 2
 close = np.testing.assert_allclose
