@@ -224,28 +224,21 @@ def _sequence_messages(
     n_tab = emat.shape[0]
     lost[i] = True
     # Forward sweep; overlap[t] keeps the normaliser of alpha[t] until the backward sweep.
-    s = 0.0
-    for j in range(k):
-        into[lo, j] = start_e[j]
-        v = start_e[j] * w[lo, j]
-        alpha[lo, j] = v
-        s += v
-    if not s >= TINY:
-        return
-    overlap[lo] = s
-    acc = start_max + row_max[lo] + np.log(s)
-    inv_s = 1.0 / s
-    for j in range(k):
-        alpha[lo, j] *= inv_s
-    for t in range(lo + 1, hi):
-        p = table(n_tab, t)
-        e = emat[p]
+    acc = 0.0
+    for t in range(lo, hi):
         m = into[t]
-        m[:] = 0.0
-        for a in range(k):
-            pa = alpha[t - 1, a]
-            for b in range(k):
-                m[b] += pa * e[a, b]
+        if t == lo:
+            m[:] = start_e
+            acc += start_max
+        else:
+            p = table(n_tab, t)
+            e = emat[p]
+            m[:] = 0.0
+            for a in range(k):
+                pa = alpha[t - 1, a]
+                for b in range(k):
+                    m[b] += pa * e[a, b]
+            acc += emax[p]
         s = 0.0
         for j in range(k):
             v = m[j] * w[t, j]
@@ -254,7 +247,7 @@ def _sequence_messages(
         if not s >= TINY:
             return
         overlap[t] = s
-        acc += emax[p] + row_max[t] + np.log(s)
+        acc += row_max[t] + np.log(s)
         inv_s = 1.0 / s
         for j in range(k):
             alpha[t, j] *= inv_s

@@ -232,16 +232,22 @@ class ChainPosterior:
                 fallback_curv = np.einsum("e,eab->ab", curvature_weights[mine], pair * (1.0 - pair))
                 curvature_weights = curvature_weights[~mine]
             edges, weights = edges[~mine], weights[~mine]
+        # Every row but the last, weight zero off the chosen edges: views, no gathers.
+        n = self.alpha.shape[0]
+        a = self.alpha[:-1]
+        r = self.r[1:]
+        scale = np.zeros(n - 1)
+        scale[edges] = weights / (self.beta_scale[edges] * self.overlap[edges])
         emat = self.emat[0]
-        a = self.alpha[edges]
-        r = self.r[edges + 1]
-        z = self.beta_scale[edges] * self.overlap[edges]
-        scaled = emat * (a.T @ (r * (weights / z)[:, None]))
+        scaled = emat * (a.T @ (r * scale[:, None]))
         total = scaled if part is None else total + scaled
         if curvature_weights is None:
             return total, None
-        g = curvature_weights / z
-        curvature = emat * (a.T @ (r * g[:, None])) - emat**2 * ((a * a).T @ (r * r * (g / z)[:, None]))
+        g = np.zeros(n - 1)
+        g[edges] = curvature_weights / (self.beta_scale[edges] * self.overlap[edges])
+        curvature = emat * (a.T @ (r * g[:, None]))
+        g[edges] /= self.beta_scale[edges] * self.overlap[edges]
+        curvature -= emat**2 * ((a * a).T @ (r * r * g[:, None]))
         if part is not None:
             curvature += fallback_curv
         return total, curvature
