@@ -110,6 +110,18 @@ class _CRFClassifier(ClassifierMixin, BaseEstimator):
             if key not in named and not key.startswith("_") and not key.endswith("_")
         }
 
+    def _objective_threads(self):
+        """The engine's thread count (``n_jobs``, ``nthread`` or ``num_threads``) for the objective.
+
+        None (numba's default) when unset or not positive.
+        """
+        engine = self._engine_kwargs()
+        for key in ("n_jobs", "nthread", "num_threads"):
+            threads = engine.get(key)
+            if threads is not None:
+                return int(threads) if int(threads) > 0 else None
+        return None
+
     def get_params(self, deep=True):
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)
@@ -490,7 +502,7 @@ class XGBCRFClassifier(_CRFClassifier):
         )
 
     def _train(self, train, evals, crf, n_classes, verbose):
-        obj = crf_objective(n_classes, **crf)
+        obj = crf_objective(n_classes, nthread=self._objective_threads(), **crf)
         self._start_transitions(obj)
         dtrain = self._dmatrix(*train)
         dvalid = [(self._dmatrix(*e), f"validation_{i}") for i, e in enumerate(evals)]
@@ -611,7 +623,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         from .lightgbm import lgb_crf_objective, lgb_params
 
         X, y, lengths, seq_weight, init_score = train
-        obj = lgb_crf_objective(n_classes, **crf)
+        obj = lgb_crf_objective(n_classes, nthread=self._objective_threads(), **crf)
         self._start_transitions(obj)
         params = lgb_params(
             n_classes,

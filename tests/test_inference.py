@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import naive
-from structboost import _chain, inference
+from structboost import _chain, _config, inference
 
 
 def make_crf(seed, lengths, num_labels, scale=1.0, sticky=0.0):
@@ -673,3 +673,29 @@ def test_long_sequence_agrees_with_log_space(scale):
     assert np.isfinite(log_z).all() and np.isfinite(marginals).all()
     np.testing.assert_allclose(log_z, want_z, rtol=1e-11)
     np.testing.assert_allclose(marginals, want_marg, atol=1e-9)
+
+
+def test_parallel_kernels_equal_serial_ones():
+    """A batch above ``SERIAL_ROWS`` (prange kernels) equals its parts below it (serial ones)."""
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(1, 9, size=2400)
+    n, k = int(lengths.sum()), 4
+    assert n >= _config.SERIAL_ROWS
+    unary = 2.0 * rng.normal(size=(n, k))
+    transitions = rng.normal(size=(n, k, k))
+    transitions[:, 0, 1] = -np.inf
+    start, end = rng.normal(size=(2, k))
+    cut = len(lengths) // 2
+    rows = int(lengths[:cut].sum())
+    for name in ("forward_backward", "viterbi", "gamma", "edge_gamma", "edge_marginals"):
+        fn = getattr(inference, name)
+        whole = fn(unary, lengths, transitions, start, end)
+        parts = [
+            fn(unary[:rows], lengths[:cut], transitions[:rows], start, end),
+            fn(unary[rows:], lengths[cut:], transitions[rows:], start, end),
+        ]
+        if name == "forward_backward":
+            for i in range(2):
+                np.testing.assert_allclose(whole[i], np.concatenate([p[i] for p in parts]), rtol=1e-13)
+        else:
+            np.testing.assert_allclose(whole, np.concatenate(parts), rtol=1e-13)
