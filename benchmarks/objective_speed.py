@@ -1,29 +1,38 @@
 """Per-round cost of the CRF objective beside XGBoost's native multi:softprob.
 
-Generates data the size of the OCR letters set (about 47,000 rows, K = 26,
-128 binary features, words of 3-14 letters), or reads the real training
-words of the OCR quick split (``--ocr-dir``: folds 1-8), then times
-``--rounds`` boosting rounds of native ``multi:softprob`` and of each
-structboost mode with the same tree parameters (``--multi-output``: one
-multi-output tree per round for all of them), in the same process. Times
-are CPU seconds of the process (``time.process_time``): with
-``--threads 1`` they are the wall time of an idle core, and other load on
-the machine changes them little. Our round is split into transitions
-(refit), inference (forward-backward), gamma + G/H assembly, and the rest
-(tree building), from the objective's own timers.
+One run reports, side by side (issue 14):
+
+1. **Rounds**: CPU seconds per boosting round (``time.process_time`` after a
+   warm-up round) of native ``multi:softprob`` and of each structboost mode
+   and transition solver with the same trees, on the OCR quick split's
+   training words (folds 1-8 of ``--data-dir``), for multi-output trees of
+   depth 8 and per-label trees of depth 6; the objective's share from its
+   own timers (transitions / inference / gamma + G/H), and the training NLL.
+2. **Kernels** on all OCR letters (K = 26): ``forward_backward``,
+   ``gamma("mixing")`` and ``viterbi`` in ms and GFLOP/s (a forward-backward
+   pass counted as ``4 n K^2`` flops, Viterbi as ``2 n K^2``) at 1, 2 and all
+   numba threads.
+3. **Viterbi tokens/s** beside sklearn-crfsuite's tagger at K = 9 and
+   K = 26 (OCR labels, ``y mod K``): crfsuite gets one attribute per token,
+   so its own decoding dominates its time; ours decodes given margins.
+4. **Peak RSS** (``ru_maxrss`` of a fresh process) of native and GBCRF
+   training on generated data (``--rss-rows`` rows x 20 features, K = 10,
+   depth 6, 3 rounds).
 
 Usage::
 
-    python benchmarks/objective_speed.py [--rounds 10] [--max-depth 6] [--threads 2]
-    python benchmarks/objective_speed.py --ocr-dir ../shared/data/ocr --max-depth 8 \
-        --multi-output --threads 1
+    python benchmarks/objective_speed.py --data-dir ../shared/data/ocr --threads 1 \
+        --rounds 3 [--rss-rows 1000000] [--skip rounds,kernels,viterbi,rss]
 
-Prints a Markdown table for benchmarks/README.md.
+Prints Markdown tables for benchmarks/README.md.
 """
 
 import argparse
 import os
 import platform
+import resource
+import subprocess
+import sys
 import time
 
 import numba
@@ -35,128 +44,192 @@ from structboost import inference
 from structboost.datasets import load_ocr, ocr_split
 
 
-def make_data(n_words, k, d, seed):
-    """OCR-shaped synthetic words: sticky-ish labels, noisy binary prototypes."""
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(3, 15, size=n_words)
-    n = int(lengths.sum())
-    trans = rng.dirichlet(np.full(k, 0.3), size=k)
-    y = np.empty(n, dtype=np.int64)
-    pos = 0
-    for length in lengths:
-        y[pos] = rng.integers(k)
-        for t in range(1, length):
-            y[pos + t] = rng.choice(k, p=trans[y[pos + t - 1]])
-        pos += length
-    protos = rng.random((k, d)) < 0.25
-    flip = rng.random((n, d)) < 0.2
-    X = (protos[y] ^ flip).astype(np.float32)
-    return X, y, lengths
-
-
-def time_rounds(params, dtrain, rounds, obj=None):
-    """Seconds per round (after a warm-up round) and the trained booster."""
-    # One warm-up round compiles kernels and builds the quantile sketch.
-    xgb.train(params, dtrain, 1, obj=obj)
+def cpu_per_round(params, dtrain, rounds, obj=None):
+    """CPU seconds per round after one warm-up round, and the trained booster."""
+    xgb.train(params, dtrain, 1, obj=obj)  # compiles kernels, builds the sketch
     callbacks = []
     if obj is not None:
         obj.crf.timings = dict.fromkeys(obj.crf.timings, 0.0)
-        obj.crf.params = sb.TransitionParams.zeros(obj.num_labels)
+        obj.crf.params = obj.crf._zero_params()
         callbacks = [obj.callback()]
     t0 = time.process_time()
     booster = xgb.train(params, dtrain, rounds, obj=obj, callbacks=callbacks)
     return (time.process_time() - t0) / rounds, booster
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--words", type=int, default=6200)
-    ap.add_argument("--labels", type=int, default=26)
-    ap.add_argument("--features", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--max-depth", type=int, default=6)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--ocr-dir", help="time on the OCR quick split's training words instead")
-    ap.add_argument("--multi-output", action="store_true",
-                    help="multi_strategy='multi_output_tree' for every run")
-    args = ap.parse_args()
-
-    if args.ocr_dir:
-        train, _, _ = ocr_split(load_ocr(args.ocr_dir), test_folds=[0], valid_folds=[9])
-        X, y, lengths = train.X.astype(np.float32), train.y, train.lengths
-        k, source = 26, f"OCR folds 1-8 ({args.ocr_dir})"
-    else:
-        k = args.labels
-        X, y, lengths = make_data(args.words, k, args.features, args.seed)
-        source = "generated"
-    numba.set_num_threads(args.threads)
-    tree = {"max_depth": args.max_depth, "eta": 0.3, "nthread": args.threads, "tree_method": "hist"}
-    if args.multi_output:
-        tree["multi_strategy"] = "multi_output_tree"
-    print(
-        f"data: {source}, {len(y)} rows, {len(lengths)} sequences, K={k}, d={X.shape[1]}; "
-        f"{args.rounds} rounds, max_depth={args.max_depth}, nthread={args.threads}, "
-        f"multi_output={args.multi_output}; CPU seconds"
-    )
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-        f"python {platform.python_version()}, xgboost {xgb.__version__}, numba {numba.__version__}, "
-        f"numpy {np.__version__}, structboost {sb.__version__}"
-    )
-
-    dnative = xgb.DMatrix(X, label=y)
-    native, _ = time_rounds(
-        {**tree, "objective": "multi:softprob", "num_class": k, "base_score": 0.0},
-        dnative,
-        args.rounds,
-    )
-
-    # Kernel-level timings on zero margins and random transitions.
-    rng = np.random.default_rng(1)
-    u = rng.normal(size=(len(y), k))
-    T = rng.normal(size=(k, k))
-    z = np.zeros(k)
-    inference.forward_backward(u[: lengths[:5].sum()], lengths[:5], T, z, z)
-    t0 = time.process_time()
-    inference.forward_backward(u, lengths, T, z, z)
-    t_fb = time.process_time() - t0
-    t0 = time.process_time()
-    inference.gamma(u, lengths, T, z, z, "mixing")
-    t_gamma = time.process_time() - t0
-    print(f"forward_backward alone: {t_fb * 1e3:.1f} ms; gamma('mixing') incl. messages: {t_gamma * 1e3:.1f} ms")
-
-    rows = [("XGBoost multi:softprob (native)", native, None, None)]
+def rounds_table(X, y, lengths, k, args):
     configs = [
         ("logitboost", {"mode": "logitboost"}),
         ("treecrf, lbfgs", {"mode": "treecrf"}),
-        ("gbcrf, lbfgs", {"mode": "gbcrf"}),
+        ("gbcrf, lbfgs (default)", {"mode": "gbcrf"}),
         ("gbcrf, lbfgs 2 iterations", {"mode": "gbcrf", "transition_iter": 2}),
         ("gbcrf, newton", {"mode": "gbcrf", "transitions": "newton"}),
     ]
-    for name, kw in configs:
-        obj = sb.crf_objective(k, **kw)
-        dtrain = xgb.DMatrix(X, label=y, group=lengths)
-        per_round, booster = time_rounds(sb.xgb_params(k, **tree), dtrain, args.rounds, obj=obj)
-        split = {key: v / args.rounds for key, v in obj.crf.timings.items()}
-        nll = -float(np.mean(sb.sequence_log_likelihood(booster, dtrain)))
-        rows.append((name, per_round, split, nll))
-
-    print()
     print(
-        "| run | s / round | ratio to native | transitions | inference | gamma + G/H | "
-        f"objective / native round | train NLL after {args.rounds} rounds |"
+        "| trees | run | CPU s / round | ratio to native | transitions | inference | gamma + G/H "
+        f"| objective / native round | train NLL per word after {args.rounds} rounds |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for name, sec, split, nll in rows:
-        if split is None:
-            print(f"| {name} | {sec:.3f} | 1.00 | | | | | |")
-            continue
-        obj_s = sum(split.values())
-        print(
-            f"| {name} | {sec:.3f} | {sec / native:.2f} | {split['transitions']:.3f} | "
-            f"{split['inference']:.3f} | {split['gamma']:.3f} | {obj_s / native:.0%} | {nll:.3f} |"
+    print("|---|---|---|---|---|---|---|---|---|")
+    for trees, tree in [
+        ("multi-output, depth 8", {"max_depth": 8, "multi_strategy": "multi_output_tree"}),
+        ("per-label, depth 6", {"max_depth": 6}),
+    ]:
+        tree = {**tree, "eta": 0.3, "nthread": args.threads, "tree_method": "hist"}
+        native, _ = cpu_per_round(
+            {**tree, "objective": "multi:softprob", "num_class": k, "base_score": 0.0},
+            xgb.DMatrix(X, label=y),
+            args.rounds,
         )
+        print(f"| {trees} | XGBoost multi:softprob (native) | {native:.3f} | 1.00 | | | | | |")
+        for name, kw in configs:
+            obj = sb.crf_objective(k, nthread=args.threads, **kw)
+            dtrain = xgb.DMatrix(X, label=y, group=lengths)
+            sec, booster = cpu_per_round(sb.xgb_params(k, **tree), dtrain, args.rounds, obj=obj)
+            split = {key: v / args.rounds for key, v in obj.crf.timings.items()}
+            nll = -float(np.mean(sb.sequence_log_likelihood(booster, dtrain)))
+            print(
+                f"| {trees} | {name} | {sec:.3f} | {sec / native:.2f} | {split['transitions']:.3f} | "
+                f"{split['inference']:.3f} | {split['gamma']:.3f} | "
+                f"{sum(split.values()) / native:.0%} | {nll:.3f} |",
+                flush=True,
+            )
+
+
+def best_seconds(fn, repeat=5):
+    """Smallest wall time of ``repeat`` calls (the least disturbed one)."""
+    best = np.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def kernels_table(lengths, k):
+    n = int(lengths.sum())
+    rng = np.random.default_rng(1)
+    u = rng.normal(size=(n, k))
+    T = rng.normal(size=(k, k))
+    z = np.zeros(k)
+    calls = {
+        "forward_backward": (lambda: inference.forward_backward(u, lengths, T, z, z), 4),
+        "gamma (mixing)": (lambda: inference.gamma(u, lengths, T, z, z), 4),
+        "viterbi": (lambda: inference.viterbi(u, lengths, T, z, z), 2),
+    }
+    threads = sorted({1, 2, numba.config.NUMBA_NUM_THREADS})
+    print(f"All OCR letters: n = {n}, {len(lengths)} words, K = {k}; best of 5 wall times.")
+    print()
+    print("| kernel | " + " | ".join(f"{t} thread{'s' * (t > 1)}: ms (GFLOP/s)" for t in threads) + " |")
+    print("|---|" + "---|" * len(threads))
+    for name, (fn, flops) in calls.items():
+        fn()
+        cells = []
+        for t in threads:
+            numba.set_num_threads(t)
+            sec = best_seconds(fn)
+            cells.append(f"{sec * 1e3:.1f} ({flops * n * k * k / sec / 1e9:.2f})")
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def viterbi_table(lengths, y, threads):
+    import sklearn_crfsuite
+
+    numba.set_num_threads(threads)
+    bounds = np.concatenate(([0], np.cumsum(lengths)))
+    rng = np.random.default_rng(2)
+    print("| K | structboost viterbi, tokens/s | sklearn-crfsuite tagger (CRF.predict), tokens/s | ratio |")
+    print("|---|---|---|---|")
+    for k in (9, 26):
+        labels = y % k
+        hint = np.where(rng.random(len(labels)) < 0.7, labels, rng.integers(0, k, len(labels)))
+        xseq = [[{f"h{hint[t]}": 1.0} for t in range(a, b)] for a, b in zip(bounds[:-1], bounds[1:])]
+        yseq = [[str(v) for v in labels[a:b]] for a, b in zip(bounds[:-1], bounds[1:])]
+        crf = sklearn_crfsuite.CRF(algorithm="lbfgs", max_iterations=20)
+        crf.fit(xseq, yseq)
+        crf.predict(xseq[:10])
+        theirs = len(labels) / best_seconds(lambda: crf.predict(xseq), repeat=3)
+        u = rng.normal(size=(len(labels), k))
+        T = rng.normal(size=(k, k))
+        z = np.zeros(k)
+        inference.viterbi(u, lengths, T, z, z)
+        ours = len(labels) / best_seconds(lambda: inference.viterbi(u, lengths, T, z, z))
+        print(f"| {k} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.1f}x |")
+
+
+def rss_child(mode, rows, threads):
+    """Train 3 rounds in this process and print its peak RSS in MiB."""
+    k, d = 10, 20
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 30, size=rows // 17)
+    n = int(lengths.sum())
+    y = rng.integers(0, k, size=n)
+    X = (rng.normal(size=(n, d)) + y[:, None] * 0.1).astype(np.float32)
+    tree = {"max_depth": 6, "eta": 0.3, "nthread": threads, "tree_method": "hist"}
+    if mode == "native":
+        params = {**tree, "objective": "multi:softprob", "num_class": k, "base_score": 0.0}
+        xgb.train(params, xgb.DMatrix(X, label=y), 3)
+    else:
+        obj = sb.crf_objective(k, transitions=mode, nthread=threads)
+        xgb.train(sb.xgb_params(k, **tree), xgb.DMatrix(X, label=y, group=lengths), 3, obj=obj)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def rss_table(rows, threads):
+    print(f"Generated data: about {rows:,} rows x 20 features, K = 10, depth 6, 3 rounds, nthread {threads}.")
+    print()
+    print("| run | peak RSS MiB | ratio to native |")
+    print("|---|---|---|")
+    peak = {}
+    for mode in ("native", "lbfgs", "newton"):
+        out = subprocess.run(
+            [sys.executable, __file__, "--rss-child", mode, "--rss-rows", str(rows), "--threads", str(threads)],
+            capture_output=True, text=True, check=True,
+        )
+        peak[mode] = float(out.stdout.split()[-1])
+        name = "XGBoost multi:softprob (native)" if mode == "native" else f"gbcrf, {mode}"
+        print(f"| {name} | {peak[mode]:.0f} | {peak[mode] / peak['native']:.2f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", help="folder holding letters.npz (OCR)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="XGBoost and objective threads")
+    ap.add_argument("--rss-rows", type=int, default=1_000_000)
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip")
+    ap.add_argument("--rss-child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.rss_child:
+        rss_child(args.rss_child, args.rss_rows, args.threads)
+        return
+    if not args.data_dir:
+        ap.error("--data-dir is required (the folder holding letters.npz)")
+    skip = set(filter(None, args.skip.split(",")))
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()[0]:.1f}; python {platform.python_version()}, "
+        f"xgboost {xgb.__version__}, numba {numba.__version__} "
+        f"({numba.config.NUMBA_NUM_THREADS} threads), numpy {np.__version__}, "
+        f"structboost {sb.__version__}"
+    )
+    print()
+    data = load_ocr(args.data_dir)
+    all_lengths = np.asarray(data.lengths, dtype=np.int64)
+    if "rounds" not in skip:
+        train, _, _ = ocr_split(data, test_folds=[0], valid_folds=[9])
+        numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+        rounds_table(train.X.astype(np.float32), train.y, np.asarray(train.lengths), 26, args)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        print()
+    if "kernels" not in skip:
+        kernels_table(all_lengths, 26)
+        print()
+    if "viterbi" not in skip:
+        viterbi_table(all_lengths, np.asarray(data.y), args.threads)
+        print()
+    if "rss" not in skip:
+        rss_table(args.rss_rows, args.threads)
 
 
 if __name__ == "__main__":

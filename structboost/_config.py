@@ -21,6 +21,9 @@ FASTMATH = {"reassoc", "contract", "arcp"}
 CACHE = True
 KERNEL = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
 PARALLEL = {**KERNEL, "parallel": True}
+#: For kernels whose every value is finite by construction: lets LLVM
+#: vectorise min/max reductions.
+FINITE = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
 #: Batches with fewer rows than this run the serial kernels.
 SERIAL_ROWS = 8192
 #: Bound on what a scaled message loses to underflow at one entry, and the

@@ -190,7 +190,7 @@ def predict(
     )
     p = _constrained(p, allowed_transitions)
     if decode == "marginal":
-        post = posterior(u, offsets, p.transitions, p.start, p.end, rates=False)
+        post = posterior(u, offsets, p.transitions, p.start, p.end)
         return post.marginals().argmax(axis=1).astype(np.int64)
     return map_labels(u, offsets, p.transitions, p.start, p.end)
 
@@ -206,7 +206,7 @@ def predict_marginals(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
     p = _constrained(p, allowed_transitions)
-    return posterior(u, offsets, p.transitions, p.start, p.end, rates=False).marginals()
+    return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
 
 
 def sequence_log_likelihood(
@@ -234,7 +234,7 @@ def sequence_log_likelihood(
     if labels is None or len(labels) == 0:
         raise ValueError("no labels: pass labels= or a DMatrix/Dataset built with label=.")
     y = check_labels(labels, u.shape[1], u.shape[0])
-    post = posterior(u, offsets, p.transitions, p.start, p.end, rates=False)
+    post = posterior(u, offsets, p.transitions, p.start, p.end)
     return path_scores(u, offsets, y, p.transitions, p.start, p.end) - post.log_z
 
 

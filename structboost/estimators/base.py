@@ -98,6 +98,18 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
             if key not in named and not key.startswith("_") and not key.endswith("_")
         }
 
+    def _objective_threads(self):
+        """The engine's thread count (``n_jobs``, ``nthread`` or ``num_threads``) for the objective.
+
+        None (numba's default) when unset or not positive.
+        """
+        engine = self._engine_kwargs()
+        for key in ("n_jobs", "nthread", "num_threads"):
+            threads = engine.get(key)
+            if threads is not None:
+                return int(threads) if int(threads) > 0 else None
+        return None
+
     def get_params(self, deep=True):
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)

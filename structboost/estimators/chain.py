@@ -535,7 +535,12 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
 
     def _train(self, train, evals, crf, n_classes, verbose):
         # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
-        obj = crf_objective(n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf)
+        obj = crf_objective(
+            n_classes,
+            device=self._engine_kwargs().get("device", "cpu"),
+            nthread=self._objective_threads(),
+            **crf,
+        )
         self._start_transitions(obj)
         params = xgb_params(
             n_classes,
@@ -651,7 +656,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
 
         X, y, lengths, seq_weight, init_score = train
-        obj = lgb_crf_objective(n_classes, **crf)
+        obj = lgb_crf_objective(n_classes, nthread=self._objective_threads(), **crf)
         self._start_transitions(obj)
         params = lgb_params(
             n_classes,

@@ -59,7 +59,7 @@ bounds from its pairwise marginals.
 import numpy as np
 from numba import njit, prange
 
-from .._config import KERNEL, PARALLEL, SAFE, TINY
+from .._config import FINITE, KERNEL, PARALLEL, SAFE, TINY
 
 # exp(x) for x below this is under 2 ** -1022: returned as zero (any such
 # entry of a possible label is below TINY and marks its sequence anyway).
@@ -68,6 +68,9 @@ _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
 _EXP_BLOCK = 4096
+# Added to the conditionals given a label of zero probability: no finite
+# conditional (at most 1 / TINY) comes near it.
+_EXCLUDE = 1e300
 
 
 @njit(inline="always")
@@ -77,15 +80,16 @@ def table(n_tables, t):
 
 
 @njit(**KERNEL)
-def _exp_nonpositive(x, lo, hi, bits):
-    """In place ``x[lo:hi] = exp(x[lo:hi])`` for entries ``<= 0`` (``-inf`` allowed), vectorisable.
+def _exp_nonpositive(x, bits):
+    """In place ``x = exp(x)`` for entries ``<= 0`` (``-inf`` allowed), vectorisable.
 
     Cody-Waite reduction ``x = k ln 2 + r``, ``|r| <= ln 2 / 2``, a degree-13
     Taylor polynomial in ``r`` (relative error below 1e-16) and ``2 ** k``
-    assembled in the exponent bits of ``bits`` (int64 scratch, ``hi - lo`` long).
+    assembled in the exponent bits of ``bits`` (int64 scratch, same length).
+    Loops start at zero, so that LLVM drops numba's negative-index checks.
     """
     scale = bits.view(np.float64)
-    for j in range(lo, hi):
+    for j in range(x.shape[0]):
         v = x[j]
         c = v if v > _EXP_FLOOR else _EXP_FLOOR
         kf = np.floor(c * _LOG2E + 0.5)
@@ -104,10 +108,10 @@ def _exp_nonpositive(x, lo, hi, bits):
         p = p * r + 0.5
         p = p * r + 1.0
         p = p * r + 1.0
-        bits[j - lo] = (np.int64(kf) + 1023) << 52
+        bits[j] = (np.int64(kf) + 1023) << 52
         x[j] = p if v > _EXP_FLOOR else 0.0
-    for j in range(lo, hi):
-        x[j] *= scale[j - lo]
+    for j in range(x.shape[0]):
+        x[j] *= scale[j]
 
 
 @njit(**KERNEL)
@@ -121,7 +125,7 @@ def _exp_block(src, lo, hi, w, row_max):
         row_max[t] = top
         for j in range(k):
             w[t * k + j] = src[t, j] - top
-    _exp_nonpositive(w, lo * k, hi * k, np.empty((hi - lo) * k, dtype=np.int64))
+    _exp_nonpositive(w[lo * k : hi * k], np.empty((hi - lo) * k, dtype=np.int64))
 
 
 @njit(**PARALLEL)
@@ -166,43 +170,52 @@ def exp_tables(trans, parallel=False):
     return emat.reshape(p, k, k), emax
 
 
+@njit(**FINITE)
+def _min_rate(mat, inv, pen, weights, row_w):
+    """``1 - sum_i w[i] min_j (mat[i, j] inv[j] + pen[j])``, ``w = weights[row_w]``; rows with no finite minimum skipped.
+
+    ``pen[j]`` is 0 for labels ``j`` of nonzero probability and ``_EXCLUDE``
+    otherwise (with ``inv[j] = 0``), so that every value stays finite and the
+    minimum vectorises.
+    """
+    k = inv.shape[0]
+    total = 0.0
+    for i in range(k):
+        m = _EXCLUDE
+        for j in range(k):
+            m = min(m, mat[i, j] * inv[j] + pen[j])
+        if m < _EXCLUDE:
+            total += weights[row_w, i] * m
+    return max(0.0, 1.0 - total)
+
+
 @njit(**KERNEL)
-def _rates(t, emat_t, alpha, beta, r, into, beta_scale, inv, low, right, left):
+def _rates(t, emat_t, emat_tt, alpha, beta, r, into, beta_scale, inv, pen, right, left):
     """Mixing rates ``right[t - 1]`` and ``left[t]`` of the edge ``(t - 1, t)``.
 
     ``right[t - 1] = 1 - sum_b min_a P(y_t = b | y_{t-1} = a)`` over labels
     ``a`` of nonzero marginal, from ``P(b | a) = E[a, b] r[t, b] /
-    (beta_scale[t - 1] beta[t - 1, a])``; ``left[t]`` likewise from
-    ``P(a | b) = alpha[t - 1, a] E[a, b] / into[t, b]``. Labels of zero
-    probability add nothing to the total variation of Theorem 3.1.
+    (beta_scale[t - 1] beta[t - 1, a])`` (rows of ``emat_tt = E.T``);
+    ``left[t]`` likewise from ``P(a | b) = alpha[t - 1, a] E[a, b] /
+    into[t, b]`` (rows of ``E``). Labels of zero probability add nothing to
+    the total variation of Theorem 3.1.
     """
     k = inv.shape[0]
-    low[:] = np.inf
     for a in range(k):
-        if alpha[t - 1, a] * beta[t - 1, a] > 0.0:
-            s = 1.0 / (beta_scale[t - 1] * beta[t - 1, a])
-            for b in range(k):
-                low[b] = min(low[b], emat_t[a, b] * s)
-    total = 0.0
+        ok = alpha[t - 1, a] * beta[t - 1, a] > 0.0
+        inv[a] = 1.0 / (beta_scale[t - 1] * beta[t - 1, a]) if ok else 0.0
+        pen[a] = 0.0 if ok else _EXCLUDE
+    right[t - 1] = _min_rate(emat_tt, inv, pen, r, t)
     for b in range(k):
-        if low[b] < np.inf:
-            total += low[b] * r[t, b]
-    right[t - 1] = max(0.0, 1.0 - total)
-    for b in range(k):
-        inv[b] = 1.0 / into[t, b] if alpha[t, b] * beta[t, b] > 0.0 else np.inf
-    total = 0.0
-    for a in range(k):
-        m = np.inf
-        for b in range(k):
-            m = min(m, emat_t[a, b] * inv[b] if inv[b] < np.inf else np.inf)
-        if m < np.inf:
-            total += m * alpha[t - 1, a]
-    left[t] = max(0.0, 1.0 - total)
+        ok = alpha[t, b] * beta[t, b] > 0.0
+        inv[b] = 1.0 / into[t, b] if ok else 0.0
+        pen[b] = 0.0 if ok else _EXCLUDE
+    left[t] = _min_rate(emat_t, inv, pen, alpha, t - 1)
 
 
 @njit(**KERNEL)
 def _sequence_messages(
-    i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
+    i, w, row_max, offsets, emat, emat_tt, emax, start_e, start_max, end_e, end_max,
     with_rates, log_z, alpha, beta, r, into, beta_scale, marg, overlap, right, left, lost,
 ):
     """Both sweeps of sequence ``i`` (see :func:`messages`); returns early when lost."""
@@ -211,28 +224,21 @@ def _sequence_messages(
     n_tab = emat.shape[0]
     lost[i] = True
     # Forward sweep; overlap[t] keeps the normaliser of alpha[t] until the backward sweep.
-    s = 0.0
-    for j in range(k):
-        into[lo, j] = start_e[j]
-        v = start_e[j] * w[lo, j]
-        alpha[lo, j] = v
-        s += v
-    if not s >= TINY:
-        return
-    overlap[lo] = s
-    acc = start_max + row_max[lo] + np.log(s)
-    inv_s = 1.0 / s
-    for j in range(k):
-        alpha[lo, j] *= inv_s
-    for t in range(lo + 1, hi):
-        p = table(n_tab, t)
-        e = emat[p]
+    acc = 0.0
+    for t in range(lo, hi):
         m = into[t]
-        m[:] = 0.0
-        for a in range(k):
-            pa = alpha[t - 1, a]
-            for b in range(k):
-                m[b] += pa * e[a, b]
+        if t == lo:
+            m[:] = start_e
+            acc += start_max
+        else:
+            p = table(n_tab, t)
+            e = emat[p]
+            m[:] = 0.0
+            for a in range(k):
+                pa = alpha[t - 1, a]
+                for b in range(k):
+                    m[b] += pa * e[a, b]
+            acc += emax[p]
         s = 0.0
         for j in range(k):
             v = m[j] * w[t, j]
@@ -241,7 +247,7 @@ def _sequence_messages(
         if not s >= TINY:
             return
         overlap[t] = s
-        acc += emax[p] + row_max[t] + np.log(s)
+        acc += row_max[t] + np.log(s)
         inv_s = 1.0 / s
         for j in range(k):
             alpha[t, j] *= inv_s
@@ -260,7 +266,7 @@ def _sequence_messages(
         beta[hi - 1, j] *= inv_s
     # Backward sweep: the fallback criterion, r[t], beta[t - 1], the marginals and the rates.
     inv = np.empty(k)
-    low = np.empty(k)
+    pen = np.empty(k)
     right[hi - 1] = 0.0
     left[lo] = 0.0
     for t in range(hi - 1, lo - 1, -1):
@@ -281,7 +287,8 @@ def _sequence_messages(
             marg[t, j] = alpha[t, j] * beta[t, j] * inv_ov
         if t == lo:
             break
-        e = emat[table(n_tab, t)]
+        p = table(n_tab, t)
+        e = emat[p]
         s = 0.0
         for a in range(k):
             acc_a = 0.0
@@ -296,7 +303,7 @@ def _sequence_messages(
         for a in range(k):
             beta[t - 1, a] *= inv_s
         if with_rates:
-            _rates(t, e, alpha, beta, r, into, beta_scale, inv, low, right, left)
+            _rates(t, e, emat_tt[p], alpha, beta, r, into, beta_scale, inv, pen, right, left)
     lost[i] = False
 
 
@@ -337,12 +344,49 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
     recomputes them in log space.
     """
     s_max, e_max = start.max(), end.max()
+    emat_tt = np.ascontiguousarray(emat.transpose(0, 2, 1)) if with_rates else emat
     start_e = np.exp(start - s_max) if s_max > -np.inf else np.zeros_like(start)
     end_e = np.exp(end - e_max) if e_max > -np.inf else np.zeros_like(end)
     (_messages_parallel if parallel else _messages_serial)(
-        ws.w, ws.row_max, ws.offsets, emat, emax, start_e, s_max, end_e, e_max,
+        ws.w, ws.row_max, ws.offsets, emat, emat_tt, emax, start_e, s_max, end_e, e_max,
         with_rates, ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg,
         ws.overlap, ws.right, ws.left, ws.lost,
+    )
+
+
+@njit(**KERNEL)
+def _sequence_rates(i, offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left):
+    lo, hi = offsets[i], offsets[i + 1]
+    inv = np.empty(alpha.shape[1])
+    pen = np.empty(alpha.shape[1])
+    right[hi - 1] = 0.0
+    left[lo] = 0.0
+    for t in range(lo + 1, hi):
+        p = table(emat.shape[0], t)
+        _rates(t, emat[p], emat_tt[p], alpha, beta, r, into, beta_scale, inv, pen, right, left)
+
+
+@njit(**PARALLEL)
+def _rates_parallel(offsets, *args):
+    for i in prange(offsets.shape[0] - 1):
+        _sequence_rates(i, offsets, *args)
+
+
+@njit(**KERNEL)
+def _rates_serial(offsets, *args):
+    for i in range(offsets.shape[0] - 1):
+        _sequence_rates(i, offsets, *args)
+
+
+def mixing_rates(offsets, emat, alpha, beta, r, into, beta_scale, right, left, parallel):
+    """The mixing rates of :func:`messages` from its stored messages, into ``right``, ``left``.
+
+    For posteriors swept without rates: one more sweep over the edges,
+    without repeating the messages. Rows of lost sequences are unspecified.
+    """
+    emat_tt = np.ascontiguousarray(emat.transpose(0, 2, 1))
+    (_rates_parallel if parallel else _rates_serial)(
+        offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left
     )
 
 

@@ -152,7 +152,8 @@ class ChainPosterior:
     solvers use it to avoid repeating validation and message passes.
     ``transitions`` and ``emat`` are ``(P, K, K)`` (see
     :mod:`structboost.inference._chain`); ``marg`` holds the node marginals,
-    ``right``/``left`` the mixing rates (None when built without them). On
+    ``right``/``left`` the mixing rates once ``has_rates`` (the first bound
+    asked for fills them from the stored messages when the sweep did not). On
     the rows of the sequences in ``log_space`` (if any), ``alpha`` and
     ``marg`` hold the node marginals and ``beta`` ones, while ``r``,
     ``into``, ``beta_scale`` and ``overlap`` are finite placeholders: every
@@ -170,8 +171,9 @@ class ChainPosterior:
     beta_scale: np.ndarray
     marg: np.ndarray
     overlap: np.ndarray
-    right: np.ndarray | None
-    left: np.ndarray | None
+    right: np.ndarray
+    left: np.ndarray
+    has_rates: bool
     log_space: LogSpacePart | None = None
 
     @property
@@ -238,16 +240,22 @@ class ChainPosterior:
                 fallback_curv = np.einsum("e,eab->ab", curvature_weights[mine], pair * (1.0 - pair))
                 curvature_weights = curvature_weights[~mine]
             edges, weights = edges[~mine], weights[~mine]
+        # Every row but the last, weight zero off the chosen edges: views, no gathers.
+        n = self.alpha.shape[0]
+        a = self.alpha[:-1]
+        r = self.r[1:]
+        scale = np.zeros(n - 1)
+        scale[edges] = weights / (self.beta_scale[edges] * self.overlap[edges])
         emat = self.emat[0]
-        a = self.alpha[edges]
-        r = self.r[edges + 1]
-        z = self.beta_scale[edges] * self.overlap[edges]
-        scaled = emat * (a.T @ (r * (weights / z)[:, None]))
+        scaled = emat * (a.T @ (r * scale[:, None]))
         total = scaled if part is None else total + scaled
         if curvature_weights is None:
             return total, None
-        g = curvature_weights / z
-        curvature = emat * (a.T @ (r * g[:, None])) - emat**2 * ((a * a).T @ (r * r * (g / z)[:, None]))
+        g = np.zeros(n - 1)
+        g[edges] = curvature_weights / (self.beta_scale[edges] * self.overlap[edges])
+        curvature = emat * (a.T @ (r * g[:, None]))
+        g[edges] /= self.beta_scale[edges] * self.overlap[edges]
+        curvature -= emat**2 * ((a * a).T @ (r * r * g[:, None]))
         if part is not None:
             curvature += fallback_curv
         return total, curvature
@@ -255,8 +263,17 @@ class ChainPosterior:
     @cached_property
     def _path_sums(self):
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
-        if self.right is None:
-            raise ValueError("this posterior was built with rates=False; build it with rates=True.")
+        if not self.has_rates:
+            _chain.mixing_rates(
+                self.offsets, self.emat, self.alpha, self.beta, self.r, self.into, self.beta_scale,
+                self.right, self.left, self.parallel,
+            )
+            part = self.log_space
+            if part is not None:
+                self.right[part.rows], self.left[part.rows] = _chain.pairwise_rates(
+                    part.pairwise, part.offsets
+                )
+            self.has_rates = True
         return _chain.path_sums(self.right, self.left, self.offsets)
 
     def node_gamma(self, method="mixing", marginals=None):
@@ -309,7 +326,7 @@ def _log_space_part(unary, offsets, sequences, trans, start, end):
     return log_z, LogSpacePart(sequences, rows, part_offsets, marginals, pairwise)
 
 
-def posterior(unary, offsets, transitions, start, end, workspace=None, rates=True):
+def posterior(unary, offsets, transitions, start, end, workspace=None, rates=False):
     """One forward and one backward sweep over validated arrays (see :func:`check_chain`).
 
     Parameters
@@ -323,8 +340,9 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Tru
         ``offsets``, for callers that run several passes over the same node
         potentials; fresh buffers otherwise.
     rates : bool
-        Also compute the mixing rates (needed by the ``"mixing"`` gamma and
-        the edge bound).
+        Compute the mixing rates (the ``"mixing"`` gamma and the edge bound)
+        within the backward sweep; otherwise the first bound asked for
+        computes them from the stored messages.
 
     Returns
     -------
@@ -351,7 +369,7 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Tru
             ws.right[rows], ws.left[rows] = _chain.pairwise_rates(part.pairwise, part.offsets)
     return ChainPosterior(
         offsets, trans, emat, ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg,
-        ws.overlap, ws.right if rates else None, ws.left if rates else None, part,
+        ws.overlap, ws.right, ws.left, rates, part,
     )
 
 
@@ -410,7 +428,7 @@ def forward_backward(unary, lengths, transitions, start, end):
     marginals : (n, K) float64
         ``P(y_t = k | x)``; rows sum to one.
     """
-    post = posterior(*check_chain(unary, lengths, transitions, start, end), rates=False)
+    post = posterior(*check_chain(unary, lengths, transitions, start, end))
     return post.log_z, post.marginals()
 
 
@@ -423,7 +441,7 @@ def edge_marginals(unary, lengths, transitions, start, end):
         Row ``t`` joins positions ``t`` and ``t + 1``; the last row of every
         sequence is zero.
     """
-    return posterior(*check_chain(unary, lengths, transitions, start, end), rates=False).edge_marginals()
+    return posterior(*check_chain(unary, lengths, transitions, start, end)).edge_marginals()
 
 
 def viterbi(unary, lengths, transitions, start, end):
@@ -457,7 +475,7 @@ def gamma(unary, lengths, transitions, start, end, method="mixing"):
     """
     if method not in GAMMA_METHODS:
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
-    return posterior(*check_chain(unary, lengths, transitions, start, end)).node_gamma(method)
+    return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).node_gamma(method)
 
 
 def edge_gamma(unary, lengths, transitions, start, end):
@@ -469,7 +487,7 @@ def edge_gamma(unary, lengths, transitions, start, end):
         Row ``t`` bounds the edge ``(t, t + 1)``; zero on the last row of
         every sequence.
     """
-    return posterior(*check_chain(unary, lengths, transitions, start, end)).edge_gamma()
+    return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).edge_gamma()
 
 
 def sequence_nll(unary, lengths, labels, transitions, start, end):
@@ -481,5 +499,5 @@ def sequence_nll(unary, lengths, labels, transitions, start, end):
     """
     u, offsets, trans, s, e = check_chain(unary, lengths, transitions, start, end)
     y = check_labels(labels, u.shape[1], u.shape[0])
-    post = posterior(u, offsets, trans, s, e, rates=False)
+    post = posterior(u, offsets, trans, s, e)
     return post.log_z - path_scores(u, offsets, y, trans, s, e)

@@ -132,7 +132,7 @@ class CRFObjective(NodeObjective):
         self._check_allowed(batch)
         u = self.check_margins(margins)
         p = self.params
-        post = posterior(u, batch.offsets, p.transitions, p.start, p.end, rates=False)
+        post = posterior(u, batch.offsets, p.transitions, p.start, p.end)
         return post.log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
 
     def decode(self, margins, batch):

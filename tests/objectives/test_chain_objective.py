@@ -232,3 +232,17 @@ def test_bad_settings_and_margins_raise():
         CRFObjective(3).grad_hess(np.zeros((3, 4)), batch)
     with pytest.raises(ValueError, match=r"row 0, label 0 is nan \(not finite"):
         CRFObjective(3).grad_hess(np.full((3, 3), np.nan), batch)
+
+
+def test_nthread_is_checked_and_changes_nothing():
+    rng = np.random.default_rng(0)
+    lengths = np.array([3, 5, 2])
+    y = rng.integers(0, 3, size=10)
+    margins = rng.normal(size=(10, 3))
+    batch = SequenceBatch.build(y, lengths, 3)
+    with pytest.raises(ValueError, match="nthread"):
+        CRFObjective(3, nthread=0)
+    g1, h1 = CRFObjective(3, transitions="newton").grad_hess(margins, batch)
+    g2, h2 = CRFObjective(3, transitions="newton", nthread=1).grad_hess(margins, batch)
+    np.testing.assert_array_equal(g1, g2)
+    np.testing.assert_array_equal(h1, h2)
