@@ -20,6 +20,7 @@ from .tree_xgboost import (
 from .objective import CRFObjective
 from .predict import predict, predict_marginals, sequence_log_likelihood
 from .transitions import TransitionParams
+from .latent import LatentLogLinearClassifier
 from .linear import LinearChainCRF
 from .sklearn import LGBMCRFClassifier, XGBCRFClassifier
 from .xgboost import crf_objective, xgb_params
@@ -42,6 +43,7 @@ __all__ = [
     "CRFObjective",
     "ESSTreeCRFClassifier",
     "LGBMCRFClassifier",
+    "LatentLogLinearClassifier",
     "LinearChainCRF",
     "TokenFeatures",
     "TreeCRFClassifier",
