@@ -97,6 +97,7 @@ _MAX_LOG_MULTIPLICITY = 600.0
 _PARTIAL_EIGEN = 4  # from_dense uses Lanczos when rank < d / _PARTIAL_EIGEN
 _DENSE_EIGEN_DIM = 512  # ... and d is above this
 _MESSAGE_BUDGET = 2**24  # floats of stored messages per batch in _indicator_chain_bound
+_FACTOR_BUDGET = 2**21  # floats of one level's factor rows per batch in _low_rank_recursion
 LOW_RANK_DIM = 4096
 """Above this many parameters the chain solvers default to the low-rank bound.
 
@@ -717,7 +718,7 @@ def _low_rank_recursion(log_node, inputs, theta_T, weights, curvature, low_rank)
             for u in range(k):
                 edge_part[:, u, :, u, :] += factor[:, u]
             rows[..., transitions] = edge_part.reshape(rows.shape[:3] + (k * k,))
-        low_rank.add_factors(rows.reshape(-1, rows.shape[-1]))
+        low_rank.add_factors(rows[eigenvalues > 0])  # M_u has rank <= K - 1: skip the zero rows
 
     return _backward_pass(log_node, inputs, theta_T, weights, curvature, visit)
 
@@ -795,8 +796,10 @@ def _indicator_chain_bound(
         members = np.flatnonzero(lengths == length)
         if batch_size is not None:
             step = batch_size
-        else:  # the stored messages (dense) or one level's factor rows (low rank)
-            step = max(1, _MESSAGE_BUDGET // ((length if rank is None else k) * k * d))
+        elif rank is None:  # the stored messages
+            step = max(1, _MESSAGE_BUDGET // (length * k * d))
+        else:  # one level's factor rows
+            step = max(1, _FACTOR_BUDGET // (k * k * d))
         for start in range(0, members.size, step):
             batch = members[start : start + step]
             rows = offsets[batch][:, None] + np.arange(length)  # shape (s, T)
@@ -859,8 +862,9 @@ def chain_bound(
         (curvature growing like ``K^T``); see the module notes.
     batch_size : int, optional
         Sequences processed together; by default as many as keep the stored
-        messages (``batch_size * T * K * d`` floats, or with ``rank`` the
-        ``batch_size * K^2 * d`` factor rows of one position) near 128 MB.
+        messages (``batch_size * T * K * d`` floats) near 128 MB, or with
+        ``rank`` the ``batch_size * K^2 * d`` factor rows of one position
+        near 16 MB (at least one sequence).
     rank : int, optional
         Stream the curvature's rank-one terms into a :class:`LowRankCurvature`
         with this many directions (Algorithm 4): ``O(d rank)`` memory, never a

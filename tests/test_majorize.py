@@ -88,6 +88,22 @@ def random_problem(rng, n, d):
     return features, base, theta
 
 
+LINEAR_CHAINS = dict(
+    seed=seeds,
+    k=st.integers(1, 3),
+    p=st.integers(0, 3),
+    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    curvature=st.sampled_from(["shared", "paper"]),
+)
+
+
+def random_linear_chain(rng, k, p, lengths):
+    """Sparse-ish inputs (n, p), coef (p, K), transitions (K^2 + 2K,) and sequence weights."""
+    n = sum(lengths)
+    X = rng.normal(size=(n, p)) * (rng.random((n, p)) < 0.7)
+    return X, rng.normal(size=(p, k)), rng.normal(size=k * k + 2 * k), rng.uniform(0.0, 2.0, size=len(lengths))
+
+
 def random_chain(rng, k, lengths):
     unary = rng.normal(size=(int(np.sum(lengths)), k)) * 2.0
     theta = rng.normal(size=k * k + 2 * k)
@@ -272,6 +288,11 @@ def test_chain_bound_matches_enumeration(seed, k, lengths):
         assert min_bound_gap(rng, theta0, weights @ log_z, mu, sigma, exact, draws=100) >= -ATOL
         sigmas[curvature] = sigma
     assert_psd_dominates(sigmas["paper"], sigmas["shared"])
+    for rank in (1, 3):  # Algorithm 4: streamed at low rank, still above the dense curvature and log Z
+        log_z, mu, low = chain_bound(unary, lengths, *split(theta0, k), weights=weights, rank=rank)
+        assert low.basis.shape[0] <= rank
+        assert_psd_dominates(low.to_dense(), sigmas["shared"])
+        assert min_bound_gap(rng, theta0, weights @ log_z, mu, low.to_dense(), exact, draws=100) >= -ATOL
 
 
 @PROPERTY
@@ -312,20 +333,10 @@ def indicator_features(inputs, k):
 
 
 @PROPERTY
-@given(
-    seed=seeds,
-    k=st.integers(1, 3),
-    p=st.integers(0, 3),
-    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
-    curvature=st.sampled_from(["shared", "paper"]),
-)
+@given(**LINEAR_CHAINS)
 def test_linear_chain_bound_is_the_junction_tree_bound(seed, k, p, lengths, curvature):
     rng = np.random.default_rng(seed)
-    n = sum(lengths)
-    X = rng.normal(size=(n, p)) * (rng.random((n, p)) < 0.7)
-    coef = rng.normal(size=(p, k))
-    trans = rng.normal(size=k * k + 2 * k)
-    weights = rng.uniform(0.0, 2.0, size=len(lengths))
+    X, coef, trans, weights = random_linear_chain(rng, k, p, lengths)
     theta = np.concatenate([coef.ravel(), trans])
     log_z, mu, sigma = linear_chain_bound(X, lengths, coef, *split(trans, k), weights=weights, curvature=curvature)
     want_mu, want_sigma = 0.0, 0.0
@@ -345,23 +356,13 @@ def test_linear_chain_bound_is_the_junction_tree_bound(seed, k, p, lengths, curv
 
 
 @PROPERTY
-@given(
-    seed=seeds,
-    k=st.integers(1, 3),
-    p=st.integers(0, 3),
-    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
-    curvature=st.sampled_from(["shared", "paper"]),
-)
+@given(**LINEAR_CHAINS)
 def test_streamed_low_rank_bound_at_full_rank_is_the_dense_bound(seed, k, p, lengths, curvature):
     rng = np.random.default_rng(seed)
-    n = sum(lengths)
-    X = rng.normal(size=(n, p)) * (rng.random((n, p)) < 0.7)
-    coef = rng.normal(size=(p, k))
-    trans = rng.normal(size=k * k + 2 * k)
+    X, coef, trans, weights = random_linear_chain(rng, k, p, lengths)
     trans[rng.random(trans.size) < 0.2] = -np.inf  # forbidden moves
     trans[k * k : k * k + k][np.all(trans[k * k : k * k + k] == -np.inf)] = 0.0  # some start allowed
     trans[k * k + k :][np.all(trans[k * k + k :] == -np.inf)] = 0.0
-    weights = rng.uniform(0.0, 2.0, size=len(lengths))
     dense = linear_chain_bound(X, lengths, coef, *split(trans, k), weights=weights, curvature=curvature)
     d = dense[2].shape[0]
     log_z, mu, low = linear_chain_bound(
@@ -371,32 +372,6 @@ def test_streamed_low_rank_bound_at_full_rank_is_the_dense_bound(seed, k, p, len
     np.testing.assert_allclose(mu, dense[1], atol=1e-12)
     assert isinstance(low, LowRankCurvature) and low.basis.shape[0] <= d
     np.testing.assert_allclose(low.to_dense(), dense[2], atol=1e-9 * max(1.0, np.abs(dense[2]).max()))
-
-
-@PROPERTY
-@given(
-    seed=seeds,
-    k=st.integers(2, 3),
-    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
-    rank=st.integers(1, 4),
-)
-def test_streamed_low_rank_chain_bound_majorizes_log_partition(seed, k, lengths, rank):
-    """Algorithm 4 on a chain: above the dense curvature and above the enumerated log Z."""
-    rng = np.random.default_rng(seed)
-    unary, theta0 = random_chain(rng, k, lengths)
-    weights = rng.uniform(0.0, 2.0, size=len(lengths))
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    problems = [crf_enumeration(unary[a:b], k)[1:] for a, b in zip(offsets[:-1], offsets[1:])]
-
-    def exact(theta):
-        return sum(w * log_partition(f, h, theta) for w, (f, h) in zip(weights, problems))
-
-    _, _, dense = chain_bound(unary, lengths, *split(theta0, k), weights=weights)
-    log_z, mu, low = chain_bound(unary, lengths, *split(theta0, k), weights=weights, rank=rank)
-    assert low.basis.shape[0] <= rank
-    sigma = low.to_dense()
-    assert_psd_dominates(sigma, dense)
-    assert min_bound_gap(rng, theta0, weights @ log_z, mu, sigma, exact, draws=100) >= -ATOL
 
 
 def test_streamed_low_rank_linear_chain_bound_majorizes_and_keeps_memory_low():
