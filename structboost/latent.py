@@ -162,7 +162,8 @@ class LatentProblem:
         bound = self.denominator_bound(theta)
         if self.reg == 0:
             curvature = bound.curvature
-            curvature[np.diag_indices(self.dim)] += _SINGULAR_RIDGE * max(np.trace(curvature) / self.dim, 1e-300)
+            ridge = _SINGULAR_RIDGE * max(np.trace(curvature) / self.dim, 1e-300)
+            curvature[np.diag_indices(self.dim)] += ridge
         return majorize.majorize_step(bound, features, self.reg)
 
 
@@ -220,7 +221,9 @@ class LatentLogLinearClassifier(ClassifierMixin, BaseEstimator):
     True
     """
 
-    def __init__(self, n_hidden=2, solver="bound", reg=0.0, max_iter=100, tol=1e-6, init_scale=0.1, random_state=None):
+    def __init__(
+        self, n_hidden=2, solver="bound", reg=0.0, max_iter=100, tol=1e-6, init_scale=0.1, random_state=None
+    ):
         self.n_hidden = n_hidden
         self.solver = solver
         self.reg = reg

@@ -834,7 +834,8 @@ def _check_batch_size(batch_size):
 
 
 def chain_bound(
-    unary, lengths, theta_T, theta_start, theta_end, *, weights=None, curvature="shared", batch_size=None, rank=None
+    unary, lengths, theta_T, theta_start, theta_end, *,
+    weights=None, curvature="shared", batch_size=None, rank=None,
 ):
     """Algorithm 3 bound on a linear-chain CRF's log-partition in its transition scores.
 
@@ -895,12 +896,14 @@ def chain_bound(
     _check_batch_size(batch_size)
     _check_rank(rank)
     return _indicator_chain_bound(
-        unary, np.zeros((unary.shape[0], 0)), lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank
+        unary, np.zeros((unary.shape[0], 0)), lengths, theta_T, theta_start, theta_end, weights, curvature,
+        batch_size, rank,
     )
 
 
 def linear_chain_bound(
-    X, lengths, coef, theta_T, theta_start, theta_end, *, weights=None, curvature="shared", batch_size=None, rank=None
+    X, lengths, coef, theta_T, theta_start, theta_end, *,
+    weights=None, curvature="shared", batch_size=None, rank=None,
 ):
     """Algorithm 3 bound on a linear-chain CRF with node scores linear in the inputs.
 
