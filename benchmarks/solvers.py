@@ -10,8 +10,8 @@ Two problems on the OCR letters (Taskar), both with their L2 penalty:
     transition, start and end scores refit from zero at those margins.
 
 Solvers: ``majorize`` (Jebara & Choromanska 2012, Algorithm 3 bound, full
-curvature), ``majorize-lowrank`` (the same bound compressed to rank
-``--rank`` plus a diagonal, Algorithm 4), L-BFGS (scipy L-BFGS-B) and
+curvature), ``majorize-lowrank`` (the same bound's rank-one terms streamed
+into rank ``--rank`` plus a diagonal, Algorithm 4, never forming ``d x d``), L-BFGS (scipy L-BFGS-B) and
 steepest descent with a backtracking (Armijo) line search. Each runs from the
 same start until ``--max-iter`` iterations or ``--seconds`` seconds.
 
@@ -126,12 +126,17 @@ def run_steepest(value_and_grad, theta0, args, shrink=0.5, armijo=1e-4):
     return trace
 
 
-def linear_problem(data, args):
-    """(a): the linear-chain CRF on the first ``--words`` words of fold 0."""
+def first_words(data, words):
+    """The first ``words`` training words of OCR fold 0."""
     train, _, _ = ocr_split(data, test_folds=range(1, 10))
     keep = np.zeros(train.n_sequences, dtype=bool)
-    keep[: args.words] = True
-    train = train.subset(keep)
+    keep[:words] = True
+    return train.subset(keep)
+
+
+def linear_problem(data, args):
+    """(a): the linear-chain CRF on the first ``--words`` words of fold 0."""
+    train = first_words(data, args.words)
     problem = LinearChainProblem(train.X, train.y, train.lengths, 26, args.reg)
     theta0 = np.zeros(problem.dim)
     traces = {

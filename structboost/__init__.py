@@ -16,6 +16,7 @@ from .engines.predict import (
 from .engines.xgboost import crf_objective, xgb_params
 from .engines.xgboost_tree import register_tree, tree_crf_objective, tree_dmatrix
 from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from .estimators.latent import LatentLogLinearClassifier
 from .estimators.linear import LinearChainCRF
 from .estimators.multilabel import ESSTreeCRFClassifier, read_arff_multilabel
 from .estimators.tree import TreeCRFClassifier
@@ -42,6 +43,7 @@ __all__ = [
     "CRFObjective",
     "ESSTreeCRFClassifier",
     "LGBMCRFClassifier",
+    "LatentLogLinearClassifier",
     "LinearChainCRF",
     "TokenFeatures",
     "TreeCRFClassifier",

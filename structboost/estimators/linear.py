@@ -11,8 +11,8 @@ log-likelihood::
 with ``theta = [[coef; intercept].ravel(), transitions.ravel(), start, end]``
 (``d = (p + 1) K + K^2 + 2K``), either by L-BFGS on the exact gradient or by
 the majorization steps of Jebara & Choromanska (2012) with the Algorithm 3
-bound of :func:`structboost.transitions.majorize.linear_chain_bound` (optionally kept at
-low rank, Algorithm 4).
+bound of :func:`structboost.transitions.majorize.linear_chain_bound` (optionally streamed
+at low rank, Algorithm 4; by default above ``LOW_RANK_DIM`` parameters).
 
 The fitted :meth:`LinearChainCRF.decision_function` gives node scores that a
 booster can start from (XGBoost ``base_margin``): the "features + embedding"
@@ -155,8 +155,9 @@ class LinearChainProblem:
         ----------
         theta : ndarray, shape (d,)
         rank : int, optional
-            Compress the curvature to this rank plus a diagonal
-            (:meth:`~structboost.transitions.majorize.LowRankCurvature.from_dense`).
+            Stream the curvature at this rank plus a diagonal (Algorithm 4,
+            :func:`~structboost.transitions.majorize.linear_chain_bound`), never forming
+            the ``d x d`` matrix.
 
         Returns
         -------
@@ -164,7 +165,7 @@ class LinearChainProblem:
         """
         coef, params = self.split(theta)
         b = self.batch
-        log_z, mu, sigma = majorize.linear_chain_bound(
+        log_z, mu, curvature = majorize.linear_chain_bound(
             self.inputs,
             b.lengths,
             coef,
@@ -172,8 +173,8 @@ class LinearChainProblem:
             params.start,
             params.end,
             weights=b.seq_weight,
+            rank=rank,
         )
-        curvature = sigma if rank is None else majorize.LowRankCurvature.from_dense(sigma, rank)
         return majorize.QuadraticBound(theta, float(b.seq_weight @ log_z), mu, curvature)
 
 
@@ -186,7 +187,10 @@ class LinearChainCRF(BaseEstimator):
         ``"lbfgs"``: scipy's L-BFGS-B on the exact NLL and gradient.
         ``"majorize"``: Jebara & Choromanska (2012) bound steps, monotone
         without a line search; ``O(K^2 d + K p d)`` per row and ``d^2``
-        memory per step, ``d = (p + 1) K + K^2 + 2K``.
+        memory per step, ``d = (p + 1) K + K^2 + 2K``. Above
+        ``d = structboost.transitions.majorize.LOW_RANK_DIM`` (4096) parameters and with
+        ``reg > 0`` the curvature is streamed at rank
+        ``structboost.transitions.majorize.DEFAULT_RANK`` (32) unless ``rank`` is set.
     reg : float
         L2 penalty on every parameter, on the summed (not averaged) NLL;
         ``> 0`` with ``rank``.
@@ -196,10 +200,11 @@ class LinearChainCRF(BaseEstimator):
         Stop when an iteration lowers the objective by at most
         ``tol * max(1, |f|)``.
     rank : int, optional
-        With ``solver="majorize"``: compress the bound's curvature to this
-        rank plus a diagonal (the representation of Algorithm 4); saves the
-        ``O(d^3)`` solve of every step at the price of a looser bound, but
-        not the ``d x d`` memory of forming it. ``None``: the full curvature.
+        With ``solver="majorize"``: accumulate the bound's curvature at this
+        rank plus a diagonal by streaming its rank-one terms (Algorithm 4):
+        ``O(d rank)`` memory and no ``O(d^3)`` solve, at the price of a
+        looser bound and ``O(K^2 d rank)`` work per row. ``None``: the full
+        curvature up to ``LOW_RANK_DIM`` parameters, rank 32 above.
     num_labels : int, optional
         ``K``; by default one more than the largest training label.
 
@@ -214,6 +219,9 @@ class LinearChainCRF(BaseEstimator):
     history_seconds_ : ndarray, shape (n_iter_ + 1,)
         Seconds since the start of :meth:`fit` when each value was reached.
     n_iter_ : int
+    rank_ : int or None
+        Rank of the curvature used by ``solver="majorize"`` (``None``: dense
+        or L-BFGS).
 
     Notes
     -----
@@ -299,10 +307,13 @@ class LinearChainCRF(BaseEstimator):
         else:
             raise ValueError("y must hold integer labels 0..K-1 (or pass num_labels).")
         problem = LinearChainProblem(X, y, lengths, k, self.reg, sample_weight)
-        if self.solver == "majorize" and problem.dim > _MAX_BOUND_DIM:
+        rank = None
+        if self.solver == "majorize":
+            rank = self.rank if self.rank is not None else majorize.default_rank(problem.dim, self.reg)
+        if self.solver == "majorize" and rank is None and problem.dim > _MAX_BOUND_DIM:
             raise ValueError(
-                f"the majorization bound keeps d x d matrices and d = {problem.dim} parameters "
-                f"here (more than {_MAX_BOUND_DIM}); use solver='lbfgs' for this many features."
+                f"the dense majorization bound keeps d x d matrices and d = {problem.dim} parameters "
+                f"here (more than {_MAX_BOUND_DIM}); pass reg > 0 (low-rank bound) or use solver='lbfgs'."
             )
         theta0 = np.zeros(problem.dim)
         clock = time.perf_counter()
@@ -313,7 +324,7 @@ class LinearChainCRF(BaseEstimator):
 
         if self.solver == "majorize":
             theta, history = majorize.fit_majorize(
-                [problem], theta0, self.reg, self.max_iter, self.tol, self.rank, record
+                [problem], theta0, self.reg, self.max_iter, self.tol, rank, record
             )
         else:
             history = [problem.value(theta0)]
@@ -340,6 +351,7 @@ class LinearChainCRF(BaseEstimator):
         self.history_ = np.asarray(history, dtype=np.float64)
         self.history_seconds_ = np.asarray(seconds)
         self.n_iter_ = self.history_.size - 1
+        self.rank_ = rank
         return self
 
     def _check_fitted(self, X):

@@ -60,6 +60,7 @@ import numpy as np
 from numba import njit, prange
 
 from .._config import FINITE, KERNEL, PARALLEL, SAFE, TINY
+from ._logspace import logsumexp
 
 # exp(x) for x below this is under 2 ** -1022: returned as zero (any such
 # entry of a possible label is below TINY and marks its sequence anyway).
@@ -632,20 +633,6 @@ def pairwise_rates(pairwise, offsets):
     return right, left
 
 
-@njit(**KERNEL)
-def _logsumexp(x):
-    top = -np.inf
-    for j in range(x.shape[0]):
-        if x[j] > top:
-            top = x[j]
-    if top == -np.inf:
-        return -np.inf
-    s = 0.0
-    for j in range(x.shape[0]):
-        s += np.exp(x[j] - top)
-    return top + np.log(s)
-
-
 @njit(cache=True, error_model="numpy")
 def log_space_posterior(unary, offsets, sequences, trans, start, end):
     """Forward-backward in log space for some sequences.
@@ -695,17 +682,17 @@ def log_space_posterior(unary, offsets, sequences, trans, start, end):
             for b in range(k):
                 for a in range(k):
                     tmp[a] = la[t - 1, a] + tr[a, b]
-                la[t, b] = _logsumexp(tmp) + unary[lo + t, b]
+                la[t, b] = logsumexp(tmp) + unary[lo + t, b]
         lb[length - 1] = end
         for t in range(length - 2, -1, -1):
             tr = trans[table(n_tab, lo + t + 1)]
             for a in range(k):
                 for b in range(k):
                     tmp[b] = tr[a, b] + unary[lo + t + 1, b] + lb[t + 1, b]
-                lb[t, a] = _logsumexp(tmp)
+                lb[t, a] = logsumexp(tmp)
         for b in range(k):
             tmp[b] = la[length - 1, b] + end[b]
-        lz = _logsumexp(tmp)
+        lz = logsumexp(tmp)
         log_z[idx] = lz
         if lz > -np.inf:
             # Rounding in sums of potentials ~1e4 leaves ~1e-12 in the totals: renormalise.

@@ -32,6 +32,7 @@ import numpy as np
 from numba import njit
 
 from .._config import CACHE, KERNEL
+from ._logspace import logsumexp
 
 _TINY = 1e-200
 _LOG_TINY = np.log(_TINY)
@@ -189,19 +190,6 @@ def _log_matvec(trans, emat, t_max, x, w, out):
 
 
 @njit(cache=CACHE)
-def _logsumexp(x):
-    top = -np.inf
-    for j in range(x.shape[0]):
-        top = max(top, x[j])
-    if top == -np.inf:
-        return top
-    s = 0.0
-    for j in range(x.shape[0]):
-        s += np.exp(x[j] - top)
-    return top + np.log(s)
-
-
-@njit(cache=CACHE)
 def messages(unary, offsets, order, gparent, child_ptr, child_idx, etype, transitions):
     """Sum-product messages of every instance (see the module docstring).
 
@@ -237,7 +225,7 @@ def messages(unary, offsets, order, gparent, child_ptr, child_idx, etype, transi
             v = order[idx]
             p = gparent[v]
             if p < 0:
-                log_z[i] += _logsumexp(inside[v])
+                log_z[i] += logsumexp(inside[v])
                 continue
             e = etype[v]
             _log_matvec(transitions[e], emat[e], t_max[e], inside[v], w, up[v])

@@ -24,7 +24,8 @@ whose gradient is (expected - observed) transition, start and end counts plus
     :func:`structboost.transitions.majorize.chain_bound` on the summed ``log Z`` at the
     current ``theta``, plus the penalty, minimised in closed form. Monotone
     by construction, without a line search; each step costs ``O(K^4)`` per
-    row. Chain CRFs only.
+    row. Above ``majorize.LOW_RANK_DIM`` parameters the curvature is kept
+    at low rank (Algorithm 4). Chain CRFs only.
 """
 
 from dataclasses import dataclass
@@ -309,8 +310,12 @@ class TransitionProblem(PenalisedProblem):
 
         The bound touches the penalised NLL at ``params`` and lies above it
         everywhere, so the returned parameters never score worse. Only the
-        free entries move: the bound is restricted to them.
+        free entries move: the bound is restricted to them. Above
+        ``majorize.LOW_RANK_DIM`` parameters (``K >= 64``) with ``reg > 0``
+        its curvature is streamed at rank ``majorize.DEFAULT_RANK``
+        (Algorithm 4) instead of formed densely.
         """
+        rank = majorize.default_rank(self.num_labels * (self.num_labels + 2), self.reg)
         log_z, mu, sigma = majorize.chain_bound(
             self.unary,
             np.diff(self.offsets),
@@ -318,9 +323,11 @@ class TransitionProblem(PenalisedProblem):
             params.start,
             params.end,
             weights=self.seq_weight,
+            rank=rank,
         )
         if self.free is not None:
-            mu, sigma = mu[self.free], sigma[np.ix_(self.free, self.free)]
+            mu = mu[self.free]
+            sigma = sigma[np.ix_(self.free, self.free)] if rank is None else sigma.take(self.free)
         x = self._free_part(params.to_vector())
         bound = majorize.QuadraticBound(x, float(self.seq_weight @ log_z), mu, sigma)
         step = majorize.majorize_step(bound, self._free_part(self.counts), self.reg)

@@ -11,22 +11,23 @@ Minimizing this bound plus an L2 penalty in closed form gives a monotone
 (majorize-minimize) update of ``theta`` (Algorithm 2). This module provides
 
 - :func:`partition_bound`: Algorithm 1 over an enumerable outcome set;
-- :func:`junction_chain_bound`, :func:`chain_bound` and
-  :func:`linear_chain_bound`: Algorithm 3 (the junction-tree form) on a
-  linear chain, in general (the reference), for a CRF's transition, start
-  and end scores, and for those plus node scores linear in the inputs;
+- :func:`chain_bound` and :func:`linear_chain_bound`: Algorithm 3 (the
+  junction-tree form) on a linear chain, for a CRF's transition, start and
+  end scores, and for those plus node scores linear in the inputs;
 - :class:`LowRankCurvature`: the low-rank-plus-diagonal curvature of
   Algorithm 4 with its Woodbury solve;
-- :func:`majorize_step` and :func:`fit_majorize` with the loss terms
-  :class:`LogLinearTerm` and :class:`ChainCRFTerm`.
+- :func:`majorize_step` and :func:`fit_majorize` with the loss term
+  :class:`ChainCRFTerm` (and :class:`structboost.estimators.linear.LinearChainProblem`).
 
 All of it is numpy, with the scalar part of Algorithm 1 for the chain
 bounds in a numba kernel (:mod:`structboost.transitions._bound`); ``z`` is carried as
 ``log z`` throughout. :func:`chain_bound` and :func:`linear_chain_bound`
-return exactly the Algorithm 3 bound of :func:`junction_chain_bound` but in
+return exactly the Algorithm 3 bound of the general junction-tree recursion but in
 ``O(K^2 d)`` per row rather than ``O(K d^2)``: their features are indicators
 (or inputs times indicators), so the ``d x d`` accumulation can wait until
-after the backward pass (see :func:`_indicator_recursion`).
+after the backward pass (see :func:`_indicator_recursion`). With a ``rank``
+they stream the rank-one terms into a :class:`LowRankCurvature` instead
+(Algorithm 4, see :func:`_low_rank_recursion`): ``O(d k)`` memory.
 
 Notes
 -----
@@ -73,15 +74,16 @@ import scipy.sparse.linalg
 from . import _bound
 
 __all__ = [
+    "DEFAULT_RANK",
+    "LOW_RANK_DIM",
     "ChainCRFTerm",
-    "LogLinearTerm",
     "LowRankCurvature",
     "QuadraticBound",
     "chain_bound",
     "chain_features",
     "curvature_coefficient",
+    "default_rank",
     "fit_majorize",
-    "junction_chain_bound",
     "linear_chain_bound",
     "majorize_step",
     "partition_bound",
@@ -89,13 +91,43 @@ __all__ = [
 
 _SERIES_CUTOFF = 1e-2
 _CURVATURES = ("shared", "paper")
-_FACTOR_BLOCK = 4096
 _OUTCOME_BLOCK = 256
 _RESIDUAL_RTOL = 1e-13
 _MAX_LOG_MULTIPLICITY = 600.0
 _PARTIAL_EIGEN = 4  # from_dense uses Lanczos when rank < d / _PARTIAL_EIGEN
 _DENSE_EIGEN_DIM = 512  # ... and d is above this
 _MESSAGE_BUDGET = 2**24  # floats of stored messages per batch in _indicator_chain_bound
+_FACTOR_BUDGET = 2**21  # floats of one level's factor rows per batch in _low_rank_recursion
+LOW_RANK_DIM = 4096
+"""Above this many parameters the chain solvers default to the low-rank bound.
+
+:class:`structboost.estimators.linear.LinearChainCRF` (``solver="majorize"``) and the
+``transitions="majorize"`` refit form the ``d x d`` curvature (two of them,
+256 MiB at ``d = 4096``) up to this size and stream it at rank
+:data:`DEFAULT_RANK` (Algorithm 4, ``O(d k)`` memory) above it, when the L2
+penalty is positive (a low-rank curvature needs it to be invertible).
+"""
+DEFAULT_RANK = 32
+"""Rank of the streamed curvature when :data:`LOW_RANK_DIM` is exceeded."""
+
+
+def default_rank(dim, lam):
+    """Rank of the curvature the chain solvers use for ``dim`` parameters.
+
+    Parameters
+    ----------
+    dim : int
+        ``d``.
+    lam : float
+        L2 penalty.
+
+    Returns
+    -------
+    int or None
+        :data:`DEFAULT_RANK` when ``dim > LOW_RANK_DIM`` and ``lam > 0``,
+        else ``None`` (the dense curvature).
+    """
+    return DEFAULT_RANK if dim > LOW_RANK_DIM and lam > 0 else None
 
 
 def curvature_coefficient(x):
@@ -395,6 +427,28 @@ class LowRankCurvature:
         self.diagonal += other.diagonal
         self.add_factors(np.sqrt(other.scales)[:, None] * other.basis)
 
+    def take(self, index):
+        """The curvature on a subset of the coordinates (a principal submatrix).
+
+        Parameters
+        ----------
+        index : ndarray of bool, shape (d,), or of int
+            Coordinates kept.
+
+        Returns
+        -------
+        LowRankCurvature
+            An upper bound of the same submatrix of the bounded curvature. Its
+            basis rows stay orthonormal when they vanish on the dropped
+            coordinates (as for forbidden transitions); :meth:`solve` and
+            :meth:`matvec` do not need them to.
+        """
+        part = LowRankCurvature(self.diagonal[index].size, self.rank)
+        part.basis = self.basis[:, index]
+        part.scales = self.scales.copy()
+        part.diagonal = self.diagonal[index]
+        return part
+
     def matvec(self, x):
         """``(V^T diag(s) V + diag(D)) x`` for ``x`` of shape (d,)."""
         return self.basis.T @ (self.scales * (self.basis @ x)) + self.diagonal * x
@@ -478,165 +532,24 @@ def _check_weights(weights, count, what):
     return weights
 
 
-class LogLinearTerm:
-    """``t`` log-linear problems over enumerable outcome sets, bounded by Algorithm 1.
-
-    Parameters
-    ----------
-    features : array_like, shape (t, n, d)
-        ``f_{x_j}(y)`` for every problem ``j`` and outcome ``y``; problems
-        with fewer outcomes pad with ``base_scores = -inf``.
-    observed : array_like of int, shape (t,)
-        Index of the observed outcome ``y_j`` of each problem.
-    base_scores : array_like, shape (t, n), optional
-        ``log h_{x_j}(y)``; zeros by default.
-    weights : array_like, shape (t,), optional
-        Non-negative weight of each problem; ones by default.
-
-    Examples
-    --------
-    Multinomial logistic regression with 3 classes on inputs ``x`` is
-    ``features[j, y] = kron(onehot(y), x_j)``.
-    """
-
-    def __init__(self, features, observed, base_scores=None, weights=None):
-        features = _as_float_array("features", features, 3)
-        _check_finite("features", features)
-        t, n, d = features.shape
-        observed = np.asarray(observed)
-        if observed.shape != (t,) or not np.issubdtype(observed.dtype, np.integer):
-            raise ValueError(f"observed must be {t} integer outcome indices, got shape {observed.shape}.")
-        if np.any((observed < 0) | (observed >= n)):
-            raise ValueError(f"observed outcome indices must lie in 0..{n - 1}.")
-        base_scores = _check_base_scores("base_scores", base_scores, (t, n))
-        rows = np.arange(t)
-        if np.any(base_scores[rows, observed] == -np.inf):
-            raise ValueError(
-                "an observed outcome has base score -inf (probability 0); fix observed or base_scores."
-            )
-        self.features = features
-        self.base_scores = base_scores
-        self.weights = _check_weights(weights, t, "problem")
-        self.dim = d
-        self.observed_features = self.weights @ features[rows, observed]
-        self.observed_score = float(self.weights @ base_scores[rows, observed])
-
-    def bound(self, theta, rank=None):
-        """Summed Algorithm 1 bound at ``theta`` (shape (d,)); low-rank if ``rank`` is set.
-
-        Returns
-        -------
-        QuadraticBound
-        """
-        theta = _as_float_array("theta", theta, 1)
-        log_z, mu, factors = _partition_factors(self.features, theta, self.base_scores)
-        factors = (np.sqrt(self.weights)[:, None, None] * factors).reshape(-1, self.dim)
-        if rank is None:
-            curvature = factors.T @ factors
-        else:
-            curvature = LowRankCurvature(self.dim, rank)
-            for start in range(0, factors.shape[0], _FACTOR_BLOCK):
-                curvature.add_factors(factors[start : start + _FACTOR_BLOCK])
-        return QuadraticBound(theta, float(self.weights @ log_z), self.weights @ mu, curvature)
-
-
-def _level(log_alpha, stems, edges, weights, sigma):
-    """One clique level of Algorithm 3: Algorithm 1 over ``v`` for every ``u``.
-
-    Parameters
-    ----------
-    log_alpha : ndarray, shape (s, U, K)
-        ``log(psi(u, v) z_next(v))`` for ``s`` chains, ``U`` separator labels
-        ``u`` and ``K`` new labels ``v``.
-    stems : ndarray, shape (s, K, d)
-        The part of ``g(u, v)`` that does not depend on ``u``: node features
-        of ``v`` plus ``mu_next(v)``.
-    edges : None or ndarray, shape (s, U, K, d)
-        The ``u``-dependent part of ``g(u, v)`` (edge features), if any.
-    weights : ndarray, shape (s,)
-        Multiplier of each chain's curvature.
-    sigma : ndarray, shape (d, d)
-        Curvature accumulator, updated in place.
-
-    Returns
-    -------
-    log_z : ndarray, shape (s, U)
-    mu : ndarray, shape (s, U, d)
-    """
-    d = stems.shape[-1]
-    log_z, prob, deviation, coefficient = _running_mean_operator(log_alpha)
-    # shape (s, U, K, K): the rank-one terms of separator label u sum to G_u^T M_u G_u
-    curvature_weights = weights[:, None, None, None] * _curvature_weights(deviation, coefficient)
-    outcome = np.broadcast_to(stems[:, None], prob.shape + (d,)) if edges is None else edges + stems[:, None]
-    mu = np.einsum("suv,suvd->sud", prob, outcome)
-    sigma += outcome.reshape(-1, d).T @ _stacked_matmul(curvature_weights, outcome).reshape(-1, d)
-    return log_z, mu
-
-
-def _chain_recursion(log_node, log_edge, node_features, edge_features, weights, curvature, sigma):
-    """Algorithm 3 on ``s`` chains of equal length ``T``, last position first.
-
-    Parameters
-    ----------
-    log_node : ndarray, shape (s, T, K)
-        ``log h + theta~ @ f`` of the node cliques.
-    log_edge : ndarray, shape (s, T - 1, K, K)
-        The same for the edge cliques; ``[:, t - 1, u, v]`` joins positions
-        ``t - 1`` and ``t``.
-    node_features : ndarray, shape (s, T, K, d)
-    edge_features : ndarray, shape (s, T - 1, K, K, d)
-    weights : ndarray, shape (s,)
-    curvature : {"shared", "paper"}
-    sigma : ndarray, shape (d, d)
-        Accumulator, updated in place.
-
-    Returns
-    -------
-    log_z : ndarray, shape (s,)
-    mu : ndarray, shape (s, d)
-    """
-    s, length, k = log_node.shape
-    # the junction tree: root clique {y_0}, then {y_(t-1), y_t} whose separator is y_(t-1)
-    log_z = np.zeros((s, k))
-    mu = np.zeros((s, k, sigma.shape[0]))
-    for t in range(length - 1, 0, -1):
-        log_alpha = log_edge[:, t - 1] + (log_node[:, t] + log_z)[:, None, :]
-        stems = node_features[:, t] + mu
-        weight = _multiplicity(curvature, k, t) * weights
-        log_z, mu = _level(log_alpha, stems, edge_features[:, t - 1], weight, sigma)
-    log_alpha = (log_node[:, 0] + log_z)[:, None, :]
-    log_z, mu = _level(log_alpha, node_features[:, 0] + mu, None, weights, sigma)
-    return log_z[:, 0], mu[:, 0]
-
-
 def _multiplicity(curvature, num_labels, t):
     """Weight of the curvature of the level joining positions ``t - 1`` and ``t``."""
     return 1.0 if curvature == "shared" else float(num_labels) ** (t - 1)
 
 
-def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, cross):
-    """Algorithm 3 for a CRF with linear node scores and indicator transitions.
+def _backward_pass(log_node, inputs, theta_T, weights, curvature, visit):
+    """The backward recursion of Algorithm 3 on ``s`` chains with indicator features.
 
     The features of labelling ``y`` are, in this order, ``x_t (x) e_(y_t)``
     summed over positions (``index j * K + v`` for input ``j`` and label
     ``v``), the transition counts (``p K + a K + b``), the start label
     (``p K + K^2 + v``) and the end label (``p K + K^2 + K + v``):
-    ``d = p K + K^2 + 2 K``.
-
-    This gives the same ``log_z``, ``mu`` and ``sigma`` as
-    :func:`_chain_recursion` with these features, in ``O(K^2 d + K^4)`` per
-    position instead of ``O(K d^2)``. Level ``t`` adds
-    ``sym(B_t^T C_t) + E^T M E`` with ``B_t`` (``K x d``) the stems,
-    ``C_t = N_t B_t + 2 X_t^T`` and ``E^T M E`` a ``K^2 x K^2`` block on the
-    transition indices (see :func:`_level`'s factorization). The stems follow
-    ``B_t = S_t + P_(t+1) B_(t+1)`` with ``P`` the conditional probabilities
-    of a level and ``S_t`` the sparse local features (the node features of
-    ``t`` plus the transitions out of ``t``, weighted by ``P_(t+1)``), so
-    ``sum_t B_t^T C_t = sum_t S_t^T Z_t`` with the forward recursion
-    ``Z_t = C_t + P_t^T Z_(t-1)``. The ``C_t`` are stored on the way back
-    and turned into the ``Z_t`` on the way forward; the dense products are
-    ``K x K`` by ``K x d`` per chain, plus one ``p x (s T)`` by
-    ``(s T) x K d`` product per batch for the node rows.
+    ``d = p K + K^2 + 2 K``. Level ``t`` (last position first) runs
+    Algorithm 1 over the labels ``v`` of position ``t`` for every label ``u``
+    of position ``t - 1`` (one separator at ``t = 0``), with outcome rows
+    ``g(u, v) = B_t[v] + e_(edge(u, v))``: the stems ``B_t`` (``K x d``, the
+    node features of ``t`` plus the expected features of the suffix) and the
+    transition indicator.
 
     Parameters
     ----------
@@ -648,11 +561,13 @@ def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, c
     theta_T : ndarray, shape (K, K)
     weights : ndarray, shape (s,)
     curvature : {"shared", "paper"}
-    sigma : ndarray, shape (d, d)
-        Accumulator of the symmetric part, updated in place.
-    cross : ndarray, shape (d, d)
-        Accumulator of ``sum S_t^T Z_t``, updated in place; the curvature is
-        ``sigma + sym(cross)``.
+    visit : callable
+        Called per level as ``visit(t, stems, prob, blocks, block_sum)`` with
+        ``stems (s, K, d)`` (read only), ``prob (s, U, K)`` the conditional
+        probabilities ``P(v | u)``, ``blocks (s, K, U, K)`` with
+        ``blocks[j, w, u, v] = weights_t[j] M_u[v, w]`` (the curvature of
+        separator ``u`` is ``G_u^T M_u G_u``; ``visit`` may overwrite it) and
+        ``block_sum (s, K, K)`` its sum over ``u``.
 
     Returns
     -------
@@ -661,16 +576,13 @@ def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, c
     """
     s, length, k = log_node.shape
     p = inputs.shape[-1]
-    d = sigma.shape[0]
+    d = p * k + k * k + 2 * k
     labels = np.arange(k)
     node_index = np.arange(p)[:, None] * k + labels  # shape (p, K)
     edges = p * k + labels[:, None] * k + labels  # shape (K, K)
-    transitions = slice(p * k, p * k + k * k)
     start_index, end_index = p * k + k * k + labels, p * k + k * k + k + labels
     mu = np.zeros((s, k, d))
     log_z = np.zeros((s, k))
-    probs = [None] * length
-    messages = np.empty((length, s, k, d))  # C_t on the way back, then Z_t
     for t in range(length - 1, -1, -1):
         stems = mu  # B_t: mu plus the node features of position t, in place
         stems[:, labels, node_index] += inputs[:, t, :, None]
@@ -688,14 +600,65 @@ def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, c
         block_sum = np.empty((s, k, k))  # N_t
         weight = weights if t == 0 else _multiplicity(curvature, k, t) * weights
         _bound.running_curvature(np.ascontiguousarray(log_alpha), weight, log_z, prob, blocks, block_sum)
-        np.matmul(block_sum, stems, out=messages[t])  # C_t = N_t B_t + 2 X_t^T
+        visit(t, stems, prob, blocks, block_sum)
         mu = prob @ stems
+        if t > 0:
+            mu[:, labels[:, None], edges] += prob
+    return log_z[:, 0], mu[:, 0]
+
+
+def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, cross):
+    """Algorithm 3 for a CRF with linear node scores and indicator transitions, dense curvature.
+
+    This gives the same ``log_z``, ``mu`` and ``sigma`` as the general
+    junction-tree recursion with the features of :func:`_backward_pass`, in
+    ``O(K^2 d + K^4)`` per position instead of ``O(K d^2)``. Level ``t`` adds
+    ``sym(B_t^T C_t) + E^T M E`` with ``B_t`` (``K x d``) the stems,
+    ``C_t = N_t B_t + 2 X_t^T`` and ``E^T M E`` a ``K^2 x K^2`` block on the
+    transition indices. The stems follow
+    ``B_t = S_t + P_(t+1) B_(t+1)`` with ``P`` the conditional probabilities
+    of a level and ``S_t`` the sparse local features (the node features of
+    ``t`` plus the transitions out of ``t``, weighted by ``P_(t+1)``), so
+    ``sum_t B_t^T C_t = sum_t S_t^T Z_t`` with the forward recursion
+    ``Z_t = C_t + P_t^T Z_(t-1)``. The ``C_t`` are stored on the way back
+    and turned into the ``Z_t`` on the way forward; the dense products are
+    ``K x K`` by ``K x d`` per chain, plus one ``p x (s T)`` by
+    ``(s T) x K d`` product per batch for the node rows.
+
+    Parameters
+    ----------
+    log_node, inputs, theta_T, weights, curvature
+        As in :func:`_backward_pass`.
+    sigma : ndarray, shape (d, d)
+        Accumulator of the symmetric part, updated in place.
+    cross : ndarray, shape (d, d)
+        Accumulator of ``sum S_t^T Z_t``, updated in place; the curvature is
+        ``sigma + sym(cross)``.
+
+    Returns
+    -------
+    log_z : ndarray, shape (s,)
+    mu : ndarray, shape (s, d)
+    """
+    s, length, k = log_node.shape
+    p = inputs.shape[-1]
+    d = sigma.shape[0]
+    labels = np.arange(k)
+    edges = p * k + labels[:, None] * k + labels  # shape (K, K)
+    transitions = slice(p * k, p * k + k * k)
+    start_index, end_index = p * k + k * k + labels, p * k + k * k + k + labels
+    probs = [None] * length
+    messages = np.empty((length, s, k, d))  # C_t on the way back, then Z_t
+
+    def visit(t, stems, prob, blocks, block_sum):
+        np.matmul(block_sum, stems, out=messages[t])  # C_t = N_t B_t + 2 X_t^T
         if t > 0:
             sigma[edges[:, :, None], edges[:, None, :]] += blocks.sum(axis=0).transpose(1, 2, 0)
             blocks *= 2.0
             messages[t][:, :, transitions] += blocks.reshape(s, k, k * k)
-            mu[:, labels[:, None], edges] += prob
         probs[t] = prob
+
+    log_z, mu = _backward_pass(log_node, inputs, theta_T, weights, curvature, visit)
     for t in range(length):
         if t > 0:
             messages[t] += np.swapaxes(probs[t], 1, 2) @ messages[t - 1]  # Z_t
@@ -708,7 +671,56 @@ def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, c
         # rows (j, v) of the node weights: sum over chains and positions of x_t[j] Z_t[v]
         rows = np.swapaxes(inputs, 0, 1).reshape(length * s, p)
         cross[: p * k] += (rows.T @ messages.reshape(length * s, k * d)).reshape(p * k, d)
-    return log_z[:, 0], mu[:, 0]
+    return log_z, mu
+
+
+def _low_rank_recursion(log_node, inputs, theta_T, weights, curvature, low_rank):
+    """Algorithm 3 with the rank-one terms streamed into a low-rank curvature (Algorithm 4).
+
+    Level ``t`` of chain ``j`` adds ``sum_u G_u^T M_u G_u`` (the rank-one
+    terms of Algorithm 1 over ``v`` for each separator ``u``, see
+    :func:`_backward_pass`). With ``M_u = L_u L_u^T`` (an eigendecomposition
+    of the ``K x K`` matrix), the rows of ``L_u^T G_u`` are ``K`` exact
+    factors per separator; they go straight into ``low_rank`` in blocks, so
+    no ``d x d`` matrix is formed. Without truncation the sum equals the
+    dense curvature of :func:`_indicator_recursion` (same ``"shared"`` or
+    ``"paper"`` combination).
+
+    Parameters
+    ----------
+    log_node, inputs, theta_T, weights, curvature
+        As in :func:`_backward_pass`.
+    low_rank : LowRankCurvature
+        Accumulator, updated in place.
+
+    Returns
+    -------
+    log_z : ndarray, shape (s,)
+    mu : ndarray, shape (s, d)
+
+    Notes
+    -----
+    ``O(K^2 d)`` work to form the factors and ``O(K^2 d r)`` to stream them
+    per position (``r`` the rank), ``O(s K^2 d)`` temporary memory.
+    """
+    k = log_node.shape[2]
+    p = inputs.shape[-1]
+    transitions = slice(p * k, p * k + k * k)
+
+    def visit(t, stems, prob, blocks, block_sum):
+        eigenvalues, eigenvectors = np.linalg.eigh(blocks.transpose(0, 2, 3, 1))  # M_u[v, w]
+        # shape (s, U, r, v): row r of L_u^T
+        factor = np.swapaxes(eigenvectors * np.sqrt(np.clip(eigenvalues, 0.0, None))[:, :, None, :], 2, 3)
+        rows = factor @ stems[:, None]  # shape (s, U, K, d): L_u^T B_t
+        if t > 0:
+            # L_u^T E_u: entry (r, edge(u, v)) is L_u[v, r]
+            edge_part = rows[..., transitions].reshape(rows.shape[:3] + (k, k))
+            for u in range(k):
+                edge_part[:, u, :, u, :] += factor[:, u]
+            rows[..., transitions] = edge_part.reshape(rows.shape[:3] + (k * k,))
+        low_rank.add_factors(rows[eigenvalues > 0])  # M_u has rank <= K - 1: skip the zero rows
+
+    return _backward_pass(log_node, inputs, theta_T, weights, curvature, visit)
 
 
 def _check_curvature(curvature, num_labels=1, max_length=1):
@@ -719,62 +731,6 @@ def _check_curvature(curvature, num_labels=1, max_length=1):
             f'curvature="paper" weighs position t by K^(t-1), which overflows for K = {num_labels} '
             f'and length {max_length}; use curvature="shared".'
         )
-
-
-def junction_chain_bound(
-    node_features, edge_features, theta, node_scores=None, edge_scores=None, curvature="shared"
-):
-    """Quadratic bound on ``log Z`` of one chain model by Algorithm 3.
-
-    The model is ``Z(theta) = sum_y prod_t h_t(y_t) exp(theta @ f_t(y_t))
-    prod_t h_(t-1,t)(y_(t-1), y_t) exp(theta @ f_(t-1,t)(y_(t-1), y_t))``.
-
-    Parameters
-    ----------
-    node_features : array_like, shape (T, K, d)
-    edge_features : array_like, shape (T - 1, K, K, d)
-        ``[t - 1, u, v]`` is the feature of labels ``u`` at ``t - 1`` and ``v`` at ``t``.
-    theta : array_like, shape (d,)
-    node_scores : array_like, shape (T, K), optional
-        ``log h_t``; zeros by default.
-    edge_scores : array_like, shape (T - 1, K, K), optional
-        ``log h_(t-1,t)``; zeros by default.
-    curvature : {"shared", "paper"}
-        How the children's curvatures are combined (module notes).
-
-    Returns
-    -------
-    log_z : float
-    mu : ndarray, shape (d,)
-    sigma : ndarray, shape (d, d)
-
-    Notes
-    -----
-    ``log_z`` and ``mu`` equal those of :func:`partition_bound` over all
-    ``K^T`` labellings; ``sigma`` differs but is a valid bound. Cost
-    ``O(T K^2 d^2)``.
-    """
-    node_features = _as_float_array("node_features", node_features, 3)
-    length, k, d = node_features.shape
-    _check_curvature(curvature, k, length)
-    edge_features = _as_float_array("edge_features", edge_features, 4)
-    if edge_features.shape != (length - 1, k, k, d):
-        raise ValueError(
-            f"edge_features must have shape {(length - 1, k, k, d)}, got {edge_features.shape}."
-        )
-    theta = _as_float_array("theta", theta, 1)
-    if theta.shape != (d,):
-        raise ValueError(f"theta must have shape ({d},), got {theta.shape}.")
-    _check_finite("node_features", node_features)
-    _check_finite("edge_features", edge_features)
-    _check_finite("theta", theta)
-    log_node = _check_base_scores("node_scores", node_scores, (length, k)) + node_features @ theta
-    log_edge = _check_base_scores("edge_scores", edge_scores, (length - 1, k, k)) + edge_features @ theta
-    sigma = np.zeros((d, d))
-    log_z, mu = _chain_recursion(
-        log_node[None], log_edge[None], node_features[None], edge_features[None], np.ones(1), curvature, sigma
-    )
-    return float(log_z[0]), mu[0], sigma
 
 
 def _check_chain_data(unary, lengths):
@@ -815,11 +771,15 @@ def _take_rows(inputs, rows):
     return taken.toarray() if scipy.sparse.issparse(taken) else np.asarray(taken)
 
 
-def _indicator_chain_bound(unary, inputs, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size):
-    """Bound of a batch of chains by :func:`_indicator_recursion`, grouped by length.
+def _indicator_chain_bound(
+    unary, inputs, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank=None
+):
+    """Bound of a batch of chains, grouped by length.
 
     ``unary (n, K)`` holds the node scores at ``theta~`` (with ``inputs @ W``),
-    ``inputs`` is ``(n, p)`` dense or sparse; everything is validated.
+    ``inputs`` is ``(n, p)`` dense or sparse; everything is validated. With
+    ``rank`` None the curvature is dense (:func:`_indicator_recursion`),
+    otherwise a :class:`LowRankCurvature` streamed by :func:`_low_rank_recursion`.
     """
     k = unary.shape[1]
     p = inputs.shape[1]
@@ -827,11 +787,19 @@ def _indicator_chain_bound(unary, inputs, lengths, theta_T, theta_start, theta_e
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     log_z = np.empty(lengths.size)
     mu = np.zeros(d)
-    sigma = np.zeros((d, d))
-    cross = np.zeros((d, d))
+    if rank is None:
+        sigma = np.zeros((d, d))
+        cross = np.zeros((d, d))
+    else:
+        low_rank = LowRankCurvature(d, rank)
     for length in np.unique(lengths):
         members = np.flatnonzero(lengths == length)
-        step = batch_size if batch_size is not None else max(1, _MESSAGE_BUDGET // (length * k * d))
+        if batch_size is not None:
+            step = batch_size
+        elif rank is None:  # the stored messages
+            step = max(1, _MESSAGE_BUDGET // (length * k * d))
+        else:  # one level's factor rows
+            step = max(1, _FACTOR_BUDGET // (k * k * d))
         for start in range(0, members.size, step):
             batch = members[start : start + step]
             rows = offsets[batch][:, None] + np.arange(length)  # shape (s, T)
@@ -839,13 +807,25 @@ def _indicator_chain_bound(unary, inputs, lengths, theta_T, theta_start, theta_e
             log_node[:, 0] += theta_start
             log_node[:, -1] += theta_end
             batch_inputs = _take_rows(inputs, rows.ravel()).reshape(batch.size, length, p)
-            batch_log_z, batch_mu = _indicator_recursion(
-                log_node, batch_inputs, theta_T, weights[batch], curvature, sigma, cross
-            )
+            if rank is None:
+                batch_log_z, batch_mu = _indicator_recursion(
+                    log_node, batch_inputs, theta_T, weights[batch], curvature, sigma, cross
+                )
+            else:
+                batch_log_z, batch_mu = _low_rank_recursion(
+                    log_node, batch_inputs, theta_T, weights[batch], curvature, low_rank
+                )
             log_z[batch] = batch_log_z
             mu += weights[batch] @ batch_mu
-    sigma += 0.5 * (cross + cross.T)
-    return log_z, mu, sigma
+    if rank is None:
+        sigma += 0.5 * (cross + cross.T)
+        return log_z, mu, sigma
+    return log_z, mu, low_rank
+
+
+def _check_rank(rank):
+    if rank is not None and (int(rank) != rank or rank < 1):
+        raise ValueError(f"rank must be a positive integer or None, got {rank!r}.")
 
 
 def _check_batch_size(batch_size):
@@ -854,7 +834,8 @@ def _check_batch_size(batch_size):
 
 
 def chain_bound(
-    unary, lengths, theta_T, theta_start, theta_end, *, weights=None, curvature="shared", batch_size=None
+    unary, lengths, theta_T, theta_start, theta_end, *,
+    weights=None, curvature="shared", batch_size=None, rank=None,
 ):
     """Algorithm 3 bound on a linear-chain CRF's log-partition in its transition scores.
 
@@ -882,7 +863,14 @@ def chain_bound(
         (curvature growing like ``K^T``); see the module notes.
     batch_size : int, optional
         Sequences processed together; by default as many as keep the stored
-        messages (``batch_size * T * K * d`` floats) near 128 MB.
+        messages (``batch_size * T * K * d`` floats) near 128 MB, or with
+        ``rank`` the ``batch_size * K^2 * d`` factor rows of one position
+        near 16 MB (at least one sequence).
+    rank : int, optional
+        Stream the curvature's rank-one terms into a :class:`LowRankCurvature`
+        with this many directions (Algorithm 4): ``O(d rank)`` memory, never a
+        ``d x d`` matrix; the result is still an upper bound. ``None``: the
+        exact dense curvature.
 
     Returns
     -------
@@ -890,13 +878,14 @@ def chain_bound(
         ``log Z`` of each sequence at the given parameters.
     mu : ndarray, shape (d,)
         Weighted sum over sequences of the expected features.
-    sigma : ndarray, shape (d, d)
-        Weighted sum of the per-sequence bound curvatures.
+    sigma : ndarray, shape (d, d), or LowRankCurvature
+        Weighted sum of the per-sequence bound curvatures (an upper bound of
+        it, at low rank, with ``rank``).
 
     Notes
     -----
     ``mu`` is the gradient of the weighted sum of ``log Z``. The result is
-    that of :func:`junction_chain_bound` with indicator features, computed
+    that of the general Algorithm 3 recursion with indicator features, computed
     in ``O(K^2 d + K^4)`` per row (``O(K^4)``) instead of ``O(K d^2)``.
     """
     unary, lengths = _check_chain_data(unary, lengths)
@@ -905,13 +894,16 @@ def chain_bound(
     theta_T, theta_start, theta_end = _check_chain_parameters(k, theta_T, theta_start, theta_end)
     weights = _check_weights(weights, lengths.size, "sequence")
     _check_batch_size(batch_size)
+    _check_rank(rank)
     return _indicator_chain_bound(
-        unary, np.zeros((unary.shape[0], 0)), lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size
+        unary, np.zeros((unary.shape[0], 0)), lengths, theta_T, theta_start, theta_end, weights, curvature,
+        batch_size, rank,
     )
 
 
 def linear_chain_bound(
-    X, lengths, coef, theta_T, theta_start, theta_end, *, weights=None, curvature="shared", batch_size=None
+    X, lengths, coef, theta_T, theta_start, theta_end, *,
+    weights=None, curvature="shared", batch_size=None, rank=None,
 ):
     """Algorithm 3 bound on a linear-chain CRF with node scores linear in the inputs.
 
@@ -931,18 +923,19 @@ def linear_chain_bound(
     theta_start, theta_end : array_like, shape (K,)
     weights : array_like, shape (m,), optional
     curvature : {"shared", "paper"}
-    batch_size : int, optional
+    batch_size, rank : int, optional
         As in :func:`chain_bound`.
 
     Returns
     -------
     log_z : ndarray, shape (m,)
     mu : ndarray, shape (d,)
-    sigma : ndarray, shape (d, d)
+    sigma : ndarray, shape (d, d), or LowRankCurvature
 
     Notes
     -----
-    Cost ``O(K^2 d + K p d + K^4)`` per row and ``d^2`` memory.
+    Cost ``O(K^2 d + K p d + K^4)`` per row and ``d^2`` memory; with
+    ``rank`` ``O(K^2 d rank)`` per row and ``O(d rank)`` memory.
     """
     X = _check_inputs(X)
     coef = _as_float_array("coef", coef, 2)
@@ -955,7 +948,10 @@ def linear_chain_bound(
     theta_T, theta_start, theta_end = _check_chain_parameters(k, theta_T, theta_start, theta_end)
     weights = _check_weights(weights, lengths.size, "sequence")
     _check_batch_size(batch_size)
-    return _indicator_chain_bound(unary, X, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size)
+    _check_rank(rank)
+    return _indicator_chain_bound(
+        unary, X, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank
+    )
 
 
 def _check_inputs(X):
@@ -1029,7 +1025,7 @@ class ChainCRFTerm:
     Notes
     -----
     ``theta = [theta_T.ravel(), theta_start, theta_end]``. With ``rank`` the
-    dense curvature is compressed by :meth:`LowRankCurvature.from_dense`.
+    curvature is streamed at that rank (:func:`chain_bound`, Algorithm 4).
     """
 
     def __init__(self, unary, lengths, labels, weights=None, curvature="shared", batch_size=None):
@@ -1060,15 +1056,15 @@ class ChainCRFTerm:
         QuadraticBound
         """
         theta = _as_float_array("theta", theta, 1)
-        log_z, mu, sigma = chain_bound(
+        log_z, mu, curvature = chain_bound(
             self.unary,
             self.lengths,
             *self.split(theta),
             weights=self.weights,
             curvature=self.curvature,
             batch_size=self.batch_size,
+            rank=rank,
         )
-        curvature = sigma if rank is None else LowRankCurvature.from_dense(sigma, rank)
         return QuadraticBound(theta, float(self.weights @ log_z), mu, curvature)
 
 
@@ -1138,7 +1134,8 @@ def fit_majorize(loss_terms, theta0, lam, max_iter=100, tol=1e-9, rank=None, cal
     Parameters
     ----------
     loss_terms : sequence of BoundTerm
-        E.g. :class:`LogLinearTerm`, :class:`ChainCRFTerm`; all of dimension ``d``.
+        E.g. :class:`ChainCRFTerm`, :class:`structboost.estimators.linear.LinearChainProblem`;
+        all of dimension ``d``.
     theta0 : array_like, shape (d,)
     lam : float
         L2 penalty (``> 0`` with ``rank``).

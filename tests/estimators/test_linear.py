@@ -7,6 +7,7 @@ import scipy.sparse
 import xgboost as xgb
 
 import structboost as sb
+from structboost.transitions import majorize
 from structboost.datasets import make_hmm_sequences
 from structboost.estimators.linear import LinearChainCRF, LinearChainProblem
 
@@ -98,6 +99,19 @@ def test_solvers_reach_the_same_optimum_and_majorization_is_monotone():
         assert np.all(np.diff(history) <= 1e-10 * np.abs(history[1:]))
         assert history[-1] < history[0]
         assert fits[name].history_seconds_.shape == history.shape
+
+
+def test_majorize_streams_a_low_rank_bound_above_the_threshold(monkeypatch):
+    X, y, lengths, weights = tiny(6)
+    dense = LinearChainCRF(solver="majorize", reg=0.5, max_iter=5, tol=0.0).fit(X, y, lengths, weights)
+    assert dense.rank_ is None
+    monkeypatch.setattr(majorize, "LOW_RANK_DIM", dense.coef_.size)
+    monkeypatch.setattr(majorize, "DEFAULT_RANK", 3)
+    low = LinearChainCRF(solver="majorize", reg=0.5, max_iter=5, tol=0.0).fit(X, y, lengths, weights)
+    assert low.rank_ == 3
+    assert np.all(np.diff(low.history_) <= 1e-10 * np.abs(low.history_[1:]))
+    assert low.history_[-1] < low.history_[0]
+    assert low.history_[0] == pytest.approx(dense.history_[0])
 
 
 def test_history_is_the_objective_of_the_iterates():
@@ -196,7 +210,7 @@ def test_bad_data_raise():
         LinearChainCRF().fit(X, y.astype(float), lengths)
     wide = np.zeros((X.shape[0], 700))
     with pytest.raises(ValueError, match="solver='lbfgs'"):
-        LinearChainCRF(solver="majorize", num_labels=24).fit(wide, y, lengths)
+        LinearChainCRF(solver="majorize", reg=0.0, num_labels=24).fit(wide, y, lengths)
     with pytest.raises(ValueError, match="not fitted"):
         LinearChainCRF().predict(X, lengths)
     model = LinearChainCRF(max_iter=2).fit(X, y, lengths)

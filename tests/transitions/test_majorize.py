@@ -12,16 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import logsumexp
 
+from majorize_reference import LogLinearTerm, junction_chain_bound
 from structboost.transitions import _bound, majorize
 from structboost.transitions.majorize import (
     ChainCRFTerm,
-    LogLinearTerm,
     LowRankCurvature,
     chain_bound,
     chain_features,
     curvature_coefficient,
     fit_majorize,
-    junction_chain_bound,
     linear_chain_bound,
     majorize_step,
     partition_bound,
@@ -87,6 +86,22 @@ def random_problem(rng, n, d):
     base = rng.normal(size=n) * 2.0
     theta = rng.normal(size=d)
     return features, base, theta
+
+
+LINEAR_CHAINS = dict(
+    seed=seeds,
+    k=st.integers(1, 3),
+    p=st.integers(0, 3),
+    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    curvature=st.sampled_from(["shared", "paper"]),
+)
+
+
+def random_linear_chain(rng, k, p, lengths):
+    """Sparse-ish inputs (n, p), coef (p, K), transitions (K^2 + 2K,) and sequence weights."""
+    n = sum(lengths)
+    X = rng.normal(size=(n, p)) * (rng.random((n, p)) < 0.7)
+    return X, rng.normal(size=(p, k)), rng.normal(size=k * k + 2 * k), rng.uniform(0.0, 2.0, size=len(lengths))
 
 
 def random_chain(rng, k, lengths):
@@ -273,6 +288,11 @@ def test_chain_bound_matches_enumeration(seed, k, lengths):
         assert min_bound_gap(rng, theta0, weights @ log_z, mu, sigma, exact, draws=100) >= -ATOL
         sigmas[curvature] = sigma
     assert_psd_dominates(sigmas["paper"], sigmas["shared"])
+    for rank in (1, 3):  # Algorithm 4: streamed at low rank, still above the dense curvature and log Z
+        log_z, mu, low = chain_bound(unary, lengths, *split(theta0, k), weights=weights, rank=rank)
+        assert low.basis.shape[0] <= rank
+        assert_psd_dominates(low.to_dense(), sigmas["shared"])
+        assert min_bound_gap(rng, theta0, weights @ log_z, mu, low.to_dense(), exact, draws=100) >= -ATOL
 
 
 @PROPERTY
@@ -313,20 +333,10 @@ def indicator_features(inputs, k):
 
 
 @PROPERTY
-@given(
-    seed=seeds,
-    k=st.integers(1, 3),
-    p=st.integers(0, 3),
-    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
-    curvature=st.sampled_from(["shared", "paper"]),
-)
+@given(**LINEAR_CHAINS)
 def test_linear_chain_bound_is_the_junction_tree_bound(seed, k, p, lengths, curvature):
     rng = np.random.default_rng(seed)
-    n = sum(lengths)
-    X = rng.normal(size=(n, p)) * (rng.random((n, p)) < 0.7)
-    coef = rng.normal(size=(p, k))
-    trans = rng.normal(size=k * k + 2 * k)
-    weights = rng.uniform(0.0, 2.0, size=len(lengths))
+    X, coef, trans, weights = random_linear_chain(rng, k, p, lengths)
     theta = np.concatenate([coef.ravel(), trans])
     log_z, mu, sigma = linear_chain_bound(X, lengths, coef, *split(trans, k), weights=weights, curvature=curvature)
     want_mu, want_sigma = 0.0, 0.0
@@ -343,6 +353,61 @@ def test_linear_chain_bound_is_the_junction_tree_bound(seed, k, p, lengths, curv
     )
     for got, want in zip(sparse, (log_z, mu, sigma)):
         np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+@PROPERTY
+@given(**LINEAR_CHAINS)
+def test_streamed_low_rank_bound_at_full_rank_is_the_dense_bound(seed, k, p, lengths, curvature):
+    rng = np.random.default_rng(seed)
+    X, coef, trans, weights = random_linear_chain(rng, k, p, lengths)
+    trans[rng.random(trans.size) < 0.2] = -np.inf  # forbidden moves
+    trans[k * k : k * k + k][np.all(trans[k * k : k * k + k] == -np.inf)] = 0.0  # some start allowed
+    trans[k * k + k :][np.all(trans[k * k + k :] == -np.inf)] = 0.0
+    dense = linear_chain_bound(X, lengths, coef, *split(trans, k), weights=weights, curvature=curvature)
+    d = dense[2].shape[0]
+    log_z, mu, low = linear_chain_bound(
+        X, lengths, coef, *split(trans, k), weights=weights, curvature=curvature, rank=d, batch_size=2
+    )
+    np.testing.assert_allclose(log_z, dense[0], atol=1e-12)
+    np.testing.assert_allclose(mu, dense[1], atol=1e-12)
+    assert isinstance(low, LowRankCurvature) and low.basis.shape[0] <= d
+    np.testing.assert_allclose(low.to_dense(), dense[2], atol=1e-9 * max(1.0, np.abs(dense[2]).max()))
+
+
+def test_streamed_low_rank_linear_chain_bound_majorizes_and_keeps_memory_low():
+    rng = np.random.default_rng(4)
+    k, p, lengths = 3, 6, [3, 5, 2, 4]
+    X = rng.normal(size=(sum(lengths), p))
+    theta0 = rng.normal(size=p * k + k * k + 2 * k)
+
+    def parts(theta):
+        return theta[: p * k].reshape(p, k), *split(theta[p * k :], k)
+
+    def exact(theta):
+        return linear_chain_bound(X, lengths, *parts(theta))[0].sum()
+
+    _, _, dense = linear_chain_bound(X, lengths, *parts(theta0))
+    log_z, mu, low = linear_chain_bound(X, lengths, *parts(theta0), rank=5)
+    assert low.basis.shape == (5, theta0.size) and low.diagonal.shape == (theta0.size,)
+    assert_psd_dominates(low.to_dense(), dense)
+    assert min_bound_gap(rng, theta0, log_z.sum(), mu, low.to_dense(), exact) >= -ATOL
+
+
+def test_low_rank_curvature_take_is_the_principal_submatrix():
+    rng = np.random.default_rng(2)
+    curvature = LowRankCurvature(6, 2)
+    curvature.add_factors(rng.normal(size=(5, 6)))
+    keep = np.array([True, False, True, True, False, True])
+    part = curvature.take(keep)
+    np.testing.assert_allclose(part.to_dense(), curvature.to_dense()[np.ix_(keep, keep)], atol=1e-12)
+    x = rng.normal(size=4)
+    np.testing.assert_allclose(part.solve(part.matvec(x), 0.5), x - 0.5 * part.solve(x, 0.5), atol=1e-10)
+
+
+def test_default_rank_switches_at_the_documented_threshold():
+    assert majorize.default_rank(majorize.LOW_RANK_DIM, 1.0) is None
+    assert majorize.default_rank(majorize.LOW_RANK_DIM + 1, 1.0) == majorize.DEFAULT_RANK
+    assert majorize.default_rank(majorize.LOW_RANK_DIM + 1, 0.0) is None
 
 
 @PROPERTY

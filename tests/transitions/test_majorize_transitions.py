@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import structboost as sb
 from structboost.datasets import make_hmm_sequences
+from structboost.transitions import majorize
 from structboost.transitions.majorize import ChainCRFTerm, fit_majorize
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.transitions.chain import SOLVERS, TransitionParams, TransitionProblem, refit
@@ -47,6 +48,32 @@ def test_majorize_steps_never_increase_the_penalised_nll(seed, k, scale, reg):
         values.append(problem.value(params.to_vector()))
     values = np.array(values)
     assert np.all(np.diff(values) <= 1e-9 * np.maximum(1.0, np.abs(values[1:])))
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+def test_low_rank_majorize_steps_above_the_threshold_never_increase_the_nll(monkeypatch, constrained):
+    """With LOW_RANK_DIM lowered the refit streams a rank-2 curvature (Algorithm 4), free entries only."""
+    monkeypatch.setattr(majorize, "LOW_RANK_DIM", 0)
+    monkeypatch.setattr(majorize, "DEFAULT_RANK", 2)
+    k = 3
+    margins, labels, lengths, weights = random_problem(11, k=k)
+    batch = SequenceBatch.build(labels, lengths, k, weights)
+    free = np.ones(k * k + 2 * k, dtype=bool)
+    if constrained:  # forbid 0 -> 2 and starting in 2; keep the data feasible
+        free[[2, k * k + 2]] = False
+        labels = np.zeros_like(labels)
+        batch = SequenceBatch.build(labels, lengths, k, weights)
+    problem = TransitionProblem(margins, batch.offsets, weights, batch.counts, 0.5, free)
+    params = TransitionParams.from_vector(problem._full(np.zeros(free.sum())), k)
+    values = [problem.value(problem._free_part(params.to_vector()))]
+    for _ in range(6):
+        params = refit(problem, params, "majorize", 1)
+        values.append(problem.value(problem._free_part(params.to_vector())))
+    values = np.array(values)
+    assert np.all(np.diff(values) <= 1e-9 * np.maximum(1.0, np.abs(values[1:])))
+    assert values[-1] < values[0] - 1e-3
+    if constrained:
+        assert np.all(params.to_vector()[~free] == -np.inf)
 
 
 def test_majorize_objective_is_the_transition_problem_value():
