@@ -153,6 +153,7 @@ def test_hidden_states_fit_the_xor_that_one_state_cannot():
     assert two.log_likelihood(X, y) > one.log_likelihood(X, y)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_probabilities_and_log_likelihood_agree():
     rng = np.random.default_rng(4)
     X = rng.normal(size=(40, 3))
@@ -168,6 +169,7 @@ def test_probabilities_and_log_likelihood_agree():
     assert set(clf.predict(X)) <= set(clf.classes_)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_exported_and_documented():
     assert sb.LatentLogLinearClassifier is LatentLogLinearClassifier
     assert doctest.testmod(latent).failed == 0
@@ -189,6 +191,7 @@ def test_bad_settings_raise_a_clear_error(params, message):
         LatentLogLinearClassifier(**params).fit(np.zeros((4, 1)), [0, 1, 0, 1])
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_log_likelihood_refuses_unknown_labels():
     clf = LatentLogLinearClassifier(max_iter=2).fit(np.eye(4), [0, 1, 0, 1])
     with pytest.raises(ValueError, match="training class"):
