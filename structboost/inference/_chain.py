@@ -312,6 +312,12 @@ def _messages_serial(*args):
         _sequence_messages(i, *args)
 
 
+def shifted_exp(x):
+    """``(exp(x - max(x)), max(x))`` of start or end scores ``x (K,)``; zeros if all ``-inf``."""
+    top = x.max()
+    return (np.exp(x - top) if top > -np.inf else np.zeros_like(x)), top
+
+
 def messages(ws, emat, emax, start, end, with_rates, parallel):
     """Scaled forward-backward messages, marginals and mixing rates of every sequence.
 
@@ -336,9 +342,8 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
     Rows of sequences with ``lost[i]`` set are unspecified: the caller
     recomputes them in log space.
     """
-    s_max, e_max = start.max(), end.max()
-    start_e = np.exp(start - s_max) if s_max > -np.inf else np.zeros_like(start)
-    end_e = np.exp(end - e_max) if e_max > -np.inf else np.zeros_like(end)
+    start_e, s_max = shifted_exp(start)
+    end_e, e_max = shifted_exp(end)
     (_messages_parallel if parallel else _messages_serial)(
         ws.w, ws.row_max, ws.offsets, emat, emax, start_e, s_max, end_e, e_max,
         with_rates, ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg,
