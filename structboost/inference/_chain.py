@@ -63,7 +63,7 @@ from .._config import KERNEL, PARALLEL, SAFE, TINY
 
 # exp(x) for x below this is under 2 ** -1022: returned as zero (any such
 # entry of a possible label is below TINY and marks its sequence anyway).
-_EXP_FLOOR = -708.0
+EXP_FLOOR = -708.0
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
@@ -87,7 +87,7 @@ def _exp_nonpositive(x, lo, hi, bits):
     scale = bits.view(np.float64)
     for j in range(lo, hi):
         v = x[j]
-        c = v if v > _EXP_FLOOR else _EXP_FLOOR
+        c = v if v > EXP_FLOOR else EXP_FLOOR
         kf = np.floor(c * _LOG2E + 0.5)
         r = c - kf * _LN2_HI - kf * _LN2_LO
         p = 1.0 / 6227020800.0
@@ -105,7 +105,7 @@ def _exp_nonpositive(x, lo, hi, bits):
         p = p * r + 1.0
         p = p * r + 1.0
         bits[j - lo] = (np.int64(kf) + 1023) << 52
-        x[j] = p if v > _EXP_FLOOR else 0.0
+        x[j] = p if v > EXP_FLOOR else 0.0
     for j in range(lo, hi):
         x[j] *= scale[j - lo]
 

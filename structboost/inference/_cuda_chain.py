@@ -29,6 +29,7 @@ import math
 from numba import cuda, float64
 
 from .._config import SAFE, TINY
+from ._chain import EXP_FLOOR
 
 #: Whether numba's CUDA simulator runs these kernels (``NUMBA_ENABLE_CUDASIM=1``). There
 #: every thread is a Python thread, so blocks are small; the work is split finely too,
@@ -68,6 +69,10 @@ def _sequence_rows(offsets):
 def prepare_rows(margins, unary, w, row_max, bad):
     """Per row: float64 copy, ``exp(u - max(u))``, the maximum; counts non-finite rows.
 
+    Entries below ``exp(EXP_FLOOR)`` are zero, as in
+    :func:`structboost.inference._chain.exp_rows`, so that the same labels
+    drop out of the scaled messages on both sides.
+
     Parameters
     ----------
     margins : (n, K) float32 or float64
@@ -93,7 +98,8 @@ def prepare_rows(margins, unary, w, row_max, bad):
         top = 0.0
     row_max[t] = top
     for j in range(unary.shape[1]):
-        w[t, j] = math.exp(unary[t, j] - top) if finite else 0.0
+        d = unary[t, j] - top
+        w[t, j] = math.exp(d) if finite and d > EXP_FLOOR else 0.0
 
 
 @cuda.jit
