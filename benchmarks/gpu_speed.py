@@ -40,7 +40,7 @@ import numpy as np
 import xgboost as xgb
 
 import structboost as sb
-from structboost import inference
+from structboost.inference.chain import posterior
 from structboost.objectives.chain import SequenceBatch
 
 
@@ -108,12 +108,12 @@ def kernel_and_transfer(X, y, lengths, k, device, clock, repeats=3):
     u = rng.normal(size=(y.size, k)).astype(np.float32)
     trans = rng.normal(size=(k, k))
     z = np.zeros(k)
-    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     cpu_u = np.ascontiguousarray(u, dtype=np.float64)
-    inference.posterior(cpu_u, offsets, trans, z, z)
+    posterior(cpu_u, offsets, trans, z, z)
     t0 = time.perf_counter()
     for _ in range(repeats):
-        inference.posterior(cpu_u, offsets, trans, z, z)
+        posterior(cpu_u, offsets, trans, z, z)
     out = {"cpu forward-backward": (time.perf_counter() - t0) / repeats}
     if device != "cuda":
         return out

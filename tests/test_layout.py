@@ -1,6 +1,8 @@
 """The package's imports go one way: kernels -> solvers -> objectives -> engines -> estimators."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,13 @@ def test_kernels_know_nothing_of_the_engines():
 
 def test_every_unit_has_a_layer():
     assert {_top(p) for p in _modules()} <= set(LAYERS)
+
+
+def test_importing_structboost_imports_no_numba_cuda():
+    """The GPU path is optional: importing the package and its engines loads no ``numba.cuda``."""
+    code = (
+        "import sys, structboost, structboost.engines.xgboost, structboost.estimators; "
+        "print(sorted(m for m in sys.modules if m.startswith('numba.cuda')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -64,7 +64,7 @@ from ._logspace import logsumexp
 
 # exp(x) for x below this is under 2 ** -1022: returned as zero (any such
 # entry of a possible label is below TINY and marks its sequence anyway).
-_EXP_FLOOR = -708.0
+EXP_FLOOR = -708.0
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
@@ -92,7 +92,7 @@ def _exp_nonpositive(x, bits):
     scale = bits.view(np.float64)
     for j in range(x.shape[0]):
         v = x[j]
-        c = v if v > _EXP_FLOOR else _EXP_FLOOR
+        c = v if v > EXP_FLOOR else EXP_FLOOR
         kf = np.floor(c * _LOG2E + 0.5)
         r = c - kf * _LN2_HI - kf * _LN2_LO
         p = 1.0 / 6227020800.0
@@ -110,7 +110,7 @@ def _exp_nonpositive(x, bits):
         p = p * r + 1.0
         p = p * r + 1.0
         bits[j] = (np.int64(kf) + 1023) << 52
-        x[j] = p if v > _EXP_FLOOR else 0.0
+        x[j] = p if v > EXP_FLOOR else 0.0
     for j in range(x.shape[0]):
         x[j] *= scale[j]
 
@@ -320,6 +320,12 @@ def _messages_serial(*args):
         _sequence_messages(i, *args)
 
 
+def shifted_exp(x):
+    """``(exp(x - max(x)), max(x))`` of start or end scores ``x (K,)``; zeros if all ``-inf``."""
+    top = x.max()
+    return (np.exp(x - top) if top > -np.inf else np.zeros_like(x)), top
+
+
 def messages(ws, emat, emax, start, end, with_rates, parallel):
     """Scaled forward-backward messages, marginals and mixing rates of every sequence.
 
@@ -344,10 +350,9 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
     Rows of sequences with ``lost[i]`` set are unspecified: the caller
     recomputes them in log space.
     """
-    s_max, e_max = start.max(), end.max()
     emat_tt = np.ascontiguousarray(emat.transpose(0, 2, 1)) if with_rates else emat
-    start_e = np.exp(start - s_max) if s_max > -np.inf else np.zeros_like(start)
-    end_e = np.exp(end - e_max) if e_max > -np.inf else np.zeros_like(end)
+    start_e, s_max = shifted_exp(start)
+    end_e, e_max = shifted_exp(end)
     (_messages_parallel if parallel else _messages_serial)(
         ws.w, ws.row_max, ws.offsets, emat, emat_tt, emax, start_e, s_max, end_e, e_max,
         with_rates, ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg,

@@ -1,9 +1,9 @@
 """CUDA kernels (numba.cuda) for linear-chain CRFs over ragged batches.
 
-The device counterpart of :mod:`structboost.inference._chain`, with the same scaled
-messages (see that module's docstring for ``alpha``, ``beta``, ``r``,
-``into`` and ``beta_scale``) so that every result matches the CPU kernels to
-float tolerance. Importing this module imports ``numba.cuda``; nothing else
+The device counterpart of :mod:`structboost.inference._chain`, with the same
+scaled messages, transition tables ``(P, K, K)`` and log-space fallback
+criterion (see that module's docstring), so that every result matches the
+CPU kernels to float tolerance and the same sequences go to log space. Importing this module imports ``numba.cuda``; nothing else
 in structboost does, except :mod:`structboost.inference.gpu`, which is imported only
 when a GPU path is asked for.
 
@@ -11,25 +11,26 @@ Layout and parallelism: rows stay flat ``(n, K)`` C-contiguous float64 and
 ``offsets (m + 1,)`` int64 delimit the sequences, as on the CPU. The
 recursions run one thread per sequence, so every step ``t`` advances all
 sequences of the batch at once (batched by position across sequences); the
-per-row kernels (softmax, marginals, G/H) run one thread per row, and the
+per-row kernels (softmax, G/H) run one thread per row, and the
 parameter-sized sums run as a tiled matrix product (expected transition
 counts) or one thread per label and chunk of rows (start/end marginals),
-added with atomics. No
-kernel allocates memory: scratch lives in the output arrays, as in the CPU
-message pass. Nothing here validates input: :mod:`structboost.inference.gpu` does.
+added with atomics. No kernel allocates memory: scratch lives in the output
+arrays, as in the CPU message pass. Nothing here validates input: :mod:`structboost.inference.gpu` does.
 
 Only ``math`` functions and plain loops are used, so the kernels also run
 under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), which is how the
-test suite checks them on machines without a GPU. Every ``log`` is guarded
-against zero (the simulator evaluates ``math.log(0)`` in Python, which
-raises).
+test suite checks them on machines without a GPU. Every ``log`` takes a
+normaliser already checked against ``TINY`` (the simulator evaluates
+``math.log(0)`` in Python, which raises).
 """
 
 import math
 
 from numba import cuda, float64
 
-_TINY = 1e-280
+from .._config import SAFE, TINY
+from ._chain import EXP_FLOOR
+
 #: Whether numba's CUDA simulator runs these kernels (``NUMBA_ENABLE_CUDASIM=1``). There
 #: every thread is a Python thread, so blocks are small; the work is split finely too,
 #: so that the tests' tiny inputs span several blocks, tiles and chunks.
@@ -50,43 +51,9 @@ def blocks(count):
 
 
 @cuda.jit(device=True)
-def _safe_log(x):
-    return math.log(x) if x > 0.0 else -math.inf
-
-
-@cuda.jit(device=True)
-def _scale_into(m, u, w, row_max, out):
-    """``out = m * exp(u)`` normalised to sum one; returns the log of the removed factor.
-
-    ``m``, ``u``, ``w`` (``exp(u - row_max)``) and ``out`` are ``(K,)`` rows.
-    Falls back to log space when the product underflows; a product with no
-    mass at all leaves ``out`` zero and returns ``-inf`` (the caller's
-    sequence is then recomputed in log space).
-    """
-    k = out.shape[0]
-    total = 0.0
-    for j in range(k):
-        out[j] = m[j] * w[j]
-        total += out[j]
-    if total > _TINY:
-        for j in range(k):
-            out[j] /= total
-        return row_max + math.log(total)
-    top = -math.inf
-    for j in range(k):
-        out[j] = math.log(m[j]) + u[j] if m[j] > 0.0 else -math.inf
-        top = max(top, out[j])
-    if top == -math.inf:
-        for j in range(k):
-            out[j] = 0.0
-        return -math.inf
-    total = 0.0
-    for j in range(k):
-        out[j] = math.exp(out[j] - top)
-        total += out[j]
-    for j in range(k):
-        out[j] /= total
-    return top + math.log(total)
+def _table(n_tables, t):
+    """Index of the transition table of position ``t`` (as :func:`structboost.inference._chain.table`)."""
+    return t if n_tables > 1 else 0
 
 
 @cuda.jit(device=True)
@@ -101,6 +68,10 @@ def _sequence_rows(offsets):
 @cuda.jit
 def prepare_rows(margins, unary, w, row_max, bad):
     """Per row: float64 copy, ``exp(u - max(u))``, the maximum; counts non-finite rows.
+
+    Entries below ``exp(EXP_FLOOR)`` are zero, as in
+    :func:`structboost.inference._chain.exp_rows`, so that the same labels
+    drop out of the scaled messages on both sides.
 
     Parameters
     ----------
@@ -127,7 +98,8 @@ def prepare_rows(margins, unary, w, row_max, bad):
         top = 0.0
     row_max[t] = top
     for j in range(unary.shape[1]):
-        w[t, j] = math.exp(unary[t, j] - top) if finite else 0.0
+        d = unary[t, j] - top
+        w[t, j] = math.exp(d) if finite and d > EXP_FLOOR else 0.0
 
 
 @cuda.jit
@@ -143,83 +115,126 @@ def softmax_rows(w, out):
         out[t, j] = w[t, j] / total
 
 
-@cuda.jit
-def messages(unary, w, row_max, offsets, emat, t_max, start_w, start_top, end_w, end_top,
-             log_z, alpha, beta, r, into, beta_scale, weak, n_weak, overlap_floor):
-    """Scaled forward-backward messages, one thread per sequence.
+@cuda.jit(device=True)
+def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
+            log_z, alpha, beta, r, into, beta_scale, marg, overlap):
+    """Both sweeps of sequence ``i``; False (at once) when the sequence is lost.
 
-    Parameters
-    ----------
-    unary, w : (n, K) float64
-    row_max : (n,) float64
-    offsets : (m + 1,) int64
-    emat : (K, K) float64
-        ``exp(transitions - t_max)``.
-    t_max : float
-    start_w, end_w : (K,) float64
-        ``exp(start - start_top)``, ``exp(end - end_top)``.
-    start_top, end_top : float
-    log_z : (m,) float64, written
-    alpha, beta, r, into : (n, K) float64, written
-        As returned by :func:`structboost.inference._chain.messages`.
-    beta_scale : (n,) float64, written
-    weak : (m,) int8, written
-        1 where the sequence must be recomputed in log space: ``log_z`` not
-        finite, or a row whose forward and backward messages overlap by less
-        than ``overlap_floor`` (see :mod:`structboost.inference`).
-    n_weak : (1,) int64
-        Incremented once per weak sequence.
-    overlap_floor : float
+    The statements of :func:`structboost.inference._chain._sequence_messages`
+    without the rates, with the same fallback criterion (``TINY``, ``SAFE``).
     """
-    i = cuda.grid(1)
-    if i >= log_z.shape[0]:
-        return
-    k = unary.shape[1]
     lo = offsets[i]
     hi = offsets[i + 1]
+    k = w.shape[1]
+    n_tab = emat.shape[0]
+    s = 0.0
     for j in range(k):
-        into[lo, j] = start_w[j]
-    acc = start_top + _scale_into(into[lo], unary[lo], w[lo], row_max[lo], alpha[lo])
+        into[lo, j] = start_e[j]
+        alpha[lo, j] = start_e[j] * w[lo, j]
+        s += alpha[lo, j]
+    if not s >= TINY:
+        return False
+    overlap[lo] = s
+    acc = start_max + row_max[lo] + math.log(s)
+    for j in range(k):
+        alpha[lo, j] /= s
     for t in range(lo + 1, hi):
+        p = _table(n_tab, t)
+        s = 0.0
         for b in range(k):
-            s = 0.0
+            m = 0.0
             for a in range(k):
-                s += alpha[t - 1, a] * emat[a, b]
-            into[t, b] = s
-        acc += t_max + _scale_into(into[t], unary[t], w[t], row_max[t], alpha[t])
-    mass = 0.0
-    norm = 0.0
-    for b in range(k):
-        beta[hi - 1, b] = end_w[b]
-        mass += alpha[hi - 1, b] * end_w[b]
-        norm += end_w[b]
-    log_z[i] = acc + end_top + _safe_log(mass)
-    for b in range(k):
-        beta[hi - 1, b] /= norm
-    beta_scale[hi - 1] = 1.0
-    for t in range(hi - 1, lo, -1):
-        _scale_into(beta[t], unary[t], w[t], row_max[t], r[t])
+                m += alpha[t - 1, a] * emat[p, a, b]
+            into[t, b] = m
+            alpha[t, b] = m * w[t, b]
+            s += alpha[t, b]
+        if not s >= TINY:
+            return False
+        overlap[t] = s
+        acc += emax[p] + row_max[t] + math.log(s)
+        for j in range(k):
+            alpha[t, j] /= s
+    s = 0.0
+    e_sum = 0.0
+    for j in range(k):
+        beta[hi - 1, j] = end_e[j]
+        s += alpha[hi - 1, j] * end_e[j]
+        e_sum += end_e[j]
+    if not s >= TINY:
+        return False
+    log_z[i] = acc + end_max + math.log(s)
+    beta_scale[hi - 1] = e_sum
+    for j in range(k):
+        beta[hi - 1, j] /= e_sum
+    for t in range(hi - 1, lo - 1, -1):
+        ov = 0.0
+        s = 0.0
+        for j in range(k):
+            ov += alpha[t, j] * beta[t, j]
+            r[t, j] = beta[t, j] * w[t, j]
+            s += r[t, j]
+        if not (overlap[t] * ov >= SAFE and beta_scale[t] * ov >= SAFE and s >= TINY):
+            return False
+        overlap[t] = ov
+        for j in range(k):
+            r[t, j] /= s
+            marg[t, j] = alpha[t, j] * beta[t, j] / ov
+        if t == lo:
+            break
+        p = _table(n_tab, t)
         s = 0.0
         for a in range(k):
             acc_a = 0.0
             for b in range(k):
-                acc_a += emat[a, b] * r[t, b]
+                acc_a += emat[p, a, b] * r[t, b]
             beta[t - 1, a] = acc_a
             s += acc_a
+        if not s >= TINY:
+            return False
         beta_scale[t - 1] = s
         for a in range(k):
             beta[t - 1, a] /= s
-    _scale_into(beta[lo], unary[lo], w[lo], row_max[lo], r[lo])
-    flag = not (log_z[i] > -math.inf and log_z[i] < math.inf)
-    for t in range(lo, hi):
-        s = 0.0
-        for j in range(k):
-            s += alpha[t, j] * beta[t, j]
-        if not s >= overlap_floor:
-            flag = True
-    weak[i] = 1 if flag else 0
-    if flag:
-        cuda.atomic.add(n_weak, 0, 1)
+    return True
+
+
+@cuda.jit
+def messages(w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
+             log_z, alpha, beta, r, into, beta_scale, marg, overlap, lost, n_lost):
+    """Scaled forward-backward messages and node marginals, one thread per sequence.
+
+    The device twin of :func:`structboost.inference._chain.messages` (without
+    the rates: :func:`mixing_rates`), with its buffers and its fallback
+    criterion: a sequence is lost as soon as a normaliser falls below
+    ``TINY`` or a normaliser times the overlap below ``SAFE``.
+
+    Parameters
+    ----------
+    w : (n, K) float64
+        ``exp(unary - row_max)``.
+    row_max : (n,) float64
+    offsets : (m + 1,) int64
+    emat, emax : (P, K, K), (P,) float64
+        From :func:`structboost.inference._chain.exp_tables`.
+    start_e, end_e : (K,) float64
+        From :func:`structboost.inference._chain.shifted_exp`.
+    start_max, end_max : float
+    log_z : (m,) float64, written
+    alpha, beta, r, into, marg : (n, K) float64, written
+    beta_scale, overlap : (n,) float64, written
+    lost : (m,) int8, written
+        1 where the sequence must be recomputed in log space (its rows are
+        then unspecified).
+    n_lost : (1,) int64
+        Incremented once per lost sequence.
+    """
+    i = cuda.grid(1)
+    if i >= log_z.shape[0]:
+        return
+    held = _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
+                   log_z, alpha, beta, r, into, beta_scale, marg, overlap)
+    lost[i] = 0 if held else 1
+    if not held:
+        cuda.atomic.add(n_lost, 0, 1)
 
 
 @cuda.jit
@@ -241,36 +256,25 @@ def scatter(dst, index, src):
 
 
 @cuda.jit
-def marginals(alpha, beta, out):
-    """Node marginals ``out[t] = alpha[t] * beta[t]`` normalised, one thread per row."""
-    t = cuda.grid(1)
-    if t >= alpha.shape[0]:
-        return
-    total = 0.0
-    for j in range(alpha.shape[1]):
-        out[t, j] = alpha[t, j] * beta[t, j]
-        total += out[t, j]
-    for j in range(alpha.shape[1]):
-        out[t, j] /= total
-
-
-@cuda.jit
 def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
     """Dobrushin coefficients of both conditional chains, one thread per sequence.
 
-    As :func:`structboost.inference._chain.mixing_rates`: ``right[t]`` is
-    ``1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over labels ``a`` of
-    non-zero probability, zero on each sequence's last row; ``left[t]`` the
-    same for ``P(y_{t-1} | y_t)``, zero on each first row. The inner minimum
-    runs over ``a`` for each ``b``, so no scratch vector is needed.
+    As the rates of :func:`structboost.inference._chain.messages`:
+    ``right[t]`` is ``1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over labels
+    ``a`` of non-zero probability, zero on each sequence's last row;
+    ``left[t]`` the same for ``P(y_{t-1} | y_t)``, zero on each first row.
+    ``emat`` is ``(P, K, K)``. The inner minimum runs over ``a`` for each
+    ``b``, so no scratch vector is needed.
     """
     lo, hi = _sequence_rows(offsets)
     if lo == hi:
         return
     k = alpha.shape[1]
+    n_tab = emat.shape[0]
     right[hi - 1] = 0.0
     left[lo] = 0.0
     for t in range(lo, hi - 1):
+        p = _table(n_tab, t + 1)
         total_r = 0.0
         total_l = 0.0
         for j in range(k):
@@ -278,9 +282,9 @@ def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
             low_l = math.inf
             for a in range(k):
                 if alpha[t, a] * beta[t, a] > 0.0:
-                    low_r = min(low_r, emat[a, j] / (beta_scale[t] * beta[t, a]))
+                    low_r = min(low_r, emat[p, a, j] / (beta_scale[t] * beta[t, a]))
                 if alpha[t + 1, a] * beta[t + 1, a] > 0.0:
-                    low_l = min(low_l, emat[j, a] / into[t + 1, a])
+                    low_l = min(low_l, emat[p, j, a] / into[t + 1, a])
             if low_r < math.inf:
                 total_r += low_r * r[t + 1, j]
             if low_l < math.inf:
@@ -321,11 +325,11 @@ def length_gamma(offsets, out):
 
 
 @cuda.jit
-def edge_weights(into, r, row_weight, edge_gamma, last, coef):
+def edge_weights(beta_scale, overlap, row_weight, edge_gamma, last, coef):
     """Per-edge coefficients of :func:`outer_sums` from the scaled messages.
 
-    ``z_t = into[t + 1] . r[t + 1]`` normalises ``alpha[t, a] E[a, b]
-    r[t + 1, b]``. Writes ``coef[t] = (w_t / z_t, g_t / z_t, g_t / z_t^2)``
+    ``z_t = beta_scale[t] overlap[t]`` normalises ``alpha[t, a] E[a, b]
+    r[t + 1, b]`` (as in :meth:`structboost.inference.chain.ChainPosterior.edge_sums`). Writes ``coef[t] = (w_t / z_t, g_t / z_t, g_t / z_t^2)``
     with ``w_t = row_weight[t]`` and ``g_t = w_t edge_gamma[t]`` (the
     curvature weight), all zero where ``last[t]`` (no edge leaves the row).
     """
@@ -337,9 +341,7 @@ def edge_weights(into, r, row_weight, edge_gamma, last, coef):
         coef[t, 1] = 0.0
         coef[t, 2] = 0.0
         return
-    z = 0.0
-    for j in range(r.shape[1]):
-        z += into[t + 1, j] * r[t + 1, j]
+    z = beta_scale[t] * overlap[t]
     coef[t, 0] = row_weight[t] / z
     coef[t, 1] = row_weight[t] * edge_gamma[t] / z
     coef[t, 2] = coef[t, 1] / z
@@ -349,8 +351,9 @@ def edge_weights(into, r, row_weight, edge_gamma, last, coef):
 def outer_sums(alpha, r, coef, emat, with_curvature, total, curvature):
     """Expected transition counts and their curvature bound, summed over all edges.
 
-    With ``P_t(a, b) = alpha[t, a] E[a, b] r[t + 1, b] / z_t`` and the
-    coefficients of :func:`edge_weights`::
+    With ``P_t(a, b) = alpha[t, a] E[a, b] r[t + 1, b] / z_t`` (``E =
+    emat[0]``: one shared table) and the coefficients of
+    :func:`edge_weights`::
 
         total[a, b]     += sum_t w_t P_t(a, b)
         curvature[a, b] += sum_t g_t P_t(a, b) (1 - P_t(a, b))
@@ -394,7 +397,7 @@ def outer_sums(alpha, r, coef, emat, with_curvature, total, curvature):
                 s3 += sc[2, j] * v * v
         cuda.syncthreads()
     if a < k and b < k:
-        e = emat[a, b]
+        e = emat[0, a, b]
         cuda.atomic.add(total, (a, b), e * s1)
         if with_curvature:
             cuda.atomic.add(curvature, (a, b), e * s2 - e * e * s3)
@@ -407,17 +410,17 @@ def outer_grid(n, k):
 
 
 @cuda.jit
-def node_sums(alpha, beta, rows, weight, gamma, with_curvature, total, curvature):
+def node_sums(marg, rows, weight, gamma, with_curvature, total, curvature):
     """Weighted sums of node marginals over some rows (start and end counts).
 
     ``total[j] += sum_e weight[e] p[rows[e], j]`` and, if
     ``with_curvature``, ``curvature[j] += sum_e weight[e] gamma[rows[e]]
-    p (1 - p)``, with ``p`` the normalised ``alpha * beta``. One thread per
+    p (1 - p)``, with ``p = marg``. One thread per
     label and chunk of :data:`CHUNK` rows, added with atomics; launch
     ``K * ceil(len(rows) / CHUNK)`` threads on zeroed outputs.
     """
     g = cuda.grid(1)
-    k = alpha.shape[1]
+    k = marg.shape[1]
     count = rows.shape[0]
     if g >= k * ((count + CHUNK - 1) // CHUNK):
         return
@@ -427,10 +430,7 @@ def node_sums(alpha, beta, rows, weight, gamma, with_curvature, total, curvature
     s2 = 0.0
     for e in range(lo, min(lo + CHUNK, count)):
         t = rows[e]
-        norm = 0.0
-        for c in range(k):
-            norm += alpha[t, c] * beta[t, c]
-        p = alpha[t, j] * beta[t, j] / norm
+        p = marg[t, j]
         s1 += weight[e] * p
         if with_curvature:
             s2 += weight[e] * gamma[t] * p * (1.0 - p)
@@ -469,22 +469,24 @@ def grad_hess(p, labels, row_weight, gamma, scale, mode, hess_floor, grad, hess)
 def viterbi(unary, offsets, transitions, start, end, score, back, path):
     """Most probable label path of every sequence, one thread per sequence.
 
-    As :func:`structboost.inference._chain.viterbi` (ties go to the lowest label).
-    ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
+    As :func:`structboost.inference._chain.viterbi` (ties go to the lowest
+    label), with ``transitions (P, K, K)``. ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
     ``path (n,)`` int64.
     """
     lo, hi = _sequence_rows(offsets)
     if lo == hi:
         return
     k = unary.shape[1]
+    n_tab = transitions.shape[0]
     for b in range(k):
         score[lo, b] = unary[lo, b] + start[b]
     for t in range(lo + 1, hi):
+        p = _table(n_tab, t)
         for b in range(k):
             best = -math.inf
             arg = 0
             for a in range(k):
-                v = score[t - 1, a] + transitions[a, b]
+                v = score[t - 1, a] + transitions[p, a, b]
                 if v > best:
                     best = v
                     arg = a

@@ -326,6 +326,22 @@ def _log_space_part(unary, offsets, sequences, trans, start, end):
     return log_z, LogSpacePart(sequences, rows, part_offsets, marginals, pairwise)
 
 
+def log_space_fill(part, num_labels):
+    """What the message buffers hold on the rows of the log-space sequences of ``part``.
+
+    Returns
+    -------
+    dict
+        Buffer name (a :class:`Workspace` attribute) -> value of those rows:
+        the node marginals ``(r, K)`` for ``alpha`` and ``marg``, finite
+        placeholders (scalars) for the others (see :class:`ChainPosterior`).
+    """
+    return {
+        "alpha": part.marginals, "marg": part.marginals, "beta": 1.0, "into": 1.0,
+        "r": 1.0 / num_labels, "beta_scale": 1.0, "overlap": 1.0,
+    }
+
+
 def posterior(unary, offsets, transitions, start, end, workspace=None, rates=False):
     """One forward and one backward sweep over validated arrays (see :func:`check_chain`).
 
@@ -361,10 +377,8 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
     if lost.size:
         ws.log_z[lost], part = _log_space_part(unary, offsets, lost, trans, start, end)
         rows = part.rows
-        ws.alpha[rows] = ws.marg[rows] = part.marginals
-        ws.beta[rows] = ws.into[rows] = 1.0
-        ws.r[rows] = 1.0 / k
-        ws.beta_scale[rows] = ws.overlap[rows] = 1.0
+        for name, value in log_space_fill(part, k).items():
+            getattr(ws, name)[rows] = value
         if rates:
             ws.right[rows], ws.left[rows] = _chain.pairwise_rates(part.pairwise, part.offsets)
     return ChainPosterior(

@@ -1,13 +1,15 @@
-"""Linear-chain CRF inference and the CRF objective round on a CUDA GPU.
+"""Linear-chain CRF inference on a CUDA GPU: device posteriors and numpy-facing functions.
 
 The optional GPU path (``pip install structboost[gpu]``): the kernels of
-:mod:`structboost.inference._cuda_chain` (numba.cuda) behind numpy-facing functions
-with the signatures and outputs of :mod:`structboost.inference.chain`
-(:func:`forward_backward`, :func:`viterbi`, :func:`gamma`), and
-:class:`DeviceCRFObjective`, the CRF objective whose round (transition
-refit, forward-backward, gamma, G and H) runs on the device. Build it with
-``structboost.crf_objective(K, device="cuda")``. Nothing imports this module
-(nor ``numba.cuda``) unless a GPU path is asked for.
+:mod:`structboost.inference._cuda_chain` (numba.cuda) behind numpy-facing
+functions with the signatures and outputs of :mod:`structboost.inference.chain`
+(:func:`forward_backward`, :func:`viterbi`, :func:`gamma`; one shared
+``(K, K)`` table or per-position ``(n, K, K)`` transitions), and
+:class:`DevicePosterior`, on which the device transition problem
+(:mod:`structboost.transitions.gpu`) and the objective round
+(:mod:`structboost.objectives.gpu`, ``structboost.crf_objective(K,
+device="cuda")``) build. Nothing imports this module (nor ``numba.cuda``)
+unless a GPU path is asked for.
 
 Inputs may be numpy arrays or device arrays (anything with
 ``__cuda_array_interface__``: CuPy, numba, PyTorch); outputs of the
@@ -25,9 +27,10 @@ What crosses the bus in one objective round (``n`` rows, ``m`` sequences,
 * out: nothing large: G and H stay on the device and XGBoost reads them
   through ``__cuda_array_interface__``.
 
-Sequences whose scaled messages underflow (forbidden moves together with
-extreme margins, see :mod:`structboost.inference.chain`) are recomputed on the
-host in log space and patched into the device messages, as on the CPU.
+Sequences the scaled messages cannot hold (the fallback criterion of
+:mod:`structboost.inference._chain`, applied on the device by the same tests)
+are recomputed on the host in log space and patched into the device
+messages, as on the CPU.
 """
 
 from dataclasses import dataclass
@@ -40,11 +43,12 @@ from ..sequences import check_lengths, offsets_from_lengths
 from . import _chain
 from . import _cuda_chain as kern
 from .chain import (
-    _OVERLAP_FLOOR,
     GAMMA_METHODS,
     ChainPosterior,
     _log_space_part,
+    as_tables,
     check_chain_params,
+    log_space_fill,
 )
 
 
@@ -182,64 +186,75 @@ class DeviceStructure:
         return self.offsets.shape[0] - 1
 
 
-def _shifted_exp(x):
-    """``(exp(x - max(x)), max(x))`` as the CPU kernels compute them."""
-    top = float(x.max())
-    with np.errstate(invalid="ignore"):
-        return np.exp(x - top), top
+def set_rows(dst, rows, value):
+    """``dst[rows] = value`` on a device array; ``value`` a scalar or one entry per row."""
+    count = rows.shape[0]
+    src = cuda.to_device(np.ascontiguousarray(np.broadcast_to(value, (count,) + dst.shape[1:])))
+    launch(kern.scatter_rows if len(dst.shape) == 2 else kern.scatter, count, dst,
+           cuda.to_device(rows), src)
 
 
 class DevicePosterior:
     """Scaled forward-backward messages on the device, with what derives from them.
 
-    The device counterpart of :class:`structboost.inference.ChainPosterior`
-    (same messages, same log-space fallback); built by
-    :func:`device_posterior`.
+    The device counterpart of :class:`structboost.inference.chain.ChainPosterior`
+    (same buffers, same fallback criterion, same log-space recomputation on
+    the host).
+
+    Parameters
+    ----------
+    unary : DeviceUnary
+    structure : DeviceStructure
+    transitions : (K, K) or (n, K, K) float64
+        One shared table or per-position scores, validated (see
+        :func:`structboost.inference.chain.check_chain_params`).
+    start, end : (K,) float64
 
     Attributes
     ----------
     log_z : (m,) float64 host array
-    alpha, beta, r, into : (n, K) float64 device arrays
-    beta_scale : (n,) float64 device array
+    transitions : (P, K, K) float64 host array
+    emat : (P, K, K) float64 host array
+        ``exp(transitions - emax)`` (see :mod:`structboost.inference._chain`).
+    d_emat : (P, K, K) float64 device array
+    alpha, beta, r, into, marg : (n, K) float64 device arrays
+    beta_scale, overlap : (n,) float64 device arrays
     log_space : LogSpacePart or None
-        Sequences recomputed on the host in log space.
+        Sequences recomputed on the host in log space; their rows of the
+        device buffers hold what :func:`~structboost.inference.chain.log_space_fill` says.
     """
 
     def __init__(self, unary, structure, transitions, start, end):
         n, k = unary.shape
         m = structure.num_sequences
-        self.unary = unary
         self.structure = structure
-        self.transitions = transitions
-        t_max = float(transitions.max())
-        self.d_emat = cuda.to_device(np.exp(transitions - t_max))
-        start_w, start_top = _shifted_exp(start)
-        end_w, end_top = _shifted_exp(end)
+        self.transitions = trans = as_tables(transitions)
+        self.emat, emax = _chain.exp_tables(trans)
+        self.d_emat = cuda.to_device(self.emat)
+        start_e, start_max = _chain.shifted_exp(start)
+        end_e, end_max = _chain.shifted_exp(end)
         d_log_z = cuda.device_array(m)
-        self.alpha, self.beta, self.r, self.into = (cuda.device_array((n, k)) for _ in range(4))
-        self.beta_scale = cuda.device_array(n)
-        weak = cuda.device_array(m, dtype=np.int8)
-        n_weak = zeros(1, np.int64)
+        self.alpha, self.beta, self.r, self.into, self.marg = (
+            cuda.device_array((n, k)) for _ in range(5)
+        )
+        self.beta_scale, self.overlap = cuda.device_array(n), cuda.device_array(n)
+        lost = cuda.device_array(m, dtype=np.int8)
+        n_lost = zeros(1, np.int64)
         launch(
-            kern.messages, m, unary.unary, unary.w, unary.row_max, structure.d_offsets,
-            self.d_emat, t_max, cuda.to_device(start_w), start_top, cuda.to_device(end_w),
-            end_top, d_log_z, self.alpha, self.beta, self.r, self.into, self.beta_scale,
-            weak, n_weak, _OVERLAP_FLOOR,
+            kern.messages, m, unary.w, unary.row_max, structure.d_offsets, self.d_emat,
+            cuda.to_device(emax), cuda.to_device(start_e), float(start_max),
+            cuda.to_device(end_e), float(end_max), d_log_z, self.alpha, self.beta, self.r,
+            self.into, self.beta_scale, self.marg, self.overlap, lost, n_lost,
         )
         self.log_z = d_log_z.copy_to_host()
         self.log_space = None
-        if _count(n_weak):
-            sequences = np.flatnonzero(weak.copy_to_host()).astype(np.int64)
+        if _count(n_lost):
+            sequences = np.flatnonzero(lost.copy_to_host()).astype(np.int64)
             self.log_z[sequences], part = _log_space_part(
-                unary.host, structure.offsets, sequences, transitions, start, end
+                unary.host, structure.offsets, sequences, trans, start, end
             )
-            rows = cuda.to_device(part.rows)
-            count = part.rows.size
-            launch(kern.scatter_rows, count, self.alpha, rows, cuda.to_device(part.marginals))
-            for arr, value in ((self.beta, 1.0), (self.r, 1.0 / k), (self.into, 1.0)):
-                fill = cuda.to_device(np.full((count, k), value))
-                launch(kern.scatter_rows, count, arr, rows, fill)
-            launch(kern.scatter, count, self.beta_scale, rows, cuda.to_device(np.ones(count)))
+            for name, value in log_space_fill(part, k).items():
+                set_rows(getattr(self, name), part.rows, value)
             self.log_space = part
 
     @property
@@ -247,14 +262,12 @@ class DevicePosterior:
         return self.structure.offsets
 
     def marginals_device(self):
-        """Node marginals ``(n, K)`` as a device array."""
-        out = cuda.device_array(self.alpha.shape)
-        launch(kern.marginals, out.shape[0], self.alpha, self.beta, out)
-        return out
+        """Node marginals ``(n, K)`` as a device array (the posterior's own buffer)."""
+        return self.marg
 
     def marginals(self):
         """Node marginals ``(n, K)`` on the host."""
-        return self.marginals_device().copy_to_host()
+        return self.marg.copy_to_host()
 
     @cached_property
     def _gammas(self):
@@ -267,13 +280,11 @@ class DevicePosterior:
         )
         part = self.log_space
         if part is not None:
-            rates = _chain.pairwise_rates(part.pairwise, part.offsets)
-            rows = cuda.to_device(part.rows)
-            for dst, src in zip((right, left), rates):
-                launch(kern.scatter, part.rows.size, dst, rows, cuda.to_device(src))
+            for dst, src in zip((right, left), _chain.pairwise_rates(part.pairwise, part.offsets)):
+                set_rows(dst, part.rows, src)
         node, edge = cuda.device_array(n), cuda.device_array(n)
         launch(kern.path_gamma, self.structure.num_sequences, right, left,
-                self.structure.d_offsets, node, edge)
+               self.structure.d_offsets, node, edge)
         return node, edge
 
     def node_gamma(self, method="mixing"):
@@ -298,12 +309,14 @@ class DevicePosterior:
         return self._gammas[1]
 
     def to_host(self):
-        """The same posterior as a host :class:`~structboost.inference.ChainPosterior`."""
-        return ChainPosterior(
-            self.offsets, self.transitions, self.log_z, self.alpha.copy_to_host(),
-            self.beta.copy_to_host(), self.r.copy_to_host(), self.into.copy_to_host(),
-            self.beta_scale.copy_to_host(), self.log_space,
-        )
+        """The same posterior as a host :class:`~structboost.inference.chain.ChainPosterior`.
+
+        Built without the rates (``right``/``left`` None): the device computes those.
+        """
+        host = (a.copy_to_host() for a in (self.alpha, self.beta, self.r, self.into,
+                                           self.beta_scale, self.marg, self.overlap))
+        return ChainPosterior(self.offsets, self.transitions, self.emat, self.log_z, *host,
+                              None, None, self.log_space)
 
 
 def _host_chain(unary, lengths, transitions, start, end):
@@ -311,7 +324,7 @@ def _host_chain(unary, lengths, transitions, start, end):
     du = device_unary(unary)
     n, k = du.shape
     offsets = offsets_from_lengths(check_lengths(lengths, n))
-    return (du, offsets, *check_chain_params(k, transitions, start, end))
+    return (du, offsets, *check_chain_params(k, transitions, start, end, rows=n))
 
 
 def forward_backward(unary, lengths, transitions, start, end):
@@ -347,11 +360,15 @@ def gamma(unary, lengths, transitions, start, end, method="mixing"):
 
 
 def viterbi_labels(unary, d_offsets, transitions, start, end):
-    """Device Viterbi path ``(n,)`` int64 of :class:`DeviceUnary` potentials."""
+    """Device Viterbi path ``(n,)`` int64 of :class:`DeviceUnary` potentials.
+
+    ``transitions`` is one ``(K, K)`` table or per-position ``(n, K, K)`` scores.
+    """
     n, k = unary.shape
     path = cuda.device_array(n, dtype=np.int64)
     launch(
-        kern.viterbi, d_offsets.shape[0] - 1, unary.unary, d_offsets, cuda.to_device(transitions),
+        kern.viterbi, d_offsets.shape[0] - 1, unary.unary, d_offsets,
+        cuda.to_device(as_tables(transitions)),
         cuda.to_device(start), cuda.to_device(end), cuda.device_array((n, k)),
         cuda.device_array((n, k), dtype=np.int32), path,
     )

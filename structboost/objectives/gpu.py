@@ -28,25 +28,36 @@ from .chain import CRFObjective
 class DeviceCRFObjective(CRFObjective):
     """:class:`~structboost.objectives.chain.CRFObjective` whose round runs on a CUDA GPU.
 
-    Same parameters and results (to float tolerance) as the CPU objective;
-    :meth:`grad_hess` returns numba device arrays, which
-    ``xgboost.train(obj=...)`` on a booster with ``device="cuda"`` reads in
-    place. ``transitions="majorize"`` is CPU-only (its ``O(K^4)`` bound is
-    built on the host). ``timings`` are wall seconds here (the device works
+    Takes the parameters of :class:`~structboost.objectives.chain.CRFObjective`
+    and gives its results (to float tolerance); :meth:`grad_hess` returns
+    numba device arrays, which ``xgboost.train(obj=...)`` on a booster with
+    ``device="cuda"`` reads in place. ``nthread`` is accepted and ignored:
+    the round's kernels run on the device, and its host parts (the solver
+    over ``K^2 + 2K`` parameters, the log-space fallback) are serial.
+    ``transitions="majorize"`` is CPU-only (its ``O(K^4)`` bound is built on
+    the host). ``timings`` are wall seconds here (the device works
     asynchronously, so CPU time would miss it).
+
+    Parameters
+    ----------
+    num_labels : int
+    *args, **kwargs
+        As for :class:`~structboost.objectives.chain.CRFObjective`.
     """
 
-    def __init__(self, num_labels, mode="gbcrf", gamma="mixing", transitions="lbfgs",
-                 reg_transitions=1.0, transition_iter=None, hess_floor=1e-16,
-                 allowed_transitions=None):
-        if transitions == "majorize":
+    def __init__(self, num_labels, *args, **kwargs):
+        super().__init__(num_labels, *args, **kwargs)
+        if self.transitions == "majorize":
             raise ValueError(
                 'transitions="majorize" runs on the CPU only; use "lbfgs" or "newton" with '
                 'device="cuda", or device="cpu".'
             )
-        super().__init__(num_labels, mode, gamma, transitions, reg_transitions, transition_iter,
-                         hess_floor, allowed_transitions)
         self._structures = {}
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_structures"] = {}  # device copies of the batches, rebuilt on the next round
+        return state
 
     def structure(self, batch):
         """The :class:`DeviceStructure` of a batch, built once per batch object."""

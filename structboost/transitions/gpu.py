@@ -4,7 +4,7 @@ import numpy as np
 from numba import cuda
 
 from ..inference import _cuda_chain as kern
-from ..inference.gpu import DevicePosterior, launch, zeros
+from ..inference.gpu import DevicePosterior, launch, set_rows, zeros
 from .chain import PenalisedProblem, TransitionParams, TransitionProblem
 
 
@@ -55,12 +55,11 @@ class DeviceTransitionProblem(PenalisedProblem):
         edge_gamma = post.edge_gamma() if with_curvature else st.d_row_weight
         node_gamma = post.node_gamma("mixing") if with_curvature else st.d_row_weight
         coef = cuda.device_array((n, 3))
-        launch(kern.edge_weights, n, post.into, post.r, st.d_row_weight, edge_gamma, st.d_last,
-                coef)
+        launch(kern.edge_weights, n, post.beta_scale, post.overlap, st.d_row_weight, edge_gamma,
+               st.d_last, coef)
         part = post.log_space
         if part is not None:
-            launch(kern.scatter_rows, part.rows.size, coef, cuda.to_device(part.rows),
-                    zeros((part.rows.size, 3)))
+            set_rows(coef, part.rows, 0.0)
         trans, trans_curv = zeros((k, k)), zeros((k, k))
         kern.outer_sums[kern.outer_grid(n, k), (kern.TILE, kern.TILE)](
             post.alpha, post.r, coef, post.d_emat, with_curvature, trans, trans_curv
@@ -68,8 +67,8 @@ class DeviceTransitionProblem(PenalisedProblem):
         ends = []
         for d_rows in (st.d_first_rows, st.d_last_rows):
             total, curv = zeros(k), zeros(k)
-            launch(kern.node_sums, k * -(-st.num_sequences // kern.CHUNK), post.alpha,
-                    post.beta, d_rows, st.d_seq_weight, node_gamma, with_curvature, total, curv)
+            launch(kern.node_sums, k * -(-st.num_sequences // kern.CHUNK), post.marg, d_rows,
+                   st.d_seq_weight, node_gamma, with_curvature, total, curv)
             ends.append((total.copy_to_host(), curv.copy_to_host()))
         trans, trans_curv = trans.copy_to_host(), trans_curv.copy_to_host()
         if part is not None:

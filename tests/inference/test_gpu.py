@@ -3,15 +3,16 @@
 Without a GPU the kernels run under numba's CUDA simulator on tiny inputs:
 this module switches the simulator on (numba's config flag and the
 environment variable that numba-cuda reads) only while it imports
-``numba.cuda`` and ``structboost.inference.gpu``, then puts both back, so no other
-test's numba sees it (CPU ``njit`` kernels never read the flag). On a
+``numba.cuda`` and the kernels of ``structboost.inference._cuda_chain``,
+then puts both back, so no other test's numba sees it (CPU ``njit`` kernels never read the flag). On a
 machine with a GPU, ``STRUCTBOOST_GPU_TESTS=device python -m pytest
-tests/test_gpu.py`` runs the same checks on the device, plus an
+tests/inference/test_gpu.py`` runs the same checks on the device, plus an
 ``xgboost.train`` run that hands XGBoost device gradients (the simulator's
 arrays have no ``__cuda_array_interface__`` for XGBoost to read).
 """
 
 import os
+import pickle
 import sys
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 
 import naive
 from structboost import inference
+from structboost.inference import chain as chain_inference
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.transitions.chain import TransitionParams, TransitionProblem
 from chains import forbidding_extreme, make_crf, make_forbidding_crf
@@ -26,51 +28,46 @@ from chains import forbidding_extreme, make_crf, make_forbidding_crf
 ON_DEVICE = os.environ.get("STRUCTBOOST_GPU_TESTS") == "device"
 
 
-def _import_gpu():
-    """``(numba.cuda, structboost.gpu)``, under the simulator unless ``ON_DEVICE``."""
+def _import_cuda():
+    """``numba.cuda``, under the simulator unless ``ON_DEVICE`` (or already imported).
+
+    Skips the module only when ``numba.cuda`` itself cannot be imported.
+    """
     if ON_DEVICE or "numba.cuda" in sys.modules:
         from numba import cuda
 
-        return cuda, _gpu_modules()
+        return cuda
     from numba.core import config
 
     before_flag, before_env = config.ENABLE_CUDASIM, os.environ.get("NUMBA_ENABLE_CUDASIM")
     config.ENABLE_CUDASIM = 1
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     try:
-        from numba import cuda
-
-        modules = _gpu_modules()
+        try:
+            from numba import cuda
+        except ImportError as exc:  # numba without its CUDA target (numba-cuda without bindings)
+            pytest.skip(f"numba.cuda cannot be imported: {exc}", allow_module_level=True)
+        from structboost.inference import _cuda_chain  # noqa: F401  (its kernels: simulated)
     finally:
         config.ENABLE_CUDASIM = before_flag
         if before_env is None:
             del os.environ["NUMBA_ENABLE_CUDASIM"]
         else:
             os.environ["NUMBA_ENABLE_CUDASIM"] = before_env
-    return cuda, modules
+    return cuda
 
 
-def _gpu_modules():
-    """The GPU modules of the three layers: inference, transitions, objective."""
-    from structboost.inference import gpu
-    from structboost.objectives import gpu as objectives_gpu
-    from structboost.transitions import gpu as transitions_gpu
+cuda = _import_cuda()
+from structboost.inference import gpu  # noqa: E402
+from structboost.objectives import gpu as objectives_gpu  # noqa: E402
+from structboost.transitions import gpu as transitions_gpu  # noqa: E402
 
-    return gpu, transitions_gpu, objectives_gpu
-
-
-try:
-    cuda, (gpu, transitions_gpu, objectives_gpu) = _import_gpu()
-except ImportError as exc:  # numba without its CUDA target (numba-cuda without bindings)
-    if exc.name is None or not exc.name.startswith(("numba", "cuda")):
-        raise
-    pytest.skip(f"numba.cuda cannot be imported: {exc}", allow_module_level=True)
 SIMULATOR = gpu.kern.SIMULATOR
 if not SIMULATOR and not cuda.is_available():
-    pytest.skip(
-        "numba.cuda was imported for a real GPU but none is available; run this module in "
-        "its own process (or unset STRUCTBOOST_GPU_TESTS) to use the simulator",
-        allow_module_level=True,
+    raise RuntimeError(
+        "numba.cuda was imported for a real GPU before this module, but none is available: "
+        "something imported numba.cuda without the simulator (nothing in structboost should); "
+        "run this module in its own process, or unset STRUCTBOOST_GPU_TESTS"
     )
 
 #: Random tiny batches ``(seed, lengths, K)``: K = 1 and length-one sequences included.
@@ -104,6 +101,83 @@ def test_log_space_fallback_matches_the_oracle(case):
     np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-9)
     np.testing.assert_allclose(gpu.gamma(*crf), inference.gamma(*crf), rtol=1e-12)
     np.testing.assert_array_equal(gpu.viterbi(*crf), inference.viterbi(*crf))
+
+
+def _device_posterior(unary, lengths, transitions, start, end):
+    """:class:`gpu.DevicePosterior` and the CPU's ``ChainPosterior`` of one batch."""
+    u, offsets, trans, s, e = chain_inference.check_chain(unary, lengths, transitions, start, end)
+    device = gpu.DevicePosterior(gpu.device_unary(u), gpu.DeviceStructure(offsets), trans, s, e)
+    return device, chain_inference.posterior(u, offsets, trans, s, e)
+
+
+def test_fallback_catches_lost_best_paths():
+    """Issue 15's example: a surviving path 4670 units below the best one is not enough."""
+    crf = (np.array([[-4073.2, 2495.6], [-6347.4, 9323.2], [-2071.1, 2362.3]]), np.array([3]),
+           np.array([[2.51, -3.12], [-0.11, -np.inf]]), np.array([-2.07, 0.09]),
+           np.array([3.57, -0.34]))
+    expected = naive.batch(*crf)
+    log_z, marginals = gpu.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-12)
+    np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-12)
+    device, _ = _device_posterior(*crf)
+    np.testing.assert_array_equal(device.log_space.sequences, [0])
+
+
+def _adversarial(seed, lengths=(3, 2, 4, 1), k=3):
+    """Node scores up to 1e3, transitions up to 1e2, random forbidden moves (0 -> 0 allowed)."""
+    rng = np.random.default_rng(seed)
+    unary = np.round(1e3 * rng.uniform(-1, 1, size=(sum(lengths), k)), 1)
+    transitions = np.round(1e2 * rng.uniform(-1, 1, size=(k, k)), 2)
+    transitions[rng.random((k, k)) < 0.4] = -np.inf
+    transitions[0, 0] = 0.0
+    start, end = np.round(rng.uniform(-1e2, 1e2, size=(2, k)), 2)
+    return unary, np.asarray(lengths), transitions, start, end
+
+
+def test_fallback_sends_the_cpus_sequences_to_log_space():
+    """The device applies the CPU's criterion: same lost sequences, same results as the oracle."""
+    flagged = []
+    for seed in range(6):
+        crf = _adversarial(seed)
+        device, cpu = _device_posterior(*crf)
+        want = np.zeros(0) if cpu.log_space is None else cpu.log_space.sequences
+        got = np.zeros(0) if device.log_space is None else device.log_space.sequences
+        np.testing.assert_array_equal(got, want)
+        flagged.append(want.size)
+        expected = naive.batch(*crf)
+        np.testing.assert_allclose(device.log_z, expected["log_z"], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(device.marginals(), expected["marginals"], atol=1e-8)
+        np.testing.assert_allclose(device.node_gamma().copy_to_host(), cpu.node_gamma(),
+                                   rtol=1e-12)
+        np.testing.assert_allclose(device.edge_gamma().copy_to_host(), cpu.edge_gamma(),
+                                   rtol=1e-12)
+    assert 0 in flagged and max(flagged) > 1  # some batches fully scaled, some with several lost
+
+
+def _position_crf(seed, lengths, k):
+    """Per-position transitions ``(n, K, K)``, some moves forbidden (never the diagonal)."""
+    unary, lengths, _, start, end = make_crf(seed, lengths, k, 1.5)
+    rng = np.random.default_rng(seed + 7)
+    transitions = 1.5 * rng.normal(size=(unary.shape[0], k, k))
+    forbid = rng.random(transitions.shape) < 0.3
+    forbid[:, np.arange(k), np.arange(k)] = False
+    transitions[forbid] = -np.inf
+    return unary, lengths, transitions, start, end
+
+
+@pytest.mark.parametrize("seed, lengths, k", CASES)
+def test_position_transitions_match_the_oracle_and_the_cpu(seed, lengths, k):
+    crf = _position_crf(seed, lengths, k)
+    expected = naive.batch(*crf)
+    log_z, marginals = gpu.forward_backward(*crf)
+    np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-12)
+    np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-12)
+    np.testing.assert_array_equal(gpu.viterbi(*crf), inference.viterbi(*crf))
+    np.testing.assert_allclose(gpu.gamma(*crf, "mixing"), expected["gamma_mixing"], rtol=1e-9)
+    np.testing.assert_allclose(gpu.gamma(*crf, "exact"), inference.gamma(*crf, "exact"),
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match="transitions must have shape"):
+        gpu.forward_backward(crf[0], crf[1], crf[2][1:], *crf[3:])
 
 
 def test_device_and_float32_inputs_give_the_same_results():
@@ -154,6 +228,17 @@ def test_expected_counts_and_curvature_match_the_cpu(case):
     assert (dev.posterior(params).log_space is not None) == (case == "log space")
 
 
+def _forbid_2_to_1(batch):
+    """Constraints forbidding the move 2 -> 1, and ``batch`` with labels made to obey them."""
+    allowed = np.ones((3, 3), dtype=bool)
+    allowed[2, 1] = False
+    labels = batch.labels.copy()
+    for t in range(1, labels.size):
+        if labels[t - 1] == 2 and labels[t] == 1 and t not in batch.offsets:
+            labels[t] = 2
+    return allowed, SequenceBatch.build(labels, batch.lengths, 3, batch.seq_weight)
+
+
 @pytest.mark.parametrize(
     "mode, gamma, solver",
     [
@@ -168,14 +253,8 @@ def test_expected_counts_and_curvature_match_the_cpu(case):
 def test_objective_round_matches_the_cpu(mode, gamma, solver):
     margins, batch = _problem(2)
     kwargs = dict(mode=mode, gamma=gamma, transitions=solver, transition_iter=2)
-    if solver == "constrained":  # the move 2 -> 1 forbidden; labels made to obey it
-        allowed = np.ones((3, 3), dtype=bool)
-        allowed[2, 1] = False
-        labels = batch.labels.copy()
-        for t in range(1, labels.size):
-            if labels[t - 1] == 2 and labels[t] == 1 and t not in batch.offsets:
-                labels[t] = 2
-        batch = SequenceBatch.build(labels, batch.lengths, 3, batch.seq_weight)
+    if solver == "constrained":
+        allowed, batch = _forbid_2_to_1(batch)
         kwargs.update(transitions="newton", allowed_transitions=allowed)
     cpu, dev = CRFObjective(3, **kwargs), objectives_gpu.DeviceCRFObjective(3, **kwargs)
     for step in range(2):
@@ -190,12 +269,33 @@ def test_objective_round_matches_the_cpu(mode, gamma, solver):
     np.testing.assert_array_equal(dev.decode(margins, batch), cpu.decode(margins, batch))
 
 
+def test_objective_takes_the_cpu_parameters_starts_from_given_transitions_and_pickles():
+    """``nthread`` (ignored on the device), ``start_from`` with constraints, a pickled copy."""
+    margins, batch = _problem(5)
+    allowed, batch = _forbid_2_to_1(batch)
+    args = ("gbcrf", "mixing", "lbfgs", 1.0, 2, 1e-16, allowed, 1)  # CRFObjective's order
+    cpu, dev = CRFObjective(3, *args), objectives_gpu.DeviceCRFObjective(3, *args)
+    assert (dev.nthread, dev.transition_iter) == (1, 2)
+    rng = np.random.default_rng(5)
+    start = TransitionParams(rng.normal(size=(3, 3)), rng.normal(size=3), rng.normal(size=3))
+    for obj in (cpu, dev):
+        obj.start_from(start)
+    assert dev.params.transitions[2, 1] == -np.inf and np.isfinite(start.transitions[2, 1])
+    for w, g in zip(cpu.grad_hess(margins, batch), dev.grad_hess(margins, batch)):
+        np.testing.assert_allclose(g.copy_to_host(), w, rtol=1e-6, atol=1e-9)
+    clone = pickle.loads(pickle.dumps(dev))
+    np.testing.assert_array_equal(clone.params.to_vector(), dev.params.to_vector())
+    for w, g in zip(dev.grad_hess(margins + 1, batch), clone.grad_hess(margins + 1, batch)):
+        np.testing.assert_array_equal(g.copy_to_host(), w.copy_to_host())
+
+
 def test_objective_errors():
     import structboost as sb
 
     with pytest.raises(ValueError, match='device must be "cpu" or "cuda"'):
         sb.crf_objective(3, device="tpu")
-    assert isinstance(sb.crf_objective(3, device="cuda:0").crf, objectives_gpu.DeviceCRFObjective)
+    obj = sb.crf_objective(3, device="cuda:0", nthread=2, hess_floor=1e-12)
+    assert isinstance(obj.crf, objectives_gpu.DeviceCRFObjective) and obj.crf.nthread == 2
     with pytest.raises(ValueError, match="CPU only"):
         objectives_gpu.DeviceCRFObjective(3, transitions="majorize")
     margins, batch = _problem(3)
