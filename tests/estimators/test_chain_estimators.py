@@ -193,13 +193,13 @@ def test_clear_errors(data, fitted, cls):
         est.fit(X, y, groups=np.roll(ids, 3))
     with pytest.raises(ValueError, match="sum to"):
         est.fit(X, y, lengths=[len(y) - 1, 0][:1])
-    with pytest.raises(ValueError, match="sequence boundaries are required"):
-        est.fit(X, y)
     with pytest.raises(ValueError, match="names a column"):
         est.fit(X, y, groups="sentence_id")
     with pytest.raises(ValueError, match="no column 'sid'"):
         est.fit(frame, y, groups="sid")
     with pytest.raises(ValueError, match=r"\(X, y, groups\)"):
+        est.fit(X, y, groups=ids, eval_set=[(X,)])
+    with pytest.raises(ValueError, match=r"fitted on sequences, so eval_set\[0\] needs"):
         est.fit(X, y, groups=ids, eval_set=[(X, y)])
     with pytest.raises(ValueError, match="must have keys"):
         est.fit(X, y, groups=ids, eval_set=[{"X": X, "labels": y}])
