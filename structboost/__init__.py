@@ -4,7 +4,9 @@ Each training row is one position of one sequence; the engine's K outputs
 per row are the CRF node potentials. See :func:`crf_objective`.
 """
 
-from . import datasets, features, inference, metrics
+import logging
+
+from . import _compile_log, datasets, features, inference, metrics
 from .engines.predict import predict, predict_marginals, sequence_log_likelihood
 from .engines.xgboost import crf_objective, xgb_params
 from .engines.xgboost_tree import (
@@ -37,6 +39,10 @@ def __getattr__(name):
 
 
 __version__ = "0.1.0.dev0"
+
+# A library logs and lets the application decide: silent unless configured
+# (the ``structboost`` command logs at INFO).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "CRFObjective",

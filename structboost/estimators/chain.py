@@ -66,7 +66,7 @@ from ..objectives.constraints import resolve as resolve_constraints
 from ..objectives.params import DEFAULTS, fill_doc
 from ..sequences import resolve_lengths, sequence_weights
 from .._extras import require
-from . import _nested
+from . import nested as _nested
 from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
 
 
