@@ -25,6 +25,7 @@ from .objectives.chain import CRFObjective
 from .objectives.constraints import allowed_transitions
 from .text.lexical import TokenFeatures
 from .transitions.chain import TransitionParams
+from ._version import __version__
 
 # LightGBM is optional (the ``lightgbm`` extra): its functions load on first use.
 _LIGHTGBM_NAMES = ("lgb_crf_objective", "lgb_params", "load_lgb_model", "save_lgb_model")
@@ -32,13 +33,15 @@ _LIGHTGBM_NAMES = ("lgb_crf_objective", "lgb_params", "load_lgb_model", "save_lg
 
 def __getattr__(name):
     if name in _LIGHTGBM_NAMES:
+        from ._extras import require
+
+        require("lightgbm", "lightgbm", f"structboost.{name}")
         from .engines import lightgbm
 
         return getattr(lightgbm, name)
     raise AttributeError(f"module 'structboost' has no attribute {name!r}")
 
 
-__version__ = "0.1.0.dev0"
 
 # A library logs and lets the application decide: silent unless configured
 # (the ``structboost`` command logs at INFO).

@@ -20,11 +20,25 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from ._extras import require
 from .objectives.params import DEFAULTS, MODES, SOLVERS
 
 logger = logging.getLogger("structboost.cli")
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of each record."""
+
+    structboost_cli = True
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
 
 
 def _progress_callback(name, total, every, stream=None):
@@ -398,13 +412,9 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     package_logger = logging.getLogger("structboost")
-    for handler in list(package_logger.handlers):  # a previous main() in this process
-        if getattr(handler, "structboost_cli", False):
-            package_logger.removeHandler(handler)
     if all(isinstance(h, logging.NullHandler) for h in package_logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
-        handler.structboost_cli = True
         package_logger.addHandler(handler)
     package_logger.setLevel(args.log_level)
     try:

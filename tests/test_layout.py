@@ -15,6 +15,7 @@ LAYERS = {
     "_config": 0,
     "_extras": 0,
     "_compile_log": 0,
+    "_version": 0,
     "sequences": 0,
     "text": 1,
     "features": 1,

@@ -294,7 +294,8 @@ CHECKED = {
 def test_scikit_learn_check_estimator(cls):
     statuses = {}
 
-    def record(estimator, check_name, exception, status, expected_to_fail, reason):
+    def record(estimator, check_name, exception, status, expected_to_fail,
+               expected_to_fail_reason):  # fmt: skip
         if status != "skipped":
             statuses.setdefault(check_name, set()).add(status)
 
