@@ -4,7 +4,9 @@ Each training row is one position of one sequence; the engine's K outputs
 per row are the CRF node potentials. See :func:`crf_objective`.
 """
 
-from . import datasets, features, inference, metrics
+import logging
+
+from . import _compile_log, datasets, features, inference, metrics
 from .engines.predict import (
     predict,
     predict_marginals,
@@ -24,6 +26,7 @@ from .objectives.chain import CRFObjective
 from .objectives.constraints import allowed_transitions
 from .text.lexical import TokenFeatures
 from .transitions.chain import TransitionParams
+from ._version import __version__
 
 # LightGBM is optional (the ``lightgbm`` extra): its functions load on first use.
 _LIGHTGBM_NAMES = ("lgb_crf_objective", "lgb_params", "load_lgb_model", "save_lgb_model")
@@ -31,13 +34,19 @@ _LIGHTGBM_NAMES = ("lgb_crf_objective", "lgb_params", "load_lgb_model", "save_lg
 
 def __getattr__(name):
     if name in _LIGHTGBM_NAMES:
+        from ._extras import require
+
+        require("lightgbm", "lightgbm", f"structboost.{name}")
         from .engines import lightgbm
 
         return getattr(lightgbm, name)
     raise AttributeError(f"module 'structboost' has no attribute {name!r}")
 
 
-__version__ = "0.1.0.dev0"
+
+# A library logs and lets the application decide: silent unless configured
+# (the ``structboost`` command logs at INFO).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "CRFObjective",

@@ -1,31 +1,68 @@
-"""Command line entry point: ``structboost train | predict | evaluate | demo``.
+"""Command line entry point: ``structboost train | predict | evaluate | demo | warmup``.
 
 ``train``, ``predict`` and ``evaluate`` work on token files (``--format
 conll``: one token per line, whitespace-separated columns, a blank line
 between sentences, ``-DOCSTART-`` lines skipped) through
 :class:`structboost.tagging.ChunkTagger`.
+
+Results (tables, reports, tagged tokens) go to standard output; progress
+and notes go through :mod:`logging` (the ``structboost`` logger, INFO, on
+standard error). Progress redraws one line on a terminal and logs plain
+lines otherwise, so log files hold no carriage returns.
 """
 
 import argparse
+import logging
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ._version import __version__
+from ._extras import require
 from .objectives.params import DEFAULTS, MODES, SOLVERS
 
+logger = logging.getLogger("structboost.cli")
 
-def _progress_callback(name, total, every):
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of each record."""
+
+    structboost_cli = True
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+def _progress_callback(name, total, every, stream=None):
+    """An XGBoost callback reporting the training NLL every ``every`` rounds.
+
+    On a terminal it redraws one line (``\\r``); otherwise it logs a line
+    at INFO each time.
+    """
     import xgboost as xgb
+
+    stream = sys.stderr if stream is None else stream
+    tty = stream.isatty()
 
     class Progress(xgb.callback.TrainingCallback):
         def after_iteration(self, model, epoch, evals_log):
             done = epoch + 1
             if done % every == 0 or done == total:
                 nll = evals_log["train"]["crf-nll"][-1]
-                print(f"\r  {name:<10} round {done:>4}/{total}  train NLL {nll:8.3f}", end="")
-                sys.stdout.flush()
+                line = f"  {name:<10} round {done:>4}/{total}  train NLL {nll:8.3f}"
+                if tty:
+                    stream.write("\r" + line + ("\n" if done == total else ""))
+                    stream.flush()
+                else:
+                    logger.info(line.strip())
             return False
 
     return Progress()
@@ -33,6 +70,7 @@ def _progress_callback(name, total, every):
 
 def demo(args):
     """Train LogitBoost, TreeCRF and GBCRF on sticky synthetic HMM data."""
+    require("matplotlib", "plot", "structboost demo (its plot)")
     import xgboost as xgb
 
     from .engines.predict import predict, sequence_log_likelihood
@@ -53,7 +91,7 @@ def demo(args):
     dtrain = xgb.DMatrix(X[:cut], label=y[:cut], group=lengths[:m_train])
     dtest = xgb.DMatrix(X[cut:], label=y[cut:], group=lengths[m_train:])
     y_test, len_test = y[cut:], lengths[m_train:]
-    print(
+    logger.info(
         f"Synthetic HMM (Dietterich et al. 2008, s.7.3): 3 labels, P(stay)={args.stay}, "
         f"emission {args.emission}, window 1; {m_train} training and "
         f"{len(len_test)} test sequences ({cut} / {len(y_test)} rows); max_depth "
@@ -77,7 +115,6 @@ def demo(args):
             callbacks=[obj.callback(), _progress_callback(mode, args.rounds, 5)],
         )
         seconds = time.perf_counter() - t0
-        print()
         pred = predict(booster, dtest)
         rows.append(
             (
@@ -94,11 +131,21 @@ def demo(args):
     print(f"{'mode':<12}{'eta':>5}{'token acc':>10}{'seq acc':>10}{'test NLL':>10}{'seconds':>10}")
     for mode, eta, tok, seq, nll, sec in rows:
         print(f"{mode:<12}{eta:>5}{tok:>10.4f}{seq:>10.4f}{nll:>10.3f}{sec:>10.2f}")
-    out = Path(args.out)
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="structboost-demo-"))
     out.mkdir(parents=True, exist_ok=True)
     png = out / "demo_training_nll.png"
     _plot_curves(curves, png)
     print(f"\nTraining NLL per round written to {png}")
+    return 0
+
+
+def warmup(args):
+    """Compile and cache the numba kernels for the common signatures."""
+    from .warmup import warmup as run
+
+    logger.info("compiling the numba kernels (cached on disk for later runs) ...")
+    seconds = run(log=logger.info)
+    print(f"kernels ready in {seconds:.1f} s")
     return 0
 
 
@@ -121,14 +168,15 @@ def _plot_curves(curves, path):
     plt.close(fig)
 
 
-def _read(path, columns, encoding):
+def _read(path, columns, flag, encoding):
+    """The token frame of the file given by the option ``flag`` (named in errors)."""
     from .datasets import read_conll
 
     if not Path(path).is_file():
-        raise ValueError(f"{path}: no such file.")
+        raise ValueError(f"{flag} {path}: no such file.")
     frame = read_conll(path, columns=columns, encoding=encoding, line_numbers=True)
     if frame.empty:
-        raise ValueError(f"{path} holds no tokens: is it a CoNLL column file?")
+        raise ValueError(f"{flag} {path} holds no tokens: is it a CoNLL column file?")
     return frame
 
 
@@ -161,11 +209,11 @@ def train(args):
     from .tagging import ChunkTagger
 
     columns = _columns(args.columns)
-    frame = _read(args.train, columns, args.encoding)
+    frame = _read(args.train, columns, "--train", args.encoding)
     _check_tags(frame, args.train, columns, args.scheme)
     dev = None
     if args.dev:
-        dev = _read(args.dev, columns, args.encoding)
+        dev = _read(args.dev, columns, "--dev", args.encoding)
         _check_tags(dev, args.dev, columns, args.scheme)
     extra = tuple(c for c in columns if c not in ("token", "tag"))
     engine = {"xgboost": XGBCRFClassifier, "lightgbm": LGBMCRFClassifier}[args.engine]
@@ -188,17 +236,17 @@ def train(args):
         constrained=not args.unconstrained,
     )
     n_sent = int(frame["sentence"].max()) + 1
-    print(f"training on {args.train}: {len(frame)} tokens, {n_sent} sentences", flush=True)
+    logger.info("training on %s: %d tokens, %d sentences", args.train, len(frame), n_sent)
     t0 = time.perf_counter()
     tagger.fit(frame, dev=dev, verbose=args.verbose)
     clf = tagger.classifier_
-    print(
-        f"trained in {time.perf_counter() - t0:.1f} s: {tagger.features_.n_features_out_} "
-        f"features, {clf.best_iteration_ + 1} rounds kept, tags {list(tagger.classes_)}",
-        flush=True,
-    )
+    logger.info(
+        "trained in %.1f s: %d features, %d rounds kept, tags %s",
+        time.perf_counter() - t0, tagger.features_.n_features_out_,
+        clf.best_iteration_ + 1, list(tagger.classes_),
+    )  # fmt: skip
     tagger.save(args.model)
-    print(f"model written to {args.model}")
+    logger.info("model written to %s", args.model)
     if dev is not None:
         print(tagger.evaluate(dev, report=True), end="")
     return 0
@@ -208,7 +256,9 @@ def _load(args):
     from .tagging import load_tagger
 
     if not Path(args.model).is_file():
-        raise ValueError(f"{args.model}: no such model file; write one with `structboost train`.")
+        raise ValueError(
+            f"--model {args.model}: no such model file; write one with `structboost train`."
+        )
     return load_tagger(args.model)
 
 
@@ -216,7 +266,7 @@ def predict(args):
     """Tag a token file; write it back with the predicted tags as the last column."""
     tagger = _load(args)
     columns = _columns(args.columns, need_tag=False)
-    frame = _read(args.input, columns, args.encoding)
+    frame = _read(args.input, columns, "--input", args.encoding)
     frame["predicted"] = tagger.predict(frame)
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
     try:
@@ -232,7 +282,7 @@ def predict(args):
         if out is not sys.stdout:
             out.close()
     if args.output != "-":
-        print(f"{len(frame)} tokens tagged, written to {args.output}", file=sys.stderr)
+        logger.info("%d tokens tagged, written to %s", len(frame), args.output)
     return 0
 
 
@@ -242,7 +292,7 @@ def evaluate(args):
 
     columns = _columns(args.columns)
     if args.predictions:
-        frame = _read(args.predictions, [*columns, "predicted"], args.encoding)
+        frame = _read(args.predictions, [*columns, "predicted"], "--predictions", args.encoding)
         _check_tags(frame, args.predictions, columns, args.scheme)
         lengths = np.bincount(frame["sentence"].to_numpy())
         pred = frame["predicted"].to_numpy().astype(str)
@@ -250,7 +300,7 @@ def evaluate(args):
         if not (args.model and args.input):
             raise ValueError("evaluate needs --predictions F, or --model M with --input F.")
         tagger = _load(args)
-        frame = _read(args.input, columns, args.encoding)
+        frame = _read(args.input, columns, "--input", args.encoding)
         _check_tags(frame, args.input, columns, tagger.scheme)
         lengths = np.bincount(frame["sentence"].to_numpy())
         pred = tagger.predict(frame)
@@ -291,6 +341,11 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="structboost", description="CRF objectives for gradient-boosted trees."
     )
+    parser.add_argument("--version", action="version", version=f"structboost {__version__}")
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="what the structboost logger reports on standard error (default: INFO)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="train the three modes on synthetic HMM data")
     d.add_argument("--sequences", type=int, default=300, help="number of sequences")
@@ -303,8 +358,15 @@ def build_parser():
         "--gbcrf-eta", type=float, default=1.0, help="learning rate of gbcrf (<= 1 is monotone)"
     )
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--out", default="structboost-demo", help="folder for the PNG")
+    d.add_argument(
+        "--out", default=None, help="folder for the PNG (default: a new temporary folder)"
+    )
     d.set_defaults(func=demo)
+
+    w = sub.add_parser(
+        "warmup", help="compile and cache the numba kernels now (the first run is slow)"
+    )
+    w.set_defaults(func=warmup)
 
     t = sub.add_parser("train", help="train a chunk tagger on a token file")
     _add_file_options(t)
@@ -328,7 +390,10 @@ def build_parser():
     )
     t.add_argument("--half-width", type=int, default=2, help="token window half width")
     t.add_argument("--min-count", type=int, default=2, help="vocabulary threshold")
-    t.add_argument("--threads", type=int, default=None)
+    t.add_argument(
+        "--threads", type=int, default=None,
+        help="threads for the engine, the numba kernels and BLAS (default: all cores)",
+    )  # fmt: skip
     t.add_argument("--verbose", type=int, default=10, help="print metrics every N rounds")
     t.set_defaults(func=train)
 
@@ -352,9 +417,15 @@ def build_parser():
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    package_logger = logging.getLogger("structboost")
+    if all(isinstance(h, logging.NullHandler) for h in package_logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        package_logger.addHandler(handler)
+    package_logger.setLevel(args.log_level)
     try:
         return args.func(args)
-    except ValueError as err:
+    except (ValueError, ImportError) as err:
         parser.exit(2, f"structboost {args.command}: error: {err}\n")
 
 

@@ -133,7 +133,10 @@ class ChunkTagger(BaseEstimator):
         eval_set = None
         if dev is not None:
             dev_lengths = self._lengths(dev)
-            eval_set = [(features.transform(dev), self._tags(dev, dev_lengths), dev_lengths)]
+            eval_set = [{
+                "X": features.transform(dev), "y": self._tags(dev, dev_lengths),
+                "lengths": dev_lengths, "name": "dev",
+            }]  # fmt: skip
         classifier.fit(X, y, lengths=lengths, eval_set=eval_set, verbose=verbose)
         self.features_ = features
         self.classifier_ = classifier

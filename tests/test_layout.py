@@ -15,6 +15,9 @@ ROOT = Path(structboost.__file__).resolve().parent
 # own layer or lower ones.
 LAYERS = {
     "_config": 0,
+    "_extras": 0,
+    "_compile_log": 0,
+    "_version": 0,
     "sequences": 0,
     "text": 1,
     "features": 1,
@@ -27,6 +30,7 @@ LAYERS = {
     "estimators": 5,
     "tagging": 6,
     "cli": 6,
+    "warmup": 6,
     "__init__": 7,
 }
 ENGINE_PACKAGES = ("xgboost", "lightgbm", "sklearn")

@@ -83,7 +83,7 @@ def test_cli_train_predict_evaluate(files, tmp_path, capsys):
     assert main(["train", "--format", "conll", "--train", str(files[0]), "--dev",
                  str(files[1]), "--model", str(model), *common]) == 0
     printed = capsys.readouterr().out
-    assert "validation_0-crf-nll" in printed and "FB1" in printed
+    assert "dev-crf-nll" in printed and "FB1" in printed
     assert main(["predict", "--format", "conll", "--model", str(model), "--input",
                  str(files[1]), "--output", str(out)]) == 0
     gold = read_conll(files[1])

@@ -4,26 +4,128 @@
   ``min_child_weight=3``), outside the signature; ``get_params`` and
   ``set_params`` see them, so ``clone`` and grid searches work.
 - Labels of any hashable type are encoded once against ``classes_``.
+- Sequence boundaries: ``groups`` (per-row ids, or the name of a DataFrame
+  column), ``lengths``, or the constructor's ``sequence_column`` (a DataFrame
+  column read on every call, so plain ``GridSearchCV(...).fit(frame, y,
+  groups=frame[column])`` works without metadata routing). With none of them
+  ``fit`` reads every row as its own sequence (with a warning): the
+  estimator is then an ordinary classifier, as scikit-learn's generic code
+  expects, but a model fitted on sequences refuses to predict without
+  boundaries, so a forgotten ``groups=`` never silently cuts sequences.
 - ``eval_set`` entries are tuples ``(X, y, groups_or_lengths, *structure)``
-  or dicts with the same names as ``fit``'s arguments; their metric history
-  is ``evals_result_["validation_i"]``.
-- Fitted: ``booster_``, ``classes_``, ``evals_result_``, ``best_iteration_``
-  (an int: the 0-based last round the model uses), ``feature_importances_``;
-  predictions are ``predict``, ``predict_marginals`` and
-  ``predict_log_likelihood``.
+  (``(X, y)`` when ``X`` carries its boundaries) or dicts with the same names
+  as ``fit``'s arguments and an optional ``"name"``; their metric history is
+  ``evals_result_[name]`` (``"validation_i"`` by default).
+- ``eval_metric`` and ``callbacks`` are constructor parameters with the
+  meaning of XGBoost's scikit-learn wrapper: metric names (``"crf-nll"``,
+  ``"crf-error"``) or callables ``f(y_true, y_proba)``, the last one driving
+  early stopping; callbacks run after the transition recorder.
+- Threads: ``n_jobs`` (or the engine's ``nthread`` / ``num_threads``) is
+  the one setting: the engine, the objective's numba kernels
+  (``nthread``) and BLAS all get it; None leaves each its default.
+- Fitted: ``booster_`` (also ``get_booster()``), ``classes_``,
+  ``n_classes_``, ``evals_result_``, ``best_iteration_`` (an int: the
+  0-based last round the model uses), ``best_score_`` (with an
+  ``eval_set``), ``feature_importances_``; predictions are ``predict``,
+  ``predict_proba`` (= ``predict_marginals``) and ``predict_log_likelihood``.
 """
+
+import contextlib
+import warnings
 
 import numpy as np
 import pandas as pd
 import xgboost as xgb
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from threadpoolctl import threadpool_limits
+
+from .. import _config
+from ..inference.chain import forward_backward
+from ..sequences import resolve_lengths
 
 # Engine parameters the estimators set themselves.
-_RESERVED = ("objective", "num_class", "num_target", "metric", "eval_metric")
+_RESERVED = ("objective", "num_class", "num_target", "metric")
 # The objective's parameters every estimator has (declared in objectives.params).
 OBJECTIVE_PARAMS = ("mode", "gamma", "transitions", "reg_transitions")
+# Engine names of the thread count, in the order they are read.
+_THREAD_PARAMS = ("n_jobs", "nthread", "num_threads")
+# eval_metric names and the objective's metric each one is.
+_METRIC_NAMES = {"crf-nll": "nll", "nll": "nll", "crf-error": "error", "error": "error"}
+
+
+def eval_metrics(eval_metric, allow_callables=True):
+    """``eval_metric`` as a list of ``(name, metric)``; the last drives early stopping.
+
+    Parameters
+    ----------
+    eval_metric : None, str, callable or list of them
+        Names of the CRF metrics (``"crf-nll"``, ``"crf-error"``) or
+        callables ``f(y_true, y_proba[, sample_weight=])`` as in XGBoost's
+        scikit-learn wrapper: ``y_true`` ``(n,)`` label indices, ``y_proba``
+        ``(n, K)`` posterior marginals; lower is better. None: ``"crf-nll"``.
+    allow_callables : bool
+        False where the estimator has no marginals to hand a callable.
+
+    Returns
+    -------
+    list of (str, str or callable)
+        The name in ``evals_result_`` and the objective's metric name or the callable.
+    """
+    if eval_metric is None:
+        items = ["crf-nll"]
+    elif isinstance(eval_metric, str) or callable(eval_metric):
+        items = [eval_metric]
+    else:
+        items = list(eval_metric)
+    metrics = []
+    for item in items:
+        if isinstance(item, str) and item in _METRIC_NAMES:
+            metrics.append((f"crf-{_METRIC_NAMES[item]}", _METRIC_NAMES[item]))
+        elif callable(item) and allow_callables:
+            metrics.append((getattr(item, "__name__", type(item).__name__), item))
+        else:
+            allowed = "'crf-nll', 'crf-error'" + (" or a callable f(y_true, y_proba)"
+                                                  if allow_callables else "")
+            raise ValueError(
+                f"eval_metric {item!r} is not a CRF metric: use {allowed}. The engine's "
+                "built-in metrics would read the CRF margins as class scores, which they "
+                "are not."
+            )
+    if not metrics:
+        raise ValueError("eval_metric is an empty list: give at least one metric or None.")
+    return metrics
+
+
+def evaluate_metrics(crf, metrics, margins, batch):
+    """``[(name, value)]`` of ``metrics`` (from :func:`eval_metrics`) on one dataset.
+
+    Parameters
+    ----------
+    crf : CRFObjective
+        Holds the current transitions.
+    metrics : list of (str, str or callable)
+    margins : (n, K) array-like
+    batch : SequenceBatch
+    """
+    results, marginals = [], None
+    for name, metric in metrics:
+        if isinstance(metric, str):
+            results.append((name, crf.evaluate(margins, batch, metric)[1]))
+            continue
+        if marginals is None:
+            p = crf.params
+            lengths = batch.lengths
+            marginals = forward_backward(crf.check_margins(margins), lengths, p.transitions,
+                                         p.start, p.end)[1]  # fmt: skip
+            weight = np.repeat(batch.seq_weight, lengths)
+        if (weight == 1).all():
+            value = metric(batch.labels, marginals)
+        else:
+            value = metric(batch.labels, marginals, sample_weight=weight)
+        results.append((name, float(value)))
+    return results
 
 
 def eval_entry(item, index, n_rows, structure=()):
@@ -32,11 +134,13 @@ def eval_entry(item, index, n_rows, structure=()):
     Parameters
     ----------
     item : tuple or dict
-        ``(X, y, groups_or_lengths, *structure)``, or a dict with keys
-        ``"X"``, ``"y"``, ``"groups"`` or ``"lengths"``, the ``structure``
-        names, and optionally ``"sample_weight"`` and ``"base_X"``. A third
-        tuple element with one entry per row of ``X`` (or a column name) is
-        ``groups``, anything else ``lengths``.
+        ``(X, y, groups_or_lengths, *structure)``, ``(X, y)`` when ``X``
+        carries its boundaries (a list of sequences, or a DataFrame with the
+        ``sequence_column``), or a dict with keys ``"X"``, ``"y"``,
+        ``"groups"`` or ``"lengths"``, the ``structure`` names, and
+        optionally ``"sample_weight"``, ``"base_X"`` and ``"name"`` (its key
+        in ``evals_result_``). A third tuple element with one entry per row
+        of ``X`` (or a column name) is ``groups``, anything else ``lengths``.
     index : int
         Position in ``eval_set`` (for error messages).
     n_rows : callable
@@ -49,9 +153,11 @@ def eval_entry(item, index, n_rows, structure=()):
     -------
     dict
         Keys ``X``, ``y``, ``groups``, ``lengths``, ``sample_weight``,
-        ``base_X`` and the ``structure`` names (None when absent).
+        ``base_X``, ``name`` and the ``structure`` names (None when absent;
+        ``name`` defaults to ``"validation_{index}"``).
     """
-    keys = ("X", "y", "groups", "lengths", "sample_weight", "base_X") + tuple(structure)
+    keys = ("X", "y", "groups", "lengths", "sample_weight", "base_X", "name") + tuple(structure)
+    default_name = f"validation_{index}"
     if isinstance(item, dict):
         unknown = set(item) - set(keys)
         if unknown or "X" not in item or "y" not in item:
@@ -59,18 +165,24 @@ def eval_entry(item, index, n_rows, structure=()):
                 f"eval_set[{index}] must have keys 'X', 'y' and 'groups' or 'lengths' "
                 f"(optional: {list(keys[4:])}); got {sorted(item)}."
             )
-        return {key: item.get(key) for key in keys}
-    required = 3 + max(len(structure) - 1, 0)
+        entry = {key: item.get(key) for key in keys}
+        entry["name"] = str(entry["name"] or default_name)
+        return entry
+    required = 2 if not structure else 3 + len(structure) - 1
     if not isinstance(item, (tuple, list)) or not required <= len(item) <= 3 + len(structure):
         tail = "".join(f", {name}" for name in structure)
         raise ValueError(
             f"eval_set[{index}] must be an (X, y, groups{tail}) or (X, y, lengths{tail}) "
-            "tuple, or a dict; a CRF needs the sequence boundaries of every evaluation set."
+            "tuple, (X, y) when X carries its boundaries, or a dict; a CRF needs the "
+            "sequence boundaries of every evaluation set."
         )
-    X, y, third, *rest = item
+    X, y, *rest = item
+    third = rest.pop(0) if rest else None
     entry = dict.fromkeys(keys)
-    entry.update(X=X, y=y, **dict(zip(structure, rest)))
-    if isinstance(third, str) or len(third) == n_rows(X):
+    entry.update(X=X, y=y, name=default_name, **dict(zip(structure, rest)))
+    if third is None:
+        pass
+    elif isinstance(third, str) or len(third) == n_rows(X):
         entry["groups"] = third
     else:
         entry["lengths"] = third
@@ -98,18 +210,6 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
             if key not in named and not key.startswith("_") and not key.endswith("_")
         }
 
-    def _objective_threads(self):
-        """The engine's thread count (``n_jobs``, ``nthread`` or ``num_threads``) for the objective.
-
-        None (numba's default) when unset or not positive.
-        """
-        engine = self._engine_kwargs()
-        for key in ("n_jobs", "nthread", "num_threads"):
-            threads = engine.get(key)
-            if threads is not None:
-                return int(threads) if int(threads) > 0 else None
-        return None
-
     def get_params(self, deep=True):
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)
@@ -131,9 +231,112 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         if reserved:
             raise ValueError(
                 f"{reserved} are set by {type(self).__name__} for the CRF objective: remove "
-                "them from the parameters (use mode=, gamma=, transitions= instead)."
+                "them from the parameters (use mode=, gamma=, transitions=, eval_metric= "
+                "instead)."
             )
         return {name: getattr(self, name) for name in OBJECTIVE_PARAMS}
+
+    # -- threads ----------------------------------------------------------
+    def _threads(self):
+        """The one thread count (``n_jobs``, else ``nthread`` / ``num_threads``); None: defaults."""
+        engine = self._engine_kwargs()
+        value = next((engine[k] for k in _THREAD_PARAMS if engine.get(k) is not None), None)
+        return None if value is None or value <= 0 else int(value)
+
+    @contextlib.contextmanager
+    def _thread_limits(self):
+        """numba kernels and BLAS on :meth:`_threads` threads inside the block."""
+        n = self._threads()
+        if n is None:
+            yield
+            return
+        with threadpool_limits(limits=n, user_api="blas"), _config.threads(n):
+            yield
+
+    # -- input --------------------------------------------------------------
+    def _validate(self, X, reset):
+        """Validated features (DataFrames keep their columns; arrays may be sparse or hold NaN)."""
+        if isinstance(X, pd.DataFrame):
+            validate_data(self, X, reset=reset, skip_check_array=True)
+            return X
+        return validate_data(
+            self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
+        )
+
+    def _boundaries(self, X, groups, lengths, *, reset, where="X"):
+        """Validated features without the id column, and lengths ``(m,)``.
+
+        Boundaries come from ``groups`` (ids, or a column name), ``lengths``
+        or the ``sequence_column``; with none of them ``fit`` reads every row
+        as one sequence and later calls do so only for such a model.
+        """
+        column = groups if isinstance(groups, str) else None
+        if column is None and getattr(self, "sequence_column", None) is not None:
+            column = self.sequence_column
+            if groups is not None or lengths is not None:
+                raise ValueError(
+                    f"sequence_column={column!r} gives the sequence boundaries already: drop "
+                    "groups= and lengths=, or set sequence_column=None."
+                )
+            if not isinstance(X, pd.DataFrame):
+                raise ValueError(
+                    f"sequence_column={column!r} reads the sequence ids from a DataFrame "
+                    f"column, but {where} is {type(X).__name__}: pass a DataFrame, or "
+                    "groups=/lengths= with sequence_column=None."
+                )
+        if column is not None:
+            if not isinstance(X, pd.DataFrame):
+                raise ValueError(
+                    f"groups={column!r} names a column, but {where} is not a pandas "
+                    "DataFrame: pass the per-row sequence ids instead."
+                )
+            if column not in X.columns:
+                raise ValueError(
+                    f"{where} has no column {column!r} to read the sequence ids from."
+                )
+            X, groups = X.drop(columns=column), X[column].to_numpy()
+        elif not reset:
+            self._check_id_column(X, groups, lengths)
+        X = self._validate(X, reset)
+        n_rows = X.shape[0]
+        given = groups is not None or lengths is not None
+        if reset:
+            self.id_column_ = column
+            self.boundaries_ = "sequences" if given else "rows"
+        if not given:
+            if getattr(self, "boundaries_", "sequences") != "rows":
+                raise ValueError(
+                    f"{type(self).__name__} was fitted on sequences, so {where} needs their "
+                    "boundaries: pass groups= (a per-row sequence id, or the name of the "
+                    "DataFrame column holding it) or lengths= (rows per sequence), or set "
+                    "sequence_column= to read them from a DataFrame column on every call."
+                )
+            if reset:
+                warnings.warn(
+                    f"{type(self).__name__}.fit got no sequence boundaries, so every row is "
+                    "its own sequence and the transitions learn nothing. Pass groups= or "
+                    "lengths=, set sequence_column=, or give X as a list of sequences.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            lengths = np.ones(n_rows, dtype=np.int64)
+        return X, resolve_lengths(n_rows, groups=groups, lengths=lengths)
+
+    def _check_id_column(self, X, groups, lengths):
+        """A clear error when the column that held the ids in ``fit`` is still in ``X``."""
+        column = getattr(self, "id_column_", None)
+        if column is None or not isinstance(X, pd.DataFrame) or column not in X.columns:
+            return
+        if column in getattr(self, "feature_names_in_", ()):
+            return
+        given = "groups=" if groups is not None else "lengths=" if lengths is not None else None
+        fix = f"drop it (the boundaries come from {given})" if given else (
+            f"pass groups={column!r} to read and drop it"
+        )
+        raise ValueError(
+            f"X still has the column {column!r} that held the sequence ids in fit; it is no "
+            f"feature: {fix}, or set sequence_column={column!r} to have it read on every call."
+        )
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "booster_")
@@ -177,11 +380,27 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         return codes
 
     # -- fitted attributes --------------------------------------------------
-    def _set_fitted(self, classes, booster, evals_result):
+    def _set_fitted(self, classes, booster, evals_result, metrics):
         self.classes_ = classes
         self.booster_ = booster
         self.evals_result_ = evals_result
         self.best_iteration_ = self._kept_rounds() - 1
+        if evals_result:  # as XGBoost: the stopping metric on the last eval set, kept round
+            last = evals_result[list(evals_result)[-1]]
+            self.best_score_ = float(last[metrics[-1][0]][self.best_iteration_])
+        elif hasattr(self, "best_score_"):
+            del self.best_score_
+
+    @property
+    def n_classes_(self):
+        """Number of labels ``K`` (``len(classes_)``)."""
+        check_is_fitted(self)
+        return len(self.classes_)
+
+    def get_booster(self):
+        """The trained engine model (``booster_``), as XGBoost's ``get_booster``."""
+        check_is_fitted(self)
+        return self.booster_
 
     @property
     def feature_importances_(self):
@@ -196,10 +415,10 @@ class XGBoostTraining:
     """The XGBoost training loop and booster queries of the XGBoost estimators.
 
     Mixed into a :class:`BoostedCRFClassifier` with ``n_estimators``,
-    ``learning_rate``, ``max_depth`` and ``early_stopping_rounds``.
+    ``learning_rate``, ``max_depth``, ``early_stopping_rounds`` and ``callbacks``.
     """
 
-    def _xgb_train(self, params, obj, dtrain, dvalid, verbose):
+    def _xgb_train(self, params, obj, dtrain, dvalid, verbose, names, metrics):
         """``xgboost.train`` with the CRF objective, metric and transition callback.
 
         Parameters
@@ -209,9 +428,13 @@ class XGBoostTraining:
         obj : XGBCRFObjective or XGBTreeCRFObjective
         dtrain : xgboost.DMatrix
         dvalid : list of xgboost.DMatrix
-            Evaluation sets, named ``validation_i``; the last drives early stopping.
+            Evaluation sets; the last drives early stopping.
         verbose : bool or int
             XGBoost's ``verbose_eval``.
+        names : list of str
+            Names of the evaluation sets in ``evals_result``.
+        metrics : list of (str, str or callable)
+            From :func:`eval_metrics`; the last drives early stopping.
 
         Returns
         -------
@@ -224,12 +447,12 @@ class XGBoostTraining:
             dtrain,
             num_boost_round=self.n_estimators,
             obj=obj,
-            custom_metric=obj.metric,
-            evals=[(d, f"validation_{i}") for i, d in enumerate(dvalid)],
+            custom_metric=lambda predt, d: evaluate_metrics(obj.crf, metrics, predt, obj.batch(d)),
+            evals=list(zip(dvalid, names)),
             early_stopping_rounds=self.early_stopping_rounds,
             evals_result=evals_result,
             verbose_eval=verbose,
-            callbacks=[obj.callback()],
+            callbacks=[obj.callback(), *(self.callbacks or ())],
         )
         return booster, evals_result
 

@@ -28,18 +28,31 @@ and the trees dense ones. The same recipe with ``xgboost.train`` is in
 :class:`structboost.LinearChainCRF`.
 
 ``save_model(path)`` writes a fitted estimator as one JSON file (the
-engine's model, the CRF state, the labels; see :mod:`structboost.model_io`)
+engine's model, the CRF state, the labels; see :mod:`structboost.engines.model_io`)
 and ``load_model(path)`` reads one back into an estimator, as XGBoost's
 estimators do; loading runs no code, unlike pickle and joblib, which keep
 working for Python objects. An estimator with a ``base_model`` is saved with
 pickle or joblib only.
 
-Inside scikit-learn's model selection, route the sequence ids to ``fit`` and
-``score`` with metadata routing::
+Inside scikit-learn's model selection, let the boundaries travel with a
+DataFrame (``sequence_column``)::
+
+    est = LGBMCRFClassifier(sequence_column="sentence_id")
+    GridSearchCV(est, {"max_depth": [3, 5]}, cv=GroupKFold(3)).fit(
+        frame, y, groups=frame["sentence_id"])
+
+or, for arrays, route the sequence ids to ``fit`` and ``score`` with metadata
+routing::
 
     sklearn.set_config(enable_metadata_routing=True)
     est = LGBMCRFClassifier().set_fit_request(groups=True).set_score_request(groups=True)
     GridSearchCV(est, {"max_depth": [3, 5]}, cv=GroupKFold(3)).fit(X, y, groups=groups)
+
+sklearn-crfsuite's contract works too: ``X`` a list of per-sequence 2-D
+arrays or of per-sequence lists of feature dicts (vectorised once by a
+``DictVectorizer`` kept as ``vectorizer_``), ``y`` a list of label lists;
+``predict`` then returns a list of label lists, ``predict_proba`` a list of
+``(n_i, K)`` arrays.
 """
 
 import inspect
@@ -50,7 +63,7 @@ import pandas as pd
 import xgboost as xgb
 from sklearn.base import clone
 from sklearn.metrics import accuracy_score
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
 from ..engines.predict import predict as _viterbi
@@ -62,7 +75,9 @@ from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
 from ..objectives.params import DEFAULTS, fill_doc
 from ..sequences import resolve_lengths, sequence_weights
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry
+from .._extras import require
+from . import nested as _nested
+from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
 
 _FILE_FORMAT = "structboost-crf-classifier"
 _FILE_VERSION = 1
@@ -86,24 +101,26 @@ class _CRFClassifier(BoostedCRFClassifier):
         return tags
 
     # -- input ------------------------------------------------------------
-    def _check_X(self, X, groups, lengths, *, reset):
-        """Validated features and sequence lengths ``(m,)``."""
-        if isinstance(groups, str):
-            if not isinstance(X, pd.DataFrame):
-                raise ValueError(
-                    f"groups={groups!r} names a column, but X is not a pandas DataFrame: "
-                    "pass the per-row sequence ids instead."
-                )
-            if groups not in X.columns:
-                raise ValueError(f"X has no column {groups!r} to read the sequence ids from.")
-            X, groups = X.drop(columns=groups), X[groups].to_numpy()
-        if isinstance(X, pd.DataFrame):
-            validate_data(self, X, reset=reset, skip_check_array=True)
-        else:
-            X = validate_data(
-                self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
+    def _check_X(self, X, groups, lengths, *, reset, where="X"):
+        """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
+        if _nested.kind(X) is None:
+            return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
+        if groups is not None or lengths is not None:
+            raise ValueError(
+                f"{where} is a list of sequences, which gives the boundaries already: drop "
+                "groups= and lengths=."
             )
-        return X, resolve_lengths(X.shape[0], groups=groups, lengths=lengths)
+        if reset:
+            self.vectorizer_ = None
+        elif _nested.kind(X) == "dicts" and getattr(self, "vectorizer_", None) is None:
+            raise ValueError(
+                f"{where} holds feature dicts, but fit got arrays: give the same kind of input."
+            )
+        rows, lengths, vectorizer = _nested.flatten_X(X, getattr(self, "vectorizer_", None))
+        if reset:
+            self.vectorizer_ = vectorizer
+        rows, lengths = self._boundaries(rows, None, lengths, reset=reset, where=where)
+        return rows, lengths, True
 
     def _sequence_weights(self, sample_weight, lengths):
         return None if sample_weight is None else sequence_weights(sample_weight, lengths)
@@ -149,21 +166,27 @@ class _CRFClassifier(BoostedCRFClassifier):
 
         Parameters
         ----------
-        X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d)
-            One row per position; the rows of a sequence contiguous.
-        y : array-like, shape (n,)
+        X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d), or list
+            One row per position; the rows of a sequence contiguous. Or one
+            entry per sequence: 2-D arrays ``(n_i, d)`` or lists of feature
+            dicts (sklearn-crfsuite's input).
+        y : array-like, shape (n,), or list of label lists
             Labels of any hashable type.
         groups : array-like of shape (n,) or str, optional
             Per-row sequence id, or the name of the DataFrame column holding it.
+            Not needed with ``sequence_column`` or a list of sequences; with
+            no boundaries at all every row is its own sequence (a warning).
         lengths : array-like of int, shape (m,), optional
             Rows per sequence (instead of ``groups``).
         sample_weight : array-like, shape (n,), optional
             Per-row weights; equal within each sequence (a CRF weighs
             sequences).
         eval_set : list of tuple or dict, optional
-            ``(X, y, groups)`` or ``(X, y, lengths)`` tuples or dicts (see the
-            module notes); the CRF metric is recorded in ``evals_result_``
-            and drives early stopping. With ``base_model`` and ``base_X``,
+            ``(X, y, groups)`` or ``(X, y, lengths)`` tuples, ``(X, y)`` when
+            ``X`` carries its boundaries, or dicts (see
+            :func:`structboost.estimators.base.eval_entry`); the
+            ``eval_metric`` values are recorded in ``evals_result_`` and the
+            last one drives early stopping. With ``base_model`` and ``base_X``,
             entries must be dicts with a ``"base_X"`` key.
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of ``base_model`` (e.g. sparse lexical features while the
@@ -176,8 +199,11 @@ class _CRFClassifier(BoostedCRFClassifier):
         -------
         self
         """
-        X, lengths = self._check_X(X, groups, lengths, reset=True)
-        classes, codes = self._fit_classes(y, X.shape[0])
+        self._require_engine()
+        X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
+        classes, codes = self._fit_classes(_nested.flatten_y(y, lengths) if nested else y,
+                                           X.shape[0])  # fmt: skip
+        metrics = eval_metrics(self.eval_metric)
         crf = self._objective_kwargs()
         self.constraints_ = resolve_constraints(
             self.allowed_transitions, len(classes), labels=classes
@@ -192,6 +218,7 @@ class _CRFClassifier(BoostedCRFClassifier):
             )
         train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
         evals = []
+        names = []
         for i, item in enumerate(eval_set or ()):
             e = eval_entry(item, i, lambda X: X.shape[0] if hasattr(X, "shape") else len(X))
             if base_X is not None and e["base_X"] is None and self.base_model is not None:
@@ -199,30 +226,41 @@ class _CRFClassifier(BoostedCRFClassifier):
                     f"eval_set[{i}] has no base_X but fit got one: pass eval_set entries as "
                     "dicts with a 'base_X' key."
                 )
-            Xe, le = self._check_X(e["X"], e["groups"], e["lengths"], reset=False)
-            codes_e = self._encode(e["y"], Xe.shape[0], classes)
+            Xe, le, nested_e = self._check_X(
+                e["X"], e["groups"], e["lengths"], reset=False, where=f"eval_set[{i}]"
+            )
+            ye = _nested.flatten_y(e["y"], le) if nested_e else e["y"]
+            codes_e = self._encode(ye, Xe.shape[0], classes)
             margin_e = self._base_margin(Xe, e["base_X"], len(classes))
             evals.append((Xe, codes_e, le, self._sequence_weights(e["sample_weight"], le), margin_e))
+            names.append(e["name"])
+        if len(set(names)) != len(names):
+            raise ValueError(f"eval_set names must differ; got {names}.")
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
-        booster, evals_result = self._train(train, evals, crf, len(classes), verbose)
-        self._set_fitted(classes, booster, evals_result)
+        crf["nthread"] = self._threads()
+        with self._thread_limits():
+            booster, evals_result = self._train(
+                train, evals, crf, len(classes), verbose, names, metrics
+            )
+        self._set_fitted(classes, booster, evals_result, metrics)
         return self
 
     # -- predict ----------------------------------------------------------
     def _data(self, X, groups, lengths, base_X):
-        """Engine data, lengths ``(m,)`` and base margin ``(n, K)`` (or None) of ``X``."""
+        """Engine data, lengths ``(m,)``, base margin ``(n, K)`` (or None), nested flag."""
         check_is_fitted(self)
-        X, lengths = self._check_X(X, groups, lengths, reset=False)
+        X, lengths, nested = self._check_X(X, groups, lengths, reset=False)
         margin = self._base_margin(X, base_X, len(self.classes_))
-        return self._engine_data(X), lengths, margin
+        return self._engine_data(X), lengths, margin, nested
 
     def predict(self, X, *, groups=None, lengths=None, decode="viterbi", base_X=None):
         """Predicted labels, in the original label values.
 
         Parameters
         ----------
-        X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d)
+        X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d), or list
+            As in :meth:`fit`.
         groups : array-like of shape (n,) or str, optional
         lengths : array-like of int, shape (m,), optional
         decode : {"viterbi", "marginal"}
@@ -233,46 +271,69 @@ class _CRFClassifier(BoostedCRFClassifier):
 
         Returns
         -------
-        (n,) ndarray of ``classes_`` values
+        (n,) ndarray of ``classes_`` values, or a list of label lists when
+        ``X`` was a list of sequences
         """
-        data, lengths, margin = self._data(X, groups, lengths, base_X)
-        codes = _viterbi(
-            self.booster_,
-            data,
-            lengths=lengths,
-            decode=decode,
-            base_margin=margin,
-            allowed_transitions=self.constraints_,
-        )
-        return self.classes_[codes]
+        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
+        with self._thread_limits():
+            codes = _viterbi(
+                self.booster_,
+                data,
+                lengths=lengths,
+                decode=decode,
+                base_margin=margin,
+                allowed_transitions=self.constraints_,
+            )
+        labels = self.classes_[codes]
+        return _nested.nest(labels, lengths) if nested else labels
 
     def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
-        """Posterior marginals ``P(y_t = c | x)``, ``(n, n_classes)``, columns in ``classes_`` order."""
-        data, lengths, margin = self._data(X, groups, lengths, base_X)
-        return _marginals(
-            self.booster_,
-            data,
-            lengths=lengths,
-            base_margin=margin,
-            allowed_transitions=self.constraints_,
-        )
+        """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
+
+        Parameters are those of :meth:`predict`.
+
+        Returns
+        -------
+        (n, n_classes) ndarray, or a list of ``(n_i, n_classes)`` arrays when
+        ``X`` was a list of sequences
+        """
+        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
+        with self._thread_limits():
+            marginals = _marginals(
+                self.booster_,
+                data,
+                lengths=lengths,
+                base_margin=margin,
+                allowed_transitions=self.constraints_,
+            )
+        return _nested.nest(marginals, lengths, as_lists=False) if nested else marginals
+
+    def predict_proba(self, X, *, groups=None, lengths=None, base_X=None):
+        """scikit-learn's name for :meth:`predict_marginals` (rows sum to 1, ``classes_`` order)."""
+        return self.predict_marginals(X, groups=groups, lengths=lengths, base_X=base_X)
 
     def predict_log_likelihood(self, X, y, *, groups=None, lengths=None, base_X=None):
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, lengths, margin = self._data(X, groups, lengths, base_X)
-        codes = self._encode(y, int(lengths.sum()), self.classes_)
-        return _log_likelihood(
-            self.booster_,
-            data,
-            codes,
-            lengths=lengths,
-            base_margin=margin,
-            allowed_transitions=self.constraints_,
-        )
+        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
+        codes = self._encode(_nested.flatten_y(y, lengths) if nested else y,
+                             int(lengths.sum()), self.classes_)  # fmt: skip
+        with self._thread_limits():
+            return _log_likelihood(
+                self.booster_,
+                data,
+                codes,
+                lengths=lengths,
+                base_margin=margin,
+                allowed_transitions=self.constraints_,
+            )
 
     def score(self, X, y, *, groups=None, lengths=None, sample_weight=None, base_X=None):
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
         predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
+        if _nested.kind(X) is not None:
+            lengths = np.array([len(p) for p in predicted])
+            predicted = np.asarray([label for seq in predicted for label in seq])
+            y = _nested.flatten_y(y, lengths)
         return accuracy_score(y, predicted, sample_weight=sample_weight)
 
     # -- fitted attributes --------------------------------------------------
@@ -327,6 +388,12 @@ class _CRFClassifier(BoostedCRFClassifier):
             ``engine`` (the engine's model and the CRF state).
         """
         check_is_fitted(self)
+        if getattr(self, "vectorizer_", None) is not None:
+            raise ValueError(
+                "an estimator fitted on lists of feature dicts keeps a DictVectorizer, which "
+                "save_model cannot write: pickle or joblib it instead (and load only files "
+                "you trust), or vectorise the dicts before fit."
+            )
         names = getattr(self, "feature_names_in_", None)
         return {
             "estimator": type(self).__name__,
@@ -335,6 +402,8 @@ class _CRFClassifier(BoostedCRFClassifier):
             "n_features_in": int(self.n_features_in_),
             "feature_names_in": None if names is None else [str(n) for n in names],
             "evals_result": self.evals_result_,
+            "boundaries": getattr(self, "boundaries_", "sequences"),
+            "id_column": getattr(self, "id_column_", None),
             "engine": self._engine_document(),
         }
 
@@ -426,6 +495,13 @@ class _CRFClassifier(BoostedCRFClassifier):
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
         self.evals_result_ = evals_result
+        self.boundaries_ = doc.get("boundaries", "sequences")
+        self.id_column_ = doc.get("id_column")
+        if self.boundaries_ not in ("sequences", "rows") or not isinstance(
+            self.id_column_, (str, type(None))
+        ):
+            raise ValueError(f"{where} is damaged: boundaries or id_column are malformed.")
+        self.vectorizer_ = None
         self.base_model_ = None
         self.best_iteration_ = self._kept_rounds() - 1
         return self
@@ -462,9 +538,25 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         :meth:`predict_marginals`, :meth:`predict_log_likelihood` and
         :meth:`score`, so no prediction makes a forbidden move. The
         training labels must obey them.
+    sequence_column : str, optional
+        Name of the DataFrame column holding the per-row sequence id: every
+        call reads the boundaries from it (never a feature), so the data
+        carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
+    eval_metric : str, callable or list of them, optional
+        What ``evals_result_`` records on every ``eval_set`` entry, as in
+        XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
+        log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
+        or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
+        ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
+        ``__name__``); the last one drives early stopping.
+    callbacks : list, optional
+        ``xgboost.callback.TrainingCallback`` objects, run after the one
+        that stores the transitions (as ``XGBClassifier(callbacks=)``).
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
-        ``n_jobs``, ``random_state``, ``multi_strategy``, ...). With
+        ``random_state``, ``multi_strategy``, ...). ``n_jobs`` (or
+        ``nthread``) sets the threads of XGBoost, of the objective's numba
+        kernels and of BLAS alike (None: each its default). With
         ``device="cuda"`` the CRF objective runs on the GPU as well
         (``crf_objective(..., device="cuda")``, needs ``structboost[gpu]``).
 
@@ -478,7 +570,19 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     best_iteration_ : int
         0-based index of the last round the model uses.
     evals_result_ : dict
-        CRF metric per round for each ``eval_set`` entry (``validation_i``).
+        ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
+        or the entry's ``"name"``).
+    best_score_ : float
+        The stopping metric on the last ``eval_set`` entry at
+        ``best_iteration_`` (only with an ``eval_set``).
+    n_classes_ : int
+    boundaries_ : {"sequences", "rows"}
+        ``"rows"`` when ``fit`` got no boundaries (every row its own
+        sequence; later calls may then omit them too).
+    id_column_ : str or None
+        The DataFrame column that held the sequence ids in ``fit``.
+    vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
+        The vocabulary of feature-dict input.
     transitions_ : pandas.DataFrame
     feature_importances_ : ndarray, shape (n_features_in_,)
     base_model_ : estimator or None
@@ -501,6 +605,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         early_stopping_rounds=None,
         base_model=None,
         allowed_transitions=None,
+        sequence_column=None,
+        eval_metric=None,
+        callbacks=None,
         **kwargs,
     ):
         self.mode = mode
@@ -513,15 +620,20 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.early_stopping_rounds = early_stopping_rounds
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
+        self.sequence_column = sequence_column
+        self.eval_metric = eval_metric
+        self.callbacks = callbacks
         super().__init__(**kwargs)
 
     def _engine_data(self, X):
         return self._dmatrix(X)
 
+    def _require_engine(self):
+        """XGBoost is a dependency: nothing to check."""
+
     def _dmatrix(self, X, labels=None, lengths=None, seq_weight=None, base_margin=None):
         names = getattr(self, "feature_names_in_", None)
-        engine = self._engine_kwargs()
-        threads = engine.get("n_jobs", engine.get("nthread"))
+        threads = self._threads()
         return xgb.DMatrix(
             X,
             label=labels,
@@ -533,14 +645,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             nthread=-1 if threads is None else threads,
         )
 
-    def _train(self, train, evals, crf, n_classes, verbose):
+    def _train(self, train, evals, crf, n_classes, verbose, names, metrics):
         # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
-        obj = crf_objective(
-            n_classes,
-            device=self._engine_kwargs().get("device", "cpu"),
-            nthread=self._objective_threads(),
-            **crf,
-        )
+        obj = crf_objective(n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf)
         self._start_transitions(obj)
         params = xgb_params(
             n_classes,
@@ -549,7 +656,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             **self._engine_kwargs(),
         )
         dvalid = [self._dmatrix(*e) for e in evals]
-        return self._xgb_train(params, obj, self._dmatrix(*train), dvalid, verbose)
+        return self._xgb_train(
+            params, obj, self._dmatrix(*train), dvalid, verbose, names, metrics
+        )
 
     def _load_state(self):
         return load_xgb_state(self.booster_)
@@ -592,9 +701,26 @@ class LGBMCRFClassifier(_CRFClassifier):
         As in :class:`XGBCRFClassifier`; its scores become ``init_score``.
     allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
         As in :class:`XGBCRFClassifier`.
+    sequence_column : str, optional
+        Name of the DataFrame column holding the per-row sequence id: every
+        call reads the boundaries from it (never a feature), so the data
+        carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
+    eval_metric : str, callable or list of them, optional
+        What ``evals_result_`` records on every ``eval_set`` entry, as in
+        XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
+        log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
+        or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
+        ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
+        ``__name__``); the last one drives early stopping.
+    callbacks : list, optional
+        LightGBM callbacks (callables of ``env``, such as
+        ``lightgbm.log_evaluation(10)``), run after the one that stores the
+        transitions.
     **kwargs
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
-        ``n_jobs``, ``random_state``, ...). The safe defaults of
+        ``random_state``, ...). ``n_jobs`` sets the threads of LightGBM, of
+        the objective's numba kernels and of BLAS alike (None: each its
+        default). Needs ``pip install "structboost[lightgbm]"``. The safe defaults of
         :func:`structboost.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
@@ -608,7 +734,19 @@ class LGBMCRFClassifier(_CRFClassifier):
     best_iteration_ : int
         0-based index of the last round the model uses.
     evals_result_ : dict
-        CRF metric per round for each ``eval_set`` entry (``validation_i``).
+        ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
+        or the entry's ``"name"``).
+    best_score_ : float
+        The stopping metric on the last ``eval_set`` entry at
+        ``best_iteration_`` (only with an ``eval_set``).
+    n_classes_ : int
+    boundaries_ : {"sequences", "rows"}
+        ``"rows"`` when ``fit`` got no boundaries (every row its own
+        sequence; later calls may then omit them too).
+    id_column_ : str or None
+        The DataFrame column that held the sequence ids in ``fit``.
+    vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
+        The vocabulary of feature-dict input.
     transitions_ : pandas.DataFrame
     feature_importances_ : ndarray, shape (n_features_in_,)
     base_model_ : estimator or None
@@ -632,6 +770,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         early_stopping_rounds=None,
         base_model=None,
         allowed_transitions=None,
+        sequence_column=None,
+        eval_metric=None,
+        callbacks=None,
         **kwargs,
     ):
         self.mode = mode
@@ -645,18 +786,25 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.early_stopping_rounds = early_stopping_rounds
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
+        self.sequence_column = sequence_column
+        self.eval_metric = eval_metric
+        self.callbacks = callbacks
         super().__init__(**kwargs)
 
     def _engine_data(self, X):
         return X
 
-    def _train(self, train, evals, crf, n_classes, verbose):
+    def _require_engine(self):
+        require("lightgbm", "lightgbm", type(self).__name__)
+
+    def _train(self, train, evals, crf, n_classes, verbose, names, metrics):
         import lightgbm as lgb
 
+        from ..engines.base import build_batch
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
 
         X, y, lengths, seq_weight, init_score = train
-        obj = lgb_crf_objective(n_classes, nthread=self._objective_threads(), **crf)
+        obj = lgb_crf_objective(n_classes, **crf)
         self._start_transitions(obj)
         params = lgb_params(
             n_classes,
@@ -670,7 +818,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         model = lgb.LGBMModel(
             objective=obj.sklearn_objective, n_estimators=self.n_estimators, **params
         )
-        callbacks = [obj.callback()]
+        callbacks = [obj.callback(), *(self.callbacks or ())]
         if verbose:
             callbacks.append(lgb.log_evaluation(int(verbose)))
         if self.early_stopping_rounds is not None:
@@ -682,7 +830,14 @@ class LGBMCRFClassifier(_CRFClassifier):
             "sample_weight": self._row_weights(seq_weight, lengths),
             "init_score": init_score,
             "group": lengths,
-            "eval_metric": obj.sklearn_metric,
+            # LightGBM stops on the first metric, XGBoost on the last: put it first.
+            "eval_metric": lambda y_true, y_pred, weight, group: [
+                (name, value, False)
+                for name, value in evaluate_metrics(
+                    obj.crf, [metrics[-1], *metrics[:-1]], y_pred,
+                    build_batch(n_classes, y_true, group, row_weight=weight),
+                )
+            ],
             "callbacks": callbacks,
         }
         if evals:
@@ -694,7 +849,7 @@ class LGBMCRFClassifier(_CRFClassifier):
                 eval_group=[e[2] for e in evals],
                 eval_sample_weight=[self._row_weights(e[3], e[2]) for e in evals],
                 eval_init_score=[e[4] for e in evals],
-                eval_names=[f"validation_{i}" for i in range(len(evals))],
+                eval_names=names,
             )
         try:
             model.fit(X, y, **fit)

@@ -16,8 +16,8 @@ from ..engines.xgboost import xgb_params
 from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_likelihood
 from ..engines.xgboost_tree import tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
-from ..sequences import resolve_lengths, sequence_weights
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry
+from ..sequences import sequence_weights
+from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics
 
 _STRUCTURE = ("parents", "edge_types")
 
@@ -46,12 +46,21 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         Number of edge types; inferred as ``max(edge_types) + 1`` when None.
         Set it when test trees may use types absent from training.
     early_stopping_rounds : int, optional
-        Stop when the NLL on the last ``eval_set`` entry has not improved
-        for this many rounds; predictions then use the best round and its
-        potentials.
+        Stop when the last ``eval_metric`` on the last ``eval_set`` entry
+        has not improved for this many rounds; predictions then use the best
+        round and its potentials.
+    sequence_column : str, optional
+        DataFrame column holding the per-row instance id, read on every call
+        (never a feature); see :mod:`structboost.estimators.base`.
+    eval_metric : str or list of str, optional
+        ``"crf-nll"`` (default) and/or ``"crf-error"``, as in
+        :class:`structboost.XGBCRFClassifier`; the last drives early stopping.
+    callbacks : list of xgboost.callback.TrainingCallback, optional
+        Run after the one that stores the potentials.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``subsample``,
-        ``n_jobs``, ``random_state``, ...).
+        ``random_state``, ...). ``n_jobs`` (or ``nthread``) sets the threads
+        of XGBoost, the numba kernels and BLAS alike.
 
     Attributes
     ----------
@@ -62,7 +71,12 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     best_iteration_ : int
         0-based index of the last round the model uses.
     evals_result_ : dict
-        CRF metric per round for each ``eval_set`` entry (``validation_i``).
+        ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
+        or the entry's ``"name"``).
+    best_score_ : float
+        The stopping metric on the last ``eval_set`` entry at
+        ``best_iteration_`` (only with an ``eval_set``).
+    n_classes_ : int
     feature_importances_ : ndarray, shape (n_features_in_,)
     n_features_in_ : int
     """
@@ -79,6 +93,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         max_depth=6,
         n_edge_types=None,
         early_stopping_rounds=None,
+        sequence_column=None,
+        eval_metric=None,
+        callbacks=None,
         **kwargs,
     ):
         self.mode = mode
@@ -90,12 +107,15 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         self.max_depth = max_depth
         self.n_edge_types = n_edge_types
         self.early_stopping_rounds = early_stopping_rounds
+        self.sequence_column = sequence_column
+        self.eval_metric = eval_metric
+        self.callbacks = callbacks
         super().__init__(**kwargs)
 
-    def _check_X(self, X, groups, lengths, *, reset):
-        """Validated features and instance lengths ``(m,)``."""
-        X = validate_data(self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False)
-        return X, resolve_lengths(X.shape[0], groups=groups, lengths=lengths)
+    def _validate(self, X, reset):
+        return validate_data(
+            self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
+        )
 
     def _dmatrix(self, X, codes, lengths, parents, edge_types, sample_weight=None):
         weight = None if sample_weight is None else sequence_weights(sample_weight, lengths)
@@ -130,16 +150,20 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         -------
         self
         """
-        X, lengths = self._check_X(X, groups, lengths, reset=True)
+        X, lengths = self._boundaries(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(y, X.shape[0])
+        metrics = eval_metrics(self.eval_metric, allow_callables=False)
         crf = self._objective_kwargs()
         self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
-        obj = tree_crf_objective(len(classes), self.n_edge_types_, **crf)
+        obj = tree_crf_objective(len(classes), self.n_edge_types_, nthread=self._threads(), **crf)
         dtrain = self._dmatrix(X, codes, lengths, parents, edge_types, sample_weight)
-        dvalid = []
+        dvalid, names = [], []
         for i, item in enumerate(eval_set or ()):
             e = eval_entry(item, i, lambda X: np.shape(X)[0], _STRUCTURE)
-            Xe, le = self._check_X(e["X"], e["groups"], e["lengths"], reset=False)
+            names.append(e["name"])
+            Xe, le = self._boundaries(
+                e["X"], e["groups"], e["lengths"], reset=False, where=f"eval_set[{i}]"
+            )
             codes_e = self._encode(e["y"], Xe.shape[0], classes)
             dvalid.append(
                 self._dmatrix(Xe, codes_e, le, e["parents"], e["edge_types"], e["sample_weight"])
@@ -149,13 +173,16 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
         )
-        booster, evals_result = self._xgb_train(params, obj, dtrain, dvalid, verbose)
-        self._set_fitted(classes, booster, evals_result)
+        with self._thread_limits():
+            booster, evals_result = self._xgb_train(
+                params, obj, dtrain, dvalid, verbose, names, metrics
+            )
+        self._set_fitted(classes, booster, evals_result, metrics)
         return self
 
     def _inputs(self, X, groups, lengths):
         check_is_fitted(self)
-        return self._check_X(X, groups, lengths, reset=False)
+        return self._boundaries(X, groups, lengths, reset=False)
 
     def predict(self, X, *, parents, edge_types=None, groups=None, lengths=None):
         """MAP labelling of every tree, ``(n,)`` in the original labels."""
@@ -166,6 +193,11 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         """Node marginals ``(n, K)`` in ``classes_`` order."""
         X, lens = self._inputs(X, groups, lengths)
         return predict_tree_marginals(self.booster_, X, lens, parents, edge_types)
+
+    def predict_proba(self, X, *, parents, edge_types=None, groups=None, lengths=None):
+        """scikit-learn's name for :meth:`predict_marginals`."""
+        return self.predict_marginals(X, parents=parents, edge_types=edge_types, groups=groups,
+                                      lengths=lengths)  # fmt: skip
 
     def predict_log_likelihood(self, X, y, *, parents, edge_types=None, groups=None,
                                lengths=None):  # fmt: skip
