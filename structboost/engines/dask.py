@@ -37,6 +37,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 from xgboost import collective
+from xgboost.core import XGBoostError
 from xgboost import dask as dxgb
 
 from ..inference.chain import map_labels, posterior
@@ -255,6 +256,10 @@ def sequence_dmatrix(client, X, label=None, *, groups, **kwargs):
     return dmat
 
 
+# Operations whose failure means a worker of the ring went away.
+_COLLECTIVE_OPS = ("Allreduce", "Allgather", "Broadcast")
+
+
 def train(
     client,
     params,
@@ -299,19 +304,30 @@ def train(
         best iteration after early stopping), identical on every worker.
     """
     dobj = distributed_objective(obj)
-    return dxgb.train(
-        client,
-        params,
-        dtrain,
-        num_boost_round,
-        evals=evals,
-        obj=dobj,
-        custom_metric=dobj.metric,
-        early_stopping_rounds=early_stopping_rounds,
-        callbacks=[dobj.callback(), *callbacks],
-        verbose_eval=verbose_eval,
-        **kwargs,
-    )
+    try:
+        return dxgb.train(
+            client,
+            params,
+            dtrain,
+            num_boost_round,
+            evals=evals,
+            obj=dobj,
+            custom_metric=dobj.metric,
+            early_stopping_rounds=early_stopping_rounds,
+            callbacks=[dobj.callback(), *callbacks],
+            verbose_eval=verbose_eval,
+            **kwargs,
+        )
+    except XGBoostError as err:
+        failed = [line for line in str(err).splitlines() if any(op in line for op in _COLLECTIVE_OPS)]
+        if not failed:
+            raise
+        raise RuntimeError(
+            "distributed training stopped: a worker died or lost its connection during a "
+            f"collective operation, so the others cannot go on ({failed[0].strip(' -')}). Train "
+            "again once the cluster is whole; pass coll_cfg=xgboost.collective.Config("
+            "timeout=seconds) to bound the wait for a worker that hangs without dying."
+        ) from err
 
 
 # -- prediction --------------------------------------------------------------------------------
