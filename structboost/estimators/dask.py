@@ -21,6 +21,7 @@ from ..engines import dask as engine
 from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
 from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry
+from .chain import _CRFClassifier
 
 
 def _map_rows(collection, fn, dtype):
@@ -200,13 +201,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             return marginals.rename(columns=dict(enumerate(self.classes_)))
         return marginals
 
-    @property
-    def transitions_(self):
-        """Transition scores as a DataFrame indexed and labelled by ``classes_``."""
-        check_is_fitted(self)
-        labels = pd.Index(self.classes_)
-        return pd.DataFrame(
-            load_state(self.booster_)[2].transitions,
-            index=labels.rename("from"),
-            columns=labels.rename("to"),
-        )
+    def _load_state(self):
+        return load_state(self.booster_)
+
+    transitions_ = _CRFClassifier.transitions_
