@@ -241,17 +241,17 @@ class ChainPosterior:
                 curvature_weights = curvature_weights[~mine]
             edges, weights = edges[~mine], weights[~mine]
         # Every row but the last, weight zero off the chosen edges: views, no gathers.
-        n = self.alpha.shape[0]
+        n = max(self.alpha.shape[0] - 1, 0)  # edges: every row but the last (none if no rows)
         a = self.alpha[:-1]
         r = self.r[1:]
-        scale = np.zeros(n - 1)
+        scale = np.zeros(n)
         scale[edges] = weights / (self.beta_scale[edges] * self.overlap[edges])
         emat = self.emat[0]
         scaled = emat * (a.T @ (r * scale[:, None]))
         total = scaled if part is None else total + scaled
         if curvature_weights is None:
             return total, None
-        g = np.zeros(n - 1)
+        g = np.zeros(n)
         g[edges] = curvature_weights / (self.beta_scale[edges] * self.overlap[edges])
         curvature = emat * (a.T @ (r * g[:, None]))
         g[edges] /= self.beta_scale[edges] * self.overlap[edges]

@@ -24,7 +24,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from .. import _config
-from ..transitions.chain import refit
+from ..transitions.chain import identity, refit
 from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
@@ -115,10 +115,17 @@ class NodeObjective:
     timings : dict
         CPU seconds of this process (``time.process_time``, all threads) spent so far
         in ``"transitions"``, ``"inference"`` and ``"gamma"``.
+    allreduce : callable
+        Sums a float64 array over the workers of a distributed run; the
+        objective hands it to each round's transition problem and sums the
+        metric's numerator and denominator with it. The default,
+        :func:`~structboost.transitions.chain.identity`, is a single
+        process; :mod:`structboost.engines.dask` sets XGBoost's collective.
     """
 
     #: The transition solvers this structure supports.
     solvers = SOLVERS
+    allreduce = staticmethod(identity)
 
     def __init__(
         self,
@@ -187,6 +194,7 @@ class NodeObjective:
         t0 = time.process_time()
         if self.uses_transitions:
             problem = self._problem(u, batch)
+            problem.allreduce = self.allreduce
             self.params = refit(problem, self.params, self.transitions, self.transition_iter)
             t1 = time.process_time()
             post = problem.posterior(self.params)
@@ -234,9 +242,12 @@ class NodeObjective:
         """
         w = batch.seq_weight
         if metric == "nll":
-            return "crf-nll", float(w @ self.sequence_nll(margins, batch) / w.sum())
-        if metric == "error":
-            wrong = self.decode(margins, batch) != batch.labels
-            per_seq = np.add.reduceat(wrong.astype(np.float64), batch.offsets[:-1])
-            return "crf-error", float(w @ per_seq / (w @ batch.lengths))
-        raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
+            name, ratio = "crf-nll", (w @ self.sequence_nll(margins, batch), w.sum())
+        elif metric == "error":
+            wrong = (self.decode(margins, batch) != batch.labels).astype(np.float64)
+            per_seq = np.add.reduceat(wrong, batch.offsets[:-1]) if len(w) else w
+            name, ratio = "crf-error", (w @ per_seq, w @ batch.lengths)
+        else:
+            raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
+        numerator, denominator = self.allreduce(np.array(ratio, dtype=np.float64))
+        return name, float(numerator / denominator)

@@ -39,6 +39,11 @@ from . import majorize
 SOLVERS = ("lbfgs", "newton", "majorize")
 
 
+def identity(values):
+    """The allreduce of a single process: ``values`` unchanged."""
+    return values
+
+
 @dataclass
 class TransitionParams:
     """Transition, start and end scores of a chain CRF.
@@ -150,11 +155,21 @@ class PenalisedProblem:
     entries only, so the fixed ones carry no penalty and no gradient and
     are never refit. :meth:`value` and :meth:`value_and_grad` take the free
     entries.
+
+    ``allreduce`` sums a float64 array over all workers of a distributed
+    training run (``xgboost.collective.allreduce`` with ``Op.SUM``; see
+    :mod:`structboost.engines.dask`); the default is :func:`identity`. Every
+    data-dependent quantity a solver uses (the data term of ``f``, its
+    gradient, the Newton curvature, the majorization bound and the observed
+    counts) goes through it, once per evaluation, before the penalty is
+    added: every worker then sees the global values, takes the same steps
+    and calls it equally often, an empty partition included.
     """
 
     newton_scale = 1.0
     free = None
     _last = None
+    allreduce = staticmethod(identity)
 
     def _free_part(self, vec):
         """The free entries of a full parameter vector."""
@@ -177,16 +192,24 @@ class PenalisedProblem:
         self._last = (vec, post)
         return post
 
+    def _local_value(self, x):
+        """This worker's data term of ``f`` at free parameters ``x`` (no penalty)."""
+        post = self.posterior(self.param_type.from_vector(self._full(x), self.num_labels))
+        return self.seq_weight @ post.log_z - self._free_part(self.counts) @ x
+
     def value(self, x):
         """Penalised NLL at free parameters ``x``, up to the constant node-score term."""
-        post = self.posterior(self.param_type.from_vector(self._full(x), self.num_labels))
-        return self.seq_weight @ post.log_z - self._free_part(self.counts) @ x + 0.5 * self.reg * x @ x
+        data = self.allreduce(np.array([self._local_value(x)]))[0]
+        return data + 0.5 * self.reg * x @ x
 
     def value_and_grad(self, x):
         """Penalised NLL (up to the constant node-score term) and its gradient in ``x``."""
-        value = self.value(x)
+        local = self._local_value(x)
         expected, _ = self.expected_counts(self._last[1])
-        return value, self._free_part(expected - self.counts) + self.reg * x
+        summed = self.allreduce(
+            np.concatenate(([local], self._free_part(expected - self.counts)))
+        )
+        return summed[0] + 0.5 * self.reg * x @ x, summed[1:] + self.reg * x
 
     def newton_step(self, params, max_halvings=30):
         """One diagonal-bound Newton step (Theorem 4.2), halved until it descends.
@@ -199,9 +222,15 @@ class PenalisedProblem:
         x = self._free_part(params.to_vector())
         f0 = self.value(x)
         expected, curvature = self.expected_counts(self._last[1], with_curvature=True)
-        step = (self._free_part(expected - self.counts) + self.reg * x) / (
-            self.newton_scale * self._free_part(curvature) + self.reg + 1e-12
+        grad, curvature = np.split(
+            self.allreduce(
+                np.concatenate(
+                    (self._free_part(expected - self.counts), self._free_part(curvature))
+                )
+            ),
+            2,
         )
+        step = (grad + self.reg * x) / (self.newton_scale * curvature + self.reg + 1e-12)
         for _ in range(max_halvings):
             cand = x - step
             if self.value(cand) <= f0:
@@ -316,21 +345,38 @@ class TransitionProblem(PenalisedProblem):
         (Algorithm 4) instead of formed densely.
         """
         rank = majorize.default_rank(self.num_labels * (self.num_labels + 2), self.reg)
-        log_z, mu, sigma = majorize.chain_bound(
-            self.unary,
-            np.diff(self.offsets),
-            params.transitions,
-            params.start,
-            params.end,
-            weights=self.seq_weight,
-            rank=rank,
-        )
+        if rank is not None and self.allreduce is not identity:
+            raise ValueError(
+                f"transitions='majorize' with K = {self.num_labels} labels uses the low-rank "
+                "bound, whose curvature cannot be summed across workers: use "
+                "transitions='lbfgs' or 'newton' in a distributed run."
+            )
+        if self.seq_weight.size:
+            log_z, mu, sigma = majorize.chain_bound(
+                self.unary,
+                np.diff(self.offsets),
+                params.transitions,
+                params.start,
+                params.end,
+                weights=self.seq_weight,
+                rank=rank,
+            )
+        else:  # an empty partition of a distributed run adds nothing to the bound
+            size = self.counts.shape[0]
+            log_z, mu, sigma = np.zeros(0), np.zeros(size), np.zeros((size, size))
         if self.free is not None:
             mu = mu[self.free]
             sigma = sigma[np.ix_(self.free, self.free)] if rank is None else sigma.take(self.free)
         x = self._free_part(params.to_vector())
-        bound = majorize.QuadraticBound(x, float(self.seq_weight @ log_z), mu, sigma)
-        step = majorize.majorize_step(bound, self._free_part(self.counts), self.reg)
+        counts = self._free_part(self.counts)
+        log_z = float(self.seq_weight @ log_z)
+        if rank is None:  # one allreduce carries every term of the bound
+            d = x.shape[0]
+            summed = self.allreduce(np.concatenate(([log_z], mu, counts, sigma.ravel())))
+            log_z, mu, counts, sigma = np.split(summed, [1, d + 1, 2 * d + 1])
+            log_z, sigma = float(log_z[0]), sigma.reshape(d, d)
+        bound = majorize.QuadraticBound(x, log_z, mu, sigma)
+        step = majorize.majorize_step(bound, counts, self.reg)
         return TransitionParams.from_vector(self._full(step), self.num_labels)
 
 

@@ -1,0 +1,178 @@
+"""Distributed CRF boosting on a local Dask cluster: time per round, allreduce cost, memory.
+
+For each row count and worker count a fresh ``LocalCluster`` (loopback, one
+thread per worker) generates sticky-chain data on the workers (sequences of
+``--length`` rows, K labels, K noisy one-hot features, two partitions per
+worker, no sequence split), then trains ``--rounds`` rounds with
+:func:`structboost.engines.dask`'s distributed objective. Measured on every
+worker and reduced with XGBoost's collective (max over workers):
+
+- seconds per round (rounds after the first, which warms the caches up),
+- seconds per round spent inside the objective's allreduce calls (waiting
+  for the slowest worker included) and the number of calls per round,
+- peak resident memory of the worker process (``ru_maxrss``).
+
+Usage::
+
+    python benchmarks/dask_scaling.py --rows 1000000 --workers 1 2
+    python benchmarks/dask_scaling.py --rows 1000000 10000000 --workers 1 2 --rounds 5
+
+Results are appended to ``benchmarks/results/dask_scaling.csv``.
+"""
+
+import argparse
+import csv
+import resource
+import time
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import xgboost as xgb
+from distributed import Client, LocalCluster
+from xgboost import collective
+from xgboost import dask as dxgb
+
+import structboost as sb
+from structboost.engines import dask as sbd
+
+RESULTS = Path(__file__).parent / "results" / "dask_scaling.csv"
+
+
+def _partition(seed, n_seq, length, num_labels, first_id):
+    """Features ``(n, K)``, labels ``(n,)`` and sequence ids ``(n,)`` of one partition."""
+    rng = np.random.default_rng(seed)
+    n = n_seq * length
+    switch = rng.random(n) < 0.2
+    switch[::length] = True  # every sequence starts with a fresh label
+    fresh = rng.integers(0, num_labels, n)
+    last = np.maximum.accumulate(np.where(switch, np.arange(n), 0))
+    y = fresh[last]
+    X = (np.eye(num_labels)[y] + rng.normal(0.0, 1.0, (n, num_labels))).astype(np.float32)
+    ids = first_id + np.repeat(np.arange(n_seq, dtype=np.int64), length)
+    return X, y, ids
+
+
+def generate(rows, parts, length, num_labels):
+    """Dask arrays ``X, y, ids`` built on the workers, ``parts`` partitions of whole sequences."""
+    n_seq = rows // length // parts
+    chunk = n_seq * length
+    pieces = [
+        dask.delayed(_partition, nout=3)(i, n_seq, length, num_labels, i * n_seq)
+        for i in range(parts)
+    ]
+    X = da.concatenate(
+        [da.from_delayed(p[0], shape=(chunk, num_labels), dtype=np.float32) for p in pieces]
+    )
+    y = da.concatenate([da.from_delayed(p[1], shape=(chunk,), dtype=np.int64) for p in pieces])
+    ids = da.concatenate([da.from_delayed(p[2], shape=(chunk,), dtype=np.int64) for p in pieces])
+    return X, y, ids
+
+
+class TimedAllreduce:
+    """The distributed allreduce, timed: seconds and calls accumulate on the instance."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, values):
+        t0 = time.perf_counter()
+        out = sbd.allreduce_sum(values)
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        return out
+
+
+class Probe(xgb.callback.TrainingCallback):
+    """Round wall times, allreduce totals and peak memory, stored on the booster (max over workers)."""
+
+    def __init__(self, timer):
+        super().__init__()
+        self.timer = timer
+        self.rounds = []
+        self.marks = []
+
+    def before_iteration(self, model, epoch, evals_log):
+        self.marks.append((time.perf_counter(), self.timer.seconds, self.timer.calls))
+        return False
+
+    def after_iteration(self, model, epoch, evals_log):
+        t0, s0, c0 = self.marks[-1]
+        self.rounds.append(
+            (time.perf_counter() - t0, self.timer.seconds - s0, self.timer.calls - c0)
+        )
+        return False
+
+    def after_training(self, model):
+        steady = np.array(self.rounds[1:] or self.rounds).mean(axis=0)
+        rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        stats = collective.allreduce(np.append(steady, rss_mib), collective.Op.MAX)
+        model.set_attr(probe=" ".join(repr(float(v)) for v in stats))
+        return model
+
+
+def run(rows, workers, rounds, length, num_labels, threads):
+    with LocalCluster(
+        n_workers=workers,
+        threads_per_worker=threads,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster, Client(cluster) as client:
+        X, y, ids = (client.persist(c) for c in generate(rows, 2 * workers, length, num_labels))
+        t0 = time.perf_counter()
+        dtrain = sbd.sequence_dmatrix(client, X, y, groups=ids)
+        build = time.perf_counter() - t0
+        dobj = sbd.distributed_objective(sb.crf_objective(num_labels))
+        timer = TimedAllreduce()
+        dobj.crf.allreduce = timer
+        params = sb.xgb_params(num_labels, max_depth=6, eta=0.3, nthread=threads)
+        t0 = time.perf_counter()
+        out = dxgb.train(
+            client, params, dtrain, rounds, obj=dobj,
+            callbacks=[dobj.callback(), Probe(timer)], verbose_eval=False,
+        )
+        total = time.perf_counter() - t0
+        per_round, allreduce_s, calls, rss = map(float, out["booster"].attr("probe").split())
+    return {
+        "rows": rows,
+        "workers": workers,
+        "threads_per_worker": threads,
+        "K": num_labels,
+        "seq_length": length,
+        "rounds": rounds,
+        "dmatrix_s": round(build, 2),
+        "train_s": round(total, 2),
+        "s_per_round": round(per_round, 3),
+        "allreduce_s_per_round": round(allreduce_s, 4),
+        "allreduce_calls_per_round": round(calls, 1),
+        "peak_rss_mib_per_worker": round(rss, 0),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--length", type=int, default=20, help="rows per sequence")
+    parser.add_argument("--labels", type=int, default=10, help="K")
+    parser.add_argument("--threads", type=int, default=1, help="threads per worker")
+    args = parser.parse_args()
+    RESULTS.parent.mkdir(exist_ok=True)
+    for rows in args.rows:
+        for workers in args.workers:
+            row = run(rows, workers, args.rounds, args.length, args.labels, args.threads)
+            print(row, flush=True)
+            new = not RESULTS.exists()
+            with RESULTS.open("a", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=list(row))
+                if new:
+                    writer.writeheader()
+                writer.writerow(row)
+
+
+if __name__ == "__main__":
+    main()

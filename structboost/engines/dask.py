@@ -1,0 +1,424 @@
+"""Distributed chain-CRF boosting on Dask with XGBoost.
+
+``xgboost.dask.train`` runs one training process per Dask worker, each on the
+partitions that worker holds; the trees' histograms are summed over the
+workers by XGBoost. The CRF objective on each worker sees only its local
+sequences, so everything the transition step and the metric need is summed
+with XGBoost's collective (:func:`allreduce_sum`, set as the objective's
+``allreduce`` hook): every worker then refits the same transitions from the
+same global statistics, in lockstep, and early stopping sees the global
+metric. A worker holding no rows (``predt`` of shape ``(0,)``) still takes
+part in every sum with zeros.
+
+Sequences must not straddle partitions: :func:`sequence_dmatrix` checks the
+per-row sequence ids and raises, naming the sequence, when one would be
+split. It passes XGBoost ``qid`` = the global sequence index, increasing
+with the partition index, and keeps each worker's partitions in their
+global order, so XGBoost's worker-local DMatrix needs no re-sort (its
+``qid`` sort is not stable and would reorder the rows of a sequence).
+
+Prediction (:func:`predict`, :func:`predict_marginals`) takes the margins
+from ``xgboost.dask.inplace_predict`` and decodes each partition where it
+lies, returning a dask collection aligned with the input.
+
+Why not LightGBM: ``lightgbm.dask`` trains with custom objectives, but its
+Python package exposes no collective operation on user arrays (only
+``LGBM_NetworkInit``/``LGBM_NetworkFree``), so the objective cannot sum the
+transition statistics over workers; each worker would refit its own
+transitions from its own sequences.
+"""
+
+import copy
+import weakref
+
+import dask
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+from xgboost import collective
+from xgboost.core import XGBoostError
+from xgboost import dask as dxgb
+
+from ..inference.chain import map_labels, posterior
+from ..objectives.chain import SequenceBatch
+from ..sequences import lengths_from_groups, offsets_from_lengths
+from .predict import DECODINGS
+from .xgboost import XGBCRFObjective, load_state
+
+
+def allreduce_sum(values):
+    """Sum a float64 array over the workers of the running XGBoost collective.
+
+    Parameters
+    ----------
+    values : (p,) array-like
+
+    Returns
+    -------
+    (p,) float64 ndarray
+        The element-wise sum over all workers; ``values`` itself outside a
+        distributed run (XGBoost's collective is then a no-op).
+    """
+    return collective.allreduce(np.ascontiguousarray(values, dtype=np.float64), collective.Op.SUM)
+
+
+class DaskXGBCRFObjective(XGBCRFObjective):
+    """An :class:`~structboost.engines.xgboost.XGBCRFObjective` exact under ``xgboost.dask``.
+
+    Its CRF objective sums the transition statistics and the metric over
+    the workers (:func:`allreduce_sum`); a worker's empty DMatrix reads as a
+    batch without sequences. Build one with :func:`distributed_objective`.
+    """
+
+    def __init__(self, crf, metric="nll"):
+        super().__init__(crf, metric)
+        crf.allreduce = allreduce_sum
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        del state["_batches"]  # a weak cache of this process's DMatrix objects
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._batches = weakref.WeakKeyDictionary()
+
+    def _build_batch(self, dmat):
+        if dmat.num_row() == 0:  # a worker without partitions: no labels, no groups
+            empty = np.zeros(0, dtype=np.int64)
+            return SequenceBatch.build(empty, empty, self.num_labels)
+        return super()._build_batch(dmat)
+
+
+def distributed_objective(obj):
+    """A copy of a chain-CRF objective that sums its statistics over Dask workers.
+
+    Parameters
+    ----------
+    obj : XGBCRFObjective
+        From :func:`structboost.crf_objective` (CPU).
+
+    Returns
+    -------
+    DaskXGBCRFObjective
+        With a deep copy of ``obj``'s CRF objective (its settings and
+        current transitions); ``obj`` itself is left unchanged.
+    """
+    if not isinstance(obj, XGBCRFObjective):
+        raise ValueError(
+            f"distributed training needs a chain-CRF objective from structboost.crf_objective; "
+            f"got {type(obj).__name__}."
+        )
+    return DaskXGBCRFObjective(copy.deepcopy(obj.crf), metric=obj.metric_name)
+
+
+# -- sequences and partitions ---------------------------------------------------------------
+
+
+def split_groups(X, groups):
+    """Features and per-row sequence ids of a dask collection.
+
+    Parameters
+    ----------
+    X : dask DataFrame or dask Array, shape (n, d)
+    groups : str, dask Series or dask Array (n,)
+        The name of the DataFrame column holding the sequence id (dropped
+        from the features), or the ids, partitioned like ``X``.
+
+    Returns
+    -------
+    features, ids
+    """
+    if not isinstance(X, (dd.DataFrame, da.Array)):
+        raise ValueError(
+            f"X must be a dask DataFrame or dask Array; got {type(X).__name__}. Use "
+            "dask.dataframe.from_pandas(frame, npartitions=...) or dask.array.from_array."
+        )
+    if isinstance(groups, str):
+        if not isinstance(X, dd.DataFrame) or groups not in X.columns:
+            raise ValueError(
+                f"groups={groups!r} names a column, but X has no such column: pass the name of "
+                "X's sequence-id column or the ids as a dask Series/Array."
+            )
+        return X.drop(columns=groups), X[groups]
+    if not isinstance(groups, (dd.Series, da.Array)):
+        raise ValueError(
+            "groups (the per-row sequence id) is required: the name of a column of X or a "
+            f"dask Series/Array partitioned like X; got {type(groups).__name__}."
+        )
+    if groups.npartitions != X.npartitions:
+        raise ValueError(
+            f"groups has {groups.npartitions} partitions but X has {X.npartitions}: partition "
+            "both alike (the sequence ids of a row must lie in the row's partition)."
+        )
+    return X, groups
+
+
+def _partitions(collection):
+    """One delayed object per row partition of a dask collection."""
+    return list(np.ravel(collection.to_delayed()))
+
+
+def _runs(ids):
+    """The first id of every sequence of one partition, and their lengths."""
+    ids = np.asarray(ids)
+    lengths = lengths_from_groups(ids)
+    return ids[offsets_from_lengths(lengths)[:-1]], lengths
+
+
+def sequence_layout(ids):
+    """The sequence lengths of every partition, checking that none is split.
+
+    Parameters
+    ----------
+    ids : dask Series or dask Array (n,)
+        Per-row sequence id; the rows of a sequence contiguous.
+
+    Returns
+    -------
+    list of (m_i,) int64 ndarray
+        Rows per sequence of each partition, in row order.
+
+    Raises
+    ------
+    ValueError
+        When a sequence's rows lie in more than one partition (or are not
+        contiguous within one), naming the sequence.
+    """
+    runs = dask.compute(*[dask.delayed(_runs)(part) for part in _partitions(ids)])
+    firsts = np.concatenate([np.asarray(first, dtype=object) for first, _ in runs])
+    owner = np.repeat(np.arange(len(runs)), [len(first) for first, _ in runs])
+    values, inverse, counts = np.unique(firsts.astype(str), return_inverse=True, return_counts=True)
+    if (counts > 1).any():
+        dup = int(np.flatnonzero(counts > 1)[0])
+        where = owner[inverse == dup]
+        name = firsts[np.flatnonzero(inverse == dup)[0]]
+        raise ValueError(
+            f"sequence {name!r} spans partitions {where[0]} and {where[1]}: every sequence must "
+            "lie in one partition. Repartition at sequence boundaries, e.g. "
+            "frame.set_index(sequence_id_column) (rows of a sequence stay in order only if "
+            "the index sorts them), or rechunk a dask array at sequence starts."
+        )
+    return [lengths for _, lengths in runs]
+
+
+def _qid(lengths, start):
+    """Global sequence index of every row of one partition."""
+    return np.repeat(np.arange(start, start + len(lengths), dtype=np.int64), lengths)
+
+
+def sequence_dmatrix(client, X, label=None, *, groups, **kwargs):
+    """An ``xgboost.dask.DaskDMatrix`` whose partitions hold whole sequences.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+        None for Dask's default client.
+    X : dask DataFrame or dask Array, shape (n, d)
+        One row per position, the rows of a sequence contiguous and in order.
+    label : dask Series or dask Array (n,), optional
+        Integer labels ``0..K-1``, partitioned like ``X``.
+    groups : str, dask Series or dask Array (n,)
+        Per-row sequence id (see :func:`split_groups`).
+    **kwargs
+        Other ``DaskDMatrix`` arguments (``base_margin``, ``missing``,
+        ``feature_names``, ``enable_categorical``). Weights are refused:
+        XGBoost's dask interface has no per-group weights.
+
+    Returns
+    -------
+    xgboost.dask.DaskDMatrix
+        With ``qid`` = the global sequence index; each worker's local
+        DMatrix holds whole sequences, in their global order.
+    """
+    if kwargs.get("weight") is not None:
+        raise ValueError(
+            "weights are not supported in distributed training: xgboost.dask cannot store "
+            "per-sequence weights next to qid. Train without weight=."
+        )
+    features, ids = split_groups(X, groups)
+    layout = sequence_layout(ids)
+    starts = np.concatenate(([0], np.cumsum([len(lengths) for lengths in layout])))
+    qid = da.concatenate(
+        [
+            da.from_delayed(
+                dask.delayed(_qid)(lengths, start), shape=(int(lengths.sum()),), dtype=np.int64
+            )
+            for lengths, start in zip(layout, starts)
+        ]
+    )
+    dmat = dxgb.DaskDMatrix(client, features, label, qid=qid, **kwargs)
+    # Concatenate each worker's partitions in global order: qid stays sorted,
+    # so XGBoost does not re-sort the rows (its argsort is not stable).
+    for parts in dmat.worker_map.values():
+        parts.sort(key=lambda part: dmat.partition_order[part.key])
+    return dmat
+
+
+# Operations whose failure means a worker of the ring went away.
+_COLLECTIVE_OPS = ("Allreduce", "Allgather", "Broadcast")
+
+
+def train(
+    client,
+    params,
+    dtrain,
+    obj,
+    num_boost_round=10,
+    *,
+    evals=None,
+    early_stopping_rounds=None,
+    callbacks=(),
+    verbose_eval=False,
+    **kwargs,
+):
+    """``xgboost.dask.train`` with a chain-CRF objective, exact over the workers.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+    params : dict
+        From :func:`structboost.xgb_params`.
+    dtrain : xgboost.dask.DaskDMatrix
+        From :func:`sequence_dmatrix`.
+    obj : XGBCRFObjective
+        From :func:`structboost.crf_objective`; a distributed copy of it
+        (:func:`distributed_objective`) trains, with its metric and
+        transition callback.
+    num_boost_round : int
+    evals : list of (DaskDMatrix, str), optional
+        Built with :func:`sequence_dmatrix`; the last drives early stopping.
+    early_stopping_rounds : int, optional
+    callbacks : sequence of xgboost.callback.TrainingCallback
+        Further callbacks.
+    verbose_eval : bool or int
+    **kwargs
+        Other ``xgboost.dask.train`` arguments (``xgb_model``, ``coll_cfg``).
+
+    Returns
+    -------
+    dict
+        ``{"booster": xgboost.Booster, "history": dict}`` as from
+        ``xgboost.dask.train``; the booster carries the transitions (of the
+        best iteration after early stopping), identical on every worker.
+    """
+    dobj = distributed_objective(obj)
+    try:
+        return dxgb.train(
+            client,
+            params,
+            dtrain,
+            num_boost_round,
+            evals=evals,
+            obj=dobj,
+            custom_metric=dobj.metric,
+            early_stopping_rounds=early_stopping_rounds,
+            callbacks=[dobj.callback(), *callbacks],
+            verbose_eval=verbose_eval,
+            **kwargs,
+        )
+    except XGBoostError as err:
+        failed = [line for line in str(err).splitlines() if any(op in line for op in _COLLECTIVE_OPS)]
+        if not failed:
+            raise
+        raise RuntimeError(
+            "distributed training stopped: a worker died or lost its connection during a "
+            f"collective operation, so the others cannot go on ({failed[0].strip(' -')}). Train "
+            "again once the cluster is whole; pass coll_cfg=xgboost.collective.Config("
+            "timeout=seconds) to bound the wait for a worker that hangs without dying."
+        ) from err
+
+
+# -- prediction --------------------------------------------------------------------------------
+
+
+def _decode(margins, lengths, params, decode):
+    """Labels ``(n_i,)`` or marginals ``(n_i, K)`` of one partition from its margins."""
+    u = np.ascontiguousarray(np.asarray(margins, dtype=np.float64).reshape(int(lengths.sum()), -1))
+    offsets = offsets_from_lengths(lengths)
+    if decode == "viterbi":
+        return map_labels(u, offsets, params.transitions, params.start, params.end)
+    marginals = posterior(u, offsets, params.transitions, params.start, params.end, rates=False)
+    marginals = marginals.marginals()
+    return marginals if decode == "marginals" else marginals.argmax(axis=1).astype(np.int64)
+
+
+def _frame_part(values, ids):
+    """``values`` with the index of the partition's ids."""
+    if values.ndim == 1:
+        return pd.Series(values, index=ids.index)
+    return pd.DataFrame(values, index=ids.index)
+
+
+def _decode_collection(client, booster, X, groups, decode):
+    features, ids = split_groups(X, groups)
+    layout = sequence_layout(ids)
+    num_labels, _, params = load_state(booster)
+    best = booster.attr("best_iteration")
+    margins = dxgb.inplace_predict(
+        client,
+        booster,
+        features,
+        predict_type="margin",
+        iteration_range=(0, int(best) + 1) if best is not None else (0, 0),
+    )
+    if isinstance(margins, (dd.DataFrame, dd.Series)):
+        margins = margins.to_dask_array()
+    parts = [
+        dask.delayed(_decode)(m, lengths, params, decode)
+        for m, lengths in zip(_partitions(margins), layout)
+    ]
+    width = (num_labels,) if decode == "marginals" else ()
+    dtype = np.float64 if decode == "marginals" else np.int64
+    if isinstance(ids, dd.Series):
+        meta = _frame_part(np.zeros((0,) + width, dtype=dtype), ids._meta)
+        frames = [
+            dask.delayed(_frame_part)(part, id_part)
+            for part, id_part in zip(parts, _partitions(ids))
+        ]
+        return dd.from_delayed(frames, meta=meta, divisions=ids.divisions)
+    return da.concatenate(
+        [
+            da.from_delayed(part, shape=(int(lengths.sum()),) + width, dtype=dtype)
+            for part, lengths in zip(parts, layout)
+        ]
+    )
+
+
+def predict(client, booster, X, *, groups, decode="viterbi"):
+    """Predicted labels of every sequence, computed where the partitions lie.
+
+    Parameters
+    ----------
+    client : distributed.Client or None
+    booster : xgboost.Booster
+        Trained by :func:`train` (or any booster carrying CRF transitions).
+    X : dask DataFrame or dask Array, shape (n, d)
+    groups : str, dask Series or dask Array (n,)
+        Per-row sequence id (see :func:`split_groups`); no sequence may
+        span two partitions.
+    decode : {"viterbi", "marginal"}
+        As in :func:`structboost.predict`.
+
+    Returns
+    -------
+    dask Series (DataFrame input, X's index) or dask Array, (n,) int64
+        Partitioned like ``X``.
+    """
+    if decode not in DECODINGS:
+        raise ValueError(f"decode must be one of {DECODINGS}; got {decode!r}.")
+    return _decode_collection(client, booster, X, groups, decode)
+
+
+def predict_marginals(client, booster, X, *, groups):
+    """Posterior marginals ``P(y_t = k | x)``, computed where the partitions lie.
+
+    Parameters are as in :func:`predict`.
+
+    Returns
+    -------
+    dask DataFrame (columns ``0..K-1``, X's index) or dask Array, (n, K) float64
+        Partitioned like ``X``.
+    """
+    return _decode_collection(client, booster, X, groups, "marginals")

@@ -1,0 +1,208 @@
+"""The Dask chain-CRF estimator: :class:`DaskXGBCRFClassifier`.
+
+It follows ``xgboost.dask``'s estimators: the inputs are dask collections, the
+``client`` attribute picks the cluster (Dask's default client when unset),
+training runs on the workers that hold the partitions, and ``predict``
+returns a dask collection partitioned like ``X``. Distribution is exact: the
+transitions and the metric are global (see :mod:`structboost.engines.dask`).
+
+There is no LightGBM twin: ``lightgbm.dask`` gives a custom objective no way
+to sum arrays over the workers, so each worker would refit its own
+transitions (see the README, "Beyond one machine").
+"""
+
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+from sklearn.utils.validation import check_is_fitted
+
+from ..engines import dask as engine
+from ..engines.xgboost import crf_objective, load_state, xgb_params
+from ..objectives.params import DEFAULTS, fill_doc
+from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics
+from .chain import _CRFClassifier
+
+
+def _map_rows(collection, fn, dtype):
+    """``fn`` applied to the values of every partition of a 1-D dask collection."""
+    if isinstance(collection, dd.Series):
+        return collection.map_partitions(
+            lambda part: pd.Series(fn(part.to_numpy()), index=part.index, name=part.name),
+            meta=pd.Series(np.zeros(0, dtype=dtype), name=collection.name),
+        )
+    if isinstance(collection, da.Array) and collection.ndim == 1:
+        return collection.map_blocks(fn, dtype=dtype)
+    raise ValueError(
+        f"labels must be a dask Series or a 1-D dask Array; got {type(collection).__name__}."
+    )
+
+
+@fill_doc("mode", "gamma", "transitions", "reg_transitions")
+class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
+    """Chain-CRF sequence labeller trained by XGBoost on a Dask cluster.
+
+    Parameters
+    ----------
+    {objective_params}
+    n_estimators : int
+        Boosting rounds.
+    learning_rate : float
+        XGBoost's ``eta``.
+    max_depth : int
+    early_stopping_rounds : int, optional
+        Stop when the global CRF negative log-likelihood on the last
+        ``eval_set`` entry has not improved for this many rounds.
+    **kwargs
+        Any other XGBoost parameter (``min_child_weight``, ``nthread``, ...).
+
+    Attributes
+    ----------
+    client : distributed.Client
+        The cluster to train and predict on; Dask's default client unless set.
+    classes_ : ndarray, shape (n_classes,)
+    booster_ : xgboost.Booster
+        Carries the transitions; :func:`structboost.engines.predict` accepts it.
+    best_iteration_ : int
+    evals_result_ : dict
+        Global CRF metric per round for each ``eval_set`` entry (``validation_i``).
+    transitions_ : pandas.DataFrame
+    feature_importances_ : ndarray, shape (n_features_in_,)
+    n_features_in_ : int
+    """
+
+    def __init__(
+        self,
+        *,
+        mode=DEFAULTS["mode"],
+        gamma=DEFAULTS["gamma"],
+        transitions=DEFAULTS["transitions"],
+        reg_transitions=DEFAULTS["reg_transitions"],
+        n_estimators=100,
+        learning_rate=0.3,
+        max_depth=6,
+        early_stopping_rounds=None,
+        **kwargs,
+    ):
+        self.mode = mode
+        self.gamma = gamma
+        self.transitions = transitions
+        self.reg_transitions = reg_transitions
+        self.n_estimators = n_estimators
+        self.learning_rate = learning_rate
+        self.max_depth = max_depth
+        self.early_stopping_rounds = early_stopping_rounds
+        self._client = None
+        super().__init__(**kwargs)
+
+    @property
+    def client(self):
+        """The Dask client used by :meth:`fit` and :meth:`predict`."""
+        if self._client is None:
+            from distributed import get_client
+
+            return get_client()
+        return self._client
+
+    @client.setter
+    def client(self, client):
+        self._client = client
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_client"] = None  # a client holds connections: not part of the model
+        return state
+
+    def _dmatrix(self, X, y, groups):
+        codes = _map_rows(y, lambda v: self._encode(v, len(v), self.classes_), np.int64)
+        return engine.sequence_dmatrix(self.client, X, codes, groups=groups)
+
+    def fit(self, X, y, *, groups, eval_set=None, verbose=False):
+        """Train on labelled sequences held by the cluster.
+
+        Parameters
+        ----------
+        X : dask DataFrame or dask Array, shape (n, d)
+            One row per position; no sequence may span two partitions.
+        y : dask Series or dask Array, shape (n,)
+            Labels of any hashable type, partitioned like ``X``.
+        groups : str, dask Series or dask Array (n,)
+            The sequence-id column of ``X`` (dropped from the features) or
+            the ids, partitioned like ``X``.
+        eval_set : list of (X, y, groups), optional
+            Dask collections as for ``X``, ``y``, ``groups``; the global CRF
+            metric is recorded in ``evals_result_`` and drives early stopping.
+        verbose : bool or int
+            XGBoost's ``verbose_eval``.
+
+        Returns
+        -------
+        self
+        """
+        if isinstance(y, dd.Series):
+            classes = np.sort(y.unique().compute().to_numpy())
+        else:
+            classes = np.asarray(da.unique(y).compute())
+        if len(classes) < 2:
+            raise ValueError(f"y has only one class {classes.tolist()}: a classifier needs 2.")
+        self.classes_ = classes
+        dtrain = self._dmatrix(X, y, groups)
+        self.n_features_in_ = dtrain.num_col()
+        evals = []
+        for i, item in enumerate(eval_set or ()):
+            entry = eval_entry(item, i, lambda data: data.shape[0])
+            evals.append((self._dmatrix(entry["X"], entry["y"], entry["groups"]), f"validation_{i}"))
+        if self.early_stopping_rounds is not None and not evals:
+            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
+        params = xgb_params(
+            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
+        )
+        out = engine.train(
+            self.client,
+            params,
+            dtrain,
+            crf_objective(len(classes), **self._objective_kwargs()),
+            self.n_estimators,
+            evals=evals,
+            early_stopping_rounds=self.early_stopping_rounds,
+            verbose_eval=verbose,
+        )
+        # The objective's metric (crf-nll) is the one the engine records and stops on.
+        self._set_fitted(classes, out["booster"], out["history"], eval_metrics(None))
+        return self
+
+    def predict(self, X, *, groups, decode="viterbi"):
+        """Predicted labels (``classes_`` values), a dask collection partitioned like ``X``.
+
+        Parameters
+        ----------
+        X : dask DataFrame or dask Array, shape (n, d)
+        groups : str, dask Series or dask Array (n,)
+        decode : {"viterbi", "marginal"}
+
+        Returns
+        -------
+        dask Series or dask Array, shape (n,)
+        """
+        check_is_fitted(self)
+        codes = engine.predict(self.client, self.booster_, X, groups=groups, decode=decode)
+        classes = self.classes_
+        return _map_rows(codes, lambda c: classes[c], classes.dtype)
+
+    def predict_marginals(self, X, *, groups):
+        """Posterior marginals, ``(n, n_classes)``, columns in ``classes_`` order.
+
+        Returns
+        -------
+        dask DataFrame (columns ``classes_``) or dask Array
+        """
+        check_is_fitted(self)
+        marginals = engine.predict_marginals(self.client, self.booster_, X, groups=groups)
+        if isinstance(marginals, dd.DataFrame):
+            return marginals.rename(columns=dict(enumerate(self.classes_)))
+        return marginals
+
+    def _load_state(self):
+        return load_state(self.booster_)
+
+    transitions_ = _CRFClassifier.transitions_

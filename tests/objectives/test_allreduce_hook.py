@@ -1,0 +1,89 @@
+"""The objective's ``allreduce`` hook: workers that sum their statistics act as one process.
+
+Threads stand in for workers: each holds some of the sequences and sums
+arrays with the others through a barrier, as XGBoost's collective does.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+from structboost.objectives.chain import CRFObjective, SequenceBatch
+
+K = 3
+
+
+class ThreadSum:
+    """Element-wise sum over ``n`` threads, each calling with an array of one shape."""
+
+    def __init__(self, n):
+        self.barrier = threading.Barrier(n)
+        self.slots = [None] * n
+        self.calls = [0] * n
+
+    def for_worker(self, rank):
+        def allreduce(values):
+            self.calls[rank] += 1
+            self.slots[rank] = np.array(values, dtype=np.float64)
+            self.barrier.wait()
+            total = np.sum(self.slots, axis=0)
+            self.barrier.wait()
+            return total
+
+        return allreduce
+
+
+def _sequences(seed=0, m=12):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 7, m)
+    n = int(lengths.sum())
+    return rng.normal(size=(n, K)), rng.integers(0, K, n), lengths
+
+
+def _batch(labels, lengths):
+    return SequenceBatch.build(labels, lengths, K)
+
+
+@pytest.mark.parametrize("solver", ["lbfgs", "newton", "majorize"])
+@pytest.mark.parametrize("cut", [5, 0])  # cut 0: the first worker holds no rows
+def test_workers_summing_statistics_match_one_process(solver, cut):
+    margins, labels, lengths = _sequences()
+    single = CRFObjective(K, transitions=solver)
+    grad, hess = single.grad_hess(margins, _batch(labels, lengths))
+    metric = single.evaluate(margins, _batch(labels, lengths))
+    rows = int(lengths[:cut].sum())
+    shards = [(slice(0, rows), lengths[:cut]), (slice(rows, None), lengths[cut:])]
+    total = ThreadSum(2)
+    results = [None, None]
+
+    def work(rank):
+        rows_of, lengths_of = shards[rank]
+        obj = CRFObjective(K, transitions=solver)
+        obj.allreduce = total.for_worker(rank)
+        local = margins[rows_of].reshape(-1) if rank == 0 and cut == 0 else margins[rows_of]
+        batch = _batch(labels[rows_of], lengths_of)
+        g, h = obj.grad_hess(local, batch)
+        results[rank] = (obj.params, g, h, obj.evaluate(local, batch))
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert total.calls[0] == total.calls[1] > 0
+    for params, _, _, value in results:
+        np.testing.assert_allclose(params.to_vector(), single.params.to_vector(), atol=1e-8)
+        assert value[0] == metric[0]
+        assert value[1] == pytest.approx(metric[1], rel=1e-12)
+    np.testing.assert_allclose(np.vstack([results[0][1], results[1][1]]), grad, atol=1e-8)
+    np.testing.assert_allclose(np.vstack([results[0][2], results[1][2]]), hess, atol=1e-8)
+
+
+def test_default_allreduce_leaves_values_alone():
+    margins, labels, lengths = _sequences(seed=1)
+    obj = CRFObjective(K)
+    assert obj.allreduce(np.arange(3.0)).tolist() == [0.0, 1.0, 2.0]
+    name, value = obj.evaluate(margins, _batch(labels, lengths))
+    assert name == "crf-nll"
+    assert value == pytest.approx(obj.sequence_nll(margins, _batch(labels, lengths)).mean())
