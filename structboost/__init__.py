@@ -6,6 +6,7 @@ per row are the CRF node potentials. See :func:`crf_objective`.
 
 from . import datasets, features, inference, metrics
 from .engines.predict import predict, predict_marginals, sequence_log_likelihood
+from .engines.edge import edge_crf_objective, edge_dmatrix
 from .engines.xgboost import crf_objective, xgb_params
 from .engines.xgboost_tree import (
     predict_tree,
@@ -51,6 +52,8 @@ __all__ = [
     "allowed_transitions",
     "crf_objective",
     "datasets",
+    "edge_crf_objective",
+    "edge_dmatrix",
     "features",
     "inference",
     "lgb_crf_objective",
