@@ -119,7 +119,9 @@ def edge_dmatrix(
         raise ValueError(
             f"label must have one entry per position ({X.shape[0]}); got shape {labels.shape}."
         )
-    if not isinstance(rows, pd.DataFrame):
+    if isinstance(rows, pd.DataFrame):
+        feature_names = None  # the frame's columns
+    else:
         if feature_names is None:
             feature_names = [f"f{i}" for i in range(rows.shape[1] - 1)]
         feature_names = list(feature_names) + [PREV_LABEL]
