@@ -35,7 +35,7 @@ PREV_LABEL = "prev_label"
 _EDGE_DATA = weakref.WeakKeyDictionary()
 
 
-def edge_features(X, lengths, num_labels):
+def edge_features(X, lengths, num_labels, categorical=True):
     """Each position's features once per previous label, plus that label.
 
     Parameters
@@ -45,22 +45,27 @@ def edge_features(X, lengths, num_labels):
     lengths : (m,) int64
         Positions per sequence.
     num_labels : int
+    categorical : bool
+        Whether the previous label is a categorical feature (else numeric codes).
 
     Returns
     -------
     rows : (r, d + 1) same kind as ``X``
         Row ``(t, u)`` of :mod:`structboost.objectives.edge`'s layout: ``X[t]``
-        and ``u`` (``K`` on first rows) as the last column, categorical
-        (a pandas ``Categorical`` column for a DataFrame).
+        and ``u`` (``K`` on first rows) as the last column (for a DataFrame,
+        a pandas ``Categorical`` column when ``categorical``).
     feature_types : list of str or None
-        XGBoost feature types for numpy and sparse input (``"c"`` last).
+        XGBoost feature types for numpy and sparse input (``"c"`` or ``"q"`` last).
     """
     position, previous = edge_positions(lengths, num_labels)
     if isinstance(X, pd.DataFrame):
         if PREV_LABEL in X.columns:
             raise ValueError(f"X already has a column {PREV_LABEL!r}; rename it.")
         rows = X.iloc[position].reset_index(drop=True)
-        rows[PREV_LABEL] = pd.Categorical(previous, categories=range(int(num_labels) + 1))
+        codes = previous.astype(np.float64)
+        if categorical:
+            codes = pd.Categorical(previous, categories=range(int(num_labels) + 1))
+        rows[PREV_LABEL] = codes
         return rows, None
     if sp.issparse(X):
         column = sp.csr_matrix(
@@ -73,12 +78,12 @@ def edge_features(X, lengths, num_labels):
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (one row per position); got shape {X.shape}.")
         rows = np.column_stack([X[position], previous.astype(np.float64)])
-    return rows, ["q"] * (rows.shape[1] - 1) + ["c"]
+    return rows, ["q"] * (rows.shape[1] - 1) + ["c" if categorical else "q"]
 
 
 def edge_dmatrix(
     X, label=None, lengths=None, *, num_labels, groups=None, weight=None, feature_names=None,
-    **kwargs,
+    categorical=True, **kwargs,
 ):  # fmt: skip
     """Build the edge-row DMatrix of boosted transitions and register its sequences.
 
@@ -98,6 +103,11 @@ def edge_dmatrix(
         Names of the ``d`` columns of numpy or sparse ``X`` (default ``f0``,
         ``f1``, ...; ``prev_label`` is appended). A DataFrame's come from its
         columns.
+    categorical : bool, default True
+        The previous label as a categorical feature (partition splits such
+        as ``prev_label in {1, 3}``). XGBoost's ``multi_output_tree`` does
+        not split on categorical features: pass False there (numeric codes
+        ``0..K-1``, ``K`` = start; a label then takes up to two splits).
     **kwargs
         Passed to :class:`xgboost.DMatrix` (``nthread``, ``missing``, ...).
 
@@ -112,7 +122,7 @@ def edge_dmatrix(
     if k < 1:
         raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
     lengths = resolve_lengths(X.shape[0], groups=groups, lengths=lengths)
-    rows, types = edge_features(X, lengths, k)
+    rows, types = edge_features(X, lengths, k, categorical)
     position, _ = edge_positions(lengths, k)
     labels = None if label is None else np.asarray(label)
     if labels is not None and labels.shape != (X.shape[0],):
@@ -132,7 +142,7 @@ def edge_dmatrix(
         weight=weight,
         feature_names=feature_names,
         feature_types=types,
-        enable_categorical=True,
+        enable_categorical=categorical,
         **kwargs,
     )
     _EDGE_DATA[dmat] = (lengths, labels, k)
@@ -247,10 +257,11 @@ def edge_inputs(booster, data, groups, lengths):
     else:
         n = data.shape[0]
         lengths = resolve_lengths(n, groups=groups, lengths=lengths)
-        names = booster.feature_names
+        names, types = booster.feature_names, booster.feature_types
         dmat = edge_dmatrix(
             data, lengths=lengths, num_labels=num_labels,
             feature_names=None if names is None or isinstance(data, pd.DataFrame) else names[:-1],
+            categorical=types is None or types[-1] == "c",
         )  # fmt: skip
         labels = None
     margins = np.asarray(booster_margins(booster, dmat), dtype=np.float64).reshape(-1, num_labels)
