@@ -31,7 +31,7 @@ UBJSON model (``save_raw("ubj")``). Results go to
 
 Usage::
 
-    python benchmarks/edge_transitions.py --protein ../shared/data/protein-qs \\
+    PYTHONPATH=. python benchmarks/edge_transitions.py --protein ../shared/data/protein-qs \\
         --ocr ../shared/data/ocr --ocr-words 300
 """
 

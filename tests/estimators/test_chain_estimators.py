@@ -320,6 +320,7 @@ class OneSequenceLGBM(_OneSequence, LGBMCRFClassifier):
 
 CHECKED = [
     OneSequenceXGB(n_estimators=2, max_depth=2, nthread=1),
+    OneSequenceXGB(n_estimators=2, max_depth=2, nthread=1, transitions_from="input"),
     # min_child_samples: the checks fit a few dozen rows; LightGBM's 20 leaves no split.
     OneSequenceLGBM(n_estimators=2, num_leaves=4, min_child_samples=2, n_jobs=1),
 ]
@@ -336,7 +337,7 @@ def _name(check):
     return getattr(check, "func", check).__name__
 
 
-@pytest.mark.parametrize("estimator", CHECKED, ids=["xgboost", "lightgbm"])
+@pytest.mark.parametrize("estimator", CHECKED, ids=["xgboost", "xgboost-input", "lightgbm"])
 def test_scikit_learn_estimator_checks(estimator):
     ran = []
     with warnings.catch_warnings():
