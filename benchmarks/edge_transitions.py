@@ -14,7 +14,8 @@ Protocols (settings and rounds from training data only):
 - protein (``--protein``): the window of 11 residues of
   ``benchmarks/protein_qs.py``, its homology-aware folds of the 111 training
   proteins; one tree setting per method (``--protein-config``, default the
-  one ``protein_qs.py``'s CV chose for GBCRF with marginal decoding) and the
+  ones ``protein_qs.py``'s CV chose for GBCRF and TreeCRF with marginal
+  decoding, see ``PROTEIN_CONFIGS``) and the
   number of rounds (per decoding) from the mean held-out accuracy curve of
   ``--folds`` folds, capped at ``--rounds``; refit on all 111 proteins and
   scored once on the 17 test proteins (bootstrap interval over proteins).
@@ -60,7 +61,13 @@ from protein_qs import (  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("linear", "input", "input-treecrf")
 DECODES = ("viterbi", "marginal")
-PROTEIN_CONFIG = {**best_first(8, min_child_weight=5.0), "eta": 2.0, "reg_lambda": 100.0}
+# The settings protein_qs.py's cross-validation chose for marginal decoding:
+# GBCRF (both GBCRF rows here) and TreeCRF (the unit-Hessian row).
+PROTEIN_CONFIGS = {
+    "linear": {**best_first(8, min_child_weight=5.0), "eta": 2.0, "reg_lambda": 100.0},
+    "input": {**best_first(8, min_child_weight=5.0), "eta": 2.0, "reg_lambda": 100.0},
+    "input-treecrf": {**best_first(30, min_child_weight=5.0), "eta": 1.0, "reg_lambda": 100.0},
+}
 OCR_CONFIG = {"max_depth": 6, "eta": 0.5, "multi_strategy": "multi_output_tree"}
 
 
@@ -115,6 +122,7 @@ def fit(method, config, train, k, rounds, threads, **kw):
     dtrain = dmatrix(method, *train, k, config)
     t0 = time.process_time()
     booster = xgb.train(params, dtrain, num_boost_round=rounds, obj=obj, verbose_eval=False,
+                        custom_metric=obj.metric,
                         callbacks=[obj.callback(), *kw.pop("callbacks", [])], **kw)  # fmt: skip
     return booster, obj, time.process_time() - t0
 
@@ -147,9 +155,9 @@ def run_protein(args, methods):
     Xt, yt, lt = load_part(args.protein, "test")
     W, Wt = windowed(X, lengths, 5), windowed(Xt, lt, 5)
     folds = protein_folds(homology_clusters(residues, lengths, 0.1), lengths, args.folds, seed=0)
-    config = json.loads(args.protein_config) if args.protein_config else PROTEIN_CONFIG
     rows = []
     for method in methods:
+        config = json.loads(args.protein_config) if args.protein_config else PROTEIN_CONFIGS[method]
         mean = {d: np.zeros(args.rounds) for d in DECODES}
         for f in range(args.folds):
             keep = folds != f

@@ -387,6 +387,8 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             return edge_dmatrix(
                 X, labels, lengths, num_labels=num_labels, weight=seq_weight,
                 feature_names=None if names is None else list(names),
+                # vector-leaf trees do not split on categorical features
+                categorical=engine.get("multi_strategy") != "multi_output_tree",
                 nthread=-1 if threads is None else threads,
             )  # fmt: skip
         return xgb.DMatrix(

@@ -102,6 +102,14 @@ def test_numpy_and_allowed_transitions(data):
     assert not ((labels[:-1] == "down") & (labels[1:] == "up") & same).any()
 
 
+def test_multi_output_trees(data):
+    frame, y = data["train"]
+    est = small(multi_strategy="multi_output_tree", n_estimators=5).fit(frame, y, groups="sentence_id")
+    assert est.booster_.feature_types[-1] != "c"  # numeric previous label
+    frame_t, _ = data["test"]
+    assert est.predict(frame_t, groups="sentence_id").shape == (len(frame_t),)
+
+
 def test_clear_errors(data, fitted):
     frame, y = data["train"]
     with pytest.raises(ValueError, match="single table"):
