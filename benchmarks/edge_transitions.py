@@ -194,18 +194,19 @@ def run_ocr(args, methods):
 
     train, valid = head(train, args.ocr_words), head(valid, args.ocr_valid_words)
     test = (test.X, test.y, test.lengths)
+    config = json.loads(args.ocr_config) if args.ocr_config else OCR_CONFIG
     rows = []
     for method in methods:
-        dvalid = dmatrix(method, *valid, k, OCR_CONFIG)
+        dvalid = dmatrix(method, *valid, k, config)
         booster, _, seconds = fit(
-            method, OCR_CONFIG, train, k, args.rounds, args.threads,
+            method, config, train, k, args.rounds, args.threads,
             evals=[(dvalid, "valid")], early_stopping_rounds=args.patience,
         )  # fmt: skip
         correct = scored(method, booster, test, k)
         lengths = train[2]
         n_rows = train_rows(method, lengths, k)
         for d in DECODES:
-            rows.append(row("ocr", method, d, OCR_CONFIG, int(booster.best_iteration) + 1,
+            rows.append(row("ocr", method, d, config, int(booster.best_iteration) + 1,
                             correct[d], test[2], seconds, booster, n_rows, None))  # fmt: skip
             print(rows[-1], flush=True)
     return rows
@@ -227,6 +228,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=300, help="round cap")
     parser.add_argument("--folds", type=int, default=3)
     parser.add_argument("--protein-config", help="JSON xgboost parameters (default: see module)")
+    parser.add_argument("--ocr-config", help="JSON xgboost parameters (default OCR_CONFIG)")
     parser.add_argument("--ocr-words", type=int, default=300)
     parser.add_argument("--ocr-valid-words", type=int, default=200)
     parser.add_argument("--patience", type=int, default=20)
