@@ -32,7 +32,7 @@ the Dobrushin rates along the way (Chen et al. 2015, Corollary 3.1). Hence
   neighbouring edge ``e_1``;
 * ``gamma="length"``: ``2 L`` for every feature (each TV at most one).
 
-``tests/objectives/test_edge.py`` checks both against the exact Hessian of
+``tests/objectives/test_edge_objective.py`` checks both against the exact Hessian of
 brute-force enumeration.
 """
 
