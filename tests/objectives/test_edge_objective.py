@@ -93,8 +93,6 @@ def test_gbcrf_hessian_bounds_the_exact_one(gamma, seed):
         _, _, cov, _, _ = naive.edge_moments(s, k)
         gap = np.diag(h.ravel() / batch.seq_weight[i]) - cov
         assert np.linalg.eigvalsh(gap).min() > -1e-10
-        # The node bound alone would not do on the first row: the bound is not loose there.
-        assert (h[0] / batch.seq_weight[i] >= np.diag(cov)[:k] - 1e-12).all()
 
 
 @pytest.mark.parametrize("seed", range(4))
