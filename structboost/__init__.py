@@ -7,6 +7,7 @@ per row are the CRF node potentials. See :func:`crf_objective`.
 import logging
 
 from . import _compile_log, datasets, features, inference, metrics
+from .engines.edge import edge_crf_objective, edge_dmatrix
 from .engines.predict import (
     predict,
     predict_marginals,
@@ -62,6 +63,8 @@ __all__ = [
     "allowed_transitions",
     "crf_objective",
     "datasets",
+    "edge_crf_objective",
+    "edge_dmatrix",
     "features",
     "inference",
     "lgb_crf_objective",

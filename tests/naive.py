@@ -266,3 +266,52 @@ def batch_nll(unary, lengths, labels, transitions, start, end):
     bounds = offsets(lengths)
     parts = oracles(unary, lengths, transitions, start, end)
     return np.array([o.nll(labels[a:b]) for o, a, b in zip(parts, bounds[:-1], bounds[1:])])
+
+
+def edge_rows(length, num_labels):
+    """``(position, previous label)`` of each edge row of one sequence (``K`` = start).
+
+    The layout of ``structboost.objectives.edge``, written out by hand: one
+    row ``(0, start)``, then ``(t, 0), ..., (t, K - 1)`` for ``t = 1..L-1``.
+    """
+    rows = [(0, num_labels)]
+    for t in range(1, length):
+        rows.extend((t, u) for u in range(num_labels))
+    return rows
+
+
+def edge_moments(scores, num_labels):
+    """Brute-force moments of the edge-row indicator features of one sequence.
+
+    ``scores (r, K)``: ``scores[row, v] = F^v(u, X_t)`` for the rows of
+    :func:`edge_rows`; a labelling scores ``sum_t F^{y_t}(y_{t-1}, X_t)``
+    (``y_{-1}`` = start). Feature ``(row, v)`` (flat index ``row * K + v``)
+    is ``1[y_{t-1} = u, y_t = v]``.
+
+    Returns
+    -------
+    log_z : float
+    mean : (r * K,) float64
+        Feature expectations.
+    cov : (r * K, r * K) float64
+        Their covariance: the Hessian of ``log Z`` in the scores.
+    labellings : list of tuple
+    features : (K ** L, r * K) float64
+        Feature vector of each labelling.
+    """
+    k = num_labels
+    scores = np.asarray(scores, dtype=np.float64)
+    length = 1 + (scores.shape[0] - 1) // k
+    index = {row: i for i, row in enumerate(edge_rows(length, k))}
+    labellings = list(itertools.product(range(k), repeat=length))
+    feats = np.zeros((len(labellings), scores.size))
+    for j, y in enumerate(labellings):
+        prev = (k,) + y[:-1]
+        for t in range(length):
+            feats[j, index[(t, prev[t])] * k + y[t]] = 1.0
+    logits = feats @ scores.ravel()
+    log_z = _logsumexp(logits)
+    prob = np.exp(logits - log_z)
+    mean = prob @ feats
+    centred = feats - mean
+    return log_z, mean, (centred * prob[:, None]).T @ centred, labellings, feats

@@ -31,8 +31,11 @@ DECODINGS = ("viterbi", "marginal")
 def _xgboost_inputs(booster, data, groups, lengths):
     import xgboost as xgb
 
+    from .edge import edge_inputs, is_edge_model
     from .xgboost import booster_margins, dmatrix_lengths, load_state
 
+    if is_edge_model(booster):
+        return edge_inputs(booster, data, groups, lengths)
     if isinstance(data, xgb.DMatrix):
         dmat = data
         if groups is None and lengths is None:
@@ -80,6 +83,8 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
     margins : (n, K) float64, C-contiguous
     offsets : (m + 1,) int64
     params : TransitionParams
+        With per-position ``transitions (n, K, K)`` for a model with
+        boosted transitions (:mod:`structboost.engines.edge`).
     labels : (n,) array or None
         The labels stored in the data object, if any.
     """
@@ -154,7 +159,8 @@ def predict(
         (``Booster(model_file=...)``, :func:`structboost.load_lgb_model`, pickle).
     data : xgboost.DMatrix, lightgbm.Dataset or array-like (n, d)
         A DMatrix or Dataset with groups, or features (numpy, pandas, scipy
-        sparse) with ``groups``/``lengths``.
+        sparse) with ``groups``/``lengths``. For a model with boosted
+        transitions, a DMatrix must come from :func:`structboost.edge_dmatrix`.
     groups : (n,) array-like, optional
         Per-row sequence id (rows of a sequence contiguous).
     lengths : (m,) array-like, optional

@@ -69,12 +69,13 @@ from ..engines.model_io import decode_labels, encode_labels, field, read_documen
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
+from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
 from ..engines.xgboost import crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
 from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
-from ..objectives.params import DEFAULTS, fill_doc
-from ..sequences import resolve_lengths, sequence_weights
+from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
+from ..sequences import sequence_weights
 from .._extras import require
 from . import nested as _nested
 from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
@@ -507,7 +508,7 @@ class _CRFClassifier(BoostedCRFClassifier):
         return self
 
 
-@fill_doc("mode", "gamma", "transitions", "reg_transitions")
+@fill_doc("mode", "gamma", "transitions", "reg_transitions", "transitions_from")
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost.
 
@@ -608,6 +609,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         sequence_column=None,
         eval_metric=None,
         callbacks=None,
+        transitions_from=DEFAULTS["transitions_from"],
         **kwargs,
     ):
         self.mode = mode
@@ -623,17 +625,39 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.sequence_column = sequence_column
         self.eval_metric = eval_metric
         self.callbacks = callbacks
+        self.transitions_from = transitions_from
         super().__init__(**kwargs)
 
-    def _engine_data(self, X):
-        return self._dmatrix(X)
+    @property
+    def _boosted_transitions(self):
+        if self.transitions_from not in TRANSITIONS_FROM:
+            raise ValueError(
+                f"transitions_from must be one of {TRANSITIONS_FROM}; got {self.transitions_from!r}."
+            )
+        return self.transitions_from == "input"
 
     def _require_engine(self):
         """XGBoost is a dependency: nothing to check."""
 
-    def _dmatrix(self, X, labels=None, lengths=None, seq_weight=None, base_margin=None):
+    def _engine_data(self, X):
+        # Boosted transitions: prediction builds the edge rows from X and the lengths.
+        return X if self._boosted_transitions else self._dmatrix(X)
+
+    def _dmatrix(
+        self, X, labels=None, lengths=None, seq_weight=None, base_margin=None, num_labels=None
+    ):
+        """Training or evaluation DMatrix (edge rows of ``num_labels`` labels when boosted)."""
         names = getattr(self, "feature_names_in_", None)
+        engine = self._engine_kwargs()
         threads = self._threads()
+        if self._boosted_transitions:
+            return edge_dmatrix(
+                X, labels, lengths, num_labels=num_labels, weight=seq_weight,
+                feature_names=None if names is None else list(names),
+                # vector-leaf trees do not split on categorical features
+                categorical=engine.get("multi_strategy") != "multi_output_tree",
+                nthread=-1 if threads is None else threads,
+            )  # fmt: skip
         return xgb.DMatrix(
             X,
             label=labels,
@@ -646,21 +670,36 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         )
 
     def _train(self, train, evals, crf, n_classes, verbose, names, metrics):
-        # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
-        obj = crf_objective(n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf)
-        self._start_transitions(obj)
+        if self._boosted_transitions:
+            if self.base_model is not None:
+                raise ValueError(
+                    "base_model boosts from a linear model's node scores and transitions; "
+                    'with transitions_from="input" the trees score the transitions: drop '
+                    'base_model or use transitions_from="linear".'
+                )
+            obj = edge_crf_objective(
+                n_classes, mode=crf["mode"], gamma=crf["gamma"],
+                allowed_transitions=crf["allowed_transitions"],
+            )  # fmt: skip
+        else:
+            # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
+            obj = crf_objective(
+                n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf
+            )
+            self._start_transitions(obj)
         params = xgb_params(
             n_classes,
             eta=self.learning_rate,
             max_depth=self.max_depth,
             **self._engine_kwargs(),
         )
-        dvalid = [self._dmatrix(*e) for e in evals]
-        return self._xgb_train(
-            params, obj, self._dmatrix(*train), dvalid, verbose, names, metrics
-        )
+        dvalid = [self._dmatrix(*e, num_labels=n_classes) for e in evals]
+        dtrain = self._dmatrix(*train, num_labels=n_classes)
+        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics)
 
     def _load_state(self):
+        if self._boosted_transitions:
+            return load_xgb_state(self.booster_, EDGE_STATE_KEY)
         return load_xgb_state(self.booster_)
 
     def _engine_document(self):
@@ -678,6 +717,32 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
                 f"{where}: XGBoost cannot read the model it holds ({message})."
             ) from None
         return booster
+
+    def _gain_importance(self):
+        gain = super()._gain_importance()
+        # The edge rows' last column is the previous label (booster_.get_score shows it).
+        return gain[:-1] if self._boosted_transitions else gain
+
+    @property
+    def transitions_(self):
+        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
+
+        Only with ``transitions_from="linear"``: boosted transitions differ at
+        every position (:func:`structboost.engines.predict.crf_inputs` gives them).
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``(n_classes, n_classes)``, index and columns ``classes_``.
+        """
+        check_is_fitted(self)
+        if self._boosted_transitions:
+            raise ValueError(
+                'with transitions_from="input" the transition scores depend on the input at '
+                "every position: there is no single table. Get them per position from "
+                "structboost.engines.predict.crf_inputs(clf.booster_, X, lengths=...)."
+            )
+        return super().transitions_
 
 
 @fill_doc("mode", "gamma", "transitions", "reg_transitions")

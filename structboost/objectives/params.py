@@ -16,6 +16,11 @@ MODES = ("gbcrf", "treecrf", "logitboost")
 #: Transition solvers of tree CRFs (the majorization bound is for chains).
 TREE_SOLVERS = tuple(s for s in SOLVERS if s != "majorize")
 METRICS = ("nll", "error")
+#: Where the transition scores come from: one linear K x K table, or trees on the input.
+TRANSITIONS_FROM = ("linear", "input")
+#: Modes and gamma methods of boosted, input-dependent transitions (:mod:`.edge`).
+EDGE_MODES = ("gbcrf", "treecrf")
+EDGE_GAMMAS = ("mixing", "length")
 #: Solver iterations per boosting round when ``transition_iter`` is None.
 DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 
@@ -27,6 +32,7 @@ DEFAULTS = {
     "reg_transitions": 1.0,
     "metric": "nll",
     "hess_floor": 1e-16,
+    "transitions_from": "linear",
 }
 
 
@@ -84,6 +90,17 @@ _DOCS = {
         "engine's ``nthread``); None leaves numba's setting. BLAS runs on one",
         "thread meanwhile, so nothing oversubscribes. Batches of fewer than",
         "``structboost._config.SERIAL_ROWS`` rows always run serially.",
+    ),
+    "transitions_from": (
+        f"transitions_from : {_choices(TRANSITIONS_FROM)}, default \"{DEFAULTS['transitions_from']}\"",
+        "``\"linear\"``: one K x K transition table shared by every position,",
+        "refit by the ``transitions`` solver. ``\"input\"``: boosted,",
+        "input-dependent transitions ``F^v(u, X_t)`` (Dietterich et al. 2008):",
+        "the trees score every position once per previous label (K times the",
+        "rows; see :mod:`structboost.objectives.edge`); modes ``\"gbcrf\"``",
+        "(edge bound of Chen et al.'s Theorem 4.2) and ``\"treecrf\"``, gamma",
+        "``\"mixing\"``, ``\"length\"`` or a float; ``transitions`` and",
+        "``reg_transitions`` are unused.",
     ),
     "hess_floor": (
         f"hess_floor : float, default {DEFAULTS['hess_floor']}",

@@ -1,0 +1,270 @@
+"""XGBoost wiring for boosted, input-dependent transitions (:mod:`structboost.objectives.edge`).
+
+One booster, trained by the ordinary ``xgboost.train(obj=...)``, scores edge
+rows: :func:`edge_dmatrix` repeats each position's features once per possible
+previous label and appends that label as a categorical column
+``prev_label`` (``K`` = the start symbol, on a sequence's first row), so a
+sequence of length ``L`` becomes ``1 + (L - 1) K`` rows, one group. The
+position-level labels and lengths reach the objective through a registry
+keyed weakly by the ``DMatrix`` (as :mod:`.xgboost_tree` does for trees).
+The fixed transition, start and end masks (zero, ``-inf`` where
+``allowed_transitions`` forbids) are stored on the booster as the JSON
+attribute ``structboost_edge_crf``, which also marks the model as one with
+boosted transitions for :func:`structboost.predict` and friends; early
+stopping, feature importance, ``save_model``/``load_model`` and pickling
+work as for node-only models.
+"""
+
+import weakref
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+import xgboost as xgb
+
+from ..objectives.chain import SequenceBatch
+from ..objectives.edge import EdgeCRFObjective, edge_positions, edge_potentials, edge_row_counts
+from ..objectives.params import DEFAULTS, fill_doc
+from ..sequences import offsets_from_lengths, resolve_lengths
+from ..transitions.chain import TransitionParams
+from .xgboost import XGBCRFObjective, booster_margins, load_state
+
+EDGE_STATE_KEY = "structboost_edge_crf"
+#: Name of the appended previous-label column.
+PREV_LABEL = "prev_label"
+_EDGE_DATA = weakref.WeakKeyDictionary()
+
+
+def edge_features(X, lengths, num_labels, categorical=True):
+    """Each position's features once per previous label, plus that label.
+
+    Parameters
+    ----------
+    X : (n, d) numpy array, pandas DataFrame or scipy sparse matrix
+        One row per position.
+    lengths : (m,) int64
+        Positions per sequence.
+    num_labels : int
+    categorical : bool
+        Whether the previous label is a categorical feature (else numeric codes).
+
+    Returns
+    -------
+    rows : (r, d + 1) same kind as ``X``
+        Row ``(t, u)`` of :mod:`structboost.objectives.edge`'s layout: ``X[t]``
+        and ``u`` (``K`` on first rows) as the last column (for a DataFrame,
+        a pandas ``Categorical`` column when ``categorical``).
+    feature_types : list of str or None
+        XGBoost feature types for numpy and sparse input (``"c"`` or ``"q"`` last).
+    """
+    position, previous = edge_positions(lengths, num_labels)
+    if isinstance(X, pd.DataFrame):
+        if PREV_LABEL in X.columns:
+            raise ValueError(f"X already has a column {PREV_LABEL!r}; rename it.")
+        rows = X.iloc[position].reset_index(drop=True)
+        codes = previous.astype(np.float64)
+        if categorical:
+            codes = pd.Categorical(previous, categories=range(int(num_labels) + 1))
+        rows[PREV_LABEL] = codes
+        return rows, None
+    if sp.issparse(X):
+        column = sp.csr_matrix(
+            (previous.astype(np.float64), (np.arange(position.size), np.zeros(position.size, int))),
+            shape=(position.size, 1),
+        )
+        rows = sp.hstack([sp.csr_matrix(X)[position], column], format="csr")
+    else:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (one row per position); got shape {X.shape}.")
+        rows = np.column_stack([X[position], previous.astype(np.float64)])
+    return rows, ["q"] * (rows.shape[1] - 1) + ["c" if categorical else "q"]
+
+
+def edge_dmatrix(
+    X, label=None, lengths=None, *, num_labels, groups=None, weight=None, feature_names=None,
+    categorical=True, **kwargs,
+):  # fmt: skip
+    """Build the edge-row DMatrix of boosted transitions and register its sequences.
+
+    Parameters
+    ----------
+    X : (n, d) numpy array, pandas DataFrame or scipy sparse matrix
+        One row per position, the rows of a sequence contiguous.
+    label : (n,) array-like of int, optional
+        Labels ``0..K-1`` per position (needed to train and evaluate).
+    lengths : (m,) array-like of int, optional
+        Positions per sequence (or give ``groups``, a per-position sequence id).
+    num_labels : int
+        Number of labels K.
+    weight : (m,) array-like, optional
+        One weight per sequence.
+    feature_names : list of str, optional
+        Names of the ``d`` columns of numpy or sparse ``X`` (default ``f0``,
+        ``f1``, ...; ``prev_label`` is appended). A DataFrame's come from its
+        columns.
+    categorical : bool, default True
+        The previous label as a categorical feature (partition splits such
+        as ``prev_label in {1, 3}``). XGBoost's ``multi_output_tree`` does
+        not split on categorical features: pass False there (numeric codes
+        ``0..K-1``, ``K`` = start; a label then takes up to two splits).
+    **kwargs
+        Passed to :class:`xgboost.DMatrix` (``nthread``, ``missing``, ...).
+
+    Returns
+    -------
+    xgboost.DMatrix
+        ``1 + (L - 1) K`` rows per sequence (see
+        :mod:`structboost.objectives.edge`), grouped by sequence; row
+        ``(t, u)`` has label ``label[t]``.
+    """
+    k = int(num_labels)
+    if k < 1:
+        raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
+    lengths = resolve_lengths(X.shape[0], groups=groups, lengths=lengths)
+    rows, types = edge_features(X, lengths, k, categorical)
+    position, _ = edge_positions(lengths, k)
+    labels = None if label is None else np.asarray(label)
+    if labels is not None and labels.shape != (X.shape[0],):
+        raise ValueError(
+            f"label must have one entry per position ({X.shape[0]}); got shape {labels.shape}."
+        )
+    if isinstance(rows, pd.DataFrame):
+        feature_names = None  # the frame's columns
+    else:
+        if feature_names is None:
+            feature_names = [f"f{i}" for i in range(rows.shape[1] - 1)]
+        feature_names = list(feature_names) + [PREV_LABEL]
+    dmat = xgb.DMatrix(
+        rows,
+        label=None if labels is None else labels[position],
+        group=edge_row_counts(lengths, k),
+        weight=weight,
+        feature_names=feature_names,
+        feature_types=types,
+        enable_categorical=categorical,
+        **kwargs,
+    )
+    _EDGE_DATA[dmat] = (lengths, labels, k)
+    return dmat
+
+
+def registered(dmat, num_labels):
+    """Positions per sequence ``(m,)`` and labels ``(n,)`` (or None) of an edge DMatrix."""
+    entry = _EDGE_DATA.get(dmat)
+    if entry is None:
+        raise ValueError(
+            "this DMatrix was not built by structboost.edge_dmatrix: a model with boosted "
+            "transitions scores edge rows; build the data with "
+            f"structboost.edge_dmatrix(X, y, lengths, num_labels={num_labels})."
+        )
+    lengths, labels, k = entry
+    if k != num_labels:
+        raise ValueError(
+            f"the DMatrix was built with num_labels={k} but the model has {num_labels} labels."
+        )
+    return lengths, labels
+
+
+class XGBEdgeCRFObjective(XGBCRFObjective):
+    """A boosted-transition CRF objective for ``xgboost.train(obj=...)``.
+
+    Build one with :func:`edge_crf_objective`; train on a DMatrix from
+    :func:`edge_dmatrix`. ``obj(predt, dtrain)`` returns ``(grad, hess)``,
+    both ``(r, K)`` over the edge rows.
+    """
+
+    state_key = EDGE_STATE_KEY
+
+    def _build_batch(self, dmat):
+        lengths, labels = registered(dmat, self.num_labels)
+        if labels is None:
+            raise ValueError("the edge DMatrix has no labels: build it with edge_dmatrix(X, y, ...).")
+        return SequenceBatch.build(labels, lengths, self.num_labels, dmat.get_weight())
+
+
+@fill_doc("gamma", "metric", "allowed_transitions", "nthread")
+def edge_crf_objective(
+    num_labels,
+    mode=DEFAULTS["mode"],
+    gamma=DEFAULTS["gamma"],
+    metric=DEFAULTS["metric"],
+    allowed_transitions=None,
+    nthread=None,
+    hess_floor=DEFAULTS["hess_floor"],
+):
+    """Build a CRF objective with boosted, input-dependent transitions for ``xgboost.train``.
+
+    Parameters
+    ----------
+    num_labels : int
+        Number of labels K; the booster needs ``num_target=K`` (see
+        :func:`structboost.xgb_params`).
+    mode : {"gbcrf", "treecrf"}, default "gbcrf"
+        Hessian ``gamma p (1 - p)`` with the edge bound of Chen et al.'s
+        Theorem 4.2, or Dietterich et al.'s unit Hessian.
+    {objective_params}
+    hess_floor : float
+        Smallest Hessian per row and label before weighting.
+
+    Returns
+    -------
+    XGBEdgeCRFObjective
+    """
+    crf = EdgeCRFObjective(
+        num_labels, mode=mode, gamma=gamma, hess_floor=hess_floor,
+        allowed_transitions=allowed_transitions, nthread=nthread,
+    )  # fmt: skip
+    return XGBEdgeCRFObjective(crf, metric=metric)
+
+
+def is_edge_model(booster):
+    """Whether an XGBoost booster was trained with boosted transitions."""
+    return booster.attr(EDGE_STATE_KEY) is not None
+
+
+def edge_inputs(booster, data, groups, lengths):
+    """Position-level chain inputs of a boosted-transition model.
+
+    Parameters
+    ----------
+    booster : xgboost.Booster
+    data : xgboost.DMatrix from :func:`edge_dmatrix`, or (n, d) features
+        Features come with ``groups`` or ``lengths``.
+    groups, lengths : array-like, optional
+
+    Returns
+    -------
+    unary : (n, K) float64
+    lengths : (m,) int64
+    params : TransitionParams
+        Per-position ``transitions (n, K, K)`` (boosted scores plus the
+        stored masks), and the stored start and end scores.
+    num_labels : int
+    labels : (n,) array or None
+    """
+    num_labels, _, masks = load_state(booster, EDGE_STATE_KEY, factory="edge_crf_objective")
+    if isinstance(data, xgb.DMatrix):
+        stored, labels = registered(data, num_labels)
+        dmat = data
+        lengths = stored if groups is None and lengths is None else lengths
+        lengths = resolve_lengths(int(stored.sum()), groups=groups, lengths=lengths)
+        if not np.array_equal(lengths, stored):
+            raise ValueError(
+                "lengths/groups disagree with the sequences the edge DMatrix was built with; "
+                "leave them out."
+            )
+    else:
+        n = data.shape[0]
+        lengths = resolve_lengths(n, groups=groups, lengths=lengths)
+        names, types = booster.feature_names, booster.feature_types
+        dmat = edge_dmatrix(
+            data, lengths=lengths, num_labels=num_labels,
+            feature_names=None if names is None or isinstance(data, pd.DataFrame) else names[:-1],
+            categorical=types is None or types[-1] == "c",
+        )  # fmt: skip
+        labels = None
+    margins = np.asarray(booster_margins(booster, dmat), dtype=np.float64).reshape(-1, num_labels)
+    unary, trans = edge_potentials(margins, offsets_from_lengths(lengths), num_labels)
+    trans += masks.transitions
+    return unary, lengths, TransitionParams(trans, masks.start, masks.end), num_labels, labels

@@ -1,0 +1,246 @@
+"""Boosted, input-dependent transitions: Dietterich et al.'s ``F^v(u, X_t)``.
+
+One booster scores *edge rows*: for every position ``t`` of a sequence and
+every possible previous label ``u`` one row whose ``K`` outputs are
+``F^v(u, X_t)``, the score of moving from ``u`` at ``t - 1`` into ``v`` at
+``t``. A sequence's first position has one row, ``u`` = the start symbol;
+every other position has ``K`` rows (``u = 0..K-1``), so a sequence of
+length ``L`` has ``1 + (L - 1) K`` edge rows, in this order. The CRF score of
+a labelling is ``sum_t F^{y_t}(y_{t-1}, X_t)`` (``y_{-1}`` = start), i.e. the
+chain of :mod:`structboost.inference.chain` with node scores ``F(start,
+X_0)`` on each first row and zero elsewhere, and per-position transition
+tables ``T_t[u, v] = F^v(u, X_t)``. Node-only potentials are the special
+case where no tree splits on ``u``.
+
+Gradient and Hessian
+--------------------
+Each edge row ``(t, u)`` and output ``v`` is one indicator feature
+``1[y_{t-1} = u, y_t = v]`` (``1[y_0 = v]`` on a first row) with marginal
+``p``; the NLL's functional gradient is ``p - 1[observed]``. Hessians:
+``"treecrf"``: 1. ``"gbcrf"``: ``gamma p (1 - p)`` where ``gamma`` bounds
+``sum_j |H_ij| / H_ii`` over *all* features of the sequence, first rows
+included (one booster moves them together). Writing ``e_t`` for the pair
+``(y_{t-1}, y_t)`` (``e_0 = y_0``), ``sum_j |H_ij| = 2 p (1 - p) sum_s
+TV(e_s | i, e_s | not i)``; the own term is 1, each neighbouring ``e_s``
+(sharing a label) at most 1, and a farther ``e_s`` at most the product of
+the Dobrushin rates along the way (Chen et al. 2015, Corollary 3.1). Hence
+
+* edge ``(t - 1, t)``: ``2 (3 + to_left[t - 1] + to_right[t])``, the chain
+  edge bound of Theorem 4.2 (:meth:`ChainPosterior.edge_gamma`, row
+  ``t - 1``), whose ``to_left`` term already counts ``e_0``;
+* first row: ``2 (1 + to_right[0]) + 2 [L > 1]``, the node bound plus the
+  neighbouring edge ``e_1``;
+* ``gamma="length"``: ``2 L`` for every feature (each TV at most one).
+
+``tests/objectives/test_edge_objective.py`` checks both against the exact Hessian of
+brute-force enumeration.
+"""
+
+import time
+
+import numpy as np
+
+from .. import _config
+from ..inference.chain import map_labels, path_scores, posterior
+from ..sequences import offsets_from_lengths
+from .base import _BLAS
+from .chain import CRFObjective
+from .params import DEFAULTS, EDGE_GAMMAS, EDGE_MODES, fill_doc
+
+
+def edge_layout(offsets, num_labels):
+    """Where each position's edge rows start.
+
+    Parameters
+    ----------
+    offsets : (m + 1,) int64
+        Position offsets of the sequences (every sequence non-empty).
+    num_labels : int
+
+    Returns
+    -------
+    first_row : (n,) int64
+        Edge row of ``(t, start)`` for a first position, of ``(t, u = 0)``
+        otherwise (the rows of ``u = 0..K-1`` follow).
+    is_first : (n,) bool
+        Whether position ``t`` begins its sequence.
+    n_rows : int
+        Edge rows in all, ``sum_i 1 + (L_i - 1) K``.
+    """
+    is_first = np.zeros(int(offsets[-1]), dtype=bool)
+    is_first[offsets[:-1]] = True
+    rows = np.where(is_first, 1, int(num_labels))
+    ends = np.cumsum(rows)
+    return ends - rows, is_first, int(ends[-1]) if ends.size else 0
+
+
+def edge_row_counts(lengths, num_labels):
+    """Edge rows per sequence ``(m,)``: ``1 + (L - 1) K``."""
+    return 1 + (np.asarray(lengths, dtype=np.int64) - 1) * int(num_labels)
+
+
+def edge_positions(lengths, num_labels):
+    """Position ``(r,)`` and previous label ``(r,)`` of every edge row (``K`` = start)."""
+    k = int(num_labels)
+    first_row, is_first, _ = edge_layout(offsets_from_lengths(lengths), k)
+    rows = np.where(is_first, 1, k)
+    position = np.repeat(np.arange(first_row.shape[0]), rows)
+    previous = np.arange(position.shape[0]) - first_row[position]
+    previous[is_first[position]] = k
+    return position, previous
+
+
+def edge_potentials(scores, offsets, num_labels):
+    """Chain potentials of edge-row scores.
+
+    Parameters
+    ----------
+    scores : (r, K) float64
+        ``F^v(u, X_t)`` of every edge row (layout in the module notes).
+    offsets : (m + 1,) int64
+        Position offsets.
+    num_labels : int
+
+    Returns
+    -------
+    unary : (n, K) float64
+        ``F(start, X_t)`` on first positions, zero elsewhere.
+    transitions : (n, K, K) float64
+        ``transitions[t, u, v] = F^v(u, X_t)``; zero on first positions (unused).
+    """
+    k = int(num_labels)
+    first_row, is_first, n_rows = edge_layout(offsets, k)
+    if scores.shape != (n_rows, k):
+        raise ValueError(
+            f"the booster scored {scores.shape} but {len(offsets) - 1} sequences of "
+            f"{int(offsets[-1])} positions have {n_rows} edge rows of {k} labels: "
+            "build the data with structboost.edge_dmatrix(..., num_labels=K)."
+        )
+    n = first_row.shape[0]
+    unary = np.zeros((n, k))
+    unary[is_first] = scores[first_row[is_first]]
+    transitions = np.zeros((n, k, k))
+    inner = np.flatnonzero(~is_first)
+    transitions[inner] = scores[first_row[inner][:, None] + np.arange(k)]
+    return unary, transitions
+
+
+@fill_doc("gamma", "allowed_transitions", "hess_floor", "nthread")
+class EdgeCRFObjective(CRFObjective):
+    """Gradient and Hessian of the chain-CRF NLL in the edge-row scores ``F^v(u, X_t)``.
+
+    Margins are ``(r, K)`` edge-row scores (see the module notes);
+    ``batch`` is a :class:`~structboost.objectives.chain.SequenceBatch` of
+    the *positions*. ``params`` stays fixed: zero transition, start and end
+    scores, ``-inf`` where ``allowed_transitions`` forbids a move; they are
+    added to the boosted scores, so forbidden moves stay ``-inf`` whatever
+    the trees say.
+
+    Parameters
+    ----------
+    num_labels : int
+    mode : {"gbcrf", "treecrf"}, default "gbcrf"
+        Hessian ``gamma p (1 - p)`` with the bounds of the module notes, or
+        the unit Hessian of Dietterich et al. (2008).
+    {objective_params}
+    """
+
+    def __init__(
+        self,
+        num_labels,
+        mode=DEFAULTS["mode"],
+        gamma=DEFAULTS["gamma"],
+        hess_floor=DEFAULTS["hess_floor"],
+        allowed_transitions=None,
+        nthread=None,
+    ):
+        if mode not in EDGE_MODES:
+            raise ValueError(
+                f"boosted transitions support mode in {EDGE_MODES}; got {mode!r} (\"logitboost\" "
+                "has no transitions: use structboost.crf_objective)."
+            )
+        if isinstance(gamma, str) and gamma not in EDGE_GAMMAS:
+            raise ValueError(
+                f"boosted transitions support gamma in {EDGE_GAMMAS} or a float; got {gamma!r}."
+            )
+        super().__init__(
+            num_labels, mode=mode, gamma=gamma, hess_floor=hess_floor,
+            allowed_transitions=allowed_transitions, nthread=nthread,
+        )  # fmt: skip
+
+    def potentials(self, margins, batch):
+        """Node scores ``(n, K)`` and per-position transitions ``(n, K, K)``, constraints applied."""
+        unary, trans = edge_potentials(self.check_margins(margins), batch.offsets, self.num_labels)
+        trans += self.params.transitions
+        return unary, trans
+
+    def posterior(self, margins, batch, rates=False):
+        """:class:`~structboost.inference.chain.ChainPosterior` of the edge-row scores."""
+        unary, trans = self.potentials(margins, batch)
+        return posterior(unary, batch.offsets, trans, self.params.start, self.params.end, rates=rates)
+
+    def grad_hess(self, margins, batch):
+        """Gradient and Hessian ``(r, K)`` of the weighted NLL in the edge-row scores."""
+        self._check_allowed(batch)
+        with _BLAS.limit(limits=1, user_api="blas"), _config.threads(self.nthread):
+            return self._edge_grad_hess(margins, batch)
+
+    def _edge_grad_hess(self, margins, batch):
+        t0 = time.process_time()
+        k = self.num_labels
+        offsets, y = batch.offsets, batch.labels
+        first_row, is_first, n_rows = edge_layout(offsets, k)
+        post = self.posterior(margins, batch, rates=self.mode == "gbcrf" and self.gamma == "mixing")
+        p_node = post.marginals()
+        pair = post.edge_marginals()
+        t1 = time.process_time()
+        first = np.flatnonzero(is_first)
+        inner = np.flatnonzero(~is_first)
+        rows_inner = first_row[inner][:, None] + np.arange(k)
+        prob = np.empty((n_rows, k))
+        prob[first_row[first]] = p_node[first]
+        prob[rows_inner] = pair[inner - 1]
+        grad = prob.copy()
+        grad[first_row[first], y[first]] -= 1.0
+        grad[first_row[inner] + y[inner - 1], y[inner]] -= 1.0
+        if self.mode == "treecrf":
+            hess = np.ones_like(prob)
+        else:
+            hess = prob * (1.0 - prob)
+            hess *= self._edge_gamma(post, batch, first_row, is_first)[:, None]
+        np.maximum(hess, self.hess_floor, out=hess)
+        row_w = np.repeat(batch.seq_weight, edge_row_counts(batch.lengths, k))[:, None]
+        grad *= row_w
+        hess *= row_w
+        self.timings["inference"] += t1 - t0
+        self.timings["gamma"] += time.process_time() - t1
+        return grad, hess
+
+    def _edge_gamma(self, post, batch, first_row, is_first):
+        """The bound ``gamma`` of every edge row ``(r,)`` (module notes)."""
+        k = self.num_labels
+        lengths = batch.lengths
+        counts = edge_row_counts(lengths, k)
+        if not isinstance(self.gamma, str):
+            return np.full(int(counts.sum()), float(self.gamma))
+        if self.gamma == "length":
+            return np.repeat(2.0 * lengths, counts).astype(np.float64)
+        per_position = np.empty(is_first.shape[0])
+        edge = post.edge_gamma()
+        per_position[1:] = edge[:-1]
+        first = np.flatnonzero(is_first)
+        per_position[first] = post.node_gamma("mixing")[first] + 2.0 * (lengths > 1)
+        return np.repeat(per_position, np.where(is_first, 1, k))
+
+    def sequence_nll(self, margins, batch):
+        """Per-sequence negative log-likelihood ``(m,)`` of the edge-row scores."""
+        self._check_allowed(batch)
+        unary, trans = self.potentials(margins, batch)
+        p = self.params
+        post = posterior(unary, batch.offsets, trans, p.start, p.end, rates=False)
+        return post.log_z - path_scores(unary, batch.offsets, batch.labels, trans, p.start, p.end)
+
+    def decode(self, margins, batch):
+        """Viterbi labels ``(n,)`` of the edge-row scores."""
+        unary, trans = self.potentials(margins, batch)
+        return map_labels(unary, batch.offsets, trans, self.params.start, self.params.end)
