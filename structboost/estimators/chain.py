@@ -508,7 +508,51 @@ class _CRFClassifier(BoostedCRFClassifier):
         return self
 
 
-@fill_doc("mode", "gamma", "transitions", "reg_transitions", "transitions_from")
+# Docs of what both chain estimators share (filled in by ``fill_doc``).
+_SHARED_PARAMS = """
+sequence_column : str, optional
+    Name of the DataFrame column holding the per-row sequence id: every
+    call reads the boundaries from it (never a feature), so the data
+    carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
+eval_metric : str, callable or list of them, optional
+    What ``evals_result_`` records on every ``eval_set`` entry, as in
+    XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
+    log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
+    or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
+    ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
+    ``__name__``); the last one drives early stopping.
+"""
+_SHARED_ATTRIBUTES = """
+best_iteration_ : int
+    0-based index of the last round the model uses.
+evals_result_ : dict
+    ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
+    or the entry's ``"name"``).
+best_score_ : float
+    The stopping metric on the last ``eval_set`` entry at
+    ``best_iteration_`` (only with an ``eval_set``).
+n_classes_ : int
+boundaries_ : {"sequences", "rows"}
+    ``"rows"`` when ``fit`` got no boundaries (every row its own
+    sequence; later calls may then omit them too).
+id_column_ : str or None
+    The DataFrame column that held the sequence ids in ``fit``.
+vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
+    The vocabulary of feature-dict input.
+transitions_ : pandas.DataFrame
+feature_importances_ : ndarray, shape (n_features_in_,)
+base_model_ : estimator or None
+    The fitted clone of ``base_model``.
+n_features_in_ : int
+feature_names_in_ : ndarray of str
+    Only when ``X`` was a DataFrame.
+"""
+
+
+@fill_doc(
+    "mode", "gamma", "transitions", "reg_transitions", "transitions_from",
+    shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
+)
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost.
 
@@ -539,17 +583,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         :meth:`predict_marginals`, :meth:`predict_log_likelihood` and
         :meth:`score`, so no prediction makes a forbidden move. The
         training labels must obey them.
-    sequence_column : str, optional
-        Name of the DataFrame column holding the per-row sequence id: every
-        call reads the boundaries from it (never a feature), so the data
-        carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
-    eval_metric : str, callable or list of them, optional
-        What ``evals_result_`` records on every ``eval_set`` entry, as in
-        XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
-        log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
-        or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
-        ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
-        ``__name__``); the last one drives early stopping.
+    {shared_params}
     callbacks : list, optional
         ``xgboost.callback.TrainingCallback`` objects, run after the one
         that stores the transitions (as ``XGBClassifier(callbacks=)``).
@@ -568,29 +602,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         ``allowed_transitions`` resolved against ``classes_``.
     booster_ : xgboost.Booster
         Carries the transitions; :func:`structboost.engines.predict` accepts it.
-    best_iteration_ : int
-        0-based index of the last round the model uses.
-    evals_result_ : dict
-        ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
-        or the entry's ``"name"``).
-    best_score_ : float
-        The stopping metric on the last ``eval_set`` entry at
-        ``best_iteration_`` (only with an ``eval_set``).
-    n_classes_ : int
-    boundaries_ : {"sequences", "rows"}
-        ``"rows"`` when ``fit`` got no boundaries (every row its own
-        sequence; later calls may then omit them too).
-    id_column_ : str or None
-        The DataFrame column that held the sequence ids in ``fit``.
-    vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
-        The vocabulary of feature-dict input.
-    transitions_ : pandas.DataFrame
-    feature_importances_ : ndarray, shape (n_features_in_,)
-    base_model_ : estimator or None
-        The fitted clone of ``base_model``.
-    n_features_in_ : int
-    feature_names_in_ : ndarray of str
-        Only when ``X`` was a DataFrame.
+    {shared_attributes}
     """
 
     def __init__(
@@ -745,7 +757,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return super().transitions_
 
 
-@fill_doc("mode", "gamma", "transitions", "reg_transitions")
+@fill_doc(
+    "mode", "gamma", "transitions", "reg_transitions",
+    shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
+)
 class LGBMCRFClassifier(_CRFClassifier):
     """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.LGBMModel``).
 
@@ -766,17 +781,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         As in :class:`XGBCRFClassifier`; its scores become ``init_score``.
     allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
         As in :class:`XGBCRFClassifier`.
-    sequence_column : str, optional
-        Name of the DataFrame column holding the per-row sequence id: every
-        call reads the boundaries from it (never a feature), so the data
-        carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
-    eval_metric : str, callable or list of them, optional
-        What ``evals_result_`` records on every ``eval_set`` entry, as in
-        XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
-        log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
-        or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
-        ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
-        ``__name__``); the last one drives early stopping.
+    {shared_params}
     callbacks : list, optional
         LightGBM callbacks (callables of ``env``, such as
         ``lightgbm.log_evaluation(10)``), run after the one that stores the
@@ -796,29 +801,7 @@ class LGBMCRFClassifier(_CRFClassifier):
     booster_ : lightgbm.Booster
         Carries the transitions; :func:`structboost.engines.predict` and
         :func:`structboost.save_lgb_model` accept it.
-    best_iteration_ : int
-        0-based index of the last round the model uses.
-    evals_result_ : dict
-        ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
-        or the entry's ``"name"``).
-    best_score_ : float
-        The stopping metric on the last ``eval_set`` entry at
-        ``best_iteration_`` (only with an ``eval_set``).
-    n_classes_ : int
-    boundaries_ : {"sequences", "rows"}
-        ``"rows"`` when ``fit`` got no boundaries (every row its own
-        sequence; later calls may then omit them too).
-    id_column_ : str or None
-        The DataFrame column that held the sequence ids in ``fit``.
-    vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
-        The vocabulary of feature-dict input.
-    transitions_ : pandas.DataFrame
-    feature_importances_ : ndarray, shape (n_features_in_,)
-    base_model_ : estimator or None
-        The fitted clone of ``base_model``.
-    n_features_in_ : int
-    feature_names_in_ : ndarray of str
-        Only when ``X`` was a DataFrame.
+    {shared_attributes}
     """
 
     def __init__(

@@ -136,18 +136,27 @@ def param_docs(*names, solvers=SOLVERS, indent=4):
     return "\n".join(lines)
 
 
-def fill_doc(*names, solvers=SOLVERS):
-    """Decorator replacing the line ``{objective_params}`` of a docstring.
+def fill_doc(*names, solvers=SOLVERS, **sections):
+    """Decorator filling placeholder lines of a docstring.
 
-    The placeholder line's indentation is kept; see :func:`param_docs`.
+    The line ``{objective_params}`` becomes the entries of ``names`` (see
+    :func:`param_docs`); a line ``{key}`` becomes ``sections[key]``, text
+    written without indentation. Each placeholder's indentation is kept.
     """
+    texts = dict(sections)
+    if names:
+        texts["objective_params"] = param_docs(*names, solvers=solvers, indent=0)
 
     def decorate(obj):
         doc = obj.__doc__
-        key = "{objective_params}"
-        at = doc.index(key)
-        indent = at - doc.rindex("\n", 0, at) - 1
-        obj.__doc__ = doc.replace(key, param_docs(*names, solvers=solvers, indent=indent).lstrip())
+        for key, text in texts.items():
+            mark = "{" + key + "}"
+            at = doc.index(mark)
+            pad = " " * (at - doc.rindex("\n", 0, at) - 1)
+            lines = text.strip("\n").split("\n")
+            body = "\n".join(pad + line if line else line for line in lines)
+            doc = doc.replace(mark, body.lstrip(), 1)
+        obj.__doc__ = doc
         return obj
 
     return decorate
