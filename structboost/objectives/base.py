@@ -24,7 +24,8 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from .. import _config
-from ..transitions.chain import identity, refit
+from ..transitions.base import identity
+from ..transitions.chain import refit
 from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
@@ -97,7 +98,7 @@ class NodeObjective:
 
     Subclasses supply the structure: ``_zero_params()`` (independent rows),
     ``_problem(unary, batch)`` (a
-    :class:`~structboost.transitions.chain.PenalisedProblem` whose posterior has
+    :class:`~structboost.transitions.base.PenalisedProblem` whose posterior has
     ``marginals()`` and ``node_gamma(method, marginals=)``), and
     ``sequence_nll``/``decode``. ``batch`` has ``labels``, ``offsets`` and
     ``seq_weight``.
@@ -119,7 +120,7 @@ class NodeObjective:
         Sums a float64 array over the workers of a distributed run; the
         objective hands it to each round's transition problem and sums the
         metric's numerator and denominator with it. The default,
-        :func:`~structboost.transitions.chain.identity`, is a single
+        :func:`~structboost.transitions.base.identity`, is a single
         process; :mod:`structboost.engines.dask` sets XGBoost's collective.
     """
 

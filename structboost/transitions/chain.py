@@ -31,17 +31,12 @@ whose gradient is (expected - observed) transition, start and end counts plus
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 
 from ..inference.chain import Workspace, posterior
 from . import majorize
+from .base import PenalisedProblem, identity
 
 SOLVERS = ("lbfgs", "newton", "majorize")
-
-
-def identity(values):
-    """The allreduce of a single process: ``values`` unchanged."""
-    return values
 
 
 @dataclass
@@ -131,124 +126,6 @@ def observed_counts(labels, offsets, seq_weight, num_labels):
     start = np.bincount(labels[offsets[:-1]], weights=seq_weight, minlength=k)
     end = np.bincount(labels[offsets[1:] - 1], weights=seq_weight, minlength=k)
     return np.concatenate((trans, start, end)).astype(np.float64)
-
-
-class PenalisedProblem:
-    """Solver machinery shared by every linear-potential refit.
-
-    For parameters ``vec`` with fixed node potentials the objective is::
-
-        f(vec) = seq_weight @ log_z(vec) - counts @ vec + reg / 2 * ||vec||^2
-
-    (the penalised NLL up to the constant node-score term), with gradient
-    ``expected - counts + reg * vec``. A subclass sets ``seq_weight``,
-    ``counts``, ``reg``, ``num_labels`` and ``param_type`` (with
-    ``from_vector(vec, num_labels)`` and ``to_vector()``), and implements
-    ``_posterior(params)`` (messages with ``log_z``) and
-    ``expected_counts(post, with_curvature)``. ``newton_scale`` multiplies the
-    curvature bound of the Newton step (2 when two parameter groups are
-    bounded separately and updated together).
-
-    A subclass may also set ``free``, a bool mask over ``vec``: the other
-    entries are fixed at ``-inf`` (forbidden moves, see
-    :mod:`structboost.objectives.constraints`) and every solver works on the free
-    entries only, so the fixed ones carry no penalty and no gradient and
-    are never refit. :meth:`value` and :meth:`value_and_grad` take the free
-    entries.
-
-    ``allreduce`` sums a float64 array over all workers of a distributed
-    training run (``xgboost.collective.allreduce`` with ``Op.SUM``; see
-    :mod:`structboost.engines.dask`); the default is :func:`identity`. Every
-    data-dependent quantity a solver uses (the data term of ``f``, its
-    gradient, the Newton curvature, the majorization bound and the observed
-    counts) goes through it, once per evaluation, before the penalty is
-    added: every worker then sees the global values, takes the same steps
-    and calls it equally often, an empty partition included.
-    """
-
-    newton_scale = 1.0
-    free = None
-    _last = None
-    allreduce = staticmethod(identity)
-
-    def _free_part(self, vec):
-        """The free entries of a full parameter vector."""
-        return vec if self.free is None else vec[self.free]
-
-    def _full(self, x):
-        """The full parameter vector with free entries ``x`` (fixed ones ``-inf``)."""
-        if self.free is None:
-            return x
-        vec = np.full(self.free.shape, -np.inf)
-        vec[self.free] = x
-        return vec
-
-    def posterior(self, params):
-        """Messages at ``params``, reusing the last evaluation when it matches."""
-        vec = params.to_vector()
-        if self._last is not None and np.array_equal(self._last[0], vec):
-            return self._last[1]
-        post = self._posterior(params)
-        self._last = (vec, post)
-        return post
-
-    def _local_value(self, x):
-        """This worker's data term of ``f`` at free parameters ``x`` (no penalty)."""
-        post = self.posterior(self.param_type.from_vector(self._full(x), self.num_labels))
-        return self.seq_weight @ post.log_z - self._free_part(self.counts) @ x
-
-    def value(self, x):
-        """Penalised NLL at free parameters ``x``, up to the constant node-score term."""
-        data = self.allreduce(np.array([self._local_value(x)]))[0]
-        return data + 0.5 * self.reg * x @ x
-
-    def value_and_grad(self, x):
-        """Penalised NLL (up to the constant node-score term) and its gradient in ``x``."""
-        local = self._local_value(x)
-        expected, _ = self.expected_counts(self._last[1])
-        summed = self.allreduce(
-            np.concatenate(([local], self._free_part(expected - self.counts)))
-        )
-        return summed[0] + 0.5 * self.reg * x @ x, summed[1:] + self.reg * x
-
-    def newton_step(self, params, max_halvings=30):
-        """One diagonal-bound Newton step (Theorem 4.2), halved until it descends.
-
-        The bound of Lemma 2.1 holds to second order only, so a full step
-        taken far from the optimum (where some ``p (1 - p)`` are tiny) can
-        overshoot; the step is halved until the penalised NLL does not rise.
-        The accepted point's messages stay cached for the caller.
-        """
-        x = self._free_part(params.to_vector())
-        f0 = self.value(x)
-        expected, curvature = self.expected_counts(self._last[1], with_curvature=True)
-        grad, curvature = np.split(
-            self.allreduce(
-                np.concatenate(
-                    (self._free_part(expected - self.counts), self._free_part(curvature))
-                )
-            ),
-            2,
-        )
-        step = (grad + self.reg * x) / (self.newton_scale * curvature + self.reg + 1e-12)
-        for _ in range(max_halvings):
-            cand = x - step
-            if self.value(cand) <= f0:
-                return self.param_type.from_vector(self._full(cand), self.num_labels)
-            step *= 0.5
-        self.posterior(params)
-        return params
-
-    def lbfgs(self, params, max_iter):
-        """Warm-started L-BFGS on the free entries, at most ``max_iter`` iterations."""
-        res = minimize(
-            self.value_and_grad,
-            self._free_part(params.to_vector()),
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": int(max_iter)},
-        )
-        return self.param_type.from_vector(self._full(res.x), self.num_labels)
 
 
 class TransitionProblem(PenalisedProblem):

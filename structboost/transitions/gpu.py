@@ -5,7 +5,8 @@ from numba import cuda
 
 from ..inference import _cuda_chain as kern
 from ..inference.gpu import DevicePosterior, launch, set_rows, zeros
-from .chain import PenalisedProblem, TransitionParams, TransitionProblem
+from .base import PenalisedProblem
+from .chain import TransitionParams, TransitionProblem
 
 
 class DeviceTransitionProblem(PenalisedProblem):

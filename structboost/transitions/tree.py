@@ -10,7 +10,7 @@ fixed, the penalised negative log-likelihood in ``theta = transitions
 
 whose gradient is the per-type sum of the weighted edge marginals minus the
 observed per-type pair counts plus ``reg * theta``. The solvers ("lbfgs",
-"newton") are those of :class:`structboost.transitions.chain.PenalisedProblem`;
+"newton") are those of :class:`structboost.transitions.base.PenalisedProblem`;
 the Newton curvature bound of a shared entry sums ``w gamma_e P_e (1 - P_e)``
 over its edges, with ``gamma_e`` the tree edge bound of
 :func:`structboost.inference.tree.tree_edge_gamma`.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .chain import PenalisedProblem
+from .base import PenalisedProblem
 from ..inference.tree import posterior
 
 
