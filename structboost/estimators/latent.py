@@ -128,7 +128,6 @@ class LatentProblem:
         """
         log_z, prob, deviation, coefficient = majorize._running_mean_operator(self.scores(theta))
         weights = majorize._curvature_weights(deviation, coefficient)  # shape (t, n, n)
-        q = self.inputs.shape[1]
         curvature = np.einsum("jab,jq,jr->aqbr", weights, self.inputs, self.inputs, optimize=True)
         mu = (prob.T @ self.inputs).ravel()
         return majorize.QuadraticBound(theta, float(log_z.sum()), mu, curvature.reshape(self.dim, self.dim))
