@@ -22,7 +22,7 @@ import numpy as np
 
 from ._version import __version__
 from ._extras import require
-from .objectives.params import DEFAULTS, MODES, SOLVERS
+from .objectives.params import DEFAULTS, MODES, SOLVERS, STEPS
 
 logger = logging.getLogger("structboost.cli")
 
@@ -219,6 +219,7 @@ def train(args):
     engine = {"xgboost": XGBCRFClassifier, "lightgbm": LGBMCRFClassifier}[args.engine]
     classifier = engine(
         mode=args.mode,
+        step=args.step,
         transitions=args.transitions,
         n_estimators=args.rounds,
         learning_rate=args.learning_rate,
@@ -380,6 +381,7 @@ def build_parser():
     )
     t.add_argument("--engine", choices=["xgboost", "lightgbm"], default="xgboost")
     t.add_argument("--mode", choices=MODES, default=DEFAULTS["mode"])
+    t.add_argument("--step", choices=STEPS, default=DEFAULTS["step"], help="GBCRF step size")
     # The CoNLL benchmark measured the Newton step better and cheaper on NER.
     t.add_argument("--transitions", choices=SOLVERS, default="newton")
     t.add_argument("--rounds", type=int, default=300, help="boosting rounds (at most)")

@@ -266,11 +266,12 @@ class XGBCRFObjective(EngineObjective):
         return TransitionRecorder(self)
 
 
-@fill_doc('mode', 'gamma', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions', 'nthread')
+@fill_doc('mode', 'gamma', 'step', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions', 'nthread')
 def crf_objective(
     num_labels,
     mode=DEFAULTS["mode"],
     gamma=DEFAULTS["gamma"],
+    step=DEFAULTS["step"],
     transitions=DEFAULTS["transitions"],
     reg_transitions=DEFAULTS["reg_transitions"],
     metric=DEFAULTS["metric"],
@@ -308,6 +309,7 @@ def crf_objective(
         num_labels,
         mode=mode,
         gamma=gamma,
+        step=step,
         transitions=transitions,
         reg_transitions=reg_transitions,
         allowed_transitions=allowed_transitions,

@@ -136,12 +136,13 @@ class XGBTreeCRFObjective(XGBCRFObjective):
         )
 
 
-@fill_doc('mode', 'gamma', 'transitions', 'reg_transitions', 'metric', solvers=TREE_SOLVERS)
+@fill_doc('mode', 'gamma', 'step', 'transitions', 'reg_transitions', 'metric', solvers=TREE_SOLVERS)
 def tree_crf_objective(
     num_labels,
     n_edge_types=1,
     mode=DEFAULTS["mode"],
     gamma=DEFAULTS["gamma"],
+    step=DEFAULTS["step"],
     transitions=DEFAULTS["transitions"],
     reg_transitions=DEFAULTS["reg_transitions"],
     metric=DEFAULTS["metric"],
@@ -169,6 +170,7 @@ def tree_crf_objective(
         n_edge_types,
         mode=mode,
         gamma=gamma,
+        step=step,
         transitions=transitions,
         reg_transitions=reg_transitions,
         **kwargs,

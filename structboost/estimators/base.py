@@ -48,7 +48,7 @@ from ..sequences import resolve_lengths
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
 # The objective's parameters every estimator has (declared in objectives.params).
-OBJECTIVE_PARAMS = ("mode", "gamma", "transitions", "reg_transitions")
+OBJECTIVE_PARAMS = ("mode", "gamma", "step", "transitions", "reg_transitions")
 # Engine names of the thread count, in the order they are read.
 _THREAD_PARAMS = ("n_jobs", "nthread", "num_threads")
 # eval_metric names and the objective's metric each one is.
@@ -231,7 +231,7 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         if reserved:
             raise ValueError(
                 f"{reserved} are set by {type(self).__name__} for the CRF objective: remove "
-                "them from the parameters (use mode=, gamma=, transitions=, eval_metric= "
+                "them from the parameters (use mode=, gamma=, step=, transitions=, eval_metric= "
                 "instead)."
             )
         return {name: getattr(self, name) for name in OBJECTIVE_PARAMS}

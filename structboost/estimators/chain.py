@@ -550,7 +550,7 @@ feature_names_in_ : ndarray of str
 
 
 @fill_doc(
-    "mode", "gamma", "transitions", "reg_transitions", "transitions_from",
+    "mode", "gamma", "step", "transitions", "reg_transitions", "transitions_from",
     shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
 )
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
@@ -610,6 +610,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         *,
         mode=DEFAULTS["mode"],
         gamma=DEFAULTS["gamma"],
+        step=DEFAULTS["step"],
         transitions=DEFAULTS["transitions"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
@@ -626,6 +627,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     ):
         self.mode = mode
         self.gamma = gamma
+        self.step = step
         self.transitions = transitions
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
@@ -758,7 +760,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
 
 
 @fill_doc(
-    "mode", "gamma", "transitions", "reg_transitions",
+    "mode", "gamma", "step", "transitions", "reg_transitions",
     shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
 )
 class LGBMCRFClassifier(_CRFClassifier):
@@ -809,6 +811,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         *,
         mode=DEFAULTS["mode"],
         gamma=DEFAULTS["gamma"],
+        step=DEFAULTS["step"],
         transitions=DEFAULTS["transitions"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
@@ -825,6 +828,7 @@ class LGBMCRFClassifier(_CRFClassifier):
     ):
         self.mode = mode
         self.gamma = gamma
+        self.step = step
         self.transitions = transitions
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators

@@ -38,7 +38,7 @@ def _map_rows(collection, fn, dtype):
     )
 
 
-@fill_doc("mode", "gamma", "transitions", "reg_transitions")
+@fill_doc("mode", "gamma", "step", "transitions", "reg_transitions")
 class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost on a Dask cluster.
 
@@ -76,6 +76,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         *,
         mode=DEFAULTS["mode"],
         gamma=DEFAULTS["gamma"],
+        step=DEFAULTS["step"],
         transitions=DEFAULTS["transitions"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
@@ -86,6 +87,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     ):
         self.mode = mode
         self.gamma = gamma
+        self.step = step
         self.transitions = transitions
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators

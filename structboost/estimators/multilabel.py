@@ -431,7 +431,7 @@ def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
 # ----------------------------------------------------------------------------- estimator
 
 
-@fill_doc("mode", "gamma", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
+@fill_doc("mode", "gamma", "step", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
 class ESSTreeCRFClassifier(BoostedCRFClassifier):
     """Multi-label classifier: a boosted CRF over a tree of labels.
 
@@ -489,6 +489,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         structure="ess",
         mode=DEFAULTS["mode"],
         gamma=DEFAULTS["gamma"],
+        step=DEFAULTS["step"],
         transitions=DEFAULTS["transitions"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=50,
@@ -510,6 +511,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.gamma = gamma
+        self.step = step
         self.transitions = transitions
         self.reg_transitions = reg_transitions
         self.early_stopping_rounds = early_stopping_rounds

@@ -30,7 +30,7 @@ def _edge_type_count(edge_types, given):
     return int(np.max(edge_types)) + 1 if len(edge_types) else 1
 
 
-@fill_doc("mode", "gamma", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
+@fill_doc("mode", "gamma", "step", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
 class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
 
@@ -86,6 +86,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         *,
         mode=DEFAULTS["mode"],
         gamma=DEFAULTS["gamma"],
+        step=DEFAULTS["step"],
         transitions=DEFAULTS["transitions"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
@@ -100,6 +101,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     ):
         self.mode = mode
         self.gamma = gamma
+        self.step = step
         self.transitions = transitions
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators

@@ -27,6 +27,7 @@ from .. import _config
 from ..transitions.base import identity
 from ..transitions.chain import refit
 from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
+from .step import SecantScale
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
 # gains nothing there and, beside numba's and the engine's threads, its
@@ -91,7 +92,8 @@ def softmax(margins):
 
 
 @fill_doc(
-    "mode", "gamma", "transitions", "reg_transitions", "transition_iter", "hess_floor", "nthread"
+    "mode", "gamma", "step", "transitions", "reg_transitions", "transition_iter", "hess_floor",
+    "nthread",
 )
 class NodeObjective:
     """Mode, Hessian and weighting of a CRF boosting objective, for any structure.
@@ -116,6 +118,9 @@ class NodeObjective:
     timings : dict
         CPU seconds of this process (``time.process_time``, all threads) spent so far
         in ``"transitions"``, ``"inference"`` and ``"gamma"``.
+    step_scale : SecantScale or None
+        The adaptive step's controller (``step="adaptive"`` in ``"gbcrf"``
+        mode): its ``history`` holds the scale of the bound in each round.
     allreduce : callable
         Sums a float64 array over the workers of a distributed run; the
         objective hands it to each round's transition problem and sums the
@@ -138,8 +143,9 @@ class NodeObjective:
         transition_iter=None,
         hess_floor=DEFAULTS["hess_floor"],
         nthread=None,
+        step=DEFAULTS["step"],
     ):
-        check_params(num_labels, mode, gamma, transitions, reg_transitions, self.solvers)
+        check_params(num_labels, mode, gamma, transitions, reg_transitions, self.solvers, step)
         self.num_labels = int(num_labels)
         self.mode = mode
         self.gamma = gamma
@@ -150,6 +156,8 @@ class NodeObjective:
         )
         self.hess_floor = float(hess_floor)
         self.nthread = _config.check_nthread(nthread)
+        self.step = step
+        self.step_scale = SecantScale() if mode == "gbcrf" and step == "adaptive" else None
         self.params = self._zero_params()
         self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
 
@@ -196,6 +204,9 @@ class NodeObjective:
         if self.uses_transitions:
             problem = self._problem(u, batch)
             problem.allreduce = self.allreduce
+            if self.step_scale is not None:  # the NLL at the last round's transitions
+                before = problem.posterior(self.params).log_z
+                scale = self.step_scale.update(u, before, batch, self.allreduce)
             self.params = refit(problem, self.params, self.transitions, self.transition_iter)
             t1 = time.process_time()
             post = problem.posterior(self.params)
@@ -211,14 +222,21 @@ class NodeObjective:
             hess[:] = 1.0
         elif self.mode == "logitboost":
             hess *= 2.0
-        elif isinstance(self.gamma, str):
-            hess *= post.node_gamma(self.gamma, marginals=p)[:, None]
         else:
-            hess *= float(self.gamma)
+            diagonal = hess.copy() if self.step_scale is not None else None
+            if isinstance(self.gamma, str):
+                hess *= post.node_gamma(self.gamma, marginals=p)[:, None]
+            else:
+                hess *= float(self.gamma)
+            if diagonal is not None:
+                hess *= scale
+                np.maximum(hess, diagonal, out=hess)
         np.maximum(hess, self.hess_floor, out=hess)
         row_w = np.repeat(batch.seq_weight, lengths)[:, None]
         grad *= row_w
         hess *= row_w
+        if self.step_scale is not None:
+            self.step_scale.remember(u, post.log_z, batch, grad, hess)
         t3 = time.process_time()
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += t2 - t1

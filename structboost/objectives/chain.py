@@ -85,10 +85,11 @@ class CRFObjective(NodeObjective):
         hess_floor=DEFAULTS["hess_floor"],
         allowed_transitions=None,
         nthread=None,
+        step=DEFAULTS["step"],
     ):
         super().__init__(
             num_labels, mode, gamma, transitions, reg_transitions, transition_iter, hess_floor,
-            nthread,
+            nthread, step,
         )
         self.constraints = resolve_constraints(allowed_transitions, self.num_labels)
         self._workspace = None

@@ -52,6 +52,11 @@ class DeviceCRFObjective(CRFObjective):
                 'transitions="majorize" runs on the CPU only; use "lbfgs" or "newton" with '
                 'device="cuda", or device="cpu".'
             )
+        if self.step_scale is not None:
+            raise ValueError(
+                'step="adaptive" runs on the CPU only; use step="bound" with device="cuda", '
+                'or device="cpu".'
+            )
         self._structures = {}
 
     def __getstate__(self):

@@ -21,6 +21,8 @@ TRANSITIONS_FROM = ("linear", "input")
 #: Modes and gamma methods of boosted, input-dependent transitions (:mod:`.edge`).
 EDGE_MODES = ("gbcrf", "treecrf")
 EDGE_GAMMAS = ("mixing", "length")
+#: Step sizes of GBCRF: the Hessian bound itself, or scaled to the measured curvature (:mod:`.step`).
+STEPS = ("bound", "adaptive")
 #: Solver iterations per boosting round when ``transition_iter`` is None.
 DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 
@@ -28,6 +30,7 @@ DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 DEFAULTS = {
     "mode": "gbcrf",
     "gamma": "mixing",
+    "step": "bound",
     "transitions": "lbfgs",
     "reg_transitions": 1.0,
     "metric": "nll",
@@ -53,6 +56,15 @@ _DOCS = {
         "O(nK^2)), the length bound (Corollary 4.1) or the exact smallest value",
         "(quadratic in the length: for analysis); a float fixes it everywhere.",
         "Not XGBoost's split ``gamma``.",
+    ),
+    "step": (
+        f"step : {_choices(STEPS)}, default \"{DEFAULTS['step']}\"",
+        "GBCRF's step size: ``\"bound\"`` takes the Hessian ``gamma p (1 - p)``",
+        "as it is (every step lowers the NLL, but is as small as the worst",
+        "direction demands); ``\"adaptive\"`` scales the bound each round to",
+        "the curvature measured along the last round's trees, never above the",
+        "bound nor below ``p (1 - p)`` (see :mod:`structboost.objectives.step`).",
+        "Other modes ignore it.",
     ),
     "transitions": (
         "transitions : {solvers}, default \"" + DEFAULTS["transitions"] + "\"",
@@ -99,8 +111,8 @@ _DOCS = {
         "the trees score every position once per previous label (K times the",
         "rows; see :mod:`structboost.objectives.edge`); modes ``\"gbcrf\"``",
         "(edge bound of Chen et al.'s Theorem 4.2) and ``\"treecrf\"``, gamma",
-        "``\"mixing\"``, ``\"length\"`` or a float; ``transitions`` and",
-        "``reg_transitions`` are unused.",
+        "``\"mixing\"``, ``\"length\"`` or a float; ``step``, ``transitions``",
+        "and ``reg_transitions`` are unused.",
     ),
     "hess_floor": (
         f"hess_floor : float, default {DEFAULTS['hess_floor']}",
@@ -162,7 +174,9 @@ def fill_doc(*names, solvers=SOLVERS, **sections):
     return decorate
 
 
-def check_params(num_labels, mode, gamma, transitions, reg_transitions, solvers=SOLVERS):
+def check_params(
+    num_labels, mode, gamma, transitions, reg_transitions, solvers=SOLVERS, step=DEFAULTS["step"]
+):
     """Raise a ``ValueError`` naming the first invalid objective parameter."""
     if int(num_labels) != num_labels or num_labels < 1:
         raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
@@ -173,6 +187,8 @@ def check_params(num_labels, mode, gamma, transitions, reg_transitions, solvers=
             raise ValueError(f"gamma must be one of {GAMMA_METHODS} or a float; got {gamma!r}.")
     elif not np.isfinite(gamma) or gamma <= 0:
         raise ValueError(f"a fixed gamma must be a positive float; got {gamma!r}.")
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {STEPS}; got {step!r}.")
     if transitions not in solvers:
         raise ValueError(f"transitions must be one of {solvers}; got {transitions!r}.")
     if reg_transitions < 0:

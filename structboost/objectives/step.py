@@ -1,0 +1,122 @@
+"""The adaptive step of GBCRF: the gamma Hessian scaled to the curvature trees meet.
+
+Chen et al.'s node bound ``gamma_t p (1 - p)`` (Theorem 4.1) holds in every
+direction at once, so a tree step taken with it never raises the NLL, but it
+is as small as the worst direction demands: on long, strongly coupled
+chains (gamma about 9 on protein chains, more on CoNLL sentences) GBCRF
+then needs many times LogitBoost's rounds for the same progress, and the
+learning rate loses its usual meaning.
+
+:class:`SecantScale` measures, after every round, the curvature of the NLL
+along the step the engine actually took (all of the round's trees
+together) and scales the bound to it for the next round::
+
+    tau   = 2 (f(m + d) - f(m) - G . d) / (d' H d)     # true / model curvature along d
+    scale = clip(scale * tau, scale / 4, 1)
+    H     = max(p (1 - p), scale * gamma_t p (1 - p))   # per row and label
+
+with ``f`` the weighted NLL at fixed transitions, ``G`` and ``H`` the
+gradient and Hessian handed to the engine last round and ``d`` the change
+of the margins since then. The NLL is convex in the node scores, so
+``tau >= 0``; for a quadratic it is exactly the ratio of the curvature
+along ``d`` to the model's. The scale never exceeds 1 (the bound) and never
+lets the Hessian fall below the exact diagonal ``p (1 - p)``; it shrinks by
+at most a factor 4 per round, and one round that meets more curvature than
+the model assumed restores it. It starts at 1, the bound.
+"""
+
+import numpy as np
+
+#: Largest factor by which the scale may shrink in one round.
+MAX_SHRINK = 4.0
+#: Smallest scale (a floor for the controller; the Hessian floor is ``p (1 - p)``).
+MIN_SCALE = 1e-3
+
+
+class SecantScale:
+    """Trust-region scale of the GBCRF Hessian, fitted to the measured curvature.
+
+    Attributes
+    ----------
+    scale : float
+        Multiplier of the bound in the next Hessian, in ``[MIN_SCALE, 1]``.
+    history : list of float
+        The scale used in each round so far.
+    """
+
+    def __init__(self):
+        self.scale = 1.0
+        self.history = []
+        self._last = None
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_last"] = None  # per-round arrays: a copied objective starts a new secant
+        return state
+
+    @staticmethod
+    def nll(margins, log_z, batch):
+        """Weighted NLL ``(float)`` of ``batch`` up to the transition path term.
+
+        The transition part of the path score is the same for any node
+        scores, so differences at fixed transitions need only ``log_z (m,)``
+        and the labels' node scores.
+        """
+        rows = np.repeat(batch.seq_weight, np.diff(batch.offsets))
+        node = margins[np.arange(margins.shape[0]), batch.labels]
+        return float(batch.seq_weight @ log_z - rows @ node)
+
+    def update(self, margins, log_z, batch, allreduce):
+        """Fit the scale to the step from the last round's margins to ``margins``.
+
+        Parameters
+        ----------
+        margins : (n, K) float64
+            This round's node scores.
+        log_z : (m,) float64
+            Log-partition of each sequence at these margins and the
+            transitions the last round's gradient was computed with.
+        batch
+            The training batch (``labels``, ``offsets``, ``seq_weight``).
+        allreduce : callable
+            Sums a float64 array over the workers of a distributed run.
+
+        Returns
+        -------
+        float
+            The scale for this round's Hessian.
+        """
+        last = self._last
+        if last is not None and last[0].shape == margins.shape:
+            old_margins, grad, hess, old_nll = last
+            d = margins - old_margins
+            change, slope, model = allreduce(
+                np.array(
+                    [
+                        self.nll(margins, log_z, batch) - old_nll,
+                        float(np.vdot(grad, d)),
+                        float(np.vdot(hess, d * d)),
+                    ]
+                )
+            )
+            if model > 0.0:
+                tau = max(2.0 * (change - slope) / model, 0.0)
+                self.scale = float(np.clip(self.scale * tau, self.scale / MAX_SHRINK, 1.0))
+                self.scale = max(self.scale, MIN_SCALE)
+        self.history.append(self.scale)
+        return self.scale
+
+    def remember(self, margins, log_z, batch, grad, hess):
+        """Keep what the next round's :meth:`update` needs.
+
+        ``margins``, ``grad`` and ``hess`` are ``(n, K)`` (the weighted
+        gradient and Hessian handed to the engine) and ``log_z (m,)`` is at
+        the transitions they were computed with. Kept in float32: the
+        engines' margins are float32 already, and the scale needs three sums.
+        """
+        self._last = (
+            margins.astype(np.float32),
+            grad.astype(np.float32),
+            hess.astype(np.float32),
+            self.nll(margins, log_z, batch),
+        )
