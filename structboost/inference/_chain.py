@@ -57,7 +57,9 @@ bounds from its pairwise marginals.
 """
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from .._config import FINITE, KERNEL, PARALLEL, SAFE, TINY
 from ._logspace import logsumexp
@@ -171,6 +173,23 @@ def exp_tables(trans, parallel=False):
     return emat.reshape(p, k, k), emax
 
 
+@intrinsic
+def _fmin(typingctx, a, b):
+    """``min(a, b)`` of two float64 as LLVM's ``minnum``, which LLVM vectorises in reductions.
+
+    numba's ``min`` lowers to a compare and select that LLVM 22 keeps scalar
+    inside a reduction loop; ``minnum`` becomes ``vminpd``.
+    """
+    sig = types.float64(types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        d = ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.minnum", [d], ir.FunctionType(d, [d, d]))
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
 @njit(**FINITE)
 def _min_rate(mat, inv, pen, weights, row_w):
     """``1 - sum_i w[i] min_j (mat[i, j] inv[j] + pen[j])``, ``w = weights[row_w]``; rows with no finite minimum skipped.
@@ -184,10 +203,24 @@ def _min_rate(mat, inv, pen, weights, row_w):
     for i in range(k):
         m = _EXCLUDE
         for j in range(k):
-            m = min(m, mat[i, j] * inv[j] + pen[j])
+            m = _fmin(m, mat[i, j] * inv[j] + pen[j])
         if m < _EXCLUDE:
             total += weights[row_w, i] * m
     return max(0.0, 1.0 - total)
+
+
+@njit(**FINITE)
+def _rate_weights(alpha_t, beta_t, scale, den, inv, pen):
+    """``inv = 1 / (scale * den)`` and ``pen = 0`` where ``alpha_t * beta_t > 0``, else ``0`` and ``_EXCLUDE``.
+
+    Branch-free (the division of an excluded label, possibly ``1 / 0``, is
+    computed and discarded), so that the ``K`` divisions vectorise.
+    """
+    for a in range(inv.shape[0]):
+        ok = alpha_t[a] * beta_t[a] > 0.0
+        x = 1.0 / (scale * den[a])
+        inv[a] = x if ok else 0.0
+        pen[a] = 0.0 if ok else _EXCLUDE
 
 
 @njit(**KERNEL)
@@ -201,16 +234,9 @@ def _rates(t, emat_t, emat_tt, alpha, beta, r, into, beta_scale, inv, pen, right
     into[t, b]`` (rows of ``E``). Labels of zero probability add nothing to
     the total variation of Theorem 3.1.
     """
-    k = inv.shape[0]
-    for a in range(k):
-        ok = alpha[t - 1, a] * beta[t - 1, a] > 0.0
-        inv[a] = 1.0 / (beta_scale[t - 1] * beta[t - 1, a]) if ok else 0.0
-        pen[a] = 0.0 if ok else _EXCLUDE
+    _rate_weights(alpha[t - 1], beta[t - 1], beta_scale[t - 1], beta[t - 1], inv, pen)
     right[t - 1] = _min_rate(emat_tt, inv, pen, r, t)
-    for b in range(k):
-        ok = alpha[t, b] * beta[t, b] > 0.0
-        inv[b] = 1.0 / into[t, b] if ok else 0.0
-        pen[b] = 0.0 if ok else _EXCLUDE
+    _rate_weights(alpha[t], beta[t], 1.0, into[t], inv, pen)
     left[t] = _min_rate(emat_t, inv, pen, alpha, t - 1)
 
 
