@@ -144,13 +144,17 @@ class LogSpacePart:
     pairwise: np.ndarray
 
 
-#: Rows per block of :func:`_chain_products`: its temporaries stay in cache
+#: Rows per block of :func:`_edge_products`: its temporaries stay in cache
 #: instead of costing fresh ``(n, K)`` arrays (page faults) on every call.
 EDGE_BLOCK = 4096
 
 
-def _chain_products(a, r, coef):
-    """``A' diag(c) R`` for ``c = coef[0]`` and, given three rows, ``coef[1]``, and ``(A^2)' diag(coef[2]) R^2``.
+def _edge_products(a, r, coef):
+    """Weighted products of the scaled messages over all edges, summed in blocks.
+
+    ``A' diag(coef[0]) R`` and, when ``coef`` has three rows, also
+    ``A' diag(coef[1]) R`` and ``(A^2)' diag(coef[2]) R^2`` (squares
+    elementwise), with ``A = a`` and ``R = r``.
 
     Parameters
     ----------
@@ -296,7 +300,7 @@ class ChainPosterior:
         if curvature_weights is not None:
             coef[1, edges] = curvature_weights / z
             coef[2, edges] = coef[1, edges] / z
-        sums = _chain_products(self.alpha[:-1], self.r[1:], coef)
+        sums = _edge_products(self.alpha[:-1], self.r[1:], coef)
         emat = self.emat[0]
         scaled = emat * sums[0]
         total = scaled if part is None else total + scaled

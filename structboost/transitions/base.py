@@ -126,10 +126,10 @@ class PenalisedProblem:
         step = (grad + self.reg * x) / (self.newton_scale * curvature + self.reg + 1e-12)
         for _ in range(max_halvings):
             cand = x - step
-            accepted = self.param_type.from_vector(self._full(cand), self.num_labels)
-            self.posterior(accepted, rates=True)
+            candidate = self.param_type.from_vector(self._full(cand), self.num_labels)
+            self.posterior(candidate, rates=True)
             if self.value(cand) <= f0:
-                return accepted
+                return candidate
             step *= 0.5
         self.posterior(params, rates=True)
         return params
