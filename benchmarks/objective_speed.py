@@ -8,21 +8,26 @@ One run reports, side by side (issue 14):
    training words (folds 1-8 of ``--data-dir``), for multi-output trees of
    depth 8 and per-label trees of depth 6; the objective's share from its
    own timers (transitions / inference / gamma + G/H), and the training NLL.
-2. **Kernels** on all OCR letters (K = 26): ``forward_backward``,
+2. **Steps**: CPU milliseconds of one ``CRFObjective.grad_hess`` (transition
+   refit, inference, gamma, G and H) per solver on fixed margins (five
+   native ``multi:softprob`` rounds on the quick split), best of 7, and the
+   NLL per word after 7 refits from zero on those margins: the objective's
+   own cost without the trees' noise, for before/after comparisons.
+3. **Kernels** on all OCR letters (K = 26): ``forward_backward``,
    ``gamma("mixing")`` and ``viterbi`` in ms and GFLOP/s (a forward-backward
    pass counted as ``4 n K^2`` flops, Viterbi as ``2 n K^2``) at 1, 2 and all
    numba threads.
-3. **Viterbi tokens/s** beside sklearn-crfsuite's tagger at K = 9 and
+4. **Viterbi tokens/s** beside sklearn-crfsuite's tagger at K = 9 and
    K = 26 (OCR labels, ``y mod K``): crfsuite gets one attribute per token,
    so its own decoding dominates its time; ours decodes given margins.
-4. **Peak RSS** (``ru_maxrss`` of a fresh process) of native and GBCRF
+5. **Peak RSS** (``ru_maxrss`` of a fresh process) of native and GBCRF
    training on generated data (``--rss-rows`` rows x 20 features, K = 10,
    depth 6, 3 rounds).
 
 Usage::
 
     python benchmarks/objective_speed.py --data-dir ../shared/data/ocr --threads 1 \
-        --rounds 3 [--rss-rows 1000000] [--skip rounds,kernels,viterbi,rss]
+        --rounds 3 [--rss-rows 1000000] [--skip rounds,steps,kernels,viterbi,rss]
 
 Prints Markdown tables for benchmarks/README.md.
 """
@@ -93,6 +98,31 @@ def rounds_table(X, y, lengths, k, args):
                 f"{sum(split.values()) / native:.0%} | {nll:.3f} |",
                 flush=True,
             )
+
+
+def steps_table(X, y, lengths, k, threads):
+    from structboost.objectives.chain import CRFObjective, SequenceBatch
+
+    native = {"objective": "multi:softprob", "num_class": k, "max_depth": 6, "eta": 0.3,
+              "nthread": threads, "base_score": 0.0}
+    dtrain = xgb.DMatrix(X, label=y)
+    u = xgb.train(native, dtrain, 5).predict(dtrain, output_margin=True).astype(np.float64)
+    batch = SequenceBatch.build(y, lengths, k)
+    print("| solver | grad_hess CPU ms | train NLL per word after 7 refits |")
+    print("|---|---|---|")
+    for solver, iters in [("newton", 1), ("lbfgs", 5), ("lbfgs", 2), ("lbfgs", 1)]:
+        obj = CRFObjective(k, transitions=solver, transition_iter=iters, nthread=threads)
+        for _ in range(7):
+            obj.grad_hess(u, batch)
+        nll = float(np.mean(obj.sequence_nll(u, batch)))
+        start = obj.params.copy()
+        best = np.inf
+        for _ in range(7):
+            obj.params = start.copy()
+            t0 = time.process_time()
+            obj.grad_hess(u, batch)
+            best = min(best, time.process_time() - t0)
+        print(f"| {solver}, {iters} iteration{'s' * (iters > 1)} | {best * 1e3:.1f} | {nll:.5f} |", flush=True)
 
 
 def best_seconds(fn, repeat=5):
@@ -216,12 +246,16 @@ def main():
     print()
     data = load_ocr(args.data_dir)
     all_lengths = np.asarray(data.lengths, dtype=np.int64)
+    train, _, _ = ocr_split(data, test_folds=[0], valid_folds=[9])
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     if "rounds" not in skip:
-        train, _, _ = ocr_split(data, test_folds=[0], valid_folds=[9])
-        numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
         rounds_table(train.X.astype(np.float32), train.y, np.asarray(train.lengths), 26, args)
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
         print()
+    if "steps" not in skip:
+        steps_table(train.X.astype(np.float32), np.asarray(train.y), np.asarray(train.lengths), 26,
+                    args.threads)
+        print()
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     if "kernels" not in skip:
         kernels_table(all_lengths, 26)
         print()

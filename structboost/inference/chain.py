@@ -144,6 +144,58 @@ class LogSpacePart:
     pairwise: np.ndarray
 
 
+#: Rows per block of :func:`_edge_products`: its temporaries stay in cache
+#: instead of costing fresh ``(n, K)`` arrays (page faults) on every call.
+EDGE_BLOCK = 4096
+
+
+def _edge_products(a, r, coef):
+    """Weighted products of the scaled messages over all edges, summed in blocks.
+
+    ``A' diag(coef[0]) R`` and, when ``coef`` has three rows, also
+    ``A' diag(coef[1]) R`` and ``(A^2)' diag(coef[2]) R^2`` (squares
+    elementwise), with ``A = a`` and ``R = r``.
+
+    Parameters
+    ----------
+    a, r : (e, K) float64
+        ``alpha`` and ``r`` rows of the edges (``r`` one row ahead).
+    coef : (1, e) or (3, e) float64
+        Per-edge coefficients.
+
+    Returns
+    -------
+    (len(coef), K, K) float64
+        The products, summed over blocks of :data:`EDGE_BLOCK` rows with one
+        BLAS product for the first two (they share ``A'``).
+    """
+    e, k = a.shape
+    curv = coef.shape[0] == 3
+    out = np.zeros((coef.shape[0], k, k))
+    width = 2 * k if curv else k
+    rows = min(EDGE_BLOCK, e)
+    scaled = np.empty((rows, width))
+    squares = np.empty((2, rows, k)) if curv else None
+    for lo in range(0, e, EDGE_BLOCK):
+        hi = min(e, lo + EDGE_BLOCK)
+        c = hi - lo
+        ab, rb, sb = a[lo:hi], r[lo:hi], scaled[:c]
+        np.multiply(rb, coef[0, lo:hi, None], out=sb[:, :k])
+        if curv:
+            np.multiply(rb, coef[1, lo:hi, None], out=sb[:, k:])
+            both = ab.T @ sb
+            out[0] += both[:, :k]
+            out[1] += both[:, k:]
+            a2, r2 = squares[0, :c], squares[1, :c]
+            np.multiply(ab, ab, out=a2)
+            np.multiply(rb, rb, out=r2)
+            r2 *= coef[2, lo:hi, None]
+            out[2] += a2.T @ r2
+        else:
+            out[0] += ab.T @ sb
+    return out
+
+
 @dataclass
 class ChainPosterior:
     """Scaled forward-backward messages of a batch, with what derives from them.
@@ -242,20 +294,19 @@ class ChainPosterior:
             edges, weights = edges[~mine], weights[~mine]
         # Every row but the last, weight zero off the chosen edges: views, no gathers.
         n = max(self.alpha.shape[0] - 1, 0)  # edges: every row but the last (none if no rows)
-        a = self.alpha[:-1]
-        r = self.r[1:]
-        scale = np.zeros(n)
-        scale[edges] = weights / (self.beta_scale[edges] * self.overlap[edges])
+        z = self.beta_scale[edges] * self.overlap[edges]
+        coef = np.zeros((1 if curvature_weights is None else 3, n))
+        coef[0, edges] = weights / z
+        if curvature_weights is not None:
+            coef[1, edges] = curvature_weights / z
+            coef[2, edges] = coef[1, edges] / z
+        sums = _edge_products(self.alpha[:-1], self.r[1:], coef)
         emat = self.emat[0]
-        scaled = emat * (a.T @ (r * scale[:, None]))
+        scaled = emat * sums[0]
         total = scaled if part is None else total + scaled
         if curvature_weights is None:
             return total, None
-        g = np.zeros(n)
-        g[edges] = curvature_weights / (self.beta_scale[edges] * self.overlap[edges])
-        curvature = emat * (a.T @ (r * g[:, None]))
-        g[edges] /= self.beta_scale[edges] * self.overlap[edges]
-        curvature -= emat**2 * ((a * a).T @ (r * r * g[:, None]))
+        curvature = emat * sums[1] - emat**2 * sums[2]
         if part is not None:
             curvature += fallback_curv
         return total, curvature

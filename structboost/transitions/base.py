@@ -27,7 +27,9 @@ class PenalisedProblem:
     ``expected - counts + reg * vec``. A subclass sets ``seq_weight``,
     ``counts``, ``reg``, ``num_labels`` and ``param_type`` (with
     ``from_vector(vec, num_labels)`` and ``to_vector()``), and implements
-    ``_posterior(params)`` (messages with ``log_z``) and
+    ``_posterior(params, rates)`` (messages with ``log_z``; ``rates`` says
+    that the mixing-rate bounds will be asked for, so that a structure that
+    can computes them within its sweep) and
     ``expected_counts(post, with_curvature)``. ``newton_scale`` multiplies the
     curvature bound of the Newton step (2 when two parameter groups are
     bounded separately and updated together).
@@ -66,12 +68,16 @@ class PenalisedProblem:
         vec[self.free] = x
         return vec
 
-    def posterior(self, params):
-        """Messages at ``params``, reusing the last evaluation when it matches."""
+    def posterior(self, params, rates=False):
+        """Messages at ``params``, reusing the last evaluation when it matches.
+
+        ``rates``: the mixing-rate bounds will be asked for (a hint, see the
+        class notes; a reused posterior computes them when asked).
+        """
         vec = params.to_vector()
         if self._last is not None and np.array_equal(self._last[0], vec):
             return self._last[1]
-        post = self._posterior(params)
+        post = self._posterior(params, rates)
         self._last = (vec, post)
         return post
 
@@ -100,9 +106,13 @@ class PenalisedProblem:
         The bound of Lemma 2.1 holds to second order only, so a full step
         taken far from the optimum (where some ``p (1 - p)`` are tiny) can
         overshoot; the step is halved until the penalised NLL does not rise.
-        The accepted point's messages stay cached for the caller.
+        The accepted point's messages stay cached for the caller. Both message
+        passes (at ``params`` and at the candidate) compute the mixing rates
+        within their sweeps: the edge bound needs them at ``params``, and the
+        caller's node bound at the accepted point.
         """
         x = self._free_part(params.to_vector())
+        self.posterior(params, rates=True)
         f0 = self.value(x)
         expected, curvature = self.expected_counts(self._last[1], with_curvature=True)
         grad, curvature = np.split(
@@ -116,10 +126,12 @@ class PenalisedProblem:
         step = (grad + self.reg * x) / (self.newton_scale * curvature + self.reg + 1e-12)
         for _ in range(max_halvings):
             cand = x - step
+            candidate = self.param_type.from_vector(self._full(cand), self.num_labels)
+            self.posterior(candidate, rates=True)
             if self.value(cand) <= f0:
-                return self.param_type.from_vector(self._full(cand), self.num_labels)
+                return candidate
             step *= 0.5
-        self.posterior(params)
+        self.posterior(params, rates=True)
         return params
 
     def lbfgs(self, params, max_iter):

@@ -169,7 +169,7 @@ class TransitionProblem(PenalisedProblem):
         self._edges = np.flatnonzero(inner)
         self._edge_weight = np.repeat(seq_weight, np.diff(offsets))[self._edges]
 
-    def _posterior(self, params):
+    def _posterior(self, params, rates):
         return posterior(
             self.unary,
             self.offsets,
@@ -177,6 +177,7 @@ class TransitionProblem(PenalisedProblem):
             params.start,
             params.end,
             workspace=self._workspace,
+            rates=rates,
         )
 
     def expected_counts(self, post, with_curvature=False):

@@ -133,7 +133,7 @@ class TreeTransitionProblem(PenalisedProblem):
         self.num_labels = batch.unary.shape[1]
         self._type_sum, self._edges = _type_sum_matrix(batch, seq_weight)
 
-    def _posterior(self, params):
+    def _posterior(self, params, rates):  # the tree's rates come from its stored messages
         trans = np.ascontiguousarray(params.transitions, dtype=np.float64)
         return posterior(dataclasses.replace(self.batch, transitions=trans))
 

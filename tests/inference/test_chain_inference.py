@@ -545,6 +545,25 @@ def test_position_transitions_equal_to_one_table_give_its_results():
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 
+def test_edge_sums_in_blocks_are_sums_of_pairwise_marginals(monkeypatch):
+    """Shared-table edge sums taken over blocks of two rows equal the weighted pairwise sums."""
+    monkeypatch.setattr(chain_inference, "EDGE_BLOCK", 2)
+    unary, lengths, transitions, start, end = make_crf(5, [4, 1, 6, 3], 3, scale=2.0)
+    post = chain_inference.posterior(*chain_inference.check_chain(unary, lengths, transitions, start, end))
+    edges = np.array([0, 1, 2, 5, 6, 7, 9, 11, 12])
+    pair = post.edge_marginals()[edges]
+    weights = np.linspace(0.5, 2.0, edges.size)
+    curvature_weights = weights[::-1] * 3.0
+    total, curvature = post.edge_sums(edges, weights, curvature_weights)
+    np.testing.assert_allclose(total, np.einsum("e,eab->ab", weights, pair), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        curvature, np.einsum("e,eab->ab", curvature_weights, pair * (1.0 - pair)), rtol=1e-12, atol=1e-14
+    )
+    alone, none = post.edge_sums(edges, weights)
+    assert none is None
+    np.testing.assert_allclose(alone, total, rtol=1e-13, atol=1e-15)
+
+
 def test_position_transitions_shape_is_checked():
     unary, lengths, transitions, start, end = make_crf(0, [2, 3], 3)
     with pytest.raises(ValueError, match="transitions must have shape"):

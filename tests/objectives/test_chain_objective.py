@@ -169,6 +169,18 @@ def test_edge_bound_dominates_the_transition_hessian(seed):
     assert np.linalg.eigvalsh(np.diag(2 * curvature) - (hess + hess.T) / 2).min() > -1e-6
 
 
+def test_newton_step_sweeps_the_rates_of_the_accepted_point():
+    """The step's passes compute the mixing rates: the caller's node bound needs no extra sweep."""
+    margins, labels, lengths, weights = random_problem(3, n_seq=6, max_len=6)
+    batch = SequenceBatch.build(labels, lengths, 3, weights)
+    problem = TransitionProblem(margins, batch.offsets, weights, batch.counts, reg=1.0)
+    params = problem.newton_step(TransitionParams.zeros(3))
+    post = problem.posterior(params)
+    assert post.has_rates
+    want = inference.gamma(margins, lengths, params.transitions, params.start, params.end)
+    np.testing.assert_allclose(post.node_gamma("mixing"), want, rtol=1e-12)
+
+
 def test_lbfgs_and_newton_decrease_and_converge_to_the_same_optimum():
     margins, labels, lengths, weights = random_problem(5, n_seq=8, max_len=6)
     batch = SequenceBatch.build(labels, lengths, 3, weights)
