@@ -81,6 +81,14 @@ CONFIGS = {
     "adaptive+newton+length": {
         "step": "adaptive", "transitions": "newton", "gamma": "length",
     },
+    "adaptive+mo8": {
+        "step": "adaptive", "multi_strategy": "multi_output_tree", "max_depth": 8,
+    },
+    "adaptive+mo8+stop-error": {
+        "step": "adaptive", "multi_strategy": "multi_output_tree", "max_depth": 8,
+        "eval_metric": "error",
+    },
+    "adaptive+reg10": {"step": "adaptive", "reg_transitions": 10.0},
     "newton+mo8": {
         "transitions": "newton", "multi_strategy": "multi_output_tree", "max_depth": 8,
     },

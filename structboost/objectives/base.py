@@ -205,7 +205,8 @@ class NodeObjective:
             problem = self._problem(u, batch)
             problem.allreduce = self.allreduce
             if self.step_scale is not None:  # the NLL at the last round's transitions
-                before = problem.posterior(self.params).log_z
+                # (the Newton step reuses this pass, and its mixing rates)
+                before = problem.posterior(self.params, rates=self.transitions == "newton").log_z
                 scale = self.step_scale.update(u, before, batch, self.allreduce)
             self.params = refit(problem, self.params, self.transitions, self.transition_iter)
             t1 = time.process_time()
