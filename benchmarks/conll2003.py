@@ -98,6 +98,8 @@ def parse_args(argv=None):
     p.add_argument("--allowed-transitions", default="scheme", metavar="SCHEME",
                    help="allowed_transitions of the tree estimators: 'scheme' (that of "
                    "--scheme: only well-formed tag sequences), 'none', or a scheme name")
+    p.add_argument("--step", default="bound", choices=("bound", "adaptive"),
+                   help="GBCRF step size of the tree estimators")
     p.add_argument("--transitions", default="newton", choices=("lbfgs", "newton", "majorize"),
                    help="transition solver of the tree estimators")
     p.add_argument("--multi-output", action="store_true",
@@ -202,6 +204,7 @@ def tree_estimator(method, args):
         max_depth=args.max_depth,
         early_stopping_rounds=args.patience,
         transitions=args.transitions,
+        step=args.step,
         nthread=args.threads,
         **options,
     )
@@ -310,6 +313,7 @@ def result_rows(result, args, summary):
                 "max_sentences": args.max_sentences,
                 "allowed_transitions": args.allowed_transitions,
                 "transitions": args.transitions,
+                "step": args.step,
                 "multi_output": args.multi_output,
             })
     return rows

@@ -88,6 +88,11 @@ CONFIGS = {
         "step": "adaptive", "multi_strategy": "multi_output_tree", "max_depth": 8,
         "eval_metric": "error",
     },
+    "adaptive+newton+mo8+eta0.1": {
+        "step": "adaptive", "transitions": "newton", "multi_strategy": "multi_output_tree",
+        "max_depth": 8, "learning_rate": 0.1,
+    },
+    "adaptive+eta0.1": {"step": "adaptive", "learning_rate": 0.1},
     "adaptive+reg10": {"step": "adaptive", "reg_transitions": 10.0},
     "newton+mo8": {
         "transitions": "newton", "multi_strategy": "multi_output_tree", "max_depth": 8,

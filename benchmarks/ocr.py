@@ -224,6 +224,7 @@ def crf_settings(method, args):
     }
     if method != "treecrf":
         kw["gamma"] = float(args.gamma) if args.gamma[0].isdigit() else args.gamma
+        kw["step"] = args.step
     extra = {"multi_strategy": "multi_output_tree"} if method == "gbcrf-mo" else {}
     return kw, extra
 
@@ -338,7 +339,7 @@ def config_label(method, args):
     if method in ("treecrf", "gbcrf", "gbcrf-mo"):
         label += f",trans={args.transitions},reg_t={args.reg_transitions}"
     if method in ("gbcrf", "gbcrf-mo"):
-        label += f",gamma={args.gamma}"
+        label += f",gamma={args.gamma},step={args.step}"
     return label
 
 
@@ -568,6 +569,8 @@ def parse_args(argv=None):
     ap.add_argument("--window-fill", choices=("nan", "zero"), default="nan")
     ap.add_argument("--gamma", help="mixing, exact, length or a number")
     ap.add_argument("--transitions", choices=("lbfgs", "newton"))
+    ap.add_argument("--step", choices=("bound", "adaptive"), default="bound",
+                    help="GBCRF step size (crf_objective's step)")
     ap.add_argument("--reg-transitions", type=float, default=1.0)
     ap.add_argument("--min-child-weight", type=float, default=1.0)
     ap.add_argument("--reg-lambda", type=float, default=1.0)

@@ -440,13 +440,15 @@ def node_sums(marg, rows, weight, gamma, with_curvature, total, curvature):
 
 
 @cuda.jit
-def grad_hess(p, labels, row_weight, gamma, scale, mode, hess_floor, grad, hess):
+def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor, grad, hess):
     """Node gradient and Hessian of one boosting round, one thread per row.
 
     ``grad = w (p - onehot(y))`` and ``hess = w max(h, hess_floor)`` with
     ``h = 1`` (``mode`` 1, TreeCRF), ``scale p (1 - p)`` (``mode`` 0; 2 for
     LogitBoost, a fixed gamma) or ``gamma[t] p (1 - p)`` (``mode`` 2, a
-    per-row bound), ``w = row_weight[t]``.
+    per-row bound), ``w = row_weight[t]``. A ``step`` below 1 (GBCRF's
+    adaptive step) scales ``h`` by ``step``, never below ``p (1 - p)``;
+    ``step = 1`` leaves ``h`` as it is.
     """
     t = cuda.grid(1)
     if t >= p.shape[0]:
@@ -461,6 +463,8 @@ def grad_hess(p, labels, row_weight, gamma, scale, mode, hess_floor, grad, hess)
             h = gamma[t] * q * (1.0 - q)
         else:
             h = scale * q * (1.0 - q)
+        if step < 1.0:
+            h = max(step * h, q * (1.0 - q))
         grad[t, j] = w * g
         hess[t, j] = w * max(h, hess_floor)
 

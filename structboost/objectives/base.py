@@ -224,12 +224,13 @@ class NodeObjective:
         elif self.mode == "logitboost":
             hess *= 2.0
         else:
-            diagonal = hess.copy() if self.step_scale is not None else None
+            scaled = self.step_scale is not None and scale < 1.0
+            diagonal = hess.copy() if scaled else None
             if isinstance(self.gamma, str):
                 hess *= post.node_gamma(self.gamma, marginals=p)[:, None]
             else:
                 hess *= float(self.gamma)
-            if diagonal is not None:
+            if scaled:
                 hess *= scale
                 np.maximum(hess, diagonal, out=hess)
         np.maximum(hess, self.hess_floor, out=hess)

@@ -52,11 +52,6 @@ class DeviceCRFObjective(CRFObjective):
                 'transitions="majorize" runs on the CPU only; use "lbfgs" or "newton" with '
                 'device="cuda", or device="cpu".'
             )
-        if self.step_scale is not None:
-            raise ValueError(
-                'step="adaptive" runs on the CPU only; use step="bound" with device="cuda", '
-                'or device="cpu".'
-            )
         self._structures = {}
 
     def __getstate__(self):
@@ -92,10 +87,14 @@ class DeviceCRFObjective(CRFObjective):
         st = self.structure(batch)
         n, k = du.shape
         gamma = st.d_row_weight
-        mode, scale = 0, 2.0
+        mode, scale, step = 0, 2.0, 1.0
         if self.uses_transitions:
             free = None if self.constraints is None else self.constraints.free_vector()
             problem = DeviceTransitionProblem(du, st, batch.counts, self.reg_transitions, free)
+            if self.step_scale is not None:  # the secant's sums run on host copies
+                u = self._host_margins(margins)
+                before = problem.posterior(self.params).log_z
+                step = self.step_scale.update(u, before, batch, self.allreduce)
             with _BLAS.limit(limits=1, user_api="blas"):
                 self.params = refit(problem, self.params, self.transitions, self.transition_iter)
             t1 = time.perf_counter()
@@ -113,9 +112,12 @@ class DeviceCRFObjective(CRFObjective):
             p = cuda.device_array((n, k))
             launch(kern.softmax_rows, n, du.w, p)
         grad, hess = cuda.device_array((n, k)), cuda.device_array((n, k))
-        launch(kern.grad_hess, n, p, st.d_labels, st.d_row_weight, gamma, scale, mode,
+        launch(kern.grad_hess, n, p, st.d_labels, st.d_row_weight, gamma, scale, mode, step,
                 self.hess_floor, grad, hess)
         cuda.synchronize()
+        if self.step_scale is not None:
+            self.step_scale.remember(u, post.log_z, batch, grad.copy_to_host(),
+                                     hess.copy_to_host())
         t2 = time.perf_counter()
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += t2 - t1

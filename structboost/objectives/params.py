@@ -30,7 +30,7 @@ DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 DEFAULTS = {
     "mode": "gbcrf",
     "gamma": "mixing",
-    "step": "bound",
+    "step": "adaptive",
     "transitions": "lbfgs",
     "reg_transitions": 1.0,
     "metric": "nll",

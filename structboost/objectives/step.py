@@ -13,7 +13,7 @@ together) and scales the bound to it for the next round::
 
     tau   = 2 (f(m + d) - f(m) - G . d) / (d' H d)     # true / model curvature along d
     scale = clip(scale * tau, scale / 4, 1)
-    H     = max(p (1 - p), scale * gamma_t p (1 - p))   # per row and label
+    H     = max(p (1 - p), scale * gamma_t p (1 - p))   # per row and label, if scale < 1
 
 with ``f`` the weighted NLL at fixed transitions, ``G`` and ``H`` the
 gradient and Hessian handed to the engine last round and ``d`` the change

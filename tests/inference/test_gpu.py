@@ -248,6 +248,8 @@ def _forbid_2_to_1(batch):
         ("treecrf", "mixing", "newton"),
         ("logitboost", "mixing", "lbfgs"),
         ("gbcrf", "mixing", "constrained"),
+        ("gbcrf", "mixing", "adaptive"),
+        ("gbcrf", 3.0, "adaptive"),
     ],
 )
 def test_objective_round_matches_the_cpu(mode, gamma, solver):
@@ -256,10 +258,13 @@ def test_objective_round_matches_the_cpu(mode, gamma, solver):
     if solver == "constrained":
         allowed, batch = _forbid_2_to_1(batch)
         kwargs.update(transitions="newton", allowed_transitions=allowed)
+    if solver == "adaptive":
+        kwargs.update(transitions="newton", step="adaptive")
     cpu, dev = CRFObjective(3, **kwargs), objectives_gpu.DeviceCRFObjective(3, **kwargs)
-    for step in range(2):
-        want = cpu.grad_hess(margins + step, batch)
-        got = dev.grad_hess(margins + step, batch)
+    moves = np.random.default_rng(2).normal(scale=0.3, size=(3,) + margins.shape)
+    for step in range(3):  # an adaptive step measures its scale from the second round on
+        want = cpu.grad_hess(margins + moves[step], batch)
+        got = dev.grad_hess(margins + moves[step], batch)
         np.testing.assert_allclose(dev.params.to_vector(), cpu.params.to_vector(), rtol=1e-6,
                                    atol=1e-8)
         for w, g in zip(want, got):
@@ -267,6 +272,9 @@ def test_objective_round_matches_the_cpu(mode, gamma, solver):
     np.testing.assert_allclose(dev.sequence_nll(margins, batch), cpu.sequence_nll(margins, batch),
                                rtol=1e-10)
     np.testing.assert_array_equal(dev.decode(margins, batch), cpu.decode(margins, batch))
+    if solver == "adaptive":
+        np.testing.assert_allclose(dev.step_scale.history, cpu.step_scale.history, rtol=1e-6)
+        assert cpu.step_scale.history[-1] < 1.0  # the scaled Hessian was compared
 
 
 def test_objective_takes_the_cpu_parameters_starts_from_given_transitions_and_pickles():

@@ -70,10 +70,11 @@ def test_hessian_lies_between_the_diagonal_and_the_bound():
     assert (h >= diagonal * (1 - 1e-12)).all() and (h <= bound * (1 + 1e-12)).all()
 
 
-def test_other_modes_and_the_default_keep_the_bound():
+def test_other_modes_and_step_bound_keep_the_bound():
     margins, batch = coupled_problem(4)
     for mode in ("treecrf", "logitboost"):
         assert CRFObjective(3, mode=mode, step="adaptive").step_scale is None
+    assert CRFObjective(3).step_scale is not None  # the default
     bound = CRFObjective(3, step="bound")
     assert bound.step_scale is None
     _, h_bound = bound.grad_hess(margins, batch)
