@@ -4,8 +4,9 @@ Every configuration is an :class:`structboost.XGBCRFClassifier` trained
 with one thread on a dataset's training part, stopped early on its
 validation part (the same budget for every lever: ``--rounds`` at most,
 ``--patience``) and scored once on its test part with both decodings. The
-row ``library defaults`` is the estimator exactly as a user first meets it
-(no argument but the dataset's label scheme: 100 rounds, no early stopping).
+rows of ``AS_SHIPPED`` are the estimator exactly as a user first meets it
+(no argument but the dataset's label scheme and, for LogitBoost, the mode:
+100 rounds, no early stopping).
 
 Datasets (all read by path from ``--data-dir``, never copied):
 
@@ -52,15 +53,20 @@ from protein_qs import homology_clusters, load_part, protein_folds, windowed  # 
 RESULTS = Path(__file__).resolve().parent / "results"
 DECODES = ("viterbi", "marginal")
 
+#: Runs as a user first meets the estimator: no budget, no early stopping.
+AS_SHIPPED = {
+    "library defaults": {},
+    "previous defaults": {"step": "bound"},  # the library before this study
+    "logitboost defaults": {"mode": "logitboost"},
+}
 #: The levers: keyword arguments of XGBCRFClassifier on top of the budget
 #: ("mo8": one multi-output tree per round, depth 8; "stop-error": early
 #: stopping on the token error instead of the NLL).
-CONFIGS = {
-    "library defaults": None,
-    "early stopping": {},
+LEVERS = {
+    "bound": {"step": "bound"},
     "logitboost": {"mode": "logitboost"},
     "treecrf": {"mode": "treecrf", "transitions": "newton"},
-    "newton": {"transitions": "newton"},
+    "bound+newton": {"step": "bound", "transitions": "newton"},
     "adaptive": {"step": "adaptive"},
     "adaptive+newton": {"step": "adaptive", "transitions": "newton"},
     "adaptive+newton+eta0.1": {"step": "adaptive", "transitions": "newton", "learning_rate": 0.1},
@@ -94,13 +100,14 @@ CONFIGS = {
     },
     "adaptive+eta0.1": {"step": "adaptive", "learning_rate": 0.1},
     "adaptive+reg10": {"step": "adaptive", "reg_transitions": 10.0},
-    "newton+mo8": {
-        "transitions": "newton", "multi_strategy": "multi_output_tree", "max_depth": 8,
+    "bound+newton+mo8": {
+        "step": "bound", "transitions": "newton", "multi_strategy": "multi_output_tree", "max_depth": 8,
     },
     "logitboost+mo8": {
         "mode": "logitboost", "multi_strategy": "multi_output_tree", "max_depth": 8,
     },
 }
+CONFIGS = {**AS_SHIPPED, **LEVERS}
 
 
 def load_ocr_parts(args):
@@ -155,12 +162,12 @@ DATASETS = {
 }
 
 
-def estimator(config, fixed, args):
-    """The estimator of one configuration (None: the library defaults)."""
-    if config is None:
-        return XGBCRFClassifier(nthread=args.threads, **fixed)
+def estimator(name, fixed, args):
+    """The estimator of one configuration; those of ``AS_SHIPPED`` without a budget."""
+    if name in AS_SHIPPED:
+        return XGBCRFClassifier(nthread=args.threads, **fixed, **AS_SHIPPED[name])
     kwargs = {"n_estimators": args.rounds, "early_stopping_rounds": args.patience,
-              "nthread": args.threads, **fixed, **config}
+              "nthread": args.threads, **fixed, **LEVERS[name]}
     return XGBCRFClassifier(**kwargs)
 
 
@@ -177,13 +184,13 @@ def run_config(name, splits, test, args):
     valid, tested = {d: [] for d in DECODES}, {d: [] for d in DECODES}
     rounds, cpu, wall = [], [], []
     for (X, y, lengths), (Xv, yv, lv) in splits:
-        est = estimator(config, fixed, args)
-        eval_set = None if config is None else [(Xv, yv, lv)]
+        est = estimator(name, fixed, args)
+        eval_set = None if name in AS_SHIPPED else [(Xv, yv, lv)]
         cpu0, wall0 = time.process_time(), time.perf_counter()
         est.fit(X, y, lengths=lengths, eval_set=eval_set)
         cpu.append(time.process_time() - cpu0)
         wall.append(time.perf_counter() - wall0)
-        rounds.append(est.best_iteration_ + 1 if config is not None else est.n_estimators)
+        rounds.append(est.n_estimators if name in AS_SHIPPED else est.best_iteration_ + 1)
         for decode in DECODES:
             valid[decode].append(score(yv, est.predict(Xv, lengths=lv, decode=decode), lv))
             tested[decode].append(score(yt, est.predict(Xt, lengths=lt, decode=decode), lt))

@@ -447,7 +447,7 @@ def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor, grad,
     ``h = 1`` (``mode`` 1, TreeCRF), ``scale p (1 - p)`` (``mode`` 0; 2 for
     LogitBoost, a fixed gamma) or ``gamma[t] p (1 - p)`` (``mode`` 2, a
     per-row bound), ``w = row_weight[t]``. A ``step`` below 1 (GBCRF's
-    adaptive step) scales ``h`` by ``step``, never below ``p (1 - p)``;
+    adaptive step) scales ``h`` by ``step``, never below ``2 p (1 - p)``;
     ``step = 1`` leaves ``h`` as it is.
     """
     t = cuda.grid(1)
@@ -464,7 +464,7 @@ def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor, grad,
         else:
             h = scale * q * (1.0 - q)
         if step < 1.0:
-            h = max(step * h, q * (1.0 - q))
+            h = max(step * h, 2.0 * q * (1.0 - q))
         grad[t, j] = w * g
         hess[t, j] = w * max(h, hess_floor)
 

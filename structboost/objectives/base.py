@@ -230,9 +230,9 @@ class NodeObjective:
                 hess *= post.node_gamma(self.gamma, marginals=p)[:, None]
             else:
                 hess *= float(self.gamma)
-            if scaled:
+            if scaled:  # never below an uncoupled position's bound 2 p (1 - p)
                 hess *= scale
-                np.maximum(hess, diagonal, out=hess)
+                np.maximum(hess, 2.0 * diagonal, out=hess)
         np.maximum(hess, self.hess_floor, out=hess)
         row_w = np.repeat(batch.seq_weight, lengths)[:, None]
         grad *= row_w

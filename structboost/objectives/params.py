@@ -63,7 +63,8 @@ _DOCS = {
         "as it is (every step lowers the NLL, but is as small as the worst",
         "direction demands); ``\"adaptive\"`` scales the bound each round to",
         "the curvature measured along the last round's trees, never above the",
-        "bound nor below ``p (1 - p)`` (see :mod:`structboost.objectives.step`).",
+        "bound nor below LogitBoost's ``2 p (1 - p)`` (see",
+        ":mod:`structboost.objectives.step`).",
         "Other modes ignore it.",
     ),
     "transitions": (

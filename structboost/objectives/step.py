@@ -13,23 +13,26 @@ together) and scales the bound to it for the next round::
 
     tau   = 2 (f(m + d) - f(m) - G . d) / (d' H d)     # true / model curvature along d
     scale = clip(scale * tau, scale / 4, 1)
-    H     = max(p (1 - p), scale * gamma_t p (1 - p))   # per row and label, if scale < 1
+    H     = max(2 p (1 - p), scale * gamma_t p (1 - p))   # per row and label, if scale < 1
 
 with ``f`` the weighted NLL at fixed transitions, ``G`` and ``H`` the
 gradient and Hessian handed to the engine last round and ``d`` the change
 of the margins since then. The NLL is convex in the node scores, so
 ``tau >= 0``; for a quadratic it is exactly the ratio of the curvature
 along ``d`` to the model's. The scale never exceeds 1 (the bound) and never
-lets the Hessian fall below the exact diagonal ``p (1 - p)``; it shrinks by
-at most a factor 4 per round, and one round that meets more curvature than
-the model assumed restores it. It starts at 1, the bound.
+lets the Hessian fall below ``2 p (1 - p)``, the bound of a position with no
+neighbours (XGBoost's softmax Hessian): a step is never longer than
+LogitBoost's at the same learning rate, which keeps its usual meaning. The
+scale shrinks by at most a factor 4 per round, and one round that meets
+more curvature than the model assumed restores it. It starts at 1, the
+bound.
 """
 
 import numpy as np
 
 #: Largest factor by which the scale may shrink in one round.
 MAX_SHRINK = 4.0
-#: Smallest scale (a floor for the controller; the Hessian floor is ``p (1 - p)``).
+#: Smallest scale (a floor for the controller; the Hessian floor is ``2 p (1 - p)``).
 MIN_SCALE = 1e-3
 
 

@@ -281,7 +281,8 @@ def test_objective_takes_the_cpu_parameters_starts_from_given_transitions_and_pi
     """``nthread`` (ignored on the device), ``start_from`` with constraints, a pickled copy."""
     margins, batch = _problem(5)
     allowed, batch = _forbid_2_to_1(batch)
-    args = ("gbcrf", "mixing", "lbfgs", 1.0, 2, 1e-16, allowed, 1)  # CRFObjective's order
+    # CRFObjective's order; the bound step, as a copy starts a new secant (test_step.py)
+    args = ("gbcrf", "mixing", "lbfgs", 1.0, 2, 1e-16, allowed, 1, "bound")
     cpu, dev = CRFObjective(3, *args), objectives_gpu.DeviceCRFObjective(3, *args)
     assert (dev.nthread, dev.transition_iter) == (1, 2)
     rng = np.random.default_rng(5)
