@@ -231,6 +231,7 @@ def summarize(path):
         print("| config | valid V | valid M | test V | test M | rounds | fit CPU s |")
         print("|---|---|---|---|---|---|---|")
         order = [c for c in CONFIGS if c in wide.index]
+        order += sorted(set(wide.index) - set(order))  # runs of earlier code, named so
         for c in order:
             v, t = wide.loc[c, "valid"], wide.loc[c, "test"]
             print(f"| {c} | {v['viterbi']:.2f} | {v['marginal']:.2f} | {t['viterbi']:.2f} | "
