@@ -68,8 +68,9 @@ PUBLISHED = (
 # (plus objective options under a "crf" key). Trees are grown best-first with
 # at most L leaves, as in the paper; reg_lambda is the paper's shrinkage
 # lambda in the leaf values (TreeCRF's unit Hessian makes it a count of rows).
-# GBCRF's Hessian carries the mixing bound gamma (about 9 here), so its steps
-# are several times smaller than TreeCRF's at the same eta: it gets eta = 2.
+# GBCRF's adaptive step (the default) keeps its steps at most LogitBoost's at
+# the same eta, so it gets LogitBoost's eta (the bound, step="bound", needed
+# eta = 2: gamma is about 9 here).
 def best_first(leaves, **options):
     """Best-first trees of at most ``leaves`` leaves (the paper's CART variant)."""
     return {"grow_policy": "lossguide", "max_depth": 0, "max_leaves": leaves, **options}
@@ -87,7 +88,7 @@ GRIDS = {
     "logitboost": [{**shape, "eta": 0.5} for shape in SHAPES],
     "treecrf": [{**shape, "eta": 1.0, "reg_lambda": lam}
                 for shape, lam in itertools.product(SHAPES, (10.0, 100.0))],
-    "gbcrf": [{**shape, "eta": 2.0, "reg_lambda": lam}
+    "gbcrf": [{**shape, "eta": 0.5, "reg_lambda": lam}
               for shape, lam in itertools.product(SHAPES, (10.0, 100.0))],
 }
 CRFSUITE_GRID = [
