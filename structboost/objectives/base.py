@@ -27,7 +27,7 @@ from .. import _config
 from ..transitions.base import identity
 from ..transitions.chain import refit
 from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
-from .step import SecantScale
+from .step import SecantScale, floor_at_logitboost
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
 # gains nothing there and, beside numba's and the engine's threads, its
@@ -224,15 +224,13 @@ class NodeObjective:
         elif self.mode == "logitboost":
             hess *= 2.0
         else:
-            scaled = self.step_scale is not None and scale < 1.0
-            diagonal = hess.copy() if scaled else None
             if isinstance(self.gamma, str):
                 hess *= post.node_gamma(self.gamma, marginals=p)[:, None]
             else:
                 hess *= float(self.gamma)
-            if scaled:  # never below an uncoupled position's bound 2 p (1 - p)
-                hess *= scale
-                np.maximum(hess, 2.0 * diagonal, out=hess)
+            if self.step_scale is not None and scale < 1.0:
+                hess *= scale  # never below an uncoupled position's bound 2 p (1 - p)
+                floor_at_logitboost(hess, p)
         np.maximum(hess, self.hess_floor, out=hess)
         row_w = np.repeat(batch.seq_weight, lengths)[:, None]
         grad *= row_w

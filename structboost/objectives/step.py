@@ -34,6 +34,15 @@ import numpy as np
 MAX_SHRINK = 4.0
 #: Smallest scale (a floor for the controller; the Hessian floor is ``2 p (1 - p)``).
 MIN_SCALE = 1e-3
+#: Rows per block of the secant's sums and of the Hessian floor (no full-size temporaries).
+BLOCK = 1 << 16
+
+
+def floor_at_logitboost(hess, p):
+    """``hess = max(hess, 2 p (1 - p))`` in place, block by block; both ``(n, K)``."""
+    for a in range(0, p.shape[0], BLOCK):
+        q = p[a:a + BLOCK]
+        np.maximum(hess[a:a + BLOCK], 2.0 * q * (1.0 - q), out=hess[a:a + BLOCK])
 
 
 class SecantScale:
@@ -92,16 +101,13 @@ class SecantScale:
         last = self._last
         if last is not None and last[0].shape == margins.shape:
             old_margins, grad, hess, old_nll = last
-            d = margins - old_margins
-            change, slope, model = allreduce(
-                np.array(
-                    [
-                        self.nll(margins, log_z, batch) - old_nll,
-                        float(np.vdot(grad, d)),
-                        float(np.vdot(hess, d * d)),
-                    ]
-                )
-            )
+            slope = model = 0.0
+            for a in range(0, margins.shape[0], BLOCK):
+                d = margins[a:a + BLOCK] - old_margins[a:a + BLOCK]
+                slope += float(np.vdot(grad[a:a + BLOCK], d))
+                model += float(np.vdot(hess[a:a + BLOCK], d * d))
+            change = self.nll(margins, log_z, batch) - old_nll
+            change, slope, model = allreduce(np.array([change, slope, model]))
             if model > 0.0:
                 tau = max(2.0 * (change - slope) / model, 0.0)
                 self.scale = float(np.clip(self.scale * tau, self.scale / MAX_SHRINK, 1.0))
