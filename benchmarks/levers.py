@@ -151,13 +151,13 @@ def load_conll_parts(args):
 
 
 DATASETS = {
-    # loader, metric name, scorer(y, pred, lengths), higher is better, fixed kwargs
+    # loader, metric name, scorer(y, pred, lengths), fixed kwargs
     "ocr": (load_ocr_parts, "letter error %",
-            lambda y, p, lengths: 100.0 * (1.0 - token_accuracy(y, p)), False, {}),
+            lambda y, p, lengths: 100.0 * (1.0 - token_accuracy(y, p)), {}),
     "protein": (load_protein_parts, "accuracy %",
-                lambda y, p, lengths: 100.0 * token_accuracy(y, p), True, {}),
+                lambda y, p, lengths: 100.0 * token_accuracy(y, p), {}),
     "conll": (load_conll_parts, "span F1",
-              lambda y, p, lengths: 100.0 * span_prf(y, p, lengths).loc["overall", "f1"], True,
+              lambda y, p, lengths: 100.0 * span_prf(y, p, lengths).loc["overall", "f1"],
               {"allowed_transitions": "iob2"}),
 }
 
@@ -178,7 +178,7 @@ def run_config(name, splits, test, args):
     each stopped early on its own validation part), ``rounds`` the mean
     number of rounds kept and ``fit_cpu_s`` the mean CPU seconds of a fit.
     """
-    _, metric, score, _, fixed = DATASETS[args.dataset]
+    _, metric, score, fixed = DATASETS[args.dataset]
     config = CONFIGS[name]
     Xt, yt, lt = test
     valid, tested = {d: [] for d in DECODES}, {d: [] for d in DECODES}

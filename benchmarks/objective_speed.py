@@ -33,6 +33,7 @@ Prints Markdown tables for benchmarks/README.md.
 """
 
 import argparse
+import itertools
 import os
 import platform
 import resource
@@ -108,10 +109,12 @@ def steps_table(X, y, lengths, k, threads):
     dtrain = xgb.DMatrix(X, label=y)
     u = xgb.train(native, dtrain, 5).predict(dtrain, output_margin=True).astype(np.float64)
     batch = SequenceBatch.build(y, lengths, k)
-    print("| solver | grad_hess CPU ms | train NLL per word after 7 refits |")
-    print("|---|---|---|")
-    for solver, iters in [("newton", 1), ("lbfgs", 5), ("lbfgs", 2), ("lbfgs", 1)]:
-        obj = CRFObjective(k, transitions=solver, transition_iter=iters, nthread=threads)
+    print("| solver | step | grad_hess CPU ms | train NLL per word after 7 refits |")
+    print("|---|---|---|---|")
+    runs = [("newton", 1), ("lbfgs", 5), ("lbfgs", 2), ("lbfgs", 1)]
+    for (solver, iters), step in itertools.product(runs, ("bound", "adaptive")):
+        obj = CRFObjective(k, transitions=solver, transition_iter=iters, nthread=threads,
+                           step=step)
         for _ in range(7):
             obj.grad_hess(u, batch)
         nll = float(np.mean(obj.sequence_nll(u, batch)))
@@ -122,7 +125,8 @@ def steps_table(X, y, lengths, k, threads):
             t0 = time.process_time()
             obj.grad_hess(u, batch)
             best = min(best, time.process_time() - t0)
-        print(f"| {solver}, {iters} iteration{'s' * (iters > 1)} | {best * 1e3:.1f} | {nll:.5f} |", flush=True)
+        print(f"| {solver}, {iters} iteration{'s' * (iters > 1)} | {step} | {best * 1e3:.1f} | "
+              f"{nll:.5f} |", flush=True)
 
 
 def best_seconds(fn, repeat=5):
@@ -200,7 +204,8 @@ def rss_child(mode, rows, threads):
         params = {**tree, "objective": "multi:softprob", "num_class": k, "base_score": 0.0}
         xgb.train(params, xgb.DMatrix(X, label=y), 3)
     else:
-        obj = sb.crf_objective(k, transitions=mode, nthread=threads)
+        solver, _, step = mode.partition(",")
+        obj = sb.crf_objective(k, transitions=solver, step=step or "adaptive", nthread=threads)
         xgb.train(sb.xgb_params(k, **tree), xgb.DMatrix(X, label=y, group=lengths), 3, obj=obj)
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
@@ -211,13 +216,14 @@ def rss_table(rows, threads):
     print("| run | peak RSS MiB | ratio to native |")
     print("|---|---|---|")
     peak = {}
-    for mode in ("native", "lbfgs", "newton"):
+    for mode in ("native", "lbfgs", "newton", "lbfgs,bound"):
         out = subprocess.run(
             [sys.executable, __file__, "--rss-child", mode, "--rss-rows", str(rows), "--threads", str(threads)],
             capture_output=True, text=True, check=True,
         )
         peak[mode] = float(out.stdout.split()[-1])
         name = "XGBoost multi:softprob (native)" if mode == "native" else f"gbcrf, {mode}"
+        name = name.replace(",bound", ', step="bound"')
         print(f"| {name} | {peak[mode]:.0f} | {peak[mode] / peak['native']:.2f} |")
 
 

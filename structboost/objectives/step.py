@@ -123,9 +123,10 @@ class SecantScale:
         the transitions they were computed with. Kept in float32: the
         engines' margins are float32 already, and the scale needs three sums.
         """
-        self._last = (
-            margins.astype(np.float32),
-            grad.astype(np.float32),
-            hess.astype(np.float32),
-            self.nll(margins, log_z, batch),
-        )
+        nll = self.nll(margins, log_z, batch)
+        if self._last is None or self._last[0].shape != margins.shape:
+            self._last = tuple(np.empty(margins.shape, np.float32) for _ in range(3)) + (nll,)
+        else:  # the last round's buffers: no fresh pages on the hot path
+            self._last = self._last[:3] + (nll,)
+        for kept, new in zip(self._last, (margins, grad, hess)):
+            np.copyto(kept, new, casting="same_kind")
