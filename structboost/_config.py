@@ -26,6 +26,11 @@ PARALLEL = {**KERNEL, "parallel": True}
 FINITE = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
 #: Batches with fewer rows than this run the serial kernels.
 SERIAL_ROWS = 8192
+#: Rows x labels of one block of a boosting round: the chain objective
+#: passes its messages and writes G and H over blocks of whole sequences
+#: this large (:func:`structboost.sequences.sequence_blocks`), so that its
+#: memory is a block's, not the batch's. Read at call time (tests lower it).
+BLOCK_ENTRIES = 1 << 20
 #: Bound on what a scaled message loses to underflow at one entry, and the
 #: smallest normaliser a scaled sweep accepts (see :mod:`structboost.inference._chain`).
 TINY = 1e-280

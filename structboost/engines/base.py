@@ -47,6 +47,11 @@ class EngineObjective(ABC):
         What :meth:`evaluate` reports.
     """
 
+    #: Memory order of the float32 G and H the engine stores (see
+    #: :meth:`NodeObjective.grad_hess <structboost.objectives.base.NodeObjective.grad_hess>`),
+    #: or None for float64 arrays.
+    layout = None
+
     def __init__(self, crf, metric="nll"):
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
@@ -77,7 +82,9 @@ class EngineObjective(ABC):
 
     def __call__(self, preds, data):
         """Refit the transitions; the node gradient and Hessian, both ``(n, K)``."""
-        return self.crf.grad_hess(preds, self.batch(data))
+        if self.layout is None:
+            return self.crf.grad_hess(preds, self.batch(data))
+        return self.crf.grad_hess(preds, self.batch(data), layout=self.layout)
 
     def evaluate(self, preds, data):
         """``(name, value)`` of the CRF metric on an engine data object."""

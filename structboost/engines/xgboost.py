@@ -243,6 +243,9 @@ class XGBCRFObjective(EngineObjective):
 
     state_key = STATE_KEY
     param_type = TransitionParams
+    # XGBoost stores gradients as float32 pairs (GradientPair, include/xgboost/base.h)
+    # and casts what it is given (CustomGradHessOp, include/xgboost/gradient.h).
+    layout = "C"
 
     def _build_batch(self, dmat):
         """Validated labels, boundaries and per-sequence weights of a DMatrix."""

@@ -56,6 +56,8 @@ class SecantScale:
         The scale used in each round so far.
     """
 
+    _copies = None  # float32 copies of float64 G and H (see remember)
+
     def __init__(self):
         self.scale = 1.0
         self.history = []
@@ -63,7 +65,7 @@ class SecantScale:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_last"] = None  # per-round arrays: a copied objective starts a new secant
+        state["_last"] = state["_copies"] = None  # per-round arrays: a copy starts a new secant
         return state
 
     @staticmethod
@@ -72,10 +74,10 @@ class SecantScale:
 
         The transition part of the path score is the same for any node
         scores, so differences at fixed transitions need only ``log_z (m,)``
-        and the labels' node scores.
+        and the labels' node scores (``margins (n, K)``, float32 or float64).
         """
         rows = np.repeat(batch.seq_weight, np.diff(batch.offsets))
-        node = margins[np.arange(margins.shape[0]), batch.labels]
+        node = margins[np.arange(margins.shape[0]), batch.labels].astype(np.float64)
         return float(batch.seq_weight @ log_z - rows @ node)
 
     def update(self, margins, log_z, batch, allreduce):
@@ -83,8 +85,8 @@ class SecantScale:
 
         Parameters
         ----------
-        margins : (n, K) float64
-            This round's node scores.
+        margins : (n, K) float32 or float64
+            This round's node scores (any memory layout; read in row blocks).
         log_z : (m,) float64
             Log-partition of each sequence at these margins and the
             transitions the last round's gradient was computed with.
@@ -103,7 +105,7 @@ class SecantScale:
             old_margins, grad, hess, old_nll = last
             slope = model = 0.0
             for a in range(0, margins.shape[0], BLOCK):
-                d = margins[a:a + BLOCK] - old_margins[a:a + BLOCK]
+                d = np.subtract(margins[a:a + BLOCK], old_margins[a:a + BLOCK], dtype=np.float64)
                 slope += float(np.vdot(grad[a:a + BLOCK], d))
                 model += float(np.vdot(hess[a:a + BLOCK], d * d))
             change = self.nll(margins, log_z, batch) - old_nll
@@ -121,12 +123,25 @@ class SecantScale:
         ``margins``, ``grad`` and ``hess`` are ``(n, K)`` (the weighted
         gradient and Hessian handed to the engine) and ``log_z (m,)`` is at
         the transitions they were computed with. Kept in float32: the
-        engines' margins are float32 already, and the scale needs three sums.
+        engines' margins are float32 already, and the scale needs three
+        sums. Float32 ``grad`` and ``hess`` (the buffers an objective hands
+        an engine, see :meth:`NodeObjective.grad_hess
+        <structboost.objectives.base.NodeObjective.grad_hess>`) are kept as
+        they are, not copied: the caller leaves them unchanged until the
+        next :meth:`update`. The margins are always copied (LightGBM
+        updates its own in place).
         """
         nll = self.nll(margins, log_z, batch)
-        if self._last is None or self._last[0].shape != margins.shape:
-            self._last = tuple(np.empty(margins.shape, np.float32) for _ in range(3)) + (nll,)
-        else:  # the last round's buffers: no fresh pages on the hot path
-            self._last = self._last[:3] + (nll,)
-        for kept, new in zip(self._last, (margins, grad, hess)):
-            np.copyto(kept, new, casting="same_kind")
+        last = self._last
+        if last is None or last[0].shape != margins.shape:
+            kept = np.empty(margins.shape, np.float32)
+        else:  # the last round's buffer: no fresh pages on the hot path
+            kept = last[0]
+        np.copyto(kept, margins, casting="same_kind")
+        if grad.dtype != np.float32 or hess.dtype != np.float32:
+            if self._copies is None or self._copies[0].shape != grad.shape:
+                self._copies = tuple(np.empty(grad.shape, np.float32) for _ in range(2))
+            for copy, new in zip(self._copies, (grad, hess)):
+                np.copyto(copy, new, casting="same_kind")
+            grad, hess = self._copies
+        self._last = (kept, grad, hess, nll)
