@@ -232,10 +232,10 @@ class LGBCRFObjective(EngineObjective):
     metric_name : {"nll", "error"}
     """
 
-    # LightGBM stores gradients as float32 (score_t, include/LightGBM/meta.h) and
-    # Booster.__boost flattens them class-major, then casts: a float32 column-major
-    # array passes through both steps without a copy.
-    layout = "F"
+    # Booster.__boost flattens multiclass gradients class-major, then casts them to
+    # float32 (score_t, include/LightGBM/meta.h): column-major arrays flatten without
+    # a copy. They stay float64 here: obj(preds, dataset) gives exact gradients.
+    order = "F"
 
     def __deepcopy__(self, memo):
         # lightgbm.train deep-copies ``params`` (and LGBMModel its eval_metric):
@@ -275,7 +275,7 @@ class LGBCRFObjective(EngineObjective):
     def sklearn_objective(self, y_true, y_pred, weight, group):
         """The objective in the signature of LightGBM's scikit-learn API."""
         return self.crf.grad_hess(
-            y_pred, self._sklearn_batch(y_true, weight, group), layout=self.layout
+            y_pred, self._sklearn_batch(y_true, weight, group), **self.layout()
         )
 
     def sklearn_metric(self, y_true, y_pred, weight, group):

@@ -218,7 +218,7 @@ class NodeObjective:
         """``(n, K)`` C-contiguous float64 margins, or a clear error."""
         return np.ascontiguousarray(self.margin_rows(margins), dtype=np.float64)
 
-    def grad_hess(self, margins, batch, layout=None):
+    def grad_hess(self, margins, batch, dtype=np.float64, order="C"):
         """Refit the transitions, then return the node gradient and Hessian.
 
         Parameters
@@ -228,33 +228,37 @@ class NodeObjective:
             block: float32 and column-major margins are never copied whole.
         batch
             The labels and structure (:class:`SequenceBatch` for chains).
-        layout : {None, "C", "F"}
-            None: fresh float64 arrays. ``"C"`` or ``"F"``: float32 arrays
-            in that memory order, what XGBoost (``"C"``) and LightGBM
-            (``"F"``: class-major) store gradients as, so that the engine
-            copies nothing; the values are the float64 ones rounded, as the
-            engine would round them. These are the objective's own buffers,
-            rewritten by its next call (the adaptive step reads them there):
-            use them before, and do not change them.
+        dtype : {numpy.float64, numpy.float32}
+            float64: fresh arrays. float32: what XGBoost and LightGBM store
+            gradients as (the float64 values rounded, as the engine would
+            round them), so that the engine copies nothing. These are the
+            objective's own buffers, rewritten by its next call (the
+            adaptive step reads them there): use them before, and do not
+            change them.
+        order : {"C", "F"}
+            Memory order of the results (``"F"``: class-major, LightGBM's).
 
         Returns
         -------
-        grad, hess : (n, K) float64, or float32 with ``layout``
+        grad, hess : (n, K) of ``dtype``
         """
         u = self.margin_rows(margins)
-        if layout not in (None, "C", "F"):
-            raise ValueError(f'layout must be None, "C" or "F"; got {layout!r}.')
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float64, np.float32) or order not in ("C", "F"):
+            raise ValueError(
+                f'dtype must be float64 or float32 and order "C" or "F"; got {dtype} and {order!r}.'
+            )
         with _BLAS.limit(limits=1, user_api="blas"), _config.threads(self.nthread):
-            return self._grad_hess(u, batch, self._outputs(u.shape, layout))
+            return self._grad_hess(u, batch, self._outputs(u.shape, dtype, order))
 
-    def _outputs(self, shape, layout):
+    def _outputs(self, shape, dtype, order):
         """The ``(grad, hess)`` arrays a round writes (see :meth:`grad_hess`)."""
-        if layout is None:
-            return np.empty(shape), np.empty(shape)
+        if dtype == np.float64:
+            return np.empty(shape, order=order), np.empty(shape, order=order)
         kept = self._buffers
-        if kept is None or kept[0].shape != shape or not kept[0].flags[f"{layout}_CONTIGUOUS"]:
+        if kept is None or kept[0].shape != shape or not kept[0].flags[f"{order}_CONTIGUOUS"]:
             kept = self._buffers = tuple(
-                np.empty(shape, dtype=np.float32, order=layout) for _ in range(2)
+                np.empty(shape, dtype=np.float32, order=order) for _ in range(2)
             )
         return kept
 
@@ -294,7 +298,7 @@ class NodeObjective:
                 p = post.marginals()
                 if log_z is not None:
                     log_z[seqs] = post.log_z
-            wide = grad.dtype == np.float64  # write straight into the outputs
+            wide = grad.dtype == np.float64  # written straight into the outputs
             g = grad[rows] if wide else np.empty(p.shape)
             h = hess[rows] if wide else np.empty(p.shape)
             np.copyto(g, p)

@@ -122,10 +122,10 @@ class CRFObjective(NodeObjective):
         self._workspace = problem.workspace  # kept across rounds
         return problem
 
-    def grad_hess(self, margins, batch, layout=None):
+    def grad_hess(self, margins, batch, dtype=np.float64, order="C"):
         """As :meth:`NodeObjective.grad_hess`, after checking the labels against the constraints."""
         self._check_allowed(batch)
-        return super().grad_hess(margins, batch, layout)
+        return super().grad_hess(margins, batch, dtype, order)
 
     def sequence_nll(self, margins, batch):
         """Per-sequence negative log-likelihood ``(m,)`` under the current transitions."""
