@@ -269,7 +269,7 @@ class NodeObjective:
             yield from problem.blocks(self.params, rates)
             return
         offsets = batch.offsets
-        bounds = sequence_blocks(offsets, max(1, _config.BLOCK_ENTRIES // u.shape[1]))
+        bounds = sequence_blocks(offsets, _config.block_rows(*u.shape))
         for s0, s1 in zip(bounds[:-1], bounds[1:]):
             yield slice(offsets[s0], offsets[s1]), slice(s0, s1), None
 

@@ -156,8 +156,8 @@ class _Block:
 class TransitionProblem(PenalisedProblem):
     """The penalised NLL in the chain transition parameters, node potentials fixed.
 
-    The batch is passed in blocks of whole sequences of about
-    ``structboost._config.BLOCK_ENTRIES`` rows x labels
+    A batch above ``structboost._config.WHOLE_BATCH_ENTRIES`` rows x labels
+    is passed in blocks of whole sequences of about ``BLOCK_ENTRIES``
     (:func:`~structboost.sequences.sequence_blocks`) with one block-sized
     :class:`~structboost.inference.chain.Workspace`, so a pass holds the
     messages of one block, never of the whole batch. A batch that is one
@@ -204,7 +204,7 @@ class TransitionProblem(PenalisedProblem):
         self.counts = counts
         self.reg = float(reg)
         k = self.num_labels = unary.shape[1]
-        self.bounds = sequence_blocks(offsets, max(1, _config.BLOCK_ENTRIES // k))
+        self.bounds = sequence_blocks(offsets, _config.block_rows(unary.shape[0], k))
         rows = int(np.diff(offsets[self.bounds]).max())
         seqs = int(np.diff(self.bounds).max())
         if workspace is None or not workspace.fits(rows, k, seqs):

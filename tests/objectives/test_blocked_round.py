@@ -1,8 +1,10 @@
 """The row-blocked chain round equals the one-block round.
 
-``_config.BLOCK_ENTRIES`` sets the rows x labels of a block; lowered here, a
-batch of a few dozen rows spans many blocks, with sequences straddling the
-would-be boundaries and some longer than a block (a block by themselves).
+A batch above ``_config.WHOLE_BATCH_ENTRIES`` rows x labels is cut into
+blocks of about ``_config.BLOCK_ENTRIES``; with both lowered here
+(:func:`small_blocks`), a batch of a few dozen rows spans many blocks, with
+sequences straddling the would-be boundaries and some longer than a block
+(a block by themselves).
 """
 
 import numpy as np
@@ -20,6 +22,12 @@ from structboost.transitions.chain import TransitionParams, TransitionProblem
 K = 3
 #: Rows per block at K = 3 when lowered: sequences of up to 9 rows straddle them.
 SMALL = 5 * K
+
+
+def small_blocks(monkeypatch, entries=SMALL):
+    """Cut every batch into blocks of ``entries`` rows x labels."""
+    monkeypatch.setattr(_config, "WHOLE_BATCH_ENTRIES", 0)
+    monkeypatch.setattr(_config, "BLOCK_ENTRIES", entries)
 
 
 def chain_data(seed, n_seq=14, k=K, forbid_21=False):
@@ -65,7 +73,7 @@ def test_blocked_round_equals_one_block(monkeypatch, solver, step, constrained):
         K, transitions=solver, step=step, allowed_transitions=allowed
     )
     one = rounds(make(), margins, batch)
-    monkeypatch.setattr(_config, "BLOCK_ENTRIES", SMALL)
+    small_blocks(monkeypatch)
     bounds = sequence_blocks(batch.offsets, SMALL // K)
     block_rows = np.diff(batch.offsets[bounds])
     assert len(bounds) > 5 and (block_rows > SMALL // K).any()  # long sequences alone
@@ -85,7 +93,7 @@ def test_blocked_modes_and_gammas(monkeypatch, mode, gamma):
     modes = [mode, "gbcrf"] if gamma == "mixing" else ["gbcrf"]
     for m in modes:
         one = rounds(CRFObjective(K, mode=m, gamma=gamma), margins, batch, 2)
-        monkeypatch.setattr(_config, "BLOCK_ENTRIES", SMALL)
+        small_blocks(monkeypatch)
         blocked = rounds(CRFObjective(K, mode=m, gamma=gamma), margins, batch, 2)
         monkeypatch.undo()
         for a, b in zip(one, blocked):
@@ -106,7 +114,7 @@ def test_blocked_sums_equal_one_block(monkeypatch):
         return problem, ev.log_z, ev.expected, ev.curvature, problem.value_and_grad(x)
 
     one = sums()
-    monkeypatch.setattr(_config, "BLOCK_ENTRIES", SMALL)
+    small_blocks(monkeypatch)
     blocked = sums()
     assert one[0].num_blocks == 1 and blocked[0].num_blocks > 5
     for x, y in zip(one[1:4], blocked[1:4]):
@@ -127,7 +135,7 @@ def test_blocked_round_reads_engine_layouts_without_copies(monkeypatch):
     col = np.asfortranarray(margins)
     obj = CRFObjective(K)
     assert obj.margin_rows(f32) is f32 and obj.margin_rows(col) is col
-    monkeypatch.setattr(_config, "BLOCK_ENTRIES", SMALL)
+    small_blocks(monkeypatch)
     for u in (f32, col):
         exact = CRFObjective(K).grad_hess(np.ascontiguousarray(u, dtype=np.float64), batch)
         given = CRFObjective(K).grad_hess(u, batch)
@@ -139,7 +147,7 @@ def test_blocked_round_reads_engine_layouts_without_copies(monkeypatch):
 def test_float32_outputs_are_the_float64_ones_rounded(monkeypatch, order):
     margins, labels, lengths, weights = chain_data(6)
     batch = SequenceBatch.build(labels, lengths, K, weights)
-    monkeypatch.setattr(_config, "BLOCK_ENTRIES", SMALL)
+    small_blocks(monkeypatch)
     wide = rounds(CRFObjective(K), margins, batch)
     obj = CRFObjective(K)
     narrow = rounds(obj, margins, batch, dtype=np.float32, order=order)
@@ -154,8 +162,16 @@ def test_float32_outputs_are_the_float64_ones_rounded(monkeypatch, order):
         obj.grad_hess(margins, batch, dtype=np.int64)
 
 
+def test_a_batch_up_to_the_whole_batch_size_is_one_block():
+    n = _config.WHOLE_BATCH_ENTRIES // 10
+    assert _config.block_rows(n, 10) == n
+    assert _config.block_rows(n + 1, 10) == _config.BLOCK_ENTRIES // 10 < n
+    offsets = offsets_from_lengths(np.full(n // 20, 20))
+    assert sequence_blocks(offsets, _config.block_rows(offsets[-1], 10)).tolist() == [0, n // 20]
+
+
 def test_margin_check_names_the_row_in_a_later_block(monkeypatch):
-    monkeypatch.setattr(_config, "BLOCK_ENTRIES", SMALL)
+    small_blocks(monkeypatch)
     margins = np.zeros((40, K), dtype=np.float32)
     margins[23, 2] = np.nan
     margins[31, 0] = np.inf
@@ -169,7 +185,7 @@ def test_margin_check_names_the_row_in_a_later_block(monkeypatch):
 @pytest.mark.parametrize("step", ["adaptive", "bound"])
 def test_xgboost_float32_gradients_train_the_same_model(monkeypatch, block, step):
     if block is not None:
-        monkeypatch.setattr(_config, "BLOCK_ENTRIES", block)
+        small_blocks(monkeypatch, block)
     rng = np.random.default_rng(8)
     lengths = rng.integers(1, 10, size=40)
     n = int(lengths.sum())
