@@ -232,9 +232,12 @@ class NodeObjective:
             float64: fresh arrays. float32: what XGBoost and LightGBM store
             gradients as (the float64 values rounded, as the engine would
             round them), so that the engine copies nothing. These are the
-            objective's own buffers, rewritten by its next call (the
-            adaptive step reads them there): use them before, and do not
-            change them.
+            objective's own buffers, rewritten by its next call, and the
+            adaptive step keeps float32 C-contiguous ``margins`` themselves
+            until then, not a copy (it compares consecutive rounds; a
+            ``ValueError`` says if they changed): use the results before the
+            next call, change neither, and hand a fresh margin array each
+            round, as ``xgboost.train`` does.
         order : {"C", "F"}
             Memory order of the results (``"F"``: class-major, LightGBM's).
 
@@ -325,7 +328,7 @@ class NodeObjective:
                 grad[rows] = g
                 hess[rows] = h
         if self.step_scale is not None:
-            self.step_scale.remember(u, log_z, batch, grad, hess)
+            self.step_scale.remember(u, log_z, batch, grad, hess, borrow=grad.dtype == np.float32)
         t2 = time.process_time()
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += inference[0]

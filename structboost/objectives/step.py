@@ -56,7 +56,8 @@ class SecantScale:
         The scale used in each round so far.
     """
 
-    _copies = None  # float32 copies of float64 G and H (see remember)
+    _copies = None  # float32 copies of the margins, G and H (see remember)
+    _stamp = None  # checksum of borrowed margins
 
     def __init__(self):
         self.scale = 1.0
@@ -65,7 +66,7 @@ class SecantScale:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_last"] = state["_copies"] = None  # per-round arrays: a copy starts a new secant
+        state["_last"] = state["_copies"] = state["_stamp"] = None  # a copy starts a new secant
         return state
 
     @staticmethod
@@ -103,6 +104,13 @@ class SecantScale:
         last = self._last
         if last is not None and last[0].shape == margins.shape:
             old_margins, grad, hess, old_nll = last
+            if self._stamp is not None and _checksum(old_margins) != self._stamp:
+                raise ValueError(
+                    "the margins of the objective's last round changed after it returned (the "
+                    "adaptive step keeps them, with float32 results, until this round): hand "
+                    "the objective a fresh margin array each round, as xgboost.train does, or "
+                    "a copy."
+                )
             slope = model = 0.0
             for a in range(0, margins.shape[0], BLOCK):
                 d = np.subtract(margins[a:a + BLOCK], old_margins[a:a + BLOCK], dtype=np.float64)
@@ -117,31 +125,37 @@ class SecantScale:
         self.history.append(self.scale)
         return self.scale
 
-    def remember(self, margins, log_z, batch, grad, hess):
+    def remember(self, margins, log_z, batch, grad, hess, borrow=False):
         """Keep what the next round's :meth:`update` needs.
 
         ``margins``, ``grad`` and ``hess`` are ``(n, K)`` (the weighted
         gradient and Hessian handed to the engine) and ``log_z (m,)`` is at
         the transitions they were computed with. Kept in float32: the
         engines' margins are float32 already, and the scale needs three
-        sums. Float32 ``grad`` and ``hess`` (the buffers an objective hands
-        an engine, see :meth:`NodeObjective.grad_hess
-        <structboost.objectives.base.NodeObjective.grad_hess>`) are kept as
-        they are, not copied: the caller leaves them unchanged until the
-        next :meth:`update`. The margins are always copied (LightGBM
-        updates its own in place).
+        sums.
+
+        ``borrow``: keep float32 arrays as they are instead of copies
+        (XGBoost's fresh margins of each round, and the float32 buffers an
+        objective hands the engine, see :meth:`NodeObjective.grad_hess
+        <structboost.objectives.base.NodeObjective.grad_hess>`): the caller
+        leaves them unchanged until the next :meth:`update`, which checks
+        the margins. Copies otherwise (LightGBM updates its margins in
+        place).
         """
         nll = self.nll(margins, log_z, batch)
-        last = self._last
-        if last is None or last[0].shape != margins.shape:
-            kept = np.empty(margins.shape, np.float32)
-        else:  # the last round's buffer: no fresh pages on the hot path
-            kept = last[0]
-        np.copyto(kept, margins, casting="same_kind")
-        if grad.dtype != np.float32 or hess.dtype != np.float32:
-            if self._copies is None or self._copies[0].shape != grad.shape:
-                self._copies = tuple(np.empty(grad.shape, np.float32) for _ in range(2))
-            for copy, new in zip(self._copies, (grad, hess)):
+        arrays = (margins, grad, hess)
+        self._stamp = None
+        if borrow and margins.flags.c_contiguous and all(a.dtype == np.float32 for a in arrays):
+            self._stamp = _checksum(margins)
+        else:
+            if self._copies is None or self._copies[0].shape != margins.shape:
+                self._copies = tuple(np.empty(margins.shape, np.float32) for _ in range(3))
+            for copy, new in zip(self._copies, arrays):
                 np.copyto(copy, new, casting="same_kind")
-            grad, hess = self._copies
-        self._last = (kept, grad, hess, nll)
+            arrays = self._copies
+        self._last = (*arrays, nll)
+
+
+def _checksum(margins):
+    """Sum of the bit patterns of C-contiguous float32 ``margins``: changes when they do."""
+    return int(np.add.reduce(margins.reshape(-1).view(np.uint32), dtype=np.uint64))

@@ -223,3 +223,21 @@ def test_lightgbm_column_major_gradients_train_the_same_model():
         )  # fmt: skip
         models.append(booster.model_to_string())
     assert models[0] == models[1]
+
+
+def test_float32_margins_are_kept_not_copied_and_checked():
+    margins, labels, lengths, weights = chain_data(10)
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    u = margins.astype(np.float32)
+    obj = CRFObjective(K)
+    grad, hess = obj.grad_hess(u, batch, dtype=np.float32)
+    kept = obj.step_scale._last
+    assert kept[0] is u and kept[1] is grad and kept[2] is hess
+    obj.grad_hess(u + 0.5, batch, dtype=np.float32)  # a fresh array: fine
+    u = obj.step_scale._last[0]
+    u[3, 1] += 1.0
+    with pytest.raises(ValueError, match="changed after it returned"):
+        obj.grad_hess(u.copy(), batch, dtype=np.float32)
+    copied = CRFObjective(K)
+    copied.grad_hess(u, batch)  # float64 results: the margins are copied
+    assert copied.step_scale._last[0] is not u
