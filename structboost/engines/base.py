@@ -87,7 +87,7 @@ class EngineObjective(ABC):
         return self.crf.grad_hess(preds, self.batch(data), **self.layout())
 
     def layout(self):
-        """Keywords of ``crf.grad_hess`` for :attr:`dtype` and :attr:`order` (none: the defaults)."""
+        """Keywords of ``crf.grad_hess`` for :attr:`dtype` and :attr:`order` (none if defaults)."""
         if self.dtype == np.float64 and self.order == "C":
             return {}
         return {"dtype": self.dtype, "order": self.order}

@@ -232,7 +232,11 @@ class XGBCRFObjective(EngineObjective):
 
     Call :func:`crf_objective` to build one. Calling it as
     ``obj(predt, dtrain)`` refits the transitions and returns ``(grad, hess)``,
-    both ``(n, K)``.
+    both ``(n, K)`` float32, what XGBoost stores: the objective's own
+    buffers, rewritten by its next call, which also checks that ``predt``
+    did not change in place meanwhile (the adaptive step keeps it; see
+    :meth:`NodeObjective.grad_hess
+    <structboost.objectives.base.NodeObjective.grad_hess>`).
 
     Attributes
     ----------

@@ -61,16 +61,14 @@ def check_margin_values(margins, what, cause):
         Where such margins come from and what to do.
     """
     step = max(1, _config.BLOCK_ENTRIES // max(1, margins.shape[1]))
+    beyond = lambda a: ~(np.abs(margins[a : a + step]) <= MARGIN_LIMIT)  # noqa: E731 (NaN too)
     for lo in range(0, margins.shape[0], step):
-        bad = ~(np.abs(margins[lo : lo + step]) <= MARGIN_LIMIT)  # NaN compares False
+        bad = beyond(lo)
         if bad.any():
             row, label = (int(i) for i in np.argwhere(bad)[0])
             row += lo
             value = float(margins[row, label])
-            count = int(bad.sum()) + sum(
-                int((~(np.abs(margins[a : a + step]) <= MARGIN_LIMIT)).sum())
-                for a in range(lo + step, margins.shape[0], step)
-            )
+            count = sum(int(beyond(a).sum()) for a in range(lo, margins.shape[0], step))
             kind = "not finite" if not np.isfinite(value) else f"beyond +-{MARGIN_LIMIT:g}"
             raise ValueError(
                 f"{what} of row {row}, label {label} is {value:g} ({kind}; {count} "

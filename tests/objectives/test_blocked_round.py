@@ -201,7 +201,8 @@ def test_xgboost_float32_gradients_train_the_same_model(monkeypatch, block, step
             xgb.DMatrix(X, label=y, group=lengths, weight=w), 4, obj=obj,
             callbacks=[obj.callback()],
         )  # fmt: skip
-        models.append((bytes(booster.save_raw("json")), sb.predict_marginals(booster, X, lengths=lengths)))
+        marginals = sb.predict_marginals(booster, X, lengths=lengths)
+        models.append((bytes(booster.save_raw("json")), marginals))
     assert models[0][0] == models[1][0]
     np.testing.assert_array_equal(models[0][1], models[1][1])
 
