@@ -37,6 +37,9 @@ from .step import SecantScale, floor_at_logitboost
 _BLAS = ThreadpoolController()
 
 
+#: Rows per chunk of the G and H arithmetic: its temporaries stay in cache.
+GH_ROWS = 4096
+
 # Node scores beyond this size mean a diverged model: a probability of
 # exp(-1e12) is not a prediction, and from about 1e16 float64 can no longer
 # resolve score differences of order 1 (marginals become NaN).
@@ -264,15 +267,41 @@ class NodeObjective:
         return kept
 
     def _node_blocks(self, u, batch, problem):
-        """``(rows, sequences, posterior)`` per block; the posterior is None without transitions."""
+        """``(rows, sequences, posterior, marginals)`` of each block (posterior None: no transitions)."""
         if problem is not None:
             rates = self.mode == "gbcrf" and self.gamma == "mixing"
-            yield from problem.blocks(self.params, rates)
+            for rows, seqs, post in problem.blocks(self.params, rates):
+                yield rows, seqs, post, post.marginals()
             return
         offsets = batch.offsets
         bounds = sequence_blocks(offsets, _config.block_rows(*u.shape))
         for s0, s1 in zip(bounds[:-1], bounds[1:]):
-            yield slice(offsets[s0], offsets[s1]), slice(s0, s1), None
+            rows = slice(offsets[s0], offsets[s1])
+            yield rows, slice(s0, s1), None, softmax(np.asarray(u[rows], dtype=np.float64))
+
+    def _node_grad_hess(self, p, labels, gamma, scale, row_w, g, h):
+        """Weighted G and H of some rows into ``g`` and ``h``, all ``(r, K)`` float64.
+
+        ``p`` are their marginals, ``labels (r,)``, ``gamma (r,)`` the node
+        bound (``"gbcrf"`` mode; None otherwise), ``scale`` the adaptive
+        step's (1: the bound) and ``row_w (r, 1)`` the sequence weights.
+        """
+        np.copyto(g, p)
+        g[np.arange(p.shape[0]), labels] -= 1.0
+        np.subtract(1.0, p, out=h)
+        h *= p
+        if self.mode == "treecrf":
+            h[:] = 1.0
+        elif self.mode == "logitboost":
+            h *= 2.0
+        else:
+            h *= gamma[:, None]
+            if scale < 1.0:
+                h *= scale  # never below an uncoupled position's bound 2 p (1 - p)
+                floor_at_logitboost(h, p)
+        np.maximum(h, self.hess_floor, out=h)
+        g *= row_w
+        h *= row_w
 
     def _grad_hess(self, u, batch, out):
         t0 = time.process_time()
@@ -292,39 +321,32 @@ class NodeObjective:
         lengths = np.diff(batch.offsets)
         log_z = np.empty(lengths.shape[0]) if self.step_scale is not None else None
         inference = [0.0]
-        for rows, seqs, post in _timed(self._node_blocks(u, batch, problem), inference):
-            if post is None:
-                p = softmax(np.asarray(u[rows], dtype=np.float64))
-            else:
-                p = post.marginals()
-                if log_z is not None:
-                    log_z[seqs] = post.log_z
-            wide = grad.dtype == np.float64  # written straight into the outputs
-            g = grad[rows] if wide else np.empty(p.shape)
-            h = hess[rows] if wide else np.empty(p.shape)
-            np.copyto(g, p)
-            g[np.arange(p.shape[0]), batch.labels[rows]] -= 1.0
-            np.subtract(1.0, p, out=h)
-            h *= p
-            if self.mode == "treecrf":
-                h[:] = 1.0
-            elif self.mode == "logitboost":
-                h *= 2.0
-            else:
-                if isinstance(self.gamma, str):
-                    h *= post.node_gamma(self.gamma, marginals=p)[:, None]
-                else:
-                    h *= float(self.gamma)
-                if self.step_scale is not None and scale < 1.0:
-                    h *= scale  # never below an uncoupled position's bound 2 p (1 - p)
-                    floor_at_logitboost(h, p)
-            np.maximum(h, self.hess_floor, out=h)
-            row_w = np.repeat(batch.seq_weight[seqs], lengths[seqs])[:, None]
-            g *= row_w
-            h *= row_w
-            if not wide:
-                grad[rows] = g
-                hess[rows] = h
+        bound_scale = scale if self.step_scale is not None else 1.0
+        wide = grad.dtype == np.float64  # written straight into the outputs
+        scratch = None if wide else np.empty((2, GH_ROWS, u.shape[1]))
+        for rows, seqs, post, p in _timed(self._node_blocks(u, batch, problem), inference):
+            if log_z is not None:
+                log_z[seqs] = post.log_z
+            gamma = None
+            if self.mode == "gbcrf":
+                gamma = (
+                    post.node_gamma(self.gamma, marginals=p)
+                    if isinstance(self.gamma, str)
+                    else np.full(p.shape[0], float(self.gamma))
+                )
+            labels = batch.labels[rows]
+            row_w = np.repeat(batch.seq_weight[seqs], lengths[seqs])
+            g_out, h_out = grad[rows], hess[rows]
+            for a in range(0, p.shape[0], GH_ROWS):
+                b = min(p.shape[0], a + GH_ROWS)
+                g, h = (g_out[a:b], h_out[a:b]) if wide else scratch[:, : b - a]
+                self._node_grad_hess(
+                    p[a:b], labels[a:b], None if gamma is None else gamma[a:b], bound_scale,
+                    row_w[a:b, None], g, h,
+                )  # fmt: skip
+                if not wide:
+                    g_out[a:b] = g
+                    h_out[a:b] = h
         if self.step_scale is not None:
             self.step_scale.remember(u, log_z, batch, grad, hess, borrow=grad.dtype == np.float32)
         t2 = time.process_time()

@@ -13,6 +13,7 @@ import xgboost as xgb
 
 import structboost as sb
 from structboost import _config
+from structboost.objectives import base as objectives_base
 from structboost.objectives.base import check_margin_values
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.sequences import offsets_from_lengths, sequence_blocks
@@ -25,9 +26,10 @@ SMALL = 5 * K
 
 
 def small_blocks(monkeypatch, entries=SMALL):
-    """Cut every batch into blocks of ``entries`` rows x labels."""
+    """Cut every batch into blocks of ``entries`` rows x labels, G and H into chunks of 2 rows."""
     monkeypatch.setattr(_config, "WHOLE_BATCH_ENTRIES", 0)
     monkeypatch.setattr(_config, "BLOCK_ENTRIES", entries)
+    monkeypatch.setattr(objectives_base, "GH_ROWS", 2)
 
 
 def chain_data(seed, n_seq=14, k=K, forbid_21=False):
