@@ -250,7 +250,8 @@ class NodeObjective:
         dtype = np.dtype(dtype)
         if dtype not in (np.float64, np.float32) or order not in ("C", "F"):
             raise ValueError(
-                f'dtype must be float64 or float32 and order "C" or "F"; got {dtype} and {order!r}.'
+                f'dtype must be float64 or float32, and order "C" or "F"; got {dtype}, '
+                f"{order!r}."
             )
         with _BLAS.limit(limits=1, user_api="blas"), _config.threads(self.nthread):
             return self._grad_hess(u, batch, self._outputs(u.shape, dtype, order))
@@ -267,7 +268,7 @@ class NodeObjective:
         return kept
 
     def _node_blocks(self, u, batch, problem):
-        """``(rows, sequences, posterior, marginals)`` of each block (posterior None: no transitions)."""
+        """``(rows, sequences, posterior, marginals)`` of each block (no posterior: None)."""
         if problem is not None:
             rates = self.mode == "gbcrf" and self.gamma == "mixing"
             for rows, seqs, post in problem.blocks(self.params, rates):
