@@ -126,7 +126,11 @@ class NodeObjective:
     :class:`~structboost.transitions.base.PenalisedProblem` whose posterior has
     ``marginals()`` and ``node_gamma(method, marginals=)``), and
     ``sequence_nll``/``decode``. ``batch`` has ``labels``, ``offsets`` and
-    ``seq_weight``.
+    ``seq_weight``. A round writes G and H block by block as the problem's
+    :meth:`~structboost.transitions.base.PenalisedProblem.blocks` yields
+    them (a chain batch above ``_config.WHOLE_BATCH_ENTRIES`` in blocks of
+    whole sequences, any other as one block), in chunks of
+    :data:`GH_ROWS` rows.
 
     Parameters
     ----------
