@@ -26,6 +26,23 @@ PARALLEL = {**KERNEL, "parallel": True}
 FINITE = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
 #: Batches with fewer rows than this run the serial kernels.
 SERIAL_ROWS = 8192
+#: Rows x labels of a batch that the chain objective's round takes as one
+#: block: its node scores are exponentiated once, and the last message pass
+#: of the transition refit serves G and H.
+WHOLE_BATCH_ENTRIES = 1 << 21
+#: Rows x labels of one block of a larger batch: the round passes its
+#: messages and writes G and H over blocks of whole sequences this large
+#: (:func:`structboost.sequences.sequence_blocks`), so that its memory is a
+#: block's, not the batch's, for one more message pass per round. Both are
+#: read at call time (tests lower them).
+BLOCK_ENTRIES = 1 << 18
+
+
+def block_rows(n_rows, num_labels):
+    """Rows per block of a round over ``n_rows`` rows of ``num_labels`` labels."""
+    if n_rows * num_labels <= WHOLE_BATCH_ENTRIES:
+        return max(1, n_rows)
+    return max(1, BLOCK_ENTRIES // num_labels)
 #: Bound on what a scaled message loses to underflow at one entry, and the
 #: smallest normaliser a scaled sweep accepts (see :mod:`structboost.inference._chain`).
 TINY = 1e-280

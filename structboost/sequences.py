@@ -71,6 +71,35 @@ def offsets_from_lengths(lengths):
     return out
 
 
+def sequence_blocks(offsets, max_rows):
+    """Split a batch into consecutive blocks of whole sequences.
+
+    Parameters
+    ----------
+    offsets : (m + 1,) int64
+        Row offsets (:func:`offsets_from_lengths`).
+    max_rows : int
+        Rows a block may hold; a sequence longer than that is a block by
+        itself.
+
+    Returns
+    -------
+    (b + 1,) int64
+        Sequence boundaries: block ``j`` holds sequences
+        ``bounds[j]:bounds[j + 1]``. A batch without sequences is one empty
+        block (``[0, 0]``).
+    """
+    m = offsets.shape[0] - 1
+    bounds = [0]
+    while bounds[-1] < m:
+        s = bounds[-1]
+        end = int(np.searchsorted(offsets, offsets[s] + max_rows, side="right")) - 1
+        bounds.append(max(end, s + 1))
+    if m == 0:
+        bounds.append(0)
+    return np.asarray(bounds, dtype=np.int64)
+
+
 def lengths_from_groups(groups):
     """Turn a per-row sequence id into lengths.
 

@@ -232,6 +232,11 @@ class LGBCRFObjective(EngineObjective):
     metric_name : {"nll", "error"}
     """
 
+    # Booster.__boost flattens multiclass gradients class-major, then casts them to
+    # float32 (score_t, include/LightGBM/meta.h): column-major arrays flatten without
+    # a copy. They stay float64 here: obj(preds, dataset) gives exact gradients.
+    order = "F"
+
     def __deepcopy__(self, memo):
         # lightgbm.train deep-copies ``params`` (and LGBMModel its eval_metric):
         # a copy would refit transitions that the metric and the callback,
@@ -269,7 +274,9 @@ class LGBCRFObjective(EngineObjective):
 
     def sklearn_objective(self, y_true, y_pred, weight, group):
         """The objective in the signature of LightGBM's scikit-learn API."""
-        return self.crf.grad_hess(y_pred, self._sklearn_batch(y_true, weight, group))
+        return self.crf.grad_hess(
+            y_pred, self._sklearn_batch(y_true, weight, group), **self.layout()
+        )
 
     def sklearn_metric(self, y_true, y_pred, weight, group):
         """The metric in the signature of LightGBM's scikit-learn ``eval_metric``."""

@@ -232,7 +232,11 @@ class XGBCRFObjective(EngineObjective):
 
     Call :func:`crf_objective` to build one. Calling it as
     ``obj(predt, dtrain)`` refits the transitions and returns ``(grad, hess)``,
-    both ``(n, K)``.
+    both ``(n, K)`` float32, what XGBoost stores: the objective's own
+    buffers, rewritten by its next call, which also checks that ``predt``
+    did not change in place meanwhile (the adaptive step keeps it; see
+    :meth:`NodeObjective.grad_hess
+    <structboost.objectives.base.NodeObjective.grad_hess>`).
 
     Attributes
     ----------
@@ -243,6 +247,9 @@ class XGBCRFObjective(EngineObjective):
 
     state_key = STATE_KEY
     param_type = TransitionParams
+    # XGBoost stores gradients as float32 pairs (GradientPair, include/xgboost/base.h)
+    # and casts what it is given (CustomGradHessOp, include/xgboost/gradient.h).
+    dtype = np.float32
 
     def _build_batch(self, dmat):
         """Validated labels, boundaries and per-sequence weights of a DMatrix."""

@@ -99,24 +99,58 @@ class Workspace:
     on a workspace views its buffers, so it is valid until the next pass on
     the same workspace.
 
+    The buffers have room for ``n`` rows and ``m`` sequences; each
+    :meth:`load` binds the attributes (``w``, ``alpha``, ... ``lost``) to
+    views of the rows and sequences of the batch it loads, which may be
+    any smaller one, such as one block of a larger batch (see
+    :class:`~structboost.transitions.chain.TransitionProblem`). Pages the
+    batches never reach are never touched.
+
     Parameters
     ----------
     n, k, m : int
-        Rows, labels and sequences.
+        Rows, labels and sequences it has room for.
     """
 
     def __init__(self, n, k, m):
         self.shape = (n, k, m)
-        self.w, self.alpha, self.beta, self.r, self.into, self.marg = np.empty((6, n, k))
-        self.row_max, self.beta_scale, self.overlap, self.right, self.left = np.empty((5, n))
-        self.log_z = np.empty(m)
-        self.lost = np.empty(m, dtype=bool)
+        self._rows = np.empty((6, n, k))
+        self._vectors = np.empty((5, n))
+        self._log_z = np.empty(m)
+        self._lost = np.empty(m, dtype=bool)
         self.offsets = None
+        self._bind(n, m)
+
+    def fits(self, n, k, m):
+        """Whether a batch of ``n`` rows, ``k`` labels and ``m`` sequences fits."""
+        rows, labels, seqs = self.shape
+        return n <= rows and k == labels and m <= seqs
+
+    def _bind(self, n, m):
+        self.w, self.alpha, self.beta, self.r, self.into, self.marg = self._rows[:, :n]
+        self.row_max, self.beta_scale, self.overlap, self.right, self.left = self._vectors[:, :n]
+        self.log_z = self._log_z[:m]
+        self.lost = self._lost[:m]
 
     def load(self, unary, offsets):
-        """Exponentiate the node potentials ``(n, K)`` of the batch ``offsets`` once."""
+        """Exponentiate the node potentials ``(n, K)`` of the batch ``offsets`` once.
+
+        Parameters
+        ----------
+        unary : (n, K) float64, C-contiguous
+        offsets : (m + 1,) int64
+            Starting at zero.
+        """
+        n, k = unary.shape
+        m = offsets.shape[0] - 1
+        if not self.fits(n, k, m):
+            raise ValueError(
+                f"a batch of {n} rows, {k} labels and {m} sequences does not fit a workspace "
+                f"of shape {self.shape}: make a Workspace at least that large."
+            )
+        self._bind(n, m)
         self.offsets = offsets
-        _chain.exp_rows(unary, self.w, self.row_max, _config.parallel(unary.shape[0]))
+        _chain.exp_rows(unary, self.w, self.row_max, _config.parallel(n))
         return self
 
 

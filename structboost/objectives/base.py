@@ -24,8 +24,9 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from .. import _config
+from ..sequences import sequence_blocks
 from ..transitions.base import identity
-from ..transitions.chain import refit
+from ..transitions.chain import FIRST_NEED, refit
 from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
 from .step import SecantScale, floor_at_logitboost
 
@@ -35,6 +36,9 @@ from .step import SecantScale, floor_at_logitboost
 # limits BLAS while the objective runs.
 _BLAS = ThreadpoolController()
 
+
+#: Rows per chunk of the G and H arithmetic: its temporaries stay in cache.
+GH_ROWS = 4096
 
 # Node scores beyond this size mean a diverged model: a probability of
 # exp(-1e12) is not a prediction, and from about 1e16 float64 can no longer
@@ -49,23 +53,30 @@ DIVERGED = (
 def check_margin_values(margins, what, cause):
     """Raise naming the first row whose margin is NaN, infinite or beyond :data:`MARGIN_LIMIT`.
 
+    Checked in row blocks (no full-size temporary).
+
     Parameters
     ----------
-    margins : (n, K) float64
+    margins : (n, K) float32 or float64
     what : str
-        What the margins are, for the message (``"the margins"``).
+        What the margins are, for the message (``"the margin"``).
     cause : str
         Where such margins come from and what to do.
     """
-    bad = ~(np.abs(margins) <= MARGIN_LIMIT)  # NaN compares False
-    if bad.any():
-        row, label = (int(i) for i in np.argwhere(bad)[0])
-        value = float(margins[row, label])
-        kind = "not finite" if not np.isfinite(value) else f"beyond +-{MARGIN_LIMIT:g}"
-        raise ValueError(
-            f"{what} of row {row}, label {label} is {value:g} ({kind}; {int(bad.sum())} "
-            f"value(s) in all): {cause}."
-        )
+    step = max(1, _config.BLOCK_ENTRIES // max(1, margins.shape[1]))
+    beyond = lambda a: ~(np.abs(margins[a : a + step]) <= MARGIN_LIMIT)  # noqa: E731 (NaN too)
+    for lo in range(0, margins.shape[0], step):
+        bad = beyond(lo)
+        if bad.any():
+            row, label = (int(i) for i in np.argwhere(bad)[0])
+            row += lo
+            value = float(margins[row, label])
+            count = sum(int(beyond(a).sum()) for a in range(lo, margins.shape[0], step))
+            kind = "not finite" if not np.isfinite(value) else f"beyond +-{MARGIN_LIMIT:g}"
+            raise ValueError(
+                f"{what} of row {row}, label {label} is {value:g} ({kind}; {count} "
+                f"value(s) in all): {cause}."
+            )
 
 
 def check_sequence_weights(seq_weight, lengths):
@@ -81,6 +92,18 @@ def check_sequence_weights(seq_weight, lengths):
     if not np.isfinite(w).all() or (w < 0).any():
         raise ValueError("sequence weights must be finite and non-negative.")
     return w
+
+
+def _timed(items, clock):
+    """Yield from ``items``, adding the CPU seconds spent producing them to ``clock[0]``."""
+    it = iter(items)
+    while True:
+        t = time.process_time()
+        item = next(it, None)
+        clock[0] += time.process_time() - t
+        if item is None:
+            return
+        yield item
 
 
 def softmax(margins):
@@ -103,7 +126,11 @@ class NodeObjective:
     :class:`~structboost.transitions.base.PenalisedProblem` whose posterior has
     ``marginals()`` and ``node_gamma(method, marginals=)``), and
     ``sequence_nll``/``decode``. ``batch`` has ``labels``, ``offsets`` and
-    ``seq_weight``.
+    ``seq_weight``. A round writes G and H block by block as the problem's
+    :meth:`~structboost.transitions.base.PenalisedProblem.blocks` yields
+    them (a chain batch above ``_config.WHOLE_BATCH_ENTRIES`` in blocks of
+    whole sequences, any other as one block), in chunks of
+    :data:`GH_ROWS` rows.
 
     Parameters
     ----------
@@ -132,6 +159,7 @@ class NodeObjective:
     #: The transition solvers this structure supports.
     solvers = SOLVERS
     allreduce = staticmethod(identity)
+    _buffers = None  # float32 G and H handed to an engine (see grad_hess)
 
     def __init__(
         self,
@@ -165,8 +193,18 @@ class NodeObjective:
     def uses_transitions(self):
         return self.mode != "logitboost"
 
-    def check_margins(self, margins):
-        """``(n, K)`` C-contiguous float64 margins, or a clear error."""
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_buffers"] = None  # the engine's G and H, rebuilt on the next round
+        return state
+
+    def margin_rows(self, margins):
+        """``(n, K)`` float32 or float64 margins as given (no copy), or a clear error.
+
+        The engines' own layouts pass unchanged (XGBoost's float32 rows,
+        LightGBM's column-major float64); other dtypes are converted to
+        float64. The values are checked in row blocks (:func:`check_margin_values`).
+        """
         m = np.asarray(margins)
         if m.ndim == 1 and m.size % self.num_labels == 0:
             m = m.reshape(-1, self.num_labels)
@@ -176,71 +214,150 @@ class NodeObjective:
                 f"{self.num_labels}: the booster must have one output per label "
                 "(num_target / num_class = num_labels)."
             )
-        m = np.ascontiguousarray(m, dtype=np.float64)
+        if m.dtype not in (np.float32, np.float64):
+            m = m.astype(np.float64)
         check_margin_values(m, "the margin", DIVERGED)
         return m
 
-    def grad_hess(self, margins, batch):
+    def check_margins(self, margins):
+        """``(n, K)`` C-contiguous float64 margins, or a clear error."""
+        return np.ascontiguousarray(self.margin_rows(margins), dtype=np.float64)
+
+    def grad_hess(self, margins, batch, dtype=np.float64, order="C"):
         """Refit the transitions, then return the node gradient and Hessian.
 
         Parameters
         ----------
         margins : (n, K) array-like
-            Current node potentials (the engine's raw scores).
+            Current node potentials (the engine's raw scores), read block by
+            block: float32 and column-major margins are never copied whole.
         batch
             The labels and structure (:class:`SequenceBatch` for chains).
+        dtype : {numpy.float64, numpy.float32}
+            float64: fresh arrays. float32: what XGBoost and LightGBM store
+            gradients as (the float64 values rounded, as the engine would
+            round them), so that the engine copies nothing. These are the
+            objective's own buffers, rewritten by its next call, and the
+            adaptive step keeps float32 C-contiguous ``margins`` themselves
+            until then, not a copy (it compares consecutive rounds; a
+            ``ValueError`` says if they changed): use the results before the
+            next call, change neither, and hand a fresh margin array each
+            round, as ``xgboost.train`` does.
+        order : {"C", "F"}
+            Memory order of the results (``"F"``: class-major, LightGBM's).
 
         Returns
         -------
-        grad, hess : (n, K) float64
+        grad, hess : (n, K) of ``dtype``
         """
-        u = self.check_margins(margins)
+        u = self.margin_rows(margins)
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float64, np.float32) or order not in ("C", "F"):
+            raise ValueError(
+                f'dtype must be float64 or float32, and order "C" or "F"; got {dtype}, '
+                f"{order!r}."
+            )
         with _BLAS.limit(limits=1, user_api="blas"), _config.threads(self.nthread):
-            return self._grad_hess(u, batch)
+            return self._grad_hess(u, batch, self._outputs(u.shape, dtype, order))
 
-    def _grad_hess(self, u, batch):
-        lengths = np.diff(batch.offsets)
+    def _outputs(self, shape, dtype, order):
+        """The ``(grad, hess)`` arrays a round writes (see :meth:`grad_hess`)."""
+        if dtype == np.float64:
+            return np.empty(shape, order=order), np.empty(shape, order=order)
+        kept = self._buffers
+        if kept is None or kept[0].shape != shape or not kept[0].flags[f"{order}_CONTIGUOUS"]:
+            kept = self._buffers = tuple(
+                np.empty(shape, dtype=np.float32, order=order) for _ in range(2)
+            )
+        return kept
+
+    def _node_blocks(self, u, batch, problem):
+        """``(rows, sequences, posterior, marginals)`` of each block (no posterior: None)."""
+        if problem is not None:
+            rates = self.mode == "gbcrf" and self.gamma == "mixing"
+            for rows, seqs, post in problem.blocks(self.params, rates):
+                yield rows, seqs, post, post.marginals()
+            return
+        offsets = batch.offsets
+        bounds = sequence_blocks(offsets, _config.block_rows(*u.shape))
+        for s0, s1 in zip(bounds[:-1], bounds[1:]):
+            rows = slice(offsets[s0], offsets[s1])
+            yield rows, slice(s0, s1), None, softmax(np.asarray(u[rows], dtype=np.float64))
+
+    def _node_grad_hess(self, p, labels, gamma, scale, row_w, g, h):
+        """Weighted G and H of some rows into ``g`` and ``h``, all ``(r, K)`` float64.
+
+        ``p`` are their marginals, ``labels (r,)``, ``gamma (r,)`` the node
+        bound (``"gbcrf"`` mode; None otherwise), ``scale`` the adaptive
+        step's (1: the bound) and ``row_w (r, 1)`` the sequence weights.
+        """
+        np.copyto(g, p)
+        g[np.arange(p.shape[0]), labels] -= 1.0
+        np.subtract(1.0, p, out=h)
+        h *= p
+        if self.mode == "treecrf":
+            h[:] = 1.0
+        elif self.mode == "logitboost":
+            h *= 2.0
+        else:
+            h *= gamma[:, None]
+            if scale < 1.0:
+                h *= scale  # never below an uncoupled position's bound 2 p (1 - p)
+                floor_at_logitboost(h, p)
+        np.maximum(h, self.hess_floor, out=h)
+        g *= row_w
+        h *= row_w
+
+    def _grad_hess(self, u, batch, out):
         t0 = time.process_time()
+        problem = None
         if self.uses_transitions:
             problem = self._problem(u, batch)
             problem.allreduce = self.allreduce
             if self.step_scale is not None:  # the NLL at the last round's transitions
-                # (the Newton step reuses this pass, and its mixing rates)
-                before = problem.posterior(self.params, rates=self.transitions == "newton").log_z
+                # (the solver's first evaluation reuses this pass)
+                before = problem.evaluate(
+                    self.params, FIRST_NEED[self.transitions], rates=self.transitions == "newton"
+                ).log_z
                 scale = self.step_scale.update(u, before, batch, self.allreduce)
             self.params = refit(problem, self.params, self.transitions, self.transition_iter)
-            t1 = time.process_time()
-            post = problem.posterior(self.params)
-            p = post.marginals()
-        else:
-            t1 = t0
-            p = softmax(u)
-        t2 = time.process_time()
-        grad = p.copy()
-        grad[np.arange(u.shape[0]), batch.labels] -= 1.0
-        hess = p * (1.0 - p)
-        if self.mode == "treecrf":
-            hess[:] = 1.0
-        elif self.mode == "logitboost":
-            hess *= 2.0
-        else:
-            if isinstance(self.gamma, str):
-                hess *= post.node_gamma(self.gamma, marginals=p)[:, None]
-            else:
-                hess *= float(self.gamma)
-            if self.step_scale is not None and scale < 1.0:
-                hess *= scale  # never below an uncoupled position's bound 2 p (1 - p)
-                floor_at_logitboost(hess, p)
-        np.maximum(hess, self.hess_floor, out=hess)
-        row_w = np.repeat(batch.seq_weight, lengths)[:, None]
-        grad *= row_w
-        hess *= row_w
+        t1 = time.process_time()
+        grad, hess = out
+        lengths = np.diff(batch.offsets)
+        log_z = np.empty(lengths.shape[0]) if self.step_scale is not None else None
+        inference = [0.0]
+        bound_scale = scale if self.step_scale is not None else 1.0
+        wide = grad.dtype == np.float64  # written straight into the outputs
+        scratch = None if wide else np.empty((2, GH_ROWS, u.shape[1]))
+        for rows, seqs, post, p in _timed(self._node_blocks(u, batch, problem), inference):
+            if log_z is not None:
+                log_z[seqs] = post.log_z
+            gamma = None
+            if self.mode == "gbcrf":
+                gamma = (
+                    post.node_gamma(self.gamma, marginals=p)
+                    if isinstance(self.gamma, str)
+                    else np.full(p.shape[0], float(self.gamma))
+                )
+            labels = batch.labels[rows]
+            row_w = np.repeat(batch.seq_weight[seqs], lengths[seqs])
+            g_out, h_out = grad[rows], hess[rows]
+            for a in range(0, p.shape[0], GH_ROWS):
+                b = min(p.shape[0], a + GH_ROWS)
+                g, h = (g_out[a:b], h_out[a:b]) if wide else scratch[:, : b - a]
+                self._node_grad_hess(
+                    p[a:b], labels[a:b], None if gamma is None else gamma[a:b], bound_scale,
+                    row_w[a:b, None], g, h,
+                )  # fmt: skip
+                if not wide:
+                    g_out[a:b] = g
+                    h_out[a:b] = h
         if self.step_scale is not None:
-            self.step_scale.remember(u, post.log_z, batch, grad, hess)
-        t3 = time.process_time()
+            self.step_scale.remember(u, log_z, batch, grad, hess, borrow=grad.dtype == np.float32)
+        t2 = time.process_time()
         self.timings["transitions"] += t1 - t0
-        self.timings["inference"] += t2 - t1
-        self.timings["gamma"] += t3 - t2
+        self.timings["inference"] += inference[0]
+        self.timings["gamma"] += t2 - t1 - inference[0]
         return grad, hess
 
     def evaluate(self, margins, batch, metric="nll"):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inference.chain import Workspace, map_labels, path_scores, posterior
+from ..inference.chain import map_labels, path_scores, posterior
 from ..sequences import check_labels, check_lengths, offsets_from_lengths
 from ..transitions.chain import TransitionParams, TransitionProblem, observed_counts
 from .base import NodeObjective, check_sequence_weights
@@ -109,24 +109,23 @@ class CRFObjective(NodeObjective):
                 self.constraints.check_labels(batch.labels, batch.lengths)
 
     def __getstate__(self):
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state["_workspace"] = None  # buffers, rebuilt on the next round
         return state
 
     def _problem(self, unary, batch):
         free = None if self.constraints is None else self.constraints.free_vector()
-        shape = unary.shape + (batch.offsets.shape[0] - 1,)
-        if self._workspace is None or self._workspace.shape != shape:
-            self._workspace = Workspace(*shape)
-        return TransitionProblem(
+        problem = TransitionProblem(
             unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions, free,
             workspace=self._workspace,
         )
+        self._workspace = problem.workspace  # kept across rounds
+        return problem
 
-    def grad_hess(self, margins, batch):
+    def grad_hess(self, margins, batch, dtype=np.float64, order="C"):
         """As :meth:`NodeObjective.grad_hess`, after checking the labels against the constraints."""
         self._check_allowed(batch)
-        return super().grad_hess(margins, batch)
+        return super().grad_hess(margins, batch, dtype, order)
 
     def sequence_nll(self, margins, batch):
         """Per-sequence negative log-likelihood ``(m,)`` under the current transitions."""

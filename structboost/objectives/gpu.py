@@ -69,13 +69,16 @@ class DeviceCRFObjective(CRFObjective):
         self._structures[key] = (weakref.ref(batch), structure)
         return structure
 
-    def grad_hess(self, margins, batch):
+    def grad_hess(self, margins, batch, dtype=None, order=None):
         """Refit the transitions and return the node gradient and Hessian, on the device.
 
         Parameters
         ----------
         margins : (n, K) array or device array
         batch : SequenceBatch
+        dtype, order
+            Ignored: the results stay float64 on the device, where XGBoost
+            reads them in place.
 
         Returns
         -------

@@ -56,6 +56,9 @@ class SecantScale:
         The scale used in each round so far.
     """
 
+    _copies = None  # float32 copies of the margins, G and H (see remember)
+    _stamp = None  # checksum of borrowed margins
+
     def __init__(self):
         self.scale = 1.0
         self.history = []
@@ -63,7 +66,7 @@ class SecantScale:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_last"] = None  # per-round arrays: a copied objective starts a new secant
+        state["_last"] = state["_copies"] = state["_stamp"] = None  # a copy starts a new secant
         return state
 
     @staticmethod
@@ -72,10 +75,10 @@ class SecantScale:
 
         The transition part of the path score is the same for any node
         scores, so differences at fixed transitions need only ``log_z (m,)``
-        and the labels' node scores.
+        and the labels' node scores (``margins (n, K)``, float32 or float64).
         """
         rows = np.repeat(batch.seq_weight, np.diff(batch.offsets))
-        node = margins[np.arange(margins.shape[0]), batch.labels]
+        node = margins[np.arange(margins.shape[0]), batch.labels].astype(np.float64)
         return float(batch.seq_weight @ log_z - rows @ node)
 
     def update(self, margins, log_z, batch, allreduce):
@@ -83,8 +86,8 @@ class SecantScale:
 
         Parameters
         ----------
-        margins : (n, K) float64
-            This round's node scores.
+        margins : (n, K) float32 or float64
+            This round's node scores (any memory layout; read in row blocks).
         log_z : (m,) float64
             Log-partition of each sequence at these margins and the
             transitions the last round's gradient was computed with.
@@ -101,9 +104,16 @@ class SecantScale:
         last = self._last
         if last is not None and last[0].shape == margins.shape:
             old_margins, grad, hess, old_nll = last
+            if self._stamp is not None and _checksum(old_margins) != self._stamp:
+                raise ValueError(
+                    "the margins of the objective's last round changed after it returned (the "
+                    "adaptive step keeps them, with float32 results, until this round): hand "
+                    "the objective a fresh margin array each round, as xgboost.train does, or "
+                    "a copy."
+                )
             slope = model = 0.0
             for a in range(0, margins.shape[0], BLOCK):
-                d = margins[a:a + BLOCK] - old_margins[a:a + BLOCK]
+                d = np.subtract(margins[a:a + BLOCK], old_margins[a:a + BLOCK], dtype=np.float64)
                 slope += float(np.vdot(grad[a:a + BLOCK], d))
                 model += float(np.vdot(hess[a:a + BLOCK], d * d))
             change = self.nll(margins, log_z, batch) - old_nll
@@ -115,18 +125,37 @@ class SecantScale:
         self.history.append(self.scale)
         return self.scale
 
-    def remember(self, margins, log_z, batch, grad, hess):
+    def remember(self, margins, log_z, batch, grad, hess, borrow=False):
         """Keep what the next round's :meth:`update` needs.
 
         ``margins``, ``grad`` and ``hess`` are ``(n, K)`` (the weighted
         gradient and Hessian handed to the engine) and ``log_z (m,)`` is at
         the transitions they were computed with. Kept in float32: the
-        engines' margins are float32 already, and the scale needs three sums.
+        engines' margins are float32 already, and the scale needs three
+        sums.
+
+        ``borrow``: keep float32 arrays as they are instead of copies
+        (XGBoost's fresh margins of each round, and the float32 buffers an
+        objective hands the engine, see :meth:`NodeObjective.grad_hess
+        <structboost.objectives.base.NodeObjective.grad_hess>`): the caller
+        leaves them unchanged until the next :meth:`update`, which checks
+        the margins. Copies otherwise (LightGBM updates its margins in
+        place).
         """
         nll = self.nll(margins, log_z, batch)
-        if self._last is None or self._last[0].shape != margins.shape:
-            self._last = tuple(np.empty(margins.shape, np.float32) for _ in range(3)) + (nll,)
-        else:  # the last round's buffers: no fresh pages on the hot path
-            self._last = self._last[:3] + (nll,)
-        for kept, new in zip(self._last, (margins, grad, hess)):
-            np.copyto(kept, new, casting="same_kind")
+        arrays = (margins, grad, hess)
+        self._stamp = None
+        if borrow and margins.flags.c_contiguous and all(a.dtype == np.float32 for a in arrays):
+            self._stamp = _checksum(margins)
+        else:
+            if self._copies is None or self._copies[0].shape != margins.shape:
+                self._copies = tuple(np.empty(margins.shape, np.float32) for _ in range(3))
+            for copy, new in zip(self._copies, arrays):
+                np.copyto(copy, new, casting="same_kind")
+            arrays = self._copies
+        self._last = (*arrays, nll)
+
+
+def _checksum(margins):
+    """Sum of the bit patterns of C-contiguous float32 ``margins``: changes when they do."""
+    return int(np.add.reduce(margins.reshape(-1).view(np.uint32), dtype=np.uint64))

@@ -113,6 +113,7 @@ class TreeCRFObjective(NodeObjective):
 
     def _problem(self, unary, batch):
         self._check_batch(batch)
+        unary = np.ascontiguousarray(unary, dtype=np.float64)  # one block: the whole batch
         return TreeTransitionProblem(
             batch.with_potentials(unary, self.params.transitions),
             batch.seq_weight,

@@ -5,15 +5,57 @@ step over a parameter vector; :mod:`.chain` (transition tables) and
 :mod:`.tree` (typed edge potentials) supply the posterior and the expected
 counts. ``allreduce`` sums the data terms over workers in a distributed run
 (:func:`identity` in one process).
+
+The solvers consume sums only (an :class:`Evaluation`: ``log Z`` per
+sequence, the expected counts and their curvature bound), so a structure
+may compute them block by block without ever holding the messages of the
+whole batch (:class:`~structboost.transitions.chain.TransitionProblem`
+does).
 """
+
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
+
+#: What an evaluation computes; each level includes the ones before it.
+VALUE, GRADIENT, CURVATURE = 0, 1, 2
 
 
 def identity(values):
     """The allreduce of a single process: ``values`` unchanged."""
     return values
+
+
+@dataclass
+class Evaluation:
+    """What the solvers use at one parameter vector, summed over this worker's batch.
+
+    Attributes
+    ----------
+    log_z : (m,) float64
+        ``log Z`` of every sequence.
+    expected : (d,) float64 or None
+        Weighted expected counts (from level :data:`GRADIENT` on).
+    curvature : (d,) float64 or None
+        Their curvature bound (level :data:`CURVATURE`).
+    posterior : object or None
+        The messages of the whole batch when it is one block (valid until
+        the problem's next pass); None when the sums were taken block by
+        block.
+    """
+
+    log_z: np.ndarray
+    expected: np.ndarray | None = None
+    curvature: np.ndarray | None = None
+    posterior: object = None
+
+    @property
+    def level(self):
+        """The highest of :data:`VALUE`, :data:`GRADIENT`, :data:`CURVATURE` it holds."""
+        if self.expected is None:
+            return VALUE
+        return GRADIENT if self.curvature is None else CURVATURE
 
 
 class PenalisedProblem:
@@ -32,7 +74,8 @@ class PenalisedProblem:
     can computes them within its sweep) and
     ``expected_counts(post, with_curvature)``. ``newton_scale`` multiplies the
     curvature bound of the Newton step (2 when two parameter groups are
-    bounded separately and updated together).
+    bounded separately and updated together). A structure that splits its
+    batch into blocks overrides :meth:`_evaluate` and :meth:`blocks`.
 
     A subclass may also set ``free``, a bool mask over ``vec``: the other
     entries are fixed at ``-inf`` (forbidden moves, see
@@ -68,35 +111,92 @@ class PenalisedProblem:
         vec[self.free] = x
         return vec
 
-    def posterior(self, params, rates=False):
-        """Messages at ``params``, reusing the last evaluation when it matches.
+    def evaluate(self, params, need=VALUE, rates=False):
+        """The sums at ``params`` up to level ``need``, reusing the last evaluation.
 
-        ``rates``: the mixing-rate bounds will be asked for (a hint, see the
-        class notes; a reused posterior computes them when asked).
+        Parameters
+        ----------
+        params
+            Of ``param_type``.
+        need : {VALUE, GRADIENT, CURVATURE}
+        rates : bool
+            The mixing-rate bounds will be asked for at ``params`` (a hint
+            for :meth:`_posterior`; :data:`CURVATURE` implies it).
+
+        Returns
+        -------
+        Evaluation
+            Cached until the next parameter vector: an evaluation that holds
+            the posterior adds higher levels from it without another pass.
         """
         vec = params.to_vector()
-        if self._last is not None and np.array_equal(self._last[0], vec):
-            return self._last[1]
-        post = self._posterior(params, rates)
-        self._last = (vec, post)
+        last = self._last
+        if last is not None and np.array_equal(last[0], vec):
+            ev = last[2]
+            if ev.level >= need:
+                return ev
+            if ev.posterior is not None:
+                ev.expected, ev.curvature = self.expected_counts(ev.posterior, need >= CURVATURE)
+                return ev
+        ev = self._evaluate(params, need, rates)
+        self._last = (vec, ev.posterior, ev)  # the posterior second, as before evaluations
+        return ev
+
+    def _evaluate(self, params, need, rates):
+        """One message pass over the whole batch, and the sums asked for."""
+        post = self._posterior(params, rates or need >= CURVATURE)
+        ev = Evaluation(post.log_z, posterior=post)
+        if need >= GRADIENT:
+            ev.expected, ev.curvature = self.expected_counts(post, need >= CURVATURE)
+        return ev
+
+    def posterior(self, params, rates=False):
+        """Messages of the whole batch at ``params``, reusing the last evaluation when it matches.
+
+        ``rates``: the mixing-rate bounds will be asked for (a hint, see the
+        class notes; a reused posterior computes them when asked). Only for
+        a batch that is one block; see :meth:`blocks`.
+        """
+        post = self.evaluate(params, VALUE, rates).posterior
+        if post is None:
+            raise ValueError(
+                "this problem passes its batch in several blocks and keeps no posterior of "
+                "the whole batch: iterate over blocks(params) instead."
+            )
         return post
 
-    def _local_value(self, x):
-        """This worker's data term of ``f`` at free parameters ``x`` (no penalty)."""
-        post = self.posterior(self.param_type.from_vector(self._full(x), self.num_labels))
-        return self.seq_weight @ post.log_z - self._free_part(self.counts) @ x
+    def blocks(self, params, rates=False):
+        """The posterior at ``params`` block by block.
+
+        Yields
+        ------
+        rows, sequences : slice
+            The block's rows and sequences within the batch.
+        posterior
+            Its messages, valid until the next block (here one block: the
+            whole batch, reusing the last evaluation when it matches).
+        """
+        yield slice(None), slice(None), self.posterior(params, rates)
+
+    def _params(self, x):
+        """Parameters of ``param_type`` with free entries ``x``."""
+        return self.param_type.from_vector(self._full(x), self.num_labels)
+
+    def _local_value(self, x, need=VALUE):
+        """This worker's data term of ``f`` at free parameters ``x`` (no penalty), and its sums."""
+        ev = self.evaluate(self._params(x), need)
+        return self.seq_weight @ ev.log_z - self._free_part(self.counts) @ x, ev
 
     def value(self, x):
         """Penalised NLL at free parameters ``x``, up to the constant node-score term."""
-        data = self.allreduce(np.array([self._local_value(x)]))[0]
+        data = self.allreduce(np.array([self._local_value(x)[0]]))[0]
         return data + 0.5 * self.reg * x @ x
 
     def value_and_grad(self, x):
         """Penalised NLL (up to the constant node-score term) and its gradient in ``x``."""
-        local = self._local_value(x)
-        expected, _ = self.expected_counts(self._last[1])
+        local, ev = self._local_value(x, GRADIENT)
         summed = self.allreduce(
-            np.concatenate(([local], self._free_part(expected - self.counts)))
+            np.concatenate(([local], self._free_part(ev.expected - self.counts)))
         )
         return summed[0] + 0.5 * self.reg * x @ x, summed[1:] + self.reg * x
 
@@ -106,19 +206,18 @@ class PenalisedProblem:
         The bound of Lemma 2.1 holds to second order only, so a full step
         taken far from the optimum (where some ``p (1 - p)`` are tiny) can
         overshoot; the step is halved until the penalised NLL does not rise.
-        The accepted point's messages stay cached for the caller. Both message
-        passes (at ``params`` and at the candidate) compute the mixing rates
-        within their sweeps: the edge bound needs them at ``params``, and the
-        caller's node bound at the accepted point.
+        The accepted point's evaluation stays cached for the caller. Both
+        message passes (at ``params`` and at the candidate) compute the
+        mixing rates within their sweeps: the edge bound needs them at
+        ``params``, and the caller's node bound at the accepted point.
         """
         x = self._free_part(params.to_vector())
-        self.posterior(params, rates=True)
+        ev = self.evaluate(params, CURVATURE, rates=True)
         f0 = self.value(x)
-        expected, curvature = self.expected_counts(self._last[1], with_curvature=True)
         grad, curvature = np.split(
             self.allreduce(
                 np.concatenate(
-                    (self._free_part(expected - self.counts), self._free_part(curvature))
+                    (self._free_part(ev.expected - self.counts), self._free_part(ev.curvature))
                 )
             ),
             2,
@@ -126,12 +225,12 @@ class PenalisedProblem:
         step = (grad + self.reg * x) / (self.newton_scale * curvature + self.reg + 1e-12)
         for _ in range(max_halvings):
             cand = x - step
-            candidate = self.param_type.from_vector(self._full(cand), self.num_labels)
-            self.posterior(candidate, rates=True)
+            candidate = self._params(cand)
+            self.evaluate(candidate, rates=True)
             if self.value(cand) <= f0:
                 return candidate
             step *= 0.5
-        self.posterior(params, rates=True)
+        self.evaluate(params, rates=True)
         return params
 
     def lbfgs(self, params, max_iter):

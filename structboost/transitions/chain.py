@@ -32,11 +32,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _config
 from ..inference.chain import Workspace, posterior
+from ..sequences import sequence_blocks
 from . import majorize
-from .base import PenalisedProblem, identity
+from .base import CURVATURE, GRADIENT, VALUE, Evaluation, PenalisedProblem, identity
 
 SOLVERS = ("lbfgs", "newton", "majorize")
+#: What each solver's first evaluation asks for at the warm start
+#: (:meth:`~.base.PenalisedProblem.evaluate`): a caller that passes there
+#: first (the adaptive step's NLL) computes it in the same pass.
+FIRST_NEED = {"lbfgs": GRADIENT, "newton": CURVATURE, "majorize": VALUE}
 
 
 @dataclass
@@ -128,13 +134,43 @@ def observed_counts(labels, offsets, seq_weight, num_labels):
     return np.concatenate((trans, start, end)).astype(np.float64)
 
 
+@dataclass
+class _Block:
+    """Rows ``rows`` and sequences ``seqs`` of a batch, with what a pass over them needs.
+
+    ``unary (c, K)`` is float64 and C-contiguous (a copy where the batch's
+    node potentials are float32 or column-major), ``offsets`` start at zero,
+    ``edges`` are the block's rows that have a successor in their sequence
+    and ``edge_weight`` their sequences' weights.
+    """
+
+    rows: slice
+    seqs: slice
+    unary: np.ndarray
+    offsets: np.ndarray
+    seq_weight: np.ndarray
+    edges: np.ndarray
+    edge_weight: np.ndarray
+
+
 class TransitionProblem(PenalisedProblem):
     """The penalised NLL in the chain transition parameters, node potentials fixed.
 
+    A batch above ``structboost._config.WHOLE_BATCH_ENTRIES`` rows x labels
+    is passed in blocks of whole sequences of about ``BLOCK_ENTRIES``
+    (:func:`~structboost.sequences.sequence_blocks`) with one block-sized
+    :class:`~structboost.inference.chain.Workspace`, so a pass holds the
+    messages of one block, never of the whole batch. A batch that is one
+    block keeps its posterior between evaluations (the last evaluation's
+    messages serve the caller's G and H); a batch in several blocks keeps
+    only the sums the solvers use (:class:`~.base.Evaluation`), and
+    :meth:`blocks` passes it once more at the final parameters.
+
     Parameters
     ----------
-    unary : (n, K) float64
-        Node potentials (validated, C-contiguous).
+    unary : (n, K) float32 or float64
+        Node potentials (validated; any memory layout: XGBoost's float32
+        rows and LightGBM's column-major float64 are read block by block).
     offsets : (m + 1,) int64
     seq_weight : (m,) float64
     counts : (K*K + 2K,) float64
@@ -146,8 +182,15 @@ class TransitionProblem(PenalisedProblem):
         <structboost.objectives.constraints.Constraints.free_vector>`); the others stay
         at ``-inf``. All entries are free by default.
     workspace : Workspace, optional
-        Message buffers of the batch's shape to reuse (an objective keeps one
-        across rounds); fresh ones otherwise.
+        Message buffers to reuse (an objective keeps one across rounds) if
+        a block fits them; fresh ones otherwise.
+
+    Attributes
+    ----------
+    workspace : Workspace
+        The buffers in use.
+    bounds : (b + 1,) int64
+        Sequence boundaries of the blocks.
     """
 
     param_type = TransitionParams
@@ -160,28 +203,88 @@ class TransitionProblem(PenalisedProblem):
         self.seq_weight = seq_weight
         self.counts = counts
         self.reg = float(reg)
-        self.num_labels = unary.shape[1]
-        if workspace is None:
-            workspace = Workspace(*unary.shape, offsets.shape[0] - 1)
-        self._workspace = workspace.load(unary, offsets)
-        inner = np.ones(unary.shape[0], dtype=bool)
+        k = self.num_labels = unary.shape[1]
+        self.bounds = sequence_blocks(offsets, _config.block_rows(unary.shape[0], k))
+        rows = int(np.diff(offsets[self.bounds]).max())
+        seqs = int(np.diff(self.bounds).max())
+        if workspace is None or not workspace.fits(rows, k, seqs):
+            workspace = Workspace(rows, k, seqs)
+        self.workspace = workspace
+        self._one = None
+        if self.bounds.shape[0] == 2:  # one block: exponentiated once, messages kept
+            self._one = self._block(0)
+            workspace.load(self._one.unary, self._one.offsets)
+
+    @property
+    def num_blocks(self):
+        return self.bounds.shape[0] - 1
+
+    def _block(self, b):
+        """The :class:`_Block` of block ``b``."""
+        s0, s1 = int(self.bounds[b]), int(self.bounds[b + 1])
+        r0, r1 = int(self.offsets[s0]), int(self.offsets[s1])
+        offsets = self.offsets[s0 : s1 + 1] - r0
+        seq_weight = self.seq_weight[s0:s1]
+        inner = np.ones(r1 - r0, dtype=bool)
         inner[offsets[1:] - 1] = False
-        self._edges = np.flatnonzero(inner)
-        self._edge_weight = np.repeat(seq_weight, np.diff(offsets))[self._edges]
+        edges = np.flatnonzero(inner)
+        return _Block(
+            slice(r0, r1), slice(s0, s1),
+            np.ascontiguousarray(self.unary[r0:r1], dtype=np.float64), offsets, seq_weight,
+            edges, np.repeat(seq_weight, np.diff(offsets))[edges],
+        )  # fmt: skip
+
+    def _pass(self, b, params, rates):
+        """The block ``b`` and its posterior at ``params`` (messages in the workspace)."""
+        block = self._one
+        if block is None:
+            block = self._block(b)
+            self.workspace.load(block.unary, block.offsets)
+        post = posterior(
+            block.unary, block.offsets, params.transitions, params.start, params.end,
+            workspace=self.workspace, rates=rates,
+        )  # fmt: skip
+        return block, post
 
     def _posterior(self, params, rates):
-        return posterior(
-            self.unary,
-            self.offsets,
-            params.transitions,
-            params.start,
-            params.end,
-            workspace=self._workspace,
-            rates=rates,
-        )
+        return self._pass(0, params, rates)[1]
+
+    def _evaluate(self, params, need, rates):
+        """One block: as the base class. Several: the sums, block by block."""
+        if self._one is not None:
+            return super()._evaluate(params, need, rates)
+        log_z = np.empty(self.seq_weight.shape[0])
+        expected = curvature = None
+        for b in range(self.num_blocks):
+            block, post = self._pass(b, params, need >= CURVATURE)
+            log_z[block.seqs] = post.log_z
+            if need >= GRADIENT:
+                e, c = self._block_counts(block, post, need >= CURVATURE)
+                expected = e if expected is None else expected + e
+                if c is not None:
+                    curvature = c if curvature is None else curvature + c
+        if curvature is not None:
+            _clip_curvature(curvature, self.num_labels)
+        return Evaluation(log_z, expected, curvature)
+
+    def blocks(self, params, rates=False):
+        """The posterior at ``params`` block by block (see :meth:`PenalisedProblem.blocks`).
+
+        A batch in several blocks takes one message pass here (its
+        evaluations kept only sums).
+        """
+        if self._one is not None:
+            yield from super().blocks(params, rates)
+            return
+        for b in range(self.num_blocks):
+            block, post = self._pass(b, params, rates)
+            yield block.rows, block.seqs, post
 
     def expected_counts(self, post, with_curvature=False):
         """Expected counts and, on request, their curvature bound, in vector order.
+
+        ``post`` is the posterior of the whole batch (a batch that is one
+        block).
 
         Returns
         -------
@@ -191,21 +294,29 @@ class TransitionProblem(PenalisedProblem):
             gamma^(e) for transitions, the node gamma at first/last rows for
             start/end).
         """
-        w = self.seq_weight
-        first, last = self.offsets[:-1], self.offsets[1:] - 1
+        expected, curvature = self._block_counts(self._one, post, with_curvature)
+        if curvature is not None:
+            _clip_curvature(curvature, self.num_labels)
+        return expected, curvature
+
+    @staticmethod
+    def _block_counts(block, post, with_curvature):
+        """:meth:`expected_counts` of one block, transition curvature not yet clipped at zero."""
+        w = block.seq_weight
+        first, last = block.offsets[:-1], block.offsets[1:] - 1
         p_first = post.marginals(first)
         p_last = post.marginals(last)
         if not with_curvature:
-            marg, _ = post.edge_sums(self._edges, self._edge_weight)
+            marg, _ = post.edge_sums(block.edges, block.edge_weight)
             return np.concatenate((marg.ravel(), w @ p_first, w @ p_last)), None
         marg, curv = post.edge_sums(
-            self._edges, self._edge_weight, self._edge_weight * post.edge_gamma()[self._edges]
+            block.edges, block.edge_weight, block.edge_weight * post.edge_gamma()[block.edges]
         )
         node_gamma = post.node_gamma("mixing")
         expected = np.concatenate((marg.ravel(), w @ p_first, w @ p_last))
         curvature = np.concatenate(
             (
-                np.maximum(curv, 0.0).ravel(),
+                curv.ravel(),
                 (w * node_gamma[first]) @ (p_first * (1.0 - p_first)),
                 (w * node_gamma[last]) @ (p_last * (1.0 - p_last)),
             )
@@ -220,7 +331,9 @@ class TransitionProblem(PenalisedProblem):
         free entries move: the bound is restricted to them. Above
         ``majorize.LOW_RANK_DIM`` parameters (``K >= 64``) with ``reg > 0``
         its curvature is streamed at rank ``majorize.DEFAULT_RANK``
-        (Algorithm 4) instead of formed densely.
+        (Algorithm 4) instead of formed densely. The dense bound's terms are
+        summed block by block; the low-rank one, which cannot be summed,
+        takes the whole batch at once.
         """
         rank = majorize.default_rank(self.num_labels * (self.num_labels + 2), self.reg)
         if rank is not None and self.allreduce is not identity:
@@ -229,33 +342,41 @@ class TransitionProblem(PenalisedProblem):
                 "bound, whose curvature cannot be summed across workers: use "
                 "transitions='lbfgs' or 'newton' in a distributed run."
             )
-        if self.seq_weight.size:
-            log_z, mu, sigma = majorize.chain_bound(
-                self.unary,
-                np.diff(self.offsets),
-                params.transitions,
-                params.start,
-                params.end,
-                weights=self.seq_weight,
-                rank=rank,
-            )
-        else:  # an empty partition of a distributed run adds nothing to the bound
-            size = self.counts.shape[0]
-            log_z, mu, sigma = np.zeros(0), np.zeros(size), np.zeros((size, size))
-        if self.free is not None:
-            mu = mu[self.free]
-            sigma = sigma[np.ix_(self.free, self.free)] if rank is None else sigma.take(self.free)
         x = self._free_part(params.to_vector())
         counts = self._free_part(self.counts)
-        log_z = float(self.seq_weight @ log_z)
-        if rank is None:  # one allreduce carries every term of the bound
+        if rank is not None:
+            unary = self._one.unary if self._one is not None else self.unary
+            log_z, mu, sigma = majorize.chain_bound(
+                unary, np.diff(self.offsets), params.transitions, params.start, params.end,
+                weights=self.seq_weight, rank=rank,
+            )  # fmt: skip
+            if self.free is not None:
+                mu, sigma = mu[self.free], sigma.take(self.free)
+            bound = majorize.QuadraticBound(x, float(self.seq_weight @ log_z), mu, sigma)
+        else:  # one allreduce carries every term of the bound
+            size = self.counts.shape[0]
+            log_z, mu, sigma = 0.0, np.zeros(size), np.zeros((size, size))
+            for b in range(self.num_blocks if self.seq_weight.size else 0):
+                block = self._one if self._one is not None else self._block(b)
+                z, m, s = majorize.chain_bound(
+                    block.unary, np.diff(block.offsets), params.transitions, params.start,
+                    params.end, weights=block.seq_weight,
+                )  # fmt: skip
+                log_z, mu, sigma = log_z + float(block.seq_weight @ z), mu + m, sigma + s
+            if self.free is not None:
+                mu, sigma = mu[self.free], sigma[np.ix_(self.free, self.free)]
             d = x.shape[0]
             summed = self.allreduce(np.concatenate(([log_z], mu, counts, sigma.ravel())))
             log_z, mu, counts, sigma = np.split(summed, [1, d + 1, 2 * d + 1])
-            log_z, sigma = float(log_z[0]), sigma.reshape(d, d)
-        bound = majorize.QuadraticBound(x, log_z, mu, sigma)
+            bound = majorize.QuadraticBound(x, float(log_z[0]), mu, sigma.reshape(d, d))
         step = majorize.majorize_step(bound, counts, self.reg)
         return TransitionParams.from_vector(self._full(step), self.num_labels)
+
+
+def _clip_curvature(curvature, num_labels):
+    """Clip the transition part of a summed curvature bound at zero, in place (rounding)."""
+    kk = num_labels * num_labels
+    np.maximum(curvature[:kk], 0.0, out=curvature[:kk])
 
 
 def refit(problem, params, solver, max_iter):

@@ -1,0 +1,246 @@
+"""The row-blocked chain round equals the one-block round.
+
+A batch above ``_config.WHOLE_BATCH_ENTRIES`` rows x labels is cut into
+blocks of about ``_config.BLOCK_ENTRIES``; with both lowered here
+(:func:`small_blocks`), a batch of a few dozen rows spans many blocks, with
+sequences straddling the would-be boundaries and some longer than a block
+(a block by themselves).
+"""
+
+import numpy as np
+import pytest
+import xgboost as xgb
+
+import structboost as sb
+from structboost import _config
+from structboost.objectives import base as objectives_base
+from structboost.objectives.base import check_margin_values
+from structboost.objectives.chain import CRFObjective, SequenceBatch
+from structboost.sequences import offsets_from_lengths, sequence_blocks
+from structboost.transitions.base import CURVATURE, GRADIENT
+from structboost.transitions.chain import TransitionParams, TransitionProblem
+
+K = 3
+#: Rows per block at K = 3 when lowered: sequences of up to 9 rows straddle them.
+SMALL = 5 * K
+
+
+def small_blocks(monkeypatch, entries=SMALL):
+    """Cut every batch into blocks of ``entries`` rows x labels, G and H into chunks of 2 rows."""
+    monkeypatch.setattr(_config, "WHOLE_BATCH_ENTRIES", 0)
+    monkeypatch.setattr(_config, "BLOCK_ENTRIES", entries)
+    monkeypatch.setattr(objectives_base, "GH_ROWS", 2)
+
+
+def chain_data(seed, n_seq=14, k=K, forbid_21=False):
+    """Margins ``(n, k)``, labels, lengths (1 to 9 rows) and sequence weights."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 10, size=n_seq)
+    n = int(lengths.sum())
+    labels = rng.integers(0, k, size=n)
+    if forbid_21:  # every move 2 -> 1 becomes 2 -> 2
+        starts = set(offsets_from_lengths(lengths)[:-1].tolist())
+        for t in range(1, n):
+            if t not in starts and labels[t - 1] == 2 and labels[t] == 1:
+                labels[t] = 2
+    return rng.normal(scale=1.5, size=(n, k)), labels, lengths, rng.uniform(0.3, 2.0, n_seq)
+
+
+def allowed_without_21():
+    allowed = np.ones((K, K), dtype=bool)
+    allowed[2, 1] = False
+    return allowed
+
+
+def rounds(obj, margins, batch, n_rounds=3, **kwargs):
+    """G, H and transitions of ``n_rounds`` calls, the margins moving at random each round."""
+    out = []
+    rng = np.random.default_rng(7)
+    u = margins.copy()
+    for _ in range(n_rounds):
+        grad, hess = obj.grad_hess(u, batch, **kwargs)
+        out.append((np.array(grad), np.array(hess), obj.params.to_vector()))
+        u = u + 0.3 * rng.normal(size=u.shape)
+    return out
+
+
+@pytest.mark.parametrize("solver", ["lbfgs", "newton", "majorize"])
+@pytest.mark.parametrize("step", ["adaptive", "bound"])
+@pytest.mark.parametrize("constrained", [False, True])
+def test_blocked_round_equals_one_block(monkeypatch, solver, step, constrained):
+    margins, labels, lengths, weights = chain_data(1, forbid_21=constrained)
+    allowed = allowed_without_21() if constrained else None
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    make = lambda: CRFObjective(  # noqa: E731
+        K, transitions=solver, step=step, allowed_transitions=allowed
+    )
+    one = rounds(make(), margins, batch)
+    small_blocks(monkeypatch)
+    bounds = sequence_blocks(batch.offsets, SMALL // K)
+    block_rows = np.diff(batch.offsets[bounds])
+    assert len(bounds) > 5 and (block_rows > SMALL // K).any()  # long sequences alone
+    blocked = rounds(make(), margins, batch)
+    for (g1, h1, p1), (g2, h2, p2) in zip(one, blocked):
+        np.testing.assert_allclose(g2, g1, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(h2, h1, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(p2, p1, rtol=1e-12, atol=1e-12)
+        assert np.array_equal(np.isinf(p1), np.isinf(p2))
+
+
+@pytest.mark.parametrize("mode", ["treecrf", "logitboost"])
+@pytest.mark.parametrize("gamma", ["mixing", "length", "exact", 4.0])
+def test_blocked_modes_and_gammas(monkeypatch, mode, gamma):
+    margins, labels, lengths, weights = chain_data(2)
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    modes = [mode, "gbcrf"] if gamma == "mixing" else ["gbcrf"]
+    for m in modes:
+        one = rounds(CRFObjective(K, mode=m, gamma=gamma), margins, batch, 2)
+        small_blocks(monkeypatch)
+        blocked = rounds(CRFObjective(K, mode=m, gamma=gamma), margins, batch, 2)
+        monkeypatch.undo()
+        for a, b in zip(one, blocked):
+            for x, y in zip(a, b):
+                np.testing.assert_allclose(y, x, rtol=1e-12, atol=1e-12)
+
+
+def test_blocked_sums_equal_one_block(monkeypatch):
+    margins, labels, lengths, weights = chain_data(3, n_seq=20)
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    rng = np.random.default_rng(4)
+    params = TransitionParams(rng.normal(size=(K, K)), rng.normal(size=K), rng.normal(size=K))
+
+    def sums():
+        problem = TransitionProblem(margins, batch.offsets, weights, batch.counts, 0.5)
+        ev = problem.evaluate(params, CURVATURE)
+        x = params.to_vector()
+        return problem, ev.log_z, ev.expected, ev.curvature, problem.value_and_grad(x)
+
+    one = sums()
+    small_blocks(monkeypatch)
+    blocked = sums()
+    assert one[0].num_blocks == 1 and blocked[0].num_blocks > 5
+    for x, y in zip(one[1:4], blocked[1:4]):
+        np.testing.assert_allclose(y, x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(blocked[4][0], one[4][0], rtol=1e-12)
+    np.testing.assert_allclose(blocked[4][1], one[4][1], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="several blocks"):
+        blocked[0].posterior(params)
+    # the last evaluation's sums are reused; a higher level takes a new pass
+    problem = blocked[0]
+    assert problem.evaluate(params, GRADIENT) is problem.evaluate(params)
+
+
+def test_blocked_round_reads_engine_layouts_without_copies(monkeypatch):
+    margins, labels, lengths, weights = chain_data(5)
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    f32 = margins.astype(np.float32)
+    col = np.asfortranarray(margins)
+    obj = CRFObjective(K)
+    assert obj.margin_rows(f32) is f32 and obj.margin_rows(col) is col
+    small_blocks(monkeypatch)
+    for u in (f32, col):
+        exact = CRFObjective(K).grad_hess(np.ascontiguousarray(u, dtype=np.float64), batch)
+        given = CRFObjective(K).grad_hess(u, batch)
+        for x, y in zip(exact, given):
+            np.testing.assert_array_equal(y, x)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_float32_outputs_are_the_float64_ones_rounded(monkeypatch, order):
+    margins, labels, lengths, weights = chain_data(6)
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    small_blocks(monkeypatch)
+    wide = rounds(CRFObjective(K), margins, batch)
+    obj = CRFObjective(K)
+    narrow = rounds(obj, margins, batch, dtype=np.float32, order=order)
+    grad, hess = obj.grad_hess(margins, batch, dtype=np.float32, order=order)
+    assert grad.dtype == np.float32 and grad.flags[f"{order}_CONTIGUOUS"]
+    assert grad is obj.grad_hess(margins, batch, dtype=np.float32, order=order)[0]
+    for (g1, h1, p1), (g2, h2, p2) in zip(wide, narrow):
+        np.testing.assert_array_equal(g2, g1.astype(np.float32))
+        np.testing.assert_array_equal(h2, h1.astype(np.float32))
+        np.testing.assert_array_equal(p2, p1)  # the adaptive step's scale is unchanged
+    with pytest.raises(ValueError, match="dtype must be"):
+        obj.grad_hess(margins, batch, dtype=np.int64)
+
+
+def test_a_batch_up_to_the_whole_batch_size_is_one_block():
+    n = _config.WHOLE_BATCH_ENTRIES // 10
+    assert _config.block_rows(n, 10) == n
+    assert _config.block_rows(n + 1, 10) == _config.BLOCK_ENTRIES // 10 < n
+    offsets = offsets_from_lengths(np.full(n // 20, 20))
+    assert sequence_blocks(offsets, _config.block_rows(offsets[-1], 10)).tolist() == [0, n // 20]
+
+
+def test_margin_check_names_the_row_in_a_later_block(monkeypatch):
+    small_blocks(monkeypatch)
+    margins = np.zeros((40, K), dtype=np.float32)
+    margins[23, 2] = np.nan
+    margins[31, 0] = np.inf
+    margins[38, 1] = 2e12
+    with pytest.raises(ValueError, match=r"row 23, label 2 is nan \(not finite; 3 value"):
+        check_margin_values(margins, "the margin", "cause")
+    check_margin_values(margins[:20], "the margin", "cause")
+
+
+@pytest.mark.parametrize("block", [None, SMALL])
+@pytest.mark.parametrize("step", ["adaptive", "bound"])
+def test_xgboost_float32_gradients_train_the_same_model(monkeypatch, block, step):
+    if block is not None:
+        small_blocks(monkeypatch, block)
+    rng = np.random.default_rng(8)
+    lengths = rng.integers(1, 10, size=40)
+    n = int(lengths.sum())
+    y = rng.integers(0, K, size=n)
+    X = rng.normal(size=(n, 4)) + 0.5 * y[:, None]
+    w = rng.uniform(0.5, 2.0, size=40)
+    models = []
+    for dtype in (np.float32, np.float64):
+        obj = sb.crf_objective(K, step=step, nthread=1)
+        obj.dtype = dtype
+        booster = xgb.train(
+            sb.xgb_params(K, max_depth=3, eta=0.5, nthread=1),
+            xgb.DMatrix(X, label=y, group=lengths, weight=w), 4, obj=obj,
+            callbacks=[obj.callback()],
+        )  # fmt: skip
+        marginals = sb.predict_marginals(booster, X, lengths=lengths)
+        models.append((bytes(booster.save_raw("json")), marginals))
+    assert models[0][0] == models[1][0]
+    np.testing.assert_array_equal(models[0][1], models[1][1])
+
+
+def test_lightgbm_column_major_gradients_train_the_same_model():
+    lgb = pytest.importorskip("lightgbm")
+    rng = np.random.default_rng(9)
+    lengths = rng.integers(1, 10, size=40)
+    n = int(lengths.sum())
+    y = rng.integers(0, K, size=n)
+    X = rng.normal(size=(n, 4)) + 0.5 * y[:, None]
+    models = []
+    for order in ("F", "C"):
+        obj = sb.lgb_crf_objective(K, nthread=1)
+        obj.order = order
+        booster = lgb.train(
+            sb.lgb_params(K, objective=obj, num_leaves=7, num_threads=1, verbose=-1),
+            lgb.Dataset(X, label=y, group=lengths), 4, callbacks=[obj.callback()],
+        )  # fmt: skip
+        models.append(booster.model_to_string())
+    assert models[0] == models[1]
+
+
+def test_float32_margins_are_kept_not_copied_and_checked():
+    margins, labels, lengths, weights = chain_data(10)
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    u = margins.astype(np.float32)
+    obj = CRFObjective(K)
+    grad, hess = obj.grad_hess(u, batch, dtype=np.float32)
+    kept = obj.step_scale._last
+    assert kept[0] is u and kept[1] is grad and kept[2] is hess
+    obj.grad_hess(u + 0.5, batch, dtype=np.float32)  # a fresh array: fine
+    u = obj.step_scale._last[0]
+    u[3, 1] += 1.0
+    with pytest.raises(ValueError, match="changed after it returned"):
+        obj.grad_hess(u.copy(), batch, dtype=np.float32)
+    copied = CRFObjective(K)
+    copied.grad_hess(u, batch)  # float64 results: the margins are copied
+    assert copied.step_scale._last[0] is not u
