@@ -226,9 +226,6 @@ def minimize(fun, x0, max_iter, memory, ftol=FTOL, rtol=RTOL):
             memory.clear()
             break
         memory.push(x_new - x, grad_new - grad)
-        decrease = f - f_new
         x, f, grad = x_new, f_new, grad_new
-        if decrease <= ftol * max(abs(f), 1.0):
-            break
     memory.end(x)
     return x, evaluations
