@@ -10,10 +10,12 @@ curvature pairs ``(s, y)`` between rounds, so the first quasi-Newton step
 of a round is already well scaled and usually accepted at once; a refit
 continues while the next step is predicted to gain at least :data:`RTOL`
 of what the refit has gained so far (and more than :data:`FTOL` of
-``|f|``, scipy's test), so a round that has little to refit costs one or
-two evaluations. A refit without pairs (the first round, a fresh or
-reset memory) runs to :data:`FTOL` or its iteration limit, as scipy's
-would.
+``|f|``), so a round that has little to refit costs one or two
+evaluations (the first is at the last round's point, whose messages the
+objective has already computed). A refit that starts without pairs (the
+first round, a fresh or reset memory) runs to :data:`FTOL` or its
+iteration limit, as scipy's would; its steps, whose scale is then a
+guess, are lengthened as well as shortened by the line search.
 
 :func:`minimize` is monotone (every accepted step satisfies Armijo's
 condition) and touches the problem only through ``fun(x) -> (f, grad)``;
@@ -26,9 +28,10 @@ import numpy as np
 
 #: Curvature pairs kept (the "m" of L-BFGS).
 MEMORY = 10
-#: A refit stops once a step lowers ``f``, or the next step is predicted to
-#: lower it, by at most this fraction of ``max(|f|, 1)`` (scipy's L-BFGS-B
-#: default, ``factr = 1e7`` times the float64 epsilon).
+#: A refit stops once the next step is predicted to lower ``f`` by at most this
+#: fraction of ``max(|f|, 1)`` (the size of scipy's L-BFGS-B default test,
+#: ``factr = 1e7`` times the float64 epsilon, which scipy asks of the
+#: decrease a step made).
 FTOL = 1e7 * np.finfo(np.float64).eps
 #: A refit stops once the next step is predicted to lower ``f`` by at most this
 #: fraction of what the refit has lowered it so far (diminishing returns).
@@ -188,8 +191,10 @@ def minimize(fun, x0, max_iter, memory, ftol=FTOL, rtol=RTOL):
         called at ``x0``); the new pairs are added and the returned point
         recorded.
     ftol : float, default FTOL
-        Stop once a step lowers ``f``, or the next step is predicted to lower
-        it, by at most ``ftol * max(|f|, 1)``.
+        Stop once the next step is predicted to lower ``f`` by at most
+        ``ftol * max(|f|, 1)``. The prediction, ``-grad @ d / 2`` for the
+        direction ``d``, is the decrease if ``f`` were the quadratic of the
+        pairs; without pairs it is not made and the iterations go on.
     rtol : float, default RTOL
         When ``memory`` starts with pairs (a refit that continues the last
         one), also stop once the next step is predicted to lower ``f`` by at
