@@ -34,6 +34,16 @@ class ThreadSum:
         return allreduce
 
 
+def _run_workers(work, total):
+    """Run ``work(rank)`` on two threads; both must have summed equally often."""
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert total.calls[0] == total.calls[1] > 0
+
+
 def _sequences(seed=0, m=12):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 7, m)
@@ -66,12 +76,7 @@ def test_workers_summing_statistics_match_one_process(solver, cut):
         g, h = obj.grad_hess(local, batch)
         results[rank] = (obj.params, g, h, obj.evaluate(local, batch))
 
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert total.calls[0] == total.calls[1] > 0
+    _run_workers(work, total)
     for params, _, _, value in results:
         np.testing.assert_allclose(params.to_vector(), single.params.to_vector(), atol=1e-8)
         assert value[0] == metric[0]
@@ -114,12 +119,7 @@ def test_lbfgs_memory_takes_the_same_steps_on_every_worker():
             obj.grad_hess(round_margins[rows_of], batch)
             results[rank].append(obj.params.to_vector())
 
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert total.calls[0] == total.calls[1] > 0
+    _run_workers(work, total)
     assert len(results[0]) == len(results[1]) == len(moves)
     for a, b, single_params in zip(results[0], results[1], want):
         np.testing.assert_array_equal(a, b)
