@@ -18,10 +18,29 @@ same start until ``--max-iter`` iterations or ``--seconds`` seconds.
 Writes ``benchmarks/results/solvers.png`` and ``solvers.json`` and prints a
 Markdown table.
 
+(c) ``--problems rounds``: the refit inside training (issue 14). GBCRF with
+the library's defaults (adaptive step, ``transition_iter`` 5) and per-label
+trees of depth 6, eta 0.3, for ``--train-rounds`` rounds on the OCR quick
+split's training words and on the 111 protein training sequences
+(``--protein-dir``, a window of 11 residues), one solver after another:
+``lbfgs`` as it was before (scipy's L-BFGS-B from an empty memory every
+round, the code swapped in by this script), ``lbfgs`` now
+(:mod:`structboost.transitions.lbfgs`), a refit run to convergence every
+round (the reference) and ``newton``. Per round: objective
+evaluations (``value_and_grad`` calls), message passes of the transition
+problem, CPU seconds of the objective's ``"transitions"`` timer, and the
+training NLL per sequence (the metric after the round's tree). Writes
+``solvers_rounds.json``. Then, on the problems of one more training run
+(which follows the refit now), scipy's refit and the refit now from the
+same start, each against a converged solve: the gap ``f - f*`` to the
+optimum of the penalised NLL that each leaves, and its evaluations.
+
 Usage::
 
     python benchmarks/solvers.py --data-dir ../shared/data/ocr [--words 150] [--rounds 5]
         [--rank 20] [--seconds 120] [--max-iter 300] [--threads 1]
+    python benchmarks/solvers.py --data-dir ../shared/data/ocr --problems rounds \
+        --protein-dir ../shared/data/protein-qs [--train-rounds 40]
 """
 
 import argparse
@@ -44,7 +63,9 @@ import structboost as sb
 from structboost.datasets import load_ocr, ocr_split
 from structboost.estimators.linear import LinearChainProblem
 from structboost.transitions.majorize import ChainCRFTerm, fit_majorize
-from structboost.transitions.chain import TransitionProblem
+from structboost.objectives import base as objective_base
+from structboost.transitions import base as transition_base
+from structboost.transitions.chain import TransitionProblem, refit
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -184,6 +205,170 @@ def transition_problem(data, args):
     return info, traces
 
 
+def scipy_refit(problem, params, solver, max_iter, memory=None):
+    """The ``"lbfgs"`` refit before issue 14: scipy's L-BFGS-B, empty memory every round."""
+    if solver != "lbfgs":
+        return refit(problem, params, solver, max_iter, memory)
+    res = minimize(problem.value_and_grad, problem._free_part(params.to_vector()), jac=True,
+                   method="L-BFGS-B", options={"maxiter": int(max_iter)})
+    return problem.param_type.from_vector(problem._full(res.x), problem.num_labels)
+
+
+class Counter:
+    """Counts objective evaluations and message passes of every transition problem."""
+
+    def __init__(self):
+        self.evaluations = self.passes = 0
+        evaluate, sweep = transition_base.PenalisedProblem.value_and_grad, TransitionProblem._posterior
+
+        def value_and_grad(problem, x):
+            self.evaluations += 1
+            return evaluate(problem, x)
+
+        def posterior(problem, params, rates):
+            self.passes += 1
+            return sweep(problem, params, rates)
+
+        transition_base.PenalisedProblem.value_and_grad = value_and_grad
+        TransitionProblem._posterior = posterior
+
+
+class RoundLog(xgb.callback.TrainingCallback):
+    """Per round: evaluations, passes, transition CPU seconds and the training NLL."""
+
+    def __init__(self, obj, counter):
+        self.obj, self.counter = obj, counter
+        self.rows = []
+
+    def before_iteration(self, model, epoch, evals_log):
+        self.mark = (self.counter.evaluations, self.counter.passes,
+                     self.obj.crf.timings["transitions"])
+        return False
+
+    def after_iteration(self, model, epoch, evals_log):
+        evaluations, passes, seconds = self.mark
+        self.rows.append({
+            "evaluations": self.counter.evaluations - evaluations,
+            "passes": self.counter.passes - passes,
+            "seconds": self.obj.crf.timings["transitions"] - seconds,
+            "nll": evals_log["train"]["crf-nll"][-1],
+        })
+        return False
+
+
+class PairedRefit:
+    """Training's ``"lbfgs"`` refit (now), and on the same problem scipy's (before) and a
+    converged solve: per round, the gap to the optimum each leaves and its evaluations."""
+
+    def __init__(self, counter):
+        self.counter = counter
+        self.rows = []
+
+    def __call__(self, problem, params, solver, max_iter, memory=None):
+        start = self.counter.evaluations
+        before = problem._free_part(scipy_refit(problem, params, solver, max_iter).to_vector())
+        middle = self.counter.evaluations
+        now = refit(problem, params, solver, max_iter, memory)
+        x_now = problem._free_part(now.to_vector())
+        evaluations = (middle - start, self.counter.evaluations - middle)
+        best = minimize(problem.value_and_grad, x_now, jac=True, method="L-BFGS-B",
+                        options={"maxiter": 1000, "ftol": 0.0, "gtol": 1e-9})
+        values = [problem.value(x) for x in (problem._free_part(params.to_vector()), before,
+                                             x_now)]
+        optimum = min([best.fun] + values)
+        self.rows.append({"start_gap": values[0] - optimum, "before_gap": values[1] - optimum,
+                          "now_gap": values[2] - optimum, "before_evaluations": evaluations[0],
+                          "now_evaluations": evaluations[1]})
+        return now
+
+
+def converged_refit(problem, params, solver, max_iter, memory=None):
+    """The reference: a refit from an empty memory run to convergence (200 iterations at most)."""
+    return refit(problem, params, solver, 200)
+
+
+ROUND_SOLVERS = {
+    "lbfgs, scipy L-BFGS-B (before)": ("lbfgs", scipy_refit),
+    "lbfgs, memory across rounds (now)": ("lbfgs", refit),
+    "lbfgs to convergence (reference)": ("lbfgs", converged_refit),
+    "newton": ("newton", refit),
+}
+
+
+def training_rounds(X, y, lengths, k, counter, args):
+    """Per-round logs of each entry of ``ROUND_SOLVERS`` on one training set."""
+    logs = {}
+    for name, (solver, refit_with) in ROUND_SOLVERS.items():
+        objective_base.refit = refit_with
+        obj = sb.crf_objective(k, transitions=solver, nthread=args.threads)
+        dtrain = xgb.DMatrix(X, label=y, group=lengths)
+        log = RoundLog(obj, counter)
+        xgb.train(sb.xgb_params(k, max_depth=6, eta=0.3, nthread=args.threads), dtrain,
+                  args.train_rounds, obj=obj, custom_metric=obj.metric,
+                  evals=[(dtrain, "train")], verbose_eval=False,
+                  callbacks=[obj.callback(), log])
+        logs[name] = log.rows
+    objective_base.refit = refit
+    return logs
+
+
+def rounds_tables(data, args):
+    """(c): print the per-round tables and return their logs."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from protein_qs import load_part, windowed
+
+    counter = Counter()
+    train, _, _ = ocr_split(data, test_folds=[0], valid_folds=[9])
+    sets = {"OCR quick split (5,576 words, K = 26)": (
+        train.X.astype(np.float32), np.asarray(train.y), np.asarray(train.lengths), 26)}
+    if args.protein_dir:
+        X, y, lengths = load_part(args.protein_dir, "train")
+        sets["protein (111 sequences, K = 3)"] = (windowed(X, lengths, 5), y, lengths, 3)
+    logs = {}
+    marks = sorted({r for r in (1, 2, 5, 10, 20, 30) if r < args.train_rounds} | {args.train_rounds})
+    for name, (X, y, lengths, k) in sets.items():
+        logs[name] = training_rounds(X, y, lengths, k, counter, args)
+        print(f"\n**(c) {name}, {args.train_rounds} rounds** (per round: mean over rounds "
+              "2 to the last, after the first's compilation)\n")
+        print("| solver | evaluations | message passes | transitions CPU s | "
+              + " | ".join(f"NLL round {r}" for r in marks) + " |")
+        print("|---|---|---|---|" + "---|" * len(marks))
+        for solver, rows in logs[name].items():
+            mean = {key: np.mean([row[key] for row in rows[1:]])
+                    for key in ("evaluations", "passes", "seconds")}
+            nll = " | ".join(f"{rows[r - 1]['nll']:.4f}" for r in marks)
+            print(f"| {solver} | {mean['evaluations']:.2f} | {mean['passes']:.2f} | "
+                  f"{mean['seconds']:.4f} | {nll} |", flush=True)
+        logs[name]["same margins"] = same_margins(X, y, lengths, k, counter, marks, args)
+    return logs
+
+
+def same_margins(X, y, lengths, k, counter, marks, args):
+    """(c), same margins: each round's refit by scipy and now on one problem (training follows now)."""
+    paired = PairedRefit(counter)
+    objective_base.refit = paired
+    obj = sb.crf_objective(k, nthread=args.threads)
+    xgb.train(sb.xgb_params(k, max_depth=6, eta=0.3, nthread=args.threads),
+              xgb.DMatrix(X, label=y, group=lengths), args.train_rounds, obj=obj)
+    objective_base.refit = refit
+    rows = paired.rows
+    print("\nThe same problems (training follows the refit now; scipy's L-BFGS-B refits the "
+          "same margins from the same start; f* from a converged solve):\n")
+    print("| round | f(start) - f* | scipy (before): f - f* | evaluations | now: f - f* | "
+          "evaluations |")
+    print("|---|---|---|---|---|---|")
+    for r in marks:
+        row = rows[r - 1]
+        print(f"| {r} | {row['start_gap']:.4g} | {row['before_gap']:.4g} | "
+              f"{row['before_evaluations']} | {row['now_gap']:.4g} | {row['now_evaluations']} |")
+    closer = sum(row["now_gap"] <= row["before_gap"] for row in rows)
+    print(f"| all {len(rows)} | | mean {np.mean([r['before_gap'] for r in rows]):.4g} | "
+          f"mean {np.mean([r['before_evaluations'] for r in rows]):.2f} | "
+          f"mean {np.mean([r['now_gap'] for r in rows]):.4g}; at or below scipy's in {closer} | "
+          f"mean {np.mean([r['now_evaluations'] for r in rows]):.2f} |", flush=True)
+    return rows
+
+
 def reached(trace, best):
     """First iteration and second within ``REACH`` (relative) of ``best``, or None."""
     values = np.asarray(trace.values)
@@ -236,7 +421,10 @@ def main():
     ap.add_argument("--seconds", type=float, default=120.0, help="budget per solver and problem")
     ap.add_argument("--max-iter", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1, help="BLAS, numba and XGBoost threads")
-    ap.add_argument("--problems", default="linear,transitions")
+    ap.add_argument("--problems", default="linear,transitions",
+                    help="comma-separated: linear, transitions, rounds")
+    ap.add_argument("--train-rounds", type=int, default=40, help="boosting rounds of (c)")
+    ap.add_argument("--protein-dir", help="protein-qs folder for (c); OCR only without it")
     args = ap.parse_args()
 
     numba.set_num_threads(args.threads)
@@ -250,11 +438,19 @@ def main():
     )
     data = load_ocr(args.data_dir)
     builders = {"linear": linear_problem, "transitions": transition_problem}
+    problems = args.problems.split(",")
     panels = []
     clock = time.perf_counter()
     with threadpool_limits(limits=args.threads):
-        for name in args.problems.split(","):
-            panels.append(builders[name](data, args))
+        for name in problems:
+            if name != "rounds":
+                panels.append(builders[name](data, args))
+        if "rounds" in problems:
+            logs = rounds_tables(data, args)
+            record = {"command": sys.argv, "load_average_end": os.getloadavg()[0], "rounds": logs}
+            (RESULTS / "solvers_rounds.json").write_text(json.dumps(record, indent=1))
+    if not panels:
+        return
     for name, traces in panels:
         table(name, traces)
     load = os.getloadavg()[0]

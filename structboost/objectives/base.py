@@ -27,6 +27,7 @@ from .. import _config
 from ..sequences import sequence_blocks
 from ..transitions.base import identity
 from ..transitions.chain import FIRST_NEED, refit
+from ..transitions.lbfgs import LBFGSMemory
 from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
 from .step import SecantScale, floor_at_logitboost
 
@@ -187,6 +188,9 @@ class NodeObjective:
         self.step = step
         self.step_scale = SecantScale() if mode == "gbcrf" and step == "adaptive" else None
         self.params = self._zero_params()
+        # the L-BFGS refit's curvature pairs, carried from round to round
+        # (a copied or pickled objective starts with none)
+        self._lbfgs_memory = LBFGSMemory()
         self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
 
     @property
@@ -320,7 +324,9 @@ class NodeObjective:
                     self.params, FIRST_NEED[self.transitions], rates=self.transitions == "newton"
                 ).log_z
                 scale = self.step_scale.update(u, before, batch, self.allreduce)
-            self.params = refit(problem, self.params, self.transitions, self.transition_iter)
+            self.params = refit(
+                problem, self.params, self.transitions, self.transition_iter, self._lbfgs_memory
+            )
         t1 = time.process_time()
         grad, hess = out
         lengths = np.diff(batch.offsets)

@@ -99,7 +99,8 @@ class DeviceCRFObjective(CRFObjective):
                 before = problem.posterior(self.params).log_z
                 step = self.step_scale.update(u, before, batch, self.allreduce)
             with _BLAS.limit(limits=1, user_api="blas"):
-                self.params = refit(problem, self.params, self.transitions, self.transition_iter)
+                self.params = refit(problem, self.params, self.transitions,
+                                    self.transition_iter, self._lbfgs_memory)
             t1 = time.perf_counter()
             post = problem.posterior(self.params)
             p = post.marginals_device()

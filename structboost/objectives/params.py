@@ -87,7 +87,9 @@ _DOCS = {
         "transition_iter : int, optional",
         "Solver iterations per round (default "
         + ", ".join(f"{v} for {k}" for k, v in DEFAULT_ITER.items())
-        + ").",
+        + ");",
+        "L-BFGS stops earlier once its next step is predicted to gain little",
+        "(:mod:`structboost.transitions.lbfgs`).",
     ),
     "allowed_transitions": (
         "allowed_transitions : Constraints or (K, K) bool array-like, optional",

@@ -16,7 +16,8 @@ does).
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
+
+from .lbfgs import LBFGSMemory, minimize
 
 #: What an evaluation computes; each level includes the ones before it.
 VALUE, GRADIENT, CURVATURE = 0, 1, 2
@@ -233,13 +234,27 @@ class PenalisedProblem:
         self.evaluate(params, rates=True)
         return params
 
-    def lbfgs(self, params, max_iter):
-        """Warm-started L-BFGS on the free entries, at most ``max_iter`` iterations."""
-        res = minimize(
-            self.value_and_grad,
-            self._free_part(params.to_vector()),
-            jac=True,
-            method="L-BFGS-B",
-            options={"maxiter": int(max_iter)},
-        )
-        return self.param_type.from_vector(self._full(res.x), self.num_labels)
+    def lbfgs(self, params, max_iter, memory=None):
+        """Warm-started L-BFGS on the free entries, at most ``max_iter`` iterations.
+
+        Parameters
+        ----------
+        params
+            Start (the last round's parameters, of ``param_type``).
+        max_iter : int
+        memory : LBFGSMemory, optional
+            Curvature pairs to continue (kept when the last refit with it
+            returned ``params`` over the same free entries) and to update;
+            an objective keeps one across rounds. A fresh one when None.
+
+        Returns
+        -------
+        ``param_type``
+            Never scores worse than ``params``; unless a line search failed,
+            its messages are the cached ones.
+        """
+        memory = LBFGSMemory() if memory is None else memory
+        x0 = self._free_part(params.to_vector())
+        memory.begin(x0, self.free)
+        x, _ = minimize(self.value_and_grad, x0, max_iter, memory)
+        return self.param_type.from_vector(self._full(x), self.num_labels)

@@ -10,7 +10,9 @@ whose gradient is (expected - observed) transition, start and end counts plus
 ``reg * theta``. Three solvers refit ``theta`` once per boosting round:
 
 ``"lbfgs"``
-    A few warm-started L-BFGS iterations (scipy) on the exact ``f``.
+    A few warm-started L-BFGS iterations on the exact ``f``, monotone, whose
+    curvature pairs carry over from round to round
+    (:mod:`structboost.transitions.lbfgs`).
 ``"newton"``
     One diagonal Newton step on the upper bound of Lemma 2.1 with the edge
     bound gamma^(e) of Theorem 4.2 (Algorithm 1 of Chen et al. with U =
@@ -379,7 +381,7 @@ def _clip_curvature(curvature, num_labels):
     np.maximum(curvature[:kk], 0.0, out=curvature[:kk])
 
 
-def refit(problem, params, solver, max_iter):
+def refit(problem, params, solver, max_iter, memory=None):
     """Refit the transition parameters with the named solver.
 
     Parameters
@@ -392,13 +394,17 @@ def refit(problem, params, solver, max_iter):
     max_iter : int
         L-BFGS iterations (``"lbfgs"``), Newton steps (``"newton"``) or
         majorization steps (``"majorize"``).
+    memory : LBFGSMemory, optional
+        The curvature pairs ``"lbfgs"`` continues and updates (an objective
+        keeps one across rounds; see :mod:`structboost.transitions.lbfgs`);
+        a fresh one when None. The other solvers ignore it.
 
     Returns
     -------
     TransitionParams
     """
     if solver == "lbfgs":
-        return problem.lbfgs(params, max_iter)
+        return problem.lbfgs(params, max_iter, memory)
     if solver == "newton":
         for _ in range(max_iter):
             params = problem.newton_step(params)

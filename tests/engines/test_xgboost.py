@@ -74,7 +74,9 @@ def test_logitboost_reproduces_multi_softprob(hmm):
 
 
 def test_gbcrf_training_nll_never_rises_at_eta_one(hmm):
-    _, _, log, _ = train(hmm, "gbcrf", rounds=12, eta=1.0)
+    # Theorem 4.1's bound with a monotone refit; the adaptive step scales the bound
+    # down and so may overshoot (here by 0.2% in one round with the L-BFGS memory)
+    _, _, log, _ = train(hmm, "gbcrf", rounds=12, eta=1.0, step="bound")
     nll = np.array(log["train"]["crf-nll"])
     assert np.all(np.diff(nll) <= 1e-6 * nll[:-1])
     assert nll[-1] < 0.9 * nll[0]
@@ -196,7 +198,8 @@ def test_qid_gives_the_same_model_as_group(hmm):
 def test_error_metric_is_token_error(hmm):
     obj, booster, log, dtest = train(hmm, rounds=5, metric="error")
     _, y, _ = hmm["test"]
-    assert log["test"]["crf-error"][-1] == pytest.approx(np.mean(sb.predict(booster, dtest) != y))
+    error = np.mean(sb.predict(booster, dtest) != y)
+    assert log["test"]["crf-error"][-1] == pytest.approx(error, abs=5e-7)  # logged to 6 decimals
 
 
 def test_clear_errors(hmm):

@@ -294,6 +294,8 @@ def test_objective_takes_the_cpu_parameters_starts_from_given_transitions_and_pi
         np.testing.assert_allclose(g.copy_to_host(), w, rtol=1e-6, atol=1e-9)
     clone = pickle.loads(pickle.dumps(dev))
     np.testing.assert_array_equal(clone.params.to_vector(), dev.params.to_vector())
+    assert not clone._lbfgs_memory.pairs  # a copy starts with an empty L-BFGS memory
+    dev._lbfgs_memory.clear()
     for w, g in zip(dev.grad_hess(margins + 1, batch), clone.grad_hess(margins + 1, batch)):
         np.testing.assert_array_equal(g.copy_to_host(), w.copy_to_host())
 

@@ -34,6 +34,16 @@ class ThreadSum:
         return allreduce
 
 
+def _run_workers(work, total):
+    """Run ``work(rank)`` on two threads; both must have summed equally often."""
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert total.calls[0] == total.calls[1] > 0
+
+
 def _sequences(seed=0, m=12):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 7, m)
@@ -66,12 +76,7 @@ def test_workers_summing_statistics_match_one_process(solver, cut):
         g, h = obj.grad_hess(local, batch)
         results[rank] = (obj.params, g, h, obj.evaluate(local, batch))
 
-    threads = [threading.Thread(target=work, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert total.calls[0] == total.calls[1] > 0
+    _run_workers(work, total)
     for params, _, _, value in results:
         np.testing.assert_allclose(params.to_vector(), single.params.to_vector(), atol=1e-8)
         assert value[0] == metric[0]
@@ -87,3 +92,35 @@ def test_default_allreduce_leaves_values_alone():
     name, value = obj.evaluate(margins, _batch(labels, lengths))
     assert name == "crf-nll"
     assert value == pytest.approx(obj.sequence_nll(margins, _batch(labels, lengths)).mean())
+
+
+def test_lbfgs_memory_takes_the_same_steps_on_every_worker():
+    """Over rounds the L-BFGS pairs carry over: workers stay identical to each other and to one process."""
+    start, labels, lengths = _sequences(seed=2, m=14)
+    rng = np.random.default_rng(3)
+    moves = rng.normal(scale=0.7, size=(4,) + start.shape)
+    single = CRFObjective(K)
+    want = []
+    for round_margins in start + np.cumsum(moves, axis=0):
+        single.grad_hess(round_margins, _batch(labels, lengths))
+        want.append(single.params.to_vector())
+    assert single._lbfgs_memory.pairs
+    rows = int(lengths[:6].sum())
+    shards = [(slice(0, rows), lengths[:6]), (slice(rows, None), lengths[6:])]
+    total = ThreadSum(2)
+    results = [[], []]
+
+    def work(rank):
+        rows_of, lengths_of = shards[rank]
+        obj = CRFObjective(K)
+        obj.allreduce = total.for_worker(rank)
+        batch = _batch(labels[rows_of], lengths_of)
+        for round_margins in start + np.cumsum(moves, axis=0):
+            obj.grad_hess(round_margins[rows_of], batch)
+            results[rank].append(obj.params.to_vector())
+
+    _run_workers(work, total)
+    assert len(results[0]) == len(results[1]) == len(moves)
+    for a, b, single_params in zip(results[0], results[1], want):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, single_params, atol=1e-8)
