@@ -122,8 +122,8 @@ def _exp_nonpositive(x, bits):
 
 
 @njit(**KERNEL)
-def _exp_block(src, lo, hi, w, row_max):
-    """Rows ``lo:hi`` of :func:`exp_rows`; ``w`` is the flat ``(n * K,)`` output."""
+def _exp_block(src, lo, hi, w, row_max, bits):
+    """Rows ``lo:hi`` of :func:`exp_rows`; ``w`` is the flat ``(n * K,)`` output, ``bits`` int64 scratch."""
     k = src.shape[1]
     for t in range(lo, hi):
         top = -np.inf
@@ -132,7 +132,7 @@ def _exp_block(src, lo, hi, w, row_max):
         row_max[t] = top
         for j in range(k):
             w[t * k + j] = src[t, j] - top
-    _exp_nonpositive(w[lo * k : hi * k], np.empty((hi - lo) * k, dtype=np.int64))
+    _exp_nonpositive(w[lo * k : hi * k], bits[: (hi - lo) * k])
 
 
 @njit(**PARALLEL)
@@ -140,12 +140,17 @@ def _exp_rows_parallel(src, w, row_max):
     n, k = src.shape
     rows = max(1, _EXP_BLOCK // max(1, k))
     for b in prange((n + rows - 1) // rows):
-        _exp_block(src, b * rows, min(n, (b + 1) * rows), w, row_max)
+        bits = np.empty(rows * k, dtype=np.int64)
+        _exp_block(src, b * rows, min(n, (b + 1) * rows), w, row_max, bits)
 
 
 @njit(**KERNEL)
 def _exp_rows_serial(src, w, row_max):
-    _exp_block(src, 0, src.shape[0], w, row_max)
+    n, k = src.shape
+    rows = max(1, _EXP_BLOCK // max(1, k))
+    bits = np.empty(rows * k, dtype=np.int64)  # one small scratch, not a fresh (n * K,) one
+    for lo in range(0, n, rows):
+        _exp_block(src, lo, min(n, lo + rows), w, row_max, bits)
 
 
 def exp_rows(src, w, row_max, parallel):
