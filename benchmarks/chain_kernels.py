@@ -70,7 +70,9 @@ def parts(lengths, k):
             offsets, emat, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.right, ws.left,
             False,
         ),
-        "posterior (reused workspace)": lambda: chain.posterior(u, offsets, trans, z, z, workspace=ws),
+        "posterior (reused workspace)": lambda: chain.posterior(
+            u, offsets, trans, z, z, workspace=ws
+        ),
         "forward_backward (public, fresh buffers)": lambda: inference.forward_backward(
             u, lengths, trans, z, z
         ),
@@ -90,8 +92,9 @@ def main():
     lengths = np.asarray(load_ocr(args.data_dir).lengths, dtype=np.int64)
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"load average {os.getloadavg()[0]:.1f}; numba {numba.__version__}, numpy {np.__version__}; "
-        f"n = {int(lengths.sum())}, {len(lengths)} words; CPU ms of one thread, best of {args.repeat}"
+        f"load average {os.getloadavg()[0]:.1f}; numba {numba.__version__}, "
+        f"numpy {np.__version__}; n = {int(lengths.sum())}, {len(lengths)} words; "
+        f"CPU ms of one thread, best of {args.repeat}"
     )
     print()
     ks = [int(k) for k in args.labels.split(",")]

@@ -72,9 +72,11 @@ _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
 _EXP_BLOCK = 4096
 # log Z adds the logarithm of a running product of the normalisers once the
-# product leaves [LOG_LO, LOG_HI], not one logarithm per position.
-LOG_LO = 1e-150
-LOG_HI = 1e150
+# product leaves [LOG_LO, LOG_HI], not one logarithm per position; a
+# normaliser below LOG_LO (at least TINY) is logged alone, so that the
+# product never leaves float64's normal range.
+LOG_LO = 1e-100
+LOG_HI = 1e100
 # Added to the conditionals given a label of zero probability: no finite
 # conditional (at most 1 / TINY) comes near it.
 _EXCLUDE = 1e300
@@ -123,7 +125,7 @@ def _exp_nonpositive(x, bits):
 
 @njit(**KERNEL)
 def _exp_block(src, lo, hi, w, row_max, bits):
-    """Rows ``lo:hi`` of :func:`exp_rows`; ``w`` is the flat ``(n * K,)`` output, ``bits`` int64 scratch."""
+    """Rows ``lo:hi`` of :func:`exp_rows` into the flat ``(n * K,)`` ``w`` (``bits``: scratch)."""
     k = src.shape[1]
     for t in range(lo, hi):
         top = -np.inf
@@ -207,14 +209,15 @@ def _kept(m):
 
 @njit(**FINITE)
 def _min_rate(mat, p, inv, pen, weights, row_w):
-    """``1 - sum_i w[i] min_j (mat[p, i, j] inv[j] + pen[j])``, ``w = weights[row_w]``; rows with no finite minimum skipped.
+    """``1 - sum_i w[i] min_j (mat[p, i, j] inv[j] + pen[j])``, ``w = weights[row_w]``.
 
-    ``pen[j]`` is 0 for labels ``j`` of nonzero probability and ``_EXCLUDE``
-    otherwise (with ``inv[j] = 0``), so that every value stays finite and the
-    minimum vectorises. Rows go four at a time, sharing the loads of ``inv``
-    and ``pen`` (a third faster at K = 26 than one row at a time). Tables
-    and rows are indexed, never sliced: a slice is a new array whose
-    reference count costs two atomic operations.
+    Rows with no finite minimum are skipped. ``pen[j]`` is 0 for labels
+    ``j`` of nonzero probability and ``_EXCLUDE`` otherwise (with ``inv[j] =
+    0``), so that every value stays finite and the minimum vectorises. Rows
+    go four at a time, sharing the loads of ``inv`` and ``pen`` (a third
+    faster at K = 26 than one row at a time). Tables and rows are indexed,
+    never sliced: a slice passed on is a new array whose reference count
+    costs two atomic operations.
     """
     k = inv.shape[0]
     total = 0.0
@@ -341,7 +344,8 @@ def _sequence_messages(
     product and one pass over its ``K`` labels forward, one product and two
     passes backward: the normalisations ride on the products' loads and on
     the marginals' pass, and ``log Z`` sums the logarithm of a running
-    product of the normalisers, taken when it leaves ``[LOG_LO, LOG_HI]``.
+    product of the normalisers, taken when it leaves ``[LOG_LO, LOG_HI]``
+    (normalisers below ``LOG_LO`` are logged one by one).
     """
     lo, hi = offsets[i], offsets[i + 1]
     k = w.shape[1]
@@ -369,7 +373,10 @@ def _sequence_messages(
             return
         overlap[t] = s
         acc += row_max[t]
-        run *= s
+        if s >= LOG_LO:
+            run *= s
+        else:
+            acc += np.log(s)
         if not LOG_LO <= run <= LOG_HI:
             acc += np.log(run)
             run = 1.0
@@ -484,7 +491,9 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
 
 
 @njit(**KERNEL)
-def _sequence_rates(i, offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left, inv, pen):
+def _sequence_rates(
+    i, offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left, inv, pen,
+):
     lo, hi = offsets[i], offsets[i + 1]
     right[hi - 1] = 0.0
     left[lo] = 0.0
