@@ -71,6 +71,12 @@ _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
 _EXP_BLOCK = 4096
+# log Z adds the logarithm of a running product of the normalisers once the
+# product leaves [LOG_LO, LOG_HI], not one logarithm per position; a
+# normaliser below LOG_LO (at least TINY) is logged alone, so that the
+# product never leaves float64's normal range.
+LOG_LO = 1e-100
+LOG_HI = 1e100
 # Added to the conditionals given a label of zero probability: no finite
 # conditional (at most 1 / TINY) comes near it.
 _EXCLUDE = 1e300
@@ -118,8 +124,8 @@ def _exp_nonpositive(x, bits):
 
 
 @njit(**KERNEL)
-def _exp_block(src, lo, hi, w, row_max):
-    """Rows ``lo:hi`` of :func:`exp_rows`; ``w`` is the flat ``(n * K,)`` output."""
+def _exp_block(src, lo, hi, w, row_max, bits):
+    """Rows ``lo:hi`` of :func:`exp_rows` into the flat ``(n * K,)`` ``w`` (``bits``: scratch)."""
     k = src.shape[1]
     for t in range(lo, hi):
         top = -np.inf
@@ -128,7 +134,7 @@ def _exp_block(src, lo, hi, w, row_max):
         row_max[t] = top
         for j in range(k):
             w[t * k + j] = src[t, j] - top
-    _exp_nonpositive(w[lo * k : hi * k], np.empty((hi - lo) * k, dtype=np.int64))
+    _exp_nonpositive(w[lo * k : hi * k], bits[: (hi - lo) * k])
 
 
 @njit(**PARALLEL)
@@ -136,12 +142,17 @@ def _exp_rows_parallel(src, w, row_max):
     n, k = src.shape
     rows = max(1, _EXP_BLOCK // max(1, k))
     for b in prange((n + rows - 1) // rows):
-        _exp_block(src, b * rows, min(n, (b + 1) * rows), w, row_max)
+        bits = np.empty(rows * k, dtype=np.int64)
+        _exp_block(src, b * rows, min(n, (b + 1) * rows), w, row_max, bits)
 
 
 @njit(**KERNEL)
 def _exp_rows_serial(src, w, row_max):
-    _exp_block(src, 0, src.shape[0], w, row_max)
+    n, k = src.shape
+    rows = max(1, _EXP_BLOCK // max(1, k))
+    bits = np.empty(rows * k, dtype=np.int64)  # one small scratch, not a fresh (n * K,) one
+    for lo in range(0, n, rows):
+        _exp_block(src, lo, min(n, lo + rows), w, row_max, bits)
 
 
 def exp_rows(src, w, row_max, parallel):
@@ -197,56 +208,58 @@ def _kept(m):
 
 
 @njit(**FINITE)
-def _min_rate(mat, inv, pen, weights, row_w):
-    """``1 - sum_i w[i] min_j (mat[i, j] inv[j] + pen[j])``, ``w = weights[row_w]``; rows with no finite minimum skipped.
+def _min_rate(mat, p, inv, pen, weights, row_w):
+    """``1 - sum_i w[i] min_j (mat[p, i, j] inv[j] + pen[j])``, ``w = weights[row_w]``.
 
-    ``pen[j]`` is 0 for labels ``j`` of nonzero probability and ``_EXCLUDE``
-    otherwise (with ``inv[j] = 0``), so that every value stays finite and the
-    minimum vectorises. Rows go four at a time, sharing the loads of ``inv``
-    and ``pen`` (a third faster at K = 26 than one row at a time).
+    Rows with no finite minimum are skipped. ``pen[j]`` is 0 for labels
+    ``j`` of nonzero probability and ``_EXCLUDE`` otherwise (with ``inv[j] =
+    0``), so that every value stays finite and the minimum vectorises. Rows
+    go four at a time, sharing the loads of ``inv`` and ``pen`` (a third
+    faster at K = 26 than one row at a time). Tables and rows are indexed,
+    never sliced: a slice passed on is a new array whose reference count
+    costs two atomic operations.
     """
     k = inv.shape[0]
-    w = weights[row_w]
     total = 0.0
     top = k - k % 4
     for i in range(0, top, 4):
-        r0, r1, r2, r3 = mat[i], mat[i + 1], mat[i + 2], mat[i + 3]
         m0 = m1 = m2 = m3 = _EXCLUDE
         for j in range(k):
             s, q = inv[j], pen[j]
-            m0 = _fmin(m0, r0[j] * s + q)
-            m1 = _fmin(m1, r1[j] * s + q)
-            m2 = _fmin(m2, r2[j] * s + q)
-            m3 = _fmin(m3, r3[j] * s + q)
-        total += w[i] * _kept(m0) + w[i + 1] * _kept(m1)
-        total += w[i + 2] * _kept(m2) + w[i + 3] * _kept(m3)
+            m0 = _fmin(m0, mat[p, i, j] * s + q)
+            m1 = _fmin(m1, mat[p, i + 1, j] * s + q)
+            m2 = _fmin(m2, mat[p, i + 2, j] * s + q)
+            m3 = _fmin(m3, mat[p, i + 3, j] * s + q)
+        total += weights[row_w, i] * _kept(m0) + weights[row_w, i + 1] * _kept(m1)
+        total += weights[row_w, i + 2] * _kept(m2) + weights[row_w, i + 3] * _kept(m3)
     for i in range(top, k):
         m = _EXCLUDE
         for j in range(k):
-            m = _fmin(m, mat[i, j] * inv[j] + pen[j])
-        total += w[i] * _kept(m)
+            m = _fmin(m, mat[p, i, j] * inv[j] + pen[j])
+        total += weights[row_w, i] * _kept(m)
     return max(0.0, 1.0 - total)
 
 
 @njit(**FINITE)
-def _rate_weights(alpha_t, beta_t, scale, den, inv, pen):
-    """The ``inv`` and ``pen`` of :func:`_min_rate` for the labels of one position.
+def _rate_weights(alpha, beta, t, scale, den, inv, pen):
+    """The ``inv`` and ``pen`` of :func:`_min_rate` for the labels of position ``t``.
 
-    ``inv = 1 / (scale * den)`` and ``pen = 0`` where ``alpha_t * beta_t >
-    0`` (a possible label), else ``inv = 0`` and ``pen = _EXCLUDE``.
-    Branch-free (the division of an excluded label, possibly ``1 / 0``, is
-    computed and discarded), so that the ``K`` divisions vectorise.
+    ``inv = 1 / (scale * den[t])`` and ``pen = 0`` where ``alpha[t] *
+    beta[t] > 0`` (a possible label), else ``inv = 0`` and ``pen =
+    _EXCLUDE``. Branch-free (the division of an excluded label, possibly
+    ``1 / 0``, is computed and discarded), so that the ``K`` divisions
+    vectorise.
     """
     for a in range(inv.shape[0]):
-        ok = alpha_t[a] * beta_t[a] > 0.0
-        x = 1.0 / (scale * den[a])
+        ok = alpha[t, a] * beta[t, a] > 0.0
+        x = 1.0 / (scale * den[t, a])
         inv[a] = x if ok else 0.0
         pen[a] = 0.0 if ok else _EXCLUDE
 
 
 @njit(**KERNEL)
-def _rates(t, emat_t, emat_tt, alpha, beta, r, into, beta_scale, inv, pen, right, left):
-    """Mixing rates ``right[t - 1]`` and ``left[t]`` of the edge ``(t - 1, t)``.
+def _rates(t, emat, emat_tt, p, alpha, beta, r, into, beta_scale, inv, pen, right, left):
+    """Mixing rates ``right[t - 1]`` and ``left[t]`` of the edge ``(t - 1, t)`` (table ``p``).
 
     ``right[t - 1] = 1 - sum_b min_a P(y_t = b | y_{t-1} = a)`` over labels
     ``a`` of nonzero marginal, from ``P(b | a) = E[a, b] r[t, b] /
@@ -255,58 +268,65 @@ def _rates(t, emat_t, emat_tt, alpha, beta, r, into, beta_scale, inv, pen, right
     into[t, b]`` (rows of ``E``). Labels of zero probability add nothing to
     the total variation of Theorem 3.1.
     """
-    _rate_weights(alpha[t - 1], beta[t - 1], beta_scale[t - 1], beta[t - 1], inv, pen)
-    right[t - 1] = _min_rate(emat_tt, inv, pen, r, t)
-    _rate_weights(alpha[t], beta[t], 1.0, into[t], inv, pen)
-    left[t] = _min_rate(emat_t, inv, pen, alpha, t - 1)
+    _rate_weights(alpha, beta, t - 1, beta_scale[t - 1], beta, inv, pen)
+    right[t - 1] = _min_rate(emat_tt, p, inv, pen, r, t)
+    _rate_weights(alpha, beta, t, 1.0, into, inv, pen)
+    left[t] = _min_rate(emat, p, inv, pen, alpha, t - 1)
 
 
 @njit(**KERNEL)
-def _row_times_matrix(x, mat, out):
-    """``out = x @ mat`` for ``x (K,)``, ``mat (K, K)``.
+def _scaled_times_table(src, ts, scale, emat, p, dst, td):
+    """``dst[td] = src[ts] @ emat[p]`` after ``src[ts] *= scale`` (done in the same pass).
 
-    Four rows of ``mat`` per pass over ``out``: a third of the loads and
-    stores of ``out`` that one row at a time costs (K = 26: 35% faster).
+    The forward product: the normalisation of ``alpha[t - 1]`` is folded
+    into the loads of the product, so that it costs no pass of its own.
+    Four rows of the table per pass over ``dst[td]``: a third of the loads
+    and stores of ``dst`` that one row at a time costs (K = 26: 35% faster).
     """
-    k = x.shape[0]
+    k = src.shape[1]
     top = k - k % 4
-    out[:] = 0.0
+    for b in range(k):
+        dst[td, b] = 0.0
     for a in range(0, top, 4):
-        x0, x1, x2, x3 = x[a], x[a + 1], x[a + 2], x[a + 3]
-        r0, r1, r2, r3 = mat[a], mat[a + 1], mat[a + 2], mat[a + 3]
+        x0 = src[ts, a] * scale
+        x1 = src[ts, a + 1] * scale
+        x2 = src[ts, a + 2] * scale
+        x3 = src[ts, a + 3] * scale
+        src[ts, a], src[ts, a + 1], src[ts, a + 2], src[ts, a + 3] = x0, x1, x2, x3
         for b in range(k):
-            out[b] += x0 * r0[b] + x1 * r1[b] + x2 * r2[b] + x3 * r3[b]
+            dst[td, b] += (x0 * emat[p, a, b] + x1 * emat[p, a + 1, b]
+                           + x2 * emat[p, a + 2, b] + x3 * emat[p, a + 3, b])
     for a in range(top, k):
-        xa, ra = x[a], mat[a]
+        xa = src[ts, a] * scale
+        src[ts, a] = xa
         for b in range(k):
-            out[b] += xa * ra[b]
+            dst[td, b] += xa * emat[p, a, b]
 
 
 @njit(**KERNEL)
-def _matrix_times_row(mat, x, out):
-    """``out = mat @ x`` for ``mat (K, K)``, ``x (K,)``; returns ``out.sum()``.
+def _table_times(emat, p, src, ts, dst, td):
+    """``dst[td] = emat[p] @ src[ts]`` (the backward product); returns ``dst[td].sum()``.
 
-    Four rows at a time, sharing the loads of ``x`` (K = 26: 40% faster).
+    Four rows at a time, sharing the loads of ``src[ts]`` (K = 26: 40% faster).
     """
-    k = x.shape[0]
+    k = src.shape[1]
     top = k - k % 4
     total = 0.0
     for a in range(0, top, 4):
-        r0, r1, r2, r3 = mat[a], mat[a + 1], mat[a + 2], mat[a + 3]
         v0 = v1 = v2 = v3 = 0.0
         for b in range(k):
-            xb = x[b]
-            v0 += r0[b] * xb
-            v1 += r1[b] * xb
-            v2 += r2[b] * xb
-            v3 += r3[b] * xb
-        out[a], out[a + 1], out[a + 2], out[a + 3] = v0, v1, v2, v3
+            xb = src[ts, b]
+            v0 += emat[p, a, b] * xb
+            v1 += emat[p, a + 1, b] * xb
+            v2 += emat[p, a + 2, b] * xb
+            v3 += emat[p, a + 3, b] * xb
+        dst[td, a], dst[td, a + 1], dst[td, a + 2], dst[td, a + 3] = v0, v1, v2, v3
         total += (v0 + v1) + (v2 + v3)
     for a in range(top, k):
         v = 0.0
         for b in range(k):
-            v += mat[a, b] * x[b]
-        out[a] = v
+            v += emat[p, a, b] * src[ts, b]
+        dst[td, a] = v
         total += v
     return total
 
@@ -315,96 +335,119 @@ def _matrix_times_row(mat, x, out):
 def _sequence_messages(
     i, w, row_max, offsets, emat, emat_tt, emax, start_e, start_max, end_e, end_max,
     with_rates, log_z, alpha, beta, r, into, beta_scale, marg, overlap, right, left, lost,
+    inv, pen,
 ):
-    """Both sweeps of sequence ``i`` (see :func:`messages`); returns early when lost."""
+    """Both sweeps of sequence ``i`` (see :func:`messages`); returns early when lost.
+
+    ``inv, pen (K,)`` are scratch for the rates. Every row is addressed by
+    index (no slices, see :func:`_min_rate`). Each position costs one
+    product and one pass over its ``K`` labels forward, one product and two
+    passes backward: the normalisations ride on the products' loads and on
+    the marginals' pass, and ``log Z`` sums the logarithm of a running
+    product of the normalisers, taken when it leaves ``[LOG_LO, LOG_HI]``
+    (normalisers below ``LOG_LO`` are logged one by one).
+    """
     lo, hi = offsets[i], offsets[i + 1]
     k = w.shape[1]
     n_tab = emat.shape[0]
     lost[i] = True
-    # Forward sweep; overlap[t] keeps the normaliser of alpha[t] until the backward sweep.
-    acc = 0.0
+    # Forward sweep; alpha[t] stays unnormalised until the product of t + 1
+    # scales it, and overlap[t] keeps its normaliser until the backward sweep.
+    acc = start_max
+    run = 1.0
+    s = 1.0
     for t in range(lo, hi):
-        m = into[t]
         if t == lo:
-            m[:] = start_e
-            acc += start_max
+            for j in range(k):
+                into[t, j] = start_e[j]
         else:
             p = table(n_tab, t)
-            e = emat[p]
-            _row_times_matrix(alpha[t - 1], e, m)
+            _scaled_times_table(alpha, t - 1, 1.0 / s, emat, p, into, t)
             acc += emax[p]
         s = 0.0
         for j in range(k):
-            v = m[j] * w[t, j]
+            v = into[t, j] * w[t, j]
             alpha[t, j] = v
             s += v
         if not s >= TINY:
             return
         overlap[t] = s
-        acc += row_max[t] + np.log(s)
-        inv_s = 1.0 / s
-        for j in range(k):
-            alpha[t, j] *= inv_s
+        acc += row_max[t]
+        if s >= LOG_LO:
+            run *= s
+        else:
+            acc += np.log(s)
+        if not LOG_LO <= run <= LOG_HI:
+            acc += np.log(run)
+            run = 1.0
+    inv_s = 1.0 / s
     s = 0.0
     e_sum = 0.0
     for j in range(k):
+        a = alpha[hi - 1, j] * inv_s
+        alpha[hi - 1, j] = a
+        s += a * end_e[j]
         beta[hi - 1, j] = end_e[j]
-        s += alpha[hi - 1, j] * end_e[j]
         e_sum += end_e[j]
     if not s >= TINY:
         return
-    log_z[i] = acc + end_max + np.log(s)
-    beta_scale[hi - 1] = e_sum
-    inv_s = 1.0 / e_sum
-    for j in range(k):
-        beta[hi - 1, j] *= inv_s
-    # Backward sweep: the fallback criterion, r[t], beta[t - 1], the marginals and the rates.
-    inv = np.empty(k)
-    pen = np.empty(k)
+    log_z[i] = acc + np.log(run) + end_max + np.log(s)
+    # Backward sweep; beta[t] enters unnormalised, with its sum in bs.
+    bs = e_sum
     right[hi - 1] = 0.0
     left[lo] = 0.0
     for t in range(hi - 1, lo - 1, -1):
+        if not bs >= TINY:
+            return
+        inv_b = 1.0 / bs
         ov = 0.0
         s = 0.0
         for j in range(k):
-            ov += alpha[t, j] * beta[t, j]
-            v = beta[t, j] * w[t, j]
+            b = beta[t, j] * inv_b
+            beta[t, j] = b
+            ov += alpha[t, j] * b
+            v = b * w[t, j]
             r[t, j] = v
             s += v
-        if not (overlap[t] * ov >= SAFE and beta_scale[t] * ov >= SAFE and s >= TINY):
+        if not (overlap[t] * ov >= SAFE and bs * ov >= SAFE and s >= TINY):
             return
+        beta_scale[t] = bs
         overlap[t] = ov
-        inv_s = 1.0 / s
         inv_ov = 1.0 / ov
+        inv_s = 1.0 / s
         for j in range(k):
             r[t, j] *= inv_s
             marg[t, j] = alpha[t, j] * beta[t, j] * inv_ov
-        if t == lo:
-            break
-        p = table(n_tab, t)
-        e = emat[p]
-        s = _matrix_times_row(e, r[t], beta[t - 1])
-        if not s >= TINY:
-            return
-        beta_scale[t - 1] = s
-        inv_s = 1.0 / s
-        for a in range(k):
-            beta[t - 1, a] *= inv_s
-        if with_rates:
-            _rates(t, e, emat_tt[p], alpha, beta, r, into, beta_scale, inv, pen, right, left)
+        if t < hi - 1 and with_rates:
+            p = table(n_tab, t + 1)
+            _rates(t + 1, emat, emat_tt, p, alpha, beta, r, into, beta_scale, inv, pen, right, left)
+        if t > lo:
+            bs = _table_times(emat, table(n_tab, t), r, t, beta, t - 1)
     lost[i] = False
+
+
+#: Sequences per task of the ``prange`` drivers (each task allocates its scratch once).
+_CHUNK = 64
 
 
 @njit(**PARALLEL)
 def _messages_parallel(*args):
-    for i in prange(args[2].shape[0] - 1):
-        _sequence_messages(i, *args)
+    m = args[2].shape[0] - 1
+    k = args[0].shape[1]
+    for c in prange((m + _CHUNK - 1) // _CHUNK):
+        inv = np.empty(k)
+        pen = np.empty(k)
+        for i in range(c * _CHUNK, min(m, (c + 1) * _CHUNK)):
+            _sequence_messages(i, *args, inv, pen)
 
 
 @njit(**KERNEL)
 def _messages_serial(*args):
+    k = args[0].shape[1]
+    inv = np.empty(k)
+    pen = np.empty(k)
     for i in range(args[2].shape[0] - 1):
-        _sequence_messages(i, *args)
+        _sequence_messages(i, *args, inv, pen)
 
 
 def shifted_exp(x):
@@ -448,27 +491,35 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
 
 
 @njit(**KERNEL)
-def _sequence_rates(i, offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left):
+def _sequence_rates(
+    i, offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left, inv, pen,
+):
     lo, hi = offsets[i], offsets[i + 1]
-    inv = np.empty(alpha.shape[1])
-    pen = np.empty(alpha.shape[1])
     right[hi - 1] = 0.0
     left[lo] = 0.0
     for t in range(lo + 1, hi):
         p = table(emat.shape[0], t)
-        _rates(t, emat[p], emat_tt[p], alpha, beta, r, into, beta_scale, inv, pen, right, left)
+        _rates(t, emat, emat_tt, p, alpha, beta, r, into, beta_scale, inv, pen, right, left)
 
 
 @njit(**PARALLEL)
-def _rates_parallel(offsets, *args):
-    for i in prange(offsets.shape[0] - 1):
-        _sequence_rates(i, offsets, *args)
+def _rates_parallel(offsets, emat, *args):
+    m = offsets.shape[0] - 1
+    k = emat.shape[1]
+    for c in prange((m + _CHUNK - 1) // _CHUNK):
+        inv = np.empty(k)
+        pen = np.empty(k)
+        for i in range(c * _CHUNK, min(m, (c + 1) * _CHUNK)):
+            _sequence_rates(i, offsets, emat, *args, inv, pen)
 
 
 @njit(**KERNEL)
-def _rates_serial(offsets, *args):
+def _rates_serial(offsets, emat, *args):
+    k = emat.shape[1]
+    inv = np.empty(k)
+    pen = np.empty(k)
     for i in range(offsets.shape[0] - 1):
-        _sequence_rates(i, offsets, *args)
+        _sequence_rates(i, offsets, emat, *args, inv, pen)
 
 
 def mixing_rates(offsets, emat, alpha, beta, r, into, beta_scale, right, left, parallel):

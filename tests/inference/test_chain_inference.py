@@ -664,3 +664,26 @@ def test_parallel_kernels_equal_serial_ones():
                 np.testing.assert_allclose(whole[i], np.concatenate([p[i] for p in parts]), rtol=1e-13)
         else:
             np.testing.assert_allclose(whole, np.concatenate(parts), rtol=1e-13)
+
+
+def test_log_z_exact_when_normalisers_are_tiny():
+    """Scaled sweeps whose per-position normalisers fall below 1e-100 keep log Z exact.
+
+    The sweep sums the logarithm of a running product of the normalisers;
+    with node and transition scores ~1e3 apart a normaliser reaches ~1e-200
+    (a product of two such would underflow) in the second sequence, which
+    the scaled sweeps hold (the first goes to the log-space fallback).
+    """
+    rng = np.random.default_rng(2)
+    k, lengths = 2, [5, 3]
+    unary = np.round(1e3 * rng.uniform(-1, 1, size=(sum(lengths), k)), 1)
+    transitions = np.round(1e3 * rng.uniform(-1, 1, size=(k, k)), 2)
+    start, end = np.round(rng.uniform(-1e3, 1e3, size=(2, k)), 2)
+    u, offsets, trans, s, e = chain_inference.check_chain(unary, lengths, transitions, start, end)
+    post = chain_inference.posterior(u, offsets, trans, s, e)
+    assert post.log_space.sequences.tolist() == [0]
+    parts = naive.oracles(unary, lengths, transitions, start, end)
+    np.testing.assert_allclose(post.log_z, [o.log_z for o in parts], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        post.marginals(), np.concatenate([o.marginals for o in parts]), atol=1e-8
+    )
