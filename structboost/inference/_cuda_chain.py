@@ -120,8 +120,10 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
             log_z, alpha, beta, r, into, beta_scale, marg, overlap):
     """Both sweeps of sequence ``i``; False (at once) when the sequence is lost.
 
-    The statements of :func:`structboost.inference._chain._sequence_messages`
-    without the rates, with the same fallback criterion (``TINY``, ``SAFE``).
+    The messages of :func:`structboost.inference._chain._sequence_messages`
+    without the rates (the same arithmetic per element; the CPU sweep folds its
+    normalisations into the products and batches its logarithms), with the
+    same fallback criterion (``TINY``, ``SAFE``).
     """
     lo = offsets[i]
     hi = offsets[i + 1]
