@@ -52,13 +52,16 @@ def _stream(src, a, b, c, d, e):
             e[t, j] = v
 
 
+def random_chain(lengths, k):
+    """Node scores ``(n, K)`` and a ``(K, K)`` table drawn from ``N(0, 1)``; zero ``(K,)``."""
+    rng = np.random.default_rng(1)
+    return rng.normal(size=(int(lengths.sum()), k)), rng.normal(size=(k, k)), np.zeros(k)
+
+
 def parts(lengths, k):
     """The timed calls at ``k`` labels, by name."""
-    n = int(lengths.sum())
-    rng = np.random.default_rng(1)
-    u = rng.normal(size=(n, k))
-    trans = rng.normal(size=(k, k))
-    z = np.zeros(k)
+    u, trans, z = random_chain(lengths, k)
+    n = u.shape[0]
     offsets = offsets_from_lengths(lengths)
     ws = chain.Workspace(n, k, len(lengths)).load(u, offsets)
     emat, emax = _chain.exp_tables(trans[None])

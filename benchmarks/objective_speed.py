@@ -40,6 +40,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -48,6 +49,9 @@ import xgboost as xgb
 import structboost as sb
 from structboost import inference
 from structboost.datasets import load_ocr, ocr_split
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chain_kernels import random_chain  # noqa: E402
 
 
 def cpu_per_round(params, dtrain, rounds, obj=None):
@@ -140,17 +144,15 @@ def best_seconds(fn, repeat=5):
 
 
 def kernels_table(lengths, k):
-    n = int(lengths.sum())
-    rng = np.random.default_rng(1)
-    u = rng.normal(size=(n, k))
-    T = rng.normal(size=(k, k))
-    z = np.zeros(k)
+    u, T, z = random_chain(lengths, k)
+    n = u.shape[0]
     calls = {
         "forward_backward": (lambda: inference.forward_backward(u, lengths, T, z, z), 4),
         "gamma (mixing)": (lambda: inference.gamma(u, lengths, T, z, z), 4),
         "viterbi": (lambda: inference.viterbi(u, lengths, T, z, z), 2),
     }
-    threads = sorted({1, 2, numba.config.NUMBA_NUM_THREADS})
+    most = numba.config.NUMBA_NUM_THREADS
+    threads = sorted({min(t, most) for t in (1, 2, most)})
     print(f"All OCR letters: n = {n}, {len(lengths)} words, K = {k}; best of 5 wall times.")
     print()
     print("| kernel | " + " | ".join(f"{t} thread{'s' * (t > 1)}: ms (GFLOP/s)" for t in threads) + " |")
