@@ -22,7 +22,7 @@ One run reports, side by side (issue 14):
    so its own decoding dominates its time; ours decodes given margins.
 5. **Peak RSS** (``ru_maxrss`` of a fresh process) of native and GBCRF
    training on generated data (``--rss-rows`` rows x 20 features, K = 10,
-   depth 6, 3 rounds).
+   depth 6, 3 rounds), also with the training set's metric every round.
 
 Usage::
 
@@ -194,7 +194,11 @@ def viterbi_table(lengths, y, threads):
 
 
 def rss_child(mode, rows, threads):
-    """Train 3 rounds in this process and print its peak RSS in MiB."""
+    """Train 3 rounds in this process and print its peak RSS in MiB.
+
+    ``mode``: ``native`` or a transition solver, then optionally ``,bound``
+    (the step) and ``,eval`` (the training set's metric every round).
+    """
     k, d = 10, 20
     rng = np.random.default_rng(0)
     lengths = rng.integers(5, 30, size=rows // 17)
@@ -202,13 +206,18 @@ def rss_child(mode, rows, threads):
     y = rng.integers(0, k, size=n)
     X = (rng.normal(size=(n, d)) + y[:, None] * 0.1).astype(np.float32)
     tree = {"max_depth": 6, "eta": 0.3, "nthread": threads, "tree_method": "hist"}
-    if mode == "native":
+    solver, *options = mode.split(",")
+    if solver == "native":
         params = {**tree, "objective": "multi:softprob", "num_class": k, "base_score": 0.0}
-        xgb.train(params, xgb.DMatrix(X, label=y), 3)
+        dtrain, obj = xgb.DMatrix(X, label=y), None
     else:
-        solver, _, step = mode.partition(",")
-        obj = sb.crf_objective(k, transitions=solver, step=step or "adaptive", nthread=threads)
-        xgb.train(sb.xgb_params(k, **tree), xgb.DMatrix(X, label=y, group=lengths), 3, obj=obj)
+        step = "bound" if "bound" in options else "adaptive"
+        obj = sb.crf_objective(k, transitions=solver, step=step, nthread=threads)
+        params = sb.xgb_params(k, **tree)
+        dtrain = xgb.DMatrix(X, label=y, group=lengths)
+    evals = [(dtrain, "train")] if "eval" in options else ()
+    xgb.train(params, dtrain, 3, evals=evals, obj=obj, custom_metric=obj and obj.metric,
+              verbose_eval=False)
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
@@ -218,15 +227,19 @@ def rss_table(rows, threads):
     print("| run | peak RSS MiB | ratio to native |")
     print("|---|---|---|")
     peak = {}
-    for mode in ("native", "lbfgs", "newton", "lbfgs,bound"):
+    modes = ("native", "lbfgs", "newton", "lbfgs,bound", "native,eval", "lbfgs,eval")
+    for mode in modes:
         out = subprocess.run(
             [sys.executable, __file__, "--rss-child", mode, "--rss-rows", str(rows), "--threads", str(threads)],
             capture_output=True, text=True, check=True,
         )
         peak[mode] = float(out.stdout.split()[-1])
-        name = "XGBoost multi:softprob (native)" if mode == "native" else f"gbcrf, {mode}"
-        name = name.replace(",bound", ', step="bound"')
-        print(f"| {name} | {peak[mode]:.0f} | {peak[mode] / peak['native']:.2f} |")
+        solver, *options = mode.split(",")
+        name = "XGBoost multi:softprob (native)" if solver == "native" else f"gbcrf, {solver}"
+        name += ', step="bound"' * ("bound" in options)
+        name += ", training-set metric every round" * ("eval" in options)
+        base = peak["native,eval" if "eval" in options else "native"]
+        print(f"| {name} | {peak[mode]:.0f} | {peak[mode] / base:.2f} |")
 
 
 def main():

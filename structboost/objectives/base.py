@@ -107,6 +107,18 @@ def _timed(items, clock):
         yield item
 
 
+def row_blocks(offsets, shape):
+    """The ``(rows, sequences)`` slices of the blocks a round over ``shape = (n, K)`` takes.
+
+    Blocks of whole sequences, one for a batch up to
+    ``_config.WHOLE_BATCH_ENTRIES`` rows x labels (see
+    :func:`~structboost.sequences.sequence_blocks` and ``_config.block_rows``).
+    """
+    bounds = sequence_blocks(offsets, _config.block_rows(*shape))
+    for s0, s1 in zip(bounds[:-1], bounds[1:]):
+        yield slice(offsets[s0], offsets[s1]), slice(s0, s1)
+
+
 def softmax(margins):
     """Row-wise softmax of ``(n, K)`` margins."""
     z = margins - margins.max(axis=1, keepdims=True)
@@ -282,11 +294,8 @@ class NodeObjective:
             for rows, seqs, post in problem.blocks(self.params, rates):
                 yield rows, seqs, post, post.marginals()
             return
-        offsets = batch.offsets
-        bounds = sequence_blocks(offsets, _config.block_rows(*u.shape))
-        for s0, s1 in zip(bounds[:-1], bounds[1:]):
-            rows = slice(offsets[s0], offsets[s1])
-            yield rows, slice(s0, s1), None, softmax(np.asarray(u[rows], dtype=np.float64))
+        for rows, seqs in row_blocks(batch.offsets, u.shape):
+            yield rows, seqs, None, softmax(np.asarray(u[rows], dtype=np.float64))
 
     def _node_grad_hess(self, p, labels, gamma, scale, row_w, g, h):
         """Weighted G and H of some rows into ``g`` and ``h``, all ``(r, K)`` float64.

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inference.chain import map_labels, path_scores, posterior
+from ..inference.chain import map_labels, path_scores
 from ..sequences import check_labels, check_lengths, offsets_from_lengths
 from ..transitions.chain import TransitionParams, TransitionProblem, observed_counts
-from .base import NodeObjective, check_sequence_weights
+from .base import NodeObjective, check_sequence_weights, row_blocks
 from .constraints import resolve as resolve_constraints
 from .params import DEFAULTS
 
@@ -128,15 +128,27 @@ class CRFObjective(NodeObjective):
         return super().grad_hess(margins, batch, dtype, order)
 
     def sequence_nll(self, margins, batch):
-        """Per-sequence negative log-likelihood ``(m,)`` under the current transitions."""
+        """Per-sequence negative log-likelihood ``(m,)`` under the current transitions.
+
+        ``margins (n, K)`` are read as :meth:`grad_hess` reads them: block by
+        block above ``_config.WHOLE_BATCH_ENTRIES`` entries, with the
+        objective's message buffers (a metric on the training data costs
+        no more memory than a round).
+        """
         self._check_allowed(batch)
-        u = self.check_margins(margins)
+        u = self.margin_rows(margins)
         p = self.params
-        post = posterior(u, batch.offsets, p.transitions, p.start, p.end)
-        return post.log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
+        log_z = self._problem(u, batch).evaluate(p).log_z
+        return log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
 
     def decode(self, margins, batch):
-        """Viterbi labels ``(n,)`` of the sequences of ``batch`` under the current transitions."""
-        u = self.check_margins(margins)
+        """Viterbi labels ``(n,)`` of the sequences of ``batch``, block by block (see :meth:`sequence_nll`)."""
+        u = self.margin_rows(margins)
         p = self.params
-        return map_labels(u, batch.offsets, p.transitions, p.start, p.end)
+        offsets = batch.offsets
+        labels = np.empty(u.shape[0], dtype=np.int64)
+        for rows, seqs in row_blocks(offsets, u.shape):
+            block = np.ascontiguousarray(u[rows], dtype=np.float64)
+            block_offsets = offsets[seqs.start : seqs.stop + 1] - offsets[seqs.start]
+            labels[rows] = map_labels(block, block_offsets, p.transitions, p.start, p.end)
+        return labels

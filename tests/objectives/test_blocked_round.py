@@ -244,3 +244,24 @@ def test_float32_margins_are_kept_not_copied_and_checked():
     copied = CRFObjective(K)
     copied.grad_hess(u, batch)  # float64 results: the margins are copied
     assert copied.step_scale._last[0] is not u
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_blocked_metrics_equal_one_block(monkeypatch, constrained, dtype):
+    margins, labels, lengths, weights = chain_data(3, forbid_21=constrained)
+    margins = margins.astype(dtype)
+    allowed = allowed_without_21() if constrained else None
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    obj = CRFObjective(K, allowed_transitions=allowed)
+    rounds(obj, margins.astype(np.float64), batch)  # transitions away from zero
+    nll, path = obj.sequence_nll(margins, batch), obj.decode(margins, batch)
+    metrics = [obj.evaluate(margins, batch, m) for m in ("nll", "error")]
+    small_blocks(monkeypatch)
+    assert len(sequence_blocks(batch.offsets, SMALL // K)) > 4
+    np.testing.assert_allclose(obj.sequence_nll(margins, batch), nll, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(obj.decode(margins, batch), path)
+    for metric, (name, value) in zip(("nll", "error"), metrics):
+        blocked_name, blocked = obj.evaluate(margins, batch, metric)
+        assert blocked_name == name
+        assert blocked == pytest.approx(value, rel=1e-12)
