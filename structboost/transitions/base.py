@@ -133,14 +133,14 @@ class PenalisedProblem:
         vec = params.to_vector()
         last = self._last
         if last is not None and np.array_equal(last[0], vec):
-            ev = last[2]
+            ev = last[1]
             if ev.level >= need:
                 return ev
             if ev.posterior is not None:
                 ev.expected, ev.curvature = self.expected_counts(ev.posterior, need >= CURVATURE)
                 return ev
         ev = self._evaluate(params, need, rates)
-        self._last = (vec, ev.posterior, ev)  # the posterior second, as before evaluations
+        self._last = (vec, ev)
         return ev
 
     def _evaluate(self, params, need, rates):

@@ -145,7 +145,7 @@ def test_tree_edge_bound_dominates_the_shared_transition_hessian(seed):
     problem = problem_of(d, reg=0.0)
     vec = np.random.default_rng(seed).normal(size=TYPES * K * K)
     problem.value(vec)
-    _, curvature = problem.expected_counts(problem._last[1], with_curvature=True)
+    _, curvature = problem.expected_counts(problem._last[1].posterior, with_curvature=True)
     eps = 1e-5
     hess = np.array(
         [
