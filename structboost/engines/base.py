@@ -9,8 +9,6 @@ object; everything else happens here and in
 import weakref
 from abc import ABC, abstractmethod
 
-import numpy as np
-
 from ..objectives.chain import SequenceBatch
 from ..objectives.params import METRICS
 from ..sequences import check_lengths, sequence_weights
@@ -49,10 +47,11 @@ class EngineObjective(ABC):
         What :meth:`evaluate` reports.
     """
 
-    #: dtype and memory order of the G and H handed to the engine (see
-    #: :meth:`NodeObjective.grad_hess <structboost.objectives.base.NodeObjective.grad_hess>`).
-    dtype = np.float64
-    order = "C"
+    #: Keywords of ``crf.grad_hess`` for the dtype and memory order of the G
+    #: and H handed to the engine (see :meth:`NodeObjective.grad_hess
+    #: <structboost.objectives.base.NodeObjective.grad_hess>`); none: fresh
+    #: float64 rows.
+    grad_layout = {}
 
     def __init__(self, crf, metric="nll"):
         if metric not in METRICS:
@@ -84,13 +83,7 @@ class EngineObjective(ABC):
 
     def __call__(self, preds, data):
         """Refit the transitions; the node gradient and Hessian, both ``(n, K)``."""
-        return self.crf.grad_hess(preds, self.batch(data), **self.layout())
-
-    def layout(self):
-        """Keywords of ``crf.grad_hess`` for :attr:`dtype` and :attr:`order` (none if defaults)."""
-        if self.dtype == np.float64 and self.order == "C":
-            return {}
-        return {"dtype": self.dtype, "order": self.order}
+        return self.crf.grad_hess(preds, self.batch(data), **self.grad_layout)
 
     def evaluate(self, preds, data):
         """``(name, value)`` of the CRF metric on an engine data object."""

@@ -175,7 +175,7 @@ class XGBEdgeCRFObjective(XGBCRFObjective):
     """
 
     state_key = EDGE_STATE_KEY
-    dtype = np.float64  # the edge-row objective returns fresh float64 G and H
+    grad_layout = {}  # the edge-row objective returns fresh float64 G and H
 
     def _build_batch(self, dmat):
         lengths, labels = registered(dmat, self.num_labels)

@@ -235,7 +235,7 @@ class LGBCRFObjective(EngineObjective):
     # Booster.__boost flattens multiclass gradients class-major, then casts them to
     # float32 (score_t, include/LightGBM/meta.h): column-major arrays flatten without
     # a copy. They stay float64 here: obj(preds, dataset) gives exact gradients.
-    order = "F"
+    grad_layout = {"order": "F"}
 
     def __deepcopy__(self, memo):
         # lightgbm.train deep-copies ``params`` (and LGBMModel its eval_metric):
@@ -275,7 +275,7 @@ class LGBCRFObjective(EngineObjective):
     def sklearn_objective(self, y_true, y_pred, weight, group):
         """The objective in the signature of LightGBM's scikit-learn API."""
         return self.crf.grad_hess(
-            y_pred, self._sklearn_batch(y_true, weight, group), **self.layout()
+            y_pred, self._sklearn_batch(y_true, weight, group), **self.grad_layout
         )
 
     def sklearn_metric(self, y_true, y_pred, weight, group):

@@ -249,7 +249,7 @@ class XGBCRFObjective(EngineObjective):
     param_type = TransitionParams
     # XGBoost stores gradients as float32 pairs (GradientPair, include/xgboost/base.h)
     # and casts what it is given (CustomGradHessOp, include/xgboost/gradient.h).
-    dtype = np.float32
+    grad_layout = {"dtype": np.float32}
 
     def _build_batch(self, dmat):
         """Validated labels, boundaries and per-sequence weights of a DMatrix."""

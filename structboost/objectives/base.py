@@ -29,7 +29,7 @@ from ..transitions.base import identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
 from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
-from .step import SecantScale, floor_at_logitboost
+from .step import SecantScale, bound_factor
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
 # gains nothing there and, beside numba's and the engine's threads, its
@@ -313,10 +313,7 @@ class NodeObjective:
         elif self.mode == "logitboost":
             h *= 2.0
         else:
-            h *= gamma[:, None]
-            if scale < 1.0:
-                h *= scale  # never below an uncoupled position's bound 2 p (1 - p)
-                floor_at_logitboost(h, p)
+            h *= bound_factor(gamma, scale)[:, None]
         np.maximum(h, self.hess_floor, out=h)
         g *= row_w
         h *= row_w

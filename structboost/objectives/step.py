@@ -34,15 +34,21 @@ import numpy as np
 MAX_SHRINK = 4.0
 #: Smallest scale (a floor for the controller; the Hessian floor is ``2 p (1 - p)``).
 MIN_SCALE = 1e-3
-#: Rows per block of the secant's sums and of the Hessian floor (no full-size temporaries).
+#: Rows per block of the secant's sums (no full-size temporaries).
 BLOCK = 1 << 16
 
 
-def floor_at_logitboost(hess, p):
-    """``hess = max(hess, 2 p (1 - p))`` in place, block by block; both ``(n, K)``."""
-    for a in range(0, p.shape[0], BLOCK):
-        q = p[a:a + BLOCK]
-        np.maximum(hess[a:a + BLOCK], 2.0 * q * (1.0 - q), out=hess[a:a + BLOCK])
+def bound_factor(gamma, scale):
+    """Per-row multiplier ``(r,)`` of ``p (1 - p)`` in the GBCRF Hessian.
+
+    ``gamma (r,)`` is the node bound and ``scale`` the adaptive step's; below
+    1 the scaled bound is floored at LogitBoost's 2 (``max(2 p (1 - p),
+    scale gamma p (1 - p)) = p (1 - p) max(2, scale gamma)``, as ``p (1 - p)
+    >= 0``).
+    """
+    if scale >= 1.0:
+        return gamma
+    return np.maximum(scale * gamma, 2.0)
 
 
 class SecantScale:

@@ -197,7 +197,7 @@ def test_xgboost_float32_gradients_train_the_same_model(monkeypatch, block, step
     models = []
     for dtype in (np.float32, np.float64):
         obj = sb.crf_objective(K, step=step, nthread=1)
-        obj.dtype = dtype
+        obj.grad_layout = {"dtype": dtype}
         booster = xgb.train(
             sb.xgb_params(K, max_depth=3, eta=0.5, nthread=1),
             xgb.DMatrix(X, label=y, group=lengths, weight=w), 4, obj=obj,
@@ -219,7 +219,7 @@ def test_lightgbm_column_major_gradients_train_the_same_model():
     models = []
     for order in ("F", "C"):
         obj = sb.lgb_crf_objective(K, nthread=1)
-        obj.order = order
+        obj.grad_layout = {"order": order}
         booster = lgb.train(
             sb.lgb_params(K, objective=obj, num_leaves=7, num_threads=1, verbose=-1),
             lgb.Dataset(X, label=y, group=lengths), 4, callbacks=[obj.callback()],
