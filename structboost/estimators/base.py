@@ -50,7 +50,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from threadpoolctl import threadpool_limits
 
 from .. import _config
-from ..objectives.params import METRICS, ObjectiveSpec
+from ..objectives.params import METRICS, ObjectiveSpec, metric_name
 from ..sequences import resolve_lengths
 
 # Engine parameters the estimators set themselves.
@@ -59,7 +59,7 @@ _RESERVED = ("objective", "num_class", "num_target", "metric")
 _ENGINE_THREADS = ("nthread", "num_threads")
 
 
-def eval_metrics(eval_metric, allow_callables=True):
+def eval_metrics(eval_metric):
     """``eval_metric`` as a list of ``(name, metric)``; the last drives early stopping.
 
     Parameters
@@ -69,8 +69,6 @@ def eval_metrics(eval_metric, allow_callables=True):
         callables ``f(y_true, y_proba[, sample_weight=])`` as in XGBoost's
         scikit-learn wrapper: ``y_true`` ``(n,)`` label indices, ``y_proba``
         ``(n, K)`` posterior marginals; lower is better. None: ``"crf-nll"``.
-    allow_callables : bool
-        False where the estimator has no marginals to hand a callable.
 
     Returns
     -------
@@ -86,13 +84,10 @@ def eval_metrics(eval_metric, allow_callables=True):
         items = list(eval_metric)
     metrics = []
     for item in items:
-        if isinstance(item, str) and item in METRICS:
-            metrics.append((item, item))
-        elif callable(item) and allow_callables:
-            metrics.append((getattr(item, "__name__", type(item).__name__), item))
+        if (isinstance(item, str) and item in METRICS) or callable(item):
+            metrics.append((metric_name(item), item))
         else:
-            allowed = "'crf-nll', 'crf-error'" + (" or a callable f(y_true, y_proba)"
-                                                  if allow_callables else "")
+            allowed = "'crf-nll', 'crf-error' or a callable f(y_true, y_proba)"
             raise ValueError(
                 f"eval_metric {item!r} is not a CRF metric: use {allowed}. The engine's "
                 "built-in metrics would read the CRF margins as class scores, which they "

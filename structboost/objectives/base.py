@@ -30,7 +30,7 @@ from ..sequences import sequence_blocks
 from ..transitions.base import identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
-from .params import SOLVERS, ObjectiveSpec
+from .params import SOLVERS, ObjectiveSpec, metric_name
 from .step import SecantScale, bound_factor
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
@@ -405,7 +405,7 @@ class NodeObjective:
         w = batch.seq_weight
         with self.threads():
             if callable(metric):
-                return _metric_name(metric), self._callable_metric(metric, margins, batch)
+                return metric_name(metric), self._callable_metric(metric, margins, batch)
             if metric == "crf-nll":
                 ratio = (w @ self.sequence_nll(margins, batch), w.sum())
             elif metric == "crf-error":
@@ -424,8 +424,3 @@ class NodeObjective:
         if (weight == 1).all():
             return float(metric(batch.labels, marginals))
         return float(metric(batch.labels, marginals, sample_weight=weight))
-
-
-def _metric_name(metric):
-    """The name a callable metric is recorded under."""
-    return getattr(metric, "__name__", type(metric).__name__)

@@ -266,6 +266,13 @@ class ObjectiveSpec:
             )
 
 
+def metric_name(metric):
+    """The name a metric is recorded under: its own, or a callable's ``__name__``."""
+    if isinstance(metric, str):
+        return metric
+    return getattr(metric, "__name__", type(metric).__name__)
+
+
 def _is_int(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 

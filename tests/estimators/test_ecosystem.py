@@ -186,8 +186,13 @@ def test_tree_estimator_callbacks_eval_metric_and_proba():
         est.predict_proba(X, parents=parents, lengths=lengths),
         est.predict_marginals(X, parents=parents, lengths=lengths),
     )
-    with pytest.raises(ValueError, match="eval_metric"):
-        TreeCRFClassifier(eval_metric=log_loss).fit(X, y, parents=parents, lengths=lengths)
+    # a callable gets the node marginals, as on chains
+    est.set_params(eval_metric=log_loss).fit(
+        X, y, parents=parents, lengths=lengths, eval_set=[(X, y, lengths, parents)]
+    )
+    assert est.evals_result_["validation_0"]["log_loss"][-1] == pytest.approx(
+        log_loss(y, est.predict_proba(X, parents=parents, lengths=lengths)), rel=1e-5
+    )
 
 
 # -- one thread setting --------------------------------------------------------
