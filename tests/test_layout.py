@@ -1,4 +1,4 @@
-"""The package's imports go one way: kernels -> solvers -> objectives -> engines -> estimators."""
+"""The package's imports go one way: kernels -> bounds -> solvers -> objectives -> engines -> estimators."""
 
 import ast
 import subprocess
@@ -24,14 +24,15 @@ LAYERS = {
     "datasets": 1,
     "metrics": 1,
     "inference": 1,
-    "transitions": 2,
-    "objectives": 3,
-    "engines": 4,
-    "estimators": 5,
-    "tagging": 6,
-    "cli": 6,
-    "warmup": 6,
-    "__init__": 7,
+    "majorize": 2,
+    "transitions": 3,
+    "objectives": 4,
+    "engines": 5,
+    "estimators": 6,
+    "tagging": 7,
+    "cli": 7,
+    "warmup": 7,
+    "__init__": 8,
 }
 ENGINE_PACKAGES = ("xgboost", "lightgbm", "sklearn")
 
