@@ -16,9 +16,9 @@ import sys
 
 import numpy as np
 
-from ..inference import _tree
 from ..inference.chain import map_labels, path_scores, posterior
-from ..inference.tree import check_tree
+from ..inference.tree import check_tree, label_scores
+from ..inference.tree import map_labels as tree_map_labels
 from ..inference.tree import posterior as tree_posterior
 from ..objectives.base import DIVERGED, check_margin_values
 from ..objectives.constraints import resolve as resolve_constraints
@@ -277,9 +277,7 @@ def predict_tree(booster, X, lengths=None, parents=None, edge_types=None, *, gro
     parents : (n,) array-like of int
     edge_types : (n,) array-like of int, optional
     """
-    b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
-    labels, _ = _tree.viterbi(b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions)
-    return labels
+    return tree_map_labels(_tree_inputs(booster, X, lengths, parents, edge_types, groups))
 
 
 def predict_tree_marginals(booster, X, lengths=None, parents=None, edge_types=None, *, groups=None):
@@ -292,5 +290,4 @@ def tree_log_likelihood(booster, X, labels, lengths=None, parents=None, edge_typ
     """``log P(y | x)`` of every tree, shape ``(m,)``; arguments as :func:`predict_tree`."""
     b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
     y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])
-    scores = _tree.label_scores(b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, y)
-    return scores - tree_posterior(b).log_z
+    return label_scores(b, y) - tree_posterior(b).log_z

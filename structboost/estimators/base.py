@@ -423,6 +423,30 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         return gain / total if total > 0 else gain
 
 
+class ChainTransitions:
+    """The fitted ``transitions_`` table of the chain estimators.
+
+    Mixed into a :class:`BoostedCRFClassifier` whose ``_load_state()``
+    returns the booster's ``(num_labels, state, TransitionParams)``.
+    """
+
+    @property
+    def transitions_(self):
+        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``(n_classes, n_classes)``, index and columns ``classes_``.
+        """
+        check_is_fitted(self)
+        params = self._load_state()[2]
+        labels = pd.Index(self.classes_)
+        return pd.DataFrame(
+            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
+        )
+
+
 class XGBoostTraining:
     """The XGBoost training loop and booster queries of the XGBoost estimators.
 

@@ -78,7 +78,14 @@ from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from ..sequences import sequence_weights
 from .._extras import require
 from . import nested as _nested
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
+from .base import (
+    BoostedCRFClassifier,
+    ChainTransitions,
+    XGBoostTraining,
+    eval_entry,
+    eval_metrics,
+    evaluate_metrics,
+)
 
 _FILE_FORMAT = "structboost-crf-classifier"
 # Version 2: the parameters hessian_bound and transition_solver (were gamma and
@@ -87,7 +94,7 @@ _FILE_VERSION = 2
 _FILE_HINT = "write one with the estimator's save_model(path)"
 
 
-class _CRFClassifier(BoostedCRFClassifier):
+class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
     """What both chain estimators share: input checks, base models, fit, predict.
 
     Subclasses implement ``_train`` (returns the booster and the metric
@@ -337,24 +344,6 @@ class _CRFClassifier(BoostedCRFClassifier):
             predicted = np.asarray([label for seq in predicted for label in seq])
             y = _nested.flatten_y(y, lengths)
         return accuracy_score(y, predicted, sample_weight=sample_weight)
-
-    # -- fitted attributes --------------------------------------------------
-    @property
-    def transitions_(self):
-        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
-
-        Returns
-        -------
-        pandas.DataFrame
-            ``(n_classes, n_classes)``, index and columns ``classes_``.
-        """
-        check_is_fitted(self)
-        params = self._load_state()[2]
-        labels = pd.Index(self.classes_)
-        return pd.DataFrame(
-            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
-        )
-
 
     # -- model files ----------------------------------------------------------
     def _json_params(self):
