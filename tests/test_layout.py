@@ -1,6 +1,7 @@
 """The package's imports go one way: kernels -> bounds -> solvers -> objectives -> engines -> estimators."""
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,8 @@ LAYERS = {
     "tagging": 7,
     "cli": 7,
     "warmup": 7,
+    "xgboost": 7,
+    "lightgbm": 7,
     "__init__": 8,
 }
 ENGINE_PACKAGES = ("xgboost", "lightgbm", "sklearn")
@@ -186,3 +189,61 @@ def test_importing_structboost_imports_no_numba_cuda():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# The design's contract: names users and outside checks call (DESIGN.md).
+CONTRACT = (
+    "LGBMCRFClassifier",
+    "XGBCRFClassifier",
+    "crf_objective",
+    "inference",
+    "predict",
+    "predict_marginals",
+    "sequence_log_likelihood",
+    "xgb_params",
+)
+
+
+@pytest.mark.parametrize(
+    "module", ["structboost", "structboost.xgboost", "structboost.lightgbm", "structboost.inference",
+               "structboost.majorize"],
+)
+def test_namespaces_export_sorted_names_that_exist(module):
+    mod = importlib.import_module(module)
+    assert mod.__all__ == sorted(mod.__all__)
+    assert all(hasattr(mod, name) for name in mod.__all__)
+
+
+def test_the_top_level_is_the_contract_and_little_more():
+    assert set(CONTRACT) <= set(structboost.__all__)
+    assert len(structboost.__all__) <= 16
+    for name in ("forward_backward", "viterbi", "gamma", "tree_forward_backward", "tree_viterbi"):
+        assert callable(getattr(structboost.inference, name))
+
+
+def test_star_import_works_without_lightgbm():
+    """``from structboost import *`` with LightGBM uninstalled (an import of it fails)."""
+    code = """
+import sys
+
+class NoLightGBM:
+    def find_spec(self, name, path=None, target=None):
+        if name == "lightgbm" or name.startswith("lightgbm."):
+            raise ImportError("lightgbm is blocked")
+        return None
+
+sys.meta_path.insert(0, NoLightGBM())
+from structboost import *
+import structboost
+names = dir()
+missing = [n for n in structboost.__all__ if n not in names]
+assert not missing, missing
+assert "lightgbm" not in sys.modules
+try:
+    import structboost.lightgbm
+except ImportError as err:
+    print("refused:", err)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout

@@ -4,7 +4,7 @@ Chains (:func:`predict`, :func:`predict_marginals`,
 :func:`sequence_log_likelihood`: XGBoost or LightGBM boosters) and trees
 (:func:`predict_tree`, :func:`predict_tree_marginals`,
 :func:`tree_log_likelihood`: XGBoost boosters trained with
-:func:`structboost.tree_crf_objective`).
+:func:`structboost.xgboost.tree_crf_objective`).
 
 The booster supplies the node potentials (its raw margins) and carries the
 transition parameters it was trained with; the sequence boundaries come from
@@ -99,7 +99,7 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
         raise ValueError(
             f"cannot predict with a {type(model).__name__}: pass an xgboost.Booster trained "
             "with structboost.crf_objective or a lightgbm.Booster trained with "
-            "structboost.lgb_crf_objective."
+            "structboost.lightgbm.lgb_crf_objective."
         )
     margins, lengths, params, num_labels, labels = inputs
     if len(margins) == 0:
@@ -155,12 +155,12 @@ def predict(
     ----------
     model : xgboost.Booster or lightgbm.Booster
         Trained with :func:`structboost.crf_objective` /
-        :func:`structboost.lgb_crf_objective` and its callback, or loaded
-        (``Booster(model_file=...)``, :func:`structboost.load_lgb_model`, pickle).
+        :func:`structboost.lightgbm.lgb_crf_objective` and its callback, or loaded
+        (``Booster(model_file=...)``, :func:`structboost.lightgbm.load_lgb_model`, pickle).
     data : xgboost.DMatrix, lightgbm.Dataset or array-like (n, d)
         A DMatrix or Dataset with groups, or features (numpy, pandas, scipy
         sparse) with ``groups``/``lengths``. For a model with boosted
-        transitions, a DMatrix must come from :func:`structboost.edge_dmatrix`.
+        transitions, a DMatrix must come from :func:`structboost.xgboost.edge_dmatrix`.
     groups : (n,) array-like, optional
         Per-row sequence id (rows of a sequence contiguous).
     lengths : (m,) array-like, optional

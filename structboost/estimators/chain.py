@@ -781,7 +781,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         ``random_state``, ...), with LightGBM's meaning. ``n_jobs`` sets
         the threads of LightGBM and of the objective's numba kernels (None:
         each its default). Needs ``pip install "structboost[lightgbm]"``. The safe defaults of
-        :func:`structboost.lgb_params` apply (``min_child_weight=1``).
+        :func:`structboost.lightgbm.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
     ----------
@@ -790,7 +790,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         ``allowed_transitions`` resolved against ``classes_``.
     booster_ : lightgbm.Booster
         Carries the transitions; :func:`structboost.engines.predict` and
-        :func:`structboost.save_lgb_model` accept it.
+        :func:`structboost.lightgbm.save_lgb_model` accept it.
     {shared_attributes}
     """
 

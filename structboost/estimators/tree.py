@@ -67,7 +67,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     ----------
     classes_ : (K,) ndarray
     booster_ : xgboost.Booster
-        Carries the edge potentials; :func:`structboost.predict_tree` accepts it.
+        Carries the edge potentials; :func:`structboost.xgboost.predict_tree` accepts it.
     n_edge_types_ : int
     best_iteration_ : int
         0-based index of the last round the model uses.

@@ -56,10 +56,10 @@ from .partition import curvature_coefficient, outcome_curvature, partition_bound
 from .solve import BoundTerm, fit_majorize, majorize_step
 
 __all__ = [
-    "DEFAULT_RANK",
-    "LOW_RANK_DIM",
     "BoundTerm",
     "ChainCRFTerm",
+    "DEFAULT_RANK",
+    "LOW_RANK_DIM",
     "LowRankCurvature",
     "QuadraticBound",
     "chain_bound",
