@@ -20,7 +20,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..engines import dask as engine
 from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
-from .base import BoostedCRFClassifier, ChainTransitions, XGBoostTraining, eval_entry, eval_metrics
+from .base import BoostedCRFClassifier, ChainTransitions, XGBoostTraining, eval_metrics
+from .inputs import eval_entry
 
 
 def _map_rows(collection, fn, dtype):
