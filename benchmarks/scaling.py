@@ -267,6 +267,7 @@ def plot_curves(rows, path):
                 xs, ys = zip(*pts)
                 ax.plot(xs, ys, style, label=f"{name} (slope {slope(xs, ys):.2f})")
         ax.set(xscale="log", yscale="log", xlabel=label, ylabel="CPU seconds per round (1 thread)")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.tight_layout()
