@@ -143,13 +143,19 @@ def booster_from_document(doc, where, num_features=None):
             f"{MODEL_KEY!r} and {STATE_KEY!r}); a plain LightGBM model file holds no "
             "transitions."
         )
-    num_labels = parse_state(doc[STATE_KEY])[0]
+    try:
+        num_labels = parse_state(doc[STATE_KEY])[0]
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
     check_lightgbm_text(doc[MODEL_KEY], where, num_features=num_features, num_labels=num_labels)
     try:
         booster = lgb.Booster(model_str=doc[MODEL_KEY])
     except lgb.basic.LightGBMError as err:
         raise ValueError(f"{where}: LightGBM cannot read the model it holds ({err}).") from None
-    history = TransitionHistory.from_state(doc[STATE_KEY], booster.current_iteration())
+    try:
+        history = TransitionHistory.from_state(doc[STATE_KEY], booster.current_iteration())
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
     setattr(booster, STATE_KEY, history)
     return booster
 

@@ -565,6 +565,20 @@ def _lgb_tail(tail):
         if block:
             _lgb_parameters(block)
         rest = rest.lstrip("\n")
-    if rest not in ("", "pandas_categorical:null\n", "pandas_categorical:null"):
-        raise _Damaged(f"it ends with {rest[:60]!r} (only pandas_categorical:null may follow "
-                       "the parameters)")  # fmt: skip
+    if rest == "":
+        return
+    line = rest[: -1] if rest.endswith("\n") else rest
+    value = None
+    if line.startswith("pandas_categorical:") and "\n" not in line:
+        try:
+            value = json.loads(line[len("pandas_categorical:") :])
+        except (json.JSONDecodeError, RecursionError):
+            pass
+    ok = value is None or (isinstance(value, list) and all(
+        isinstance(cats, list) and all(
+            type(c) is str or (type(c) in (int, float) and math.isfinite(c)) for c in cats
+        ) for cats in value
+    ))  # fmt: skip
+    if not ok or (value is None and line != "pandas_categorical:null"):
+        raise _Damaged(f"it ends with {rest[:60]!r}, not a pandas_categorical line of "
+                       "lists of categories")  # fmt: skip

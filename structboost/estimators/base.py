@@ -44,6 +44,7 @@ from threadpoolctl import threadpool_limits
 from .. import _config
 from ..inference.chain import forward_backward
 from ..sequences import resolve_lengths
+from .checks import BOOSTING, check_params
 
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
@@ -196,9 +197,16 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
     ``_gain_importance()`` (total split gain per feature).
     """
 
+    # Accepted values of the estimator-level parameters, checked once at fit.
+    _param_checks = BOOSTING
+
     def __init__(self, **kwargs):
         for key, value in kwargs.items():
             setattr(self, key, value)
+
+    def _check_params(self):
+        """A ValueError naming the first parameter outside :attr:`_param_checks`."""
+        check_params(self, self._param_checks)
 
     # -- parameters -------------------------------------------------------
     def _engine_kwargs(self):

@@ -57,6 +57,7 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 
 import inspect
 import json
+from numbers import Integral
 
 import numpy as np
 import pandas as pd
@@ -79,6 +80,7 @@ from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from ..sequences import sequence_weights
 from .._extras import require
 from . import nested as _nested
+from .checks import BOOSTING, Interval
 from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
 
 _FILE_FORMAT = "structboost-crf-classifier"
@@ -202,6 +204,7 @@ class _CRFClassifier(BoostedCRFClassifier):
         self
         """
         self._require_engine()
+        self._check_params()
         X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(_nested.flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
@@ -492,16 +495,21 @@ class _CRFClassifier(BoostedCRFClassifier):
             type(best_score) not in (int, float) or not np.isfinite(best_score)
         ):
             raise ValueError(f"{where} is damaged: best_score must be a finite number or null.")
-        booster = self._booster_from_document(
-            field(doc, "engine", dict, where), where,
-            num_features=n_features, num_labels=len(classes), params=params,
-        )  # fmt: skip
         # Built on a fresh estimator and swapped in whole once valid: nothing an earlier
         # fit or load left survives, and a damaged file leaves this estimator unchanged.
         staged = type(self)()
         staged.set_params(**params)
-        staged.booster_ = booster
-        num_labels = staged._load_state()[0]
+        try:
+            staged._check_params()
+            staged.booster_ = self._booster_from_document(
+                field(doc, "engine", dict, where), where,
+                num_features=n_features, num_labels=len(classes), params=params,
+            )  # fmt: skip
+            num_labels = staged._load_state()[0]
+        except ValueError as err:
+            if where in str(err):
+                raise
+            raise ValueError(f"{where}: {err}") from None
         if num_labels != len(classes):
             raise ValueError(
                 f"{where} is damaged: its CRF has {num_labels} labels for {len(classes)} classes."
@@ -513,9 +521,12 @@ class _CRFClassifier(BoostedCRFClassifier):
                 f"the model keeps {staged.best_iteration_ + 1} rounds."
             )
         staged.classes_ = classes
-        staged.constraints_ = resolve_constraints(
-            staged.allowed_transitions, len(classes), labels=classes
-        )
+        try:
+            staged.constraints_ = resolve_constraints(
+                staged.allowed_transitions, len(classes), labels=classes
+            )
+        except ValueError as err:
+            raise ValueError(f"{where} is damaged: {err}") from None
         staged.n_features_in_ = n_features
         if names is not None:
             staged.feature_names_in_ = np.asarray(names, dtype=object)
@@ -868,6 +879,12 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.eval_metric = eval_metric
         self.callbacks = callbacks
         super().__init__(**kwargs)
+
+    _param_checks = {
+        **BOOSTING,
+        "max_depth": [Interval(Integral, -1, None)],
+        "num_leaves": [Interval(Integral, 2, None)],
+    }
 
     def _engine_data(self, X):
         return X

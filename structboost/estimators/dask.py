@@ -141,6 +141,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         -------
         self
         """
+        self._check_params()
         if isinstance(y, dd.Series):
             classes = np.sort(y.unique().compute().to_numpy())
         else:
