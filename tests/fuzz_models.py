@@ -22,7 +22,8 @@ the rest of the batch goes on in a new worker. Outcomes:
     loads and predicts differently (a valid model with other numbers: a
     leaf value, a threshold, a transition score changed);
 ``value_error``
-    a ``ValueError`` naming the file (what damaged files must give);
+    a ``ValueError`` naming the file (what damaged files must give; the
+    outcome string goes on with its message);
 ``predict_error``
     loads (a valid model), but predicting raises a ``ValueError`` (a leaf
     value so large that the margins are beyond what structboost scores);
@@ -257,7 +258,7 @@ for line in sys.stdin:
     except ValueError as err:
         text = str(err)
         outcome = ("memory" if "bad_alloc" in text or "emory" in text else
-                   "value_error" if path in text else
+                   "value_error: " + text[:400] if path in text else
                    "predict_error" if stage == "predict" else "unclear: " + text[:200])
     except Exception as err:
         outcome = "other_error: " + type(err).__name__ + ": " + str(err)[:200]
