@@ -72,3 +72,23 @@ def test_first_compile_is_logged_once_with_its_time(caplog, monkeypatch):
     lines = [r.getMessage() for r in caplog.records if "compiled structboost" in r.getMessage()]
     assert len(lines) == 1 and listener.seconds is not None
     assert f"{listener.seconds:.1f} s" in lines[0]
+
+
+def test_train_defaults_are_the_librarys():
+    """The objective's flags default to ObjectiveSpec's; the engine's to the estimator's."""
+    import inspect
+
+    from structboost.cli import build_parser
+    from structboost.estimators.chain import XGBCRFClassifier
+    from structboost.objectives.params import DEFAULTS
+
+    args = build_parser().parse_args(
+        ["train", "--train", "t.txt", "--model", "m.json", "--hessian-bound", "2.5"]
+    )
+    for name in ("mode", "step", "transition_solver", "reg_transitions"):
+        assert getattr(args, name) == DEFAULTS[name]
+    assert args.hessian_bound == 2.5
+    assert args.learning_rate is None and args.max_depth is None  # the estimator's own
+    assert inspect.signature(XGBCRFClassifier).parameters["hessian_bound"].default == "mixing"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--train", "t", "--model", "m", "--transitions", "lbfgs"])

@@ -84,7 +84,9 @@ from .checks import BOOSTING, Interval
 from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
 
 _FILE_FORMAT = "structboost-crf-classifier"
-_FILE_VERSION = 1
+# Version 2: the parameters hessian_bound and transition_solver (were gamma and
+# transitions); version-1 files are refused with the message of read_document.
+_FILE_VERSION = 2
 _FILE_HINT = "write one with the estimator's save_model(path)"
 
 
@@ -209,11 +211,12 @@ class _CRFClassifier(BoostedCRFClassifier):
         classes, codes = self._fit_classes(_nested.flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
         metrics = eval_metrics(self.eval_metric)
-        crf = self._objective_kwargs()
         self.constraints_ = resolve_constraints(
             self.allowed_transitions, len(classes), labels=classes
         )
-        crf["allowed_transitions"] = self.constraints_
+        spec = self._objective_spec(
+            metrics, allowed_transitions=self.constraints_, **self._route()
+        )
         seq_weight = self._sequence_weights(sample_weight, lengths)
         self.base_model_ = None
         if self.base_model is not None:
@@ -243,11 +246,9 @@ class _CRFClassifier(BoostedCRFClassifier):
             raise ValueError(f"eval_set names must differ; got {names}.")
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
-        crf["nthread"] = self._threads()
-        with self._thread_limits():
-            booster, evals_result = self._train(
-                train, evals, crf, len(classes), verbose, names, metrics
-            )
+        booster, evals_result = self._train(
+            train, evals, spec, len(classes), verbose, names, metrics
+        )
         self._set_fitted(classes, booster, evals_result, metrics)
         return self
 
@@ -584,7 +585,7 @@ feature_names_in_ : ndarray of str
 
 
 @fill_doc(
-    "mode", "gamma", "step", "transitions", "reg_transitions", "transitions_from",
+    "mode", "hessian_bound", "step", "transition_solver", "reg_transitions", "transitions_from",
     shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
 )
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
@@ -623,9 +624,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         that stores the transitions (as ``XGBClassifier(callbacks=)``).
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
-        ``random_state``, ``multi_strategy``, ...). ``n_jobs`` (or
-        ``nthread``) sets the threads of XGBoost, of the objective's numba
-        kernels and of BLAS alike (None: each its default). With
+        ``random_state``, ``multi_strategy``, ``gamma``, ...), with
+        XGBoost's meaning. ``n_jobs`` sets the threads of XGBoost and of the
+        objective's numba kernels (None: each its default). With
         ``device="cuda"`` the CRF objective runs on the GPU as well
         (``crf_objective(..., device="cuda")``, needs ``structboost[gpu]``).
 
@@ -643,9 +644,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self,
         *,
         mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
+        hessian_bound=DEFAULTS["hessian_bound"],
         step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
+        transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
         learning_rate=0.3,
@@ -660,9 +661,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         **kwargs,
     ):
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -717,7 +718,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             nthread=-1 if threads is None else threads,
         )
 
-    def _train(self, train, evals, crf, n_classes, verbose, names, metrics):
+    def _route(self):
+        return {"transitions_from": self.transitions_from}
+
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
         if self._boosted_transitions:
             if self.base_model is not None:
                 raise ValueError(
@@ -725,15 +729,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
                     'with transitions_from="input" the trees score the transitions: drop '
                     'base_model or use transitions_from="linear".'
                 )
-            obj = edge_crf_objective(
-                n_classes, mode=crf["mode"], gamma=crf["gamma"],
-                allowed_transitions=crf["allowed_transitions"],
-            )  # fmt: skip
+            obj = edge_crf_objective(n_classes, spec)
         else:
             # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
-            obj = crf_objective(
-                n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf
-            )
+            obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
             self._start_transitions(obj)
         params = xgb_params(
             n_classes,
@@ -797,7 +796,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
 
 
 @fill_doc(
-    "mode", "gamma", "step", "transitions", "reg_transitions",
+    "mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
     shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
 )
 class LGBMCRFClassifier(_CRFClassifier):
@@ -827,9 +826,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         transitions.
     **kwargs
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
-        ``random_state``, ...). ``n_jobs`` sets the threads of LightGBM, of
-        the objective's numba kernels and of BLAS alike (None: each its
-        default). Needs ``pip install "structboost[lightgbm]"``. The safe defaults of
+        ``random_state``, ...), with LightGBM's meaning. ``n_jobs`` sets
+        the threads of LightGBM and of the objective's numba kernels (None:
+        each its default). Needs ``pip install "structboost[lightgbm]"``. The safe defaults of
         :func:`structboost.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
@@ -847,9 +846,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         self,
         *,
         mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
+        hessian_bound=DEFAULTS["hessian_bound"],
         step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
+        transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
         learning_rate=0.1,
@@ -864,9 +863,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         **kwargs,
     ):
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -892,14 +891,17 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _require_engine(self):
         require("lightgbm", "lightgbm", type(self).__name__)
 
-    def _train(self, train, evals, crf, n_classes, verbose, names, metrics):
+    def _route(self):
+        return {}
+
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
         import lightgbm as lgb
 
         from ..engines.base import build_batch
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
 
         X, y, lengths, seq_weight, init_score = train
-        obj = lgb_crf_objective(n_classes, **crf)
+        obj = lgb_crf_objective(n_classes, spec)
         self._start_transitions(obj)
         params = lgb_params(
             n_classes,
