@@ -112,15 +112,12 @@ def check_params(estimator, constraints):
 
 
 # What the boosted estimators share; subclasses add or override entries.
-THREADS = [None, Interval(Integral, None, None)]
 BOOSTING = {
     "n_estimators": [Interval(Integral, 1, None)],
     "learning_rate": [Interval(Real, 0, None, closed="neither")],
     "max_depth": [Interval(Integral, 0, None)],
     "early_stopping_rounds": [None, Interval(Integral, 1, None)],
-    "n_jobs": THREADS,
-    "nthread": THREADS,
-    "num_threads": THREADS,
+    "n_jobs": [None, Interval(Integral, None, None)],
     "sequence_column": [None, str],
     "callbacks": [None, list, tuple],
 }
