@@ -234,9 +234,11 @@ warnings.simplefilter("ignore")
 # The engines print to standard output: the protocol gets its own copy of it.
 channel = os.fdopen(os.dup(1), "w", buffering=1)
 os.dup2(2, 1)
-import structboost as sb
+import importlib
+sys.path.insert(0, sys.argv[5])
+module, _, name = sys.argv[2].rpartition(".")
+cls = getattr(importlib.import_module(module or "structboost"), name)
 data = np.load(sys.argv[1]); X, L = data["X"], data["L"]
-cls = getattr(sb, sys.argv[2])
 ref_clf = cls().load_model(sys.argv[3])
 ref = ref_clf.predict(X, lengths=L), ref_clf.predict_marginals(X, lengths=L)
 vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
@@ -273,7 +275,8 @@ class _Worker:
         env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1",
                    OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")  # fmt: skip
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER, str(data), estimator, str(original), str(memory_mb)],
+            [sys.executable, "-c", _WORKER, str(data), estimator, str(original), str(memory_mb),
+             str(Path(__file__).resolve().parent)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             bufsize=0, env=env,
         )  # fmt: skip
@@ -327,7 +330,8 @@ def run(files, data, estimator, original, *, timeout=20.0, memory_mb=400):
     data : pathlib.Path
         An ``.npz`` with ``X`` and ``L`` (lengths) to predict.
     estimator : str
-        The estimator class's name in ``structboost``.
+        The estimator class: its name in ``structboost``, or ``module.Class``
+        of a module importable from this folder.
     original : pathlib.Path
         The unmutated file (its predictions are the reference).
     timeout : float
@@ -359,6 +363,35 @@ def run(files, data, estimator, original, *, timeout=20.0, memory_mb=400):
         worker.proc.stdin.close()
         worker.close()
     return results
+
+
+class Misbehaving:
+    """A stand-in estimator whose ``load_model`` crashes, hangs or allocates on request.
+
+    It checks the harness itself: a file holding ``crash``, ``hang`` or
+    ``alloc`` aborts the process, sleeps, or asks for 64 GiB; any other
+    file loads and predicts zeros.
+    """
+
+    def load_model(self, path):
+        text = Path(path).read_text()
+        if text == "crash":
+            os.abort()
+        if text == "hang":
+            time.sleep(3600)
+        if text == "alloc":
+            bytearray(2**36)
+        return self
+
+    def predict(self, X, lengths):
+        import numpy as np
+
+        return np.zeros(len(X), dtype=np.int64)
+
+    def predict_marginals(self, X, lengths):
+        import numpy as np
+
+        return np.zeros((len(X), 2))
 
 
 def tally(results):
@@ -415,4 +448,3 @@ def fuzz(folder, n_per_engine, seed=0, timeout=20.0, memory_mb=400):
     return tally(results), failures
 
 
-__all__ = ["FAILURES", "OUTCOMES", "fix_tree_sizes", "fuzz", "mutants", "run", "tally"]
