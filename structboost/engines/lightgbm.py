@@ -20,6 +20,7 @@ from pathlib import Path
 
 import lightgbm as lgb
 
+from .._io import atomic_write_text
 from .base import EngineObjective, build_batch
 from ..objectives.params import LINEAR_PARAMS, ObjectiveSpec, fill_doc
 from ..objectives.chain import CRFObjective
@@ -165,7 +166,7 @@ def save_lgb_model(booster, path):
 
     The file is JSON: ``{"lgb_model": booster.model_to_string(...),
     "structboost_crf": state}``, holding the rounds the booster predicts with
-    (see :func:`kept_rounds`).
+    (see :func:`kept_rounds`); it replaces ``path`` only once complete.
 
     Parameters
     ----------
@@ -173,7 +174,7 @@ def save_lgb_model(booster, path):
         Trained with :func:`lgb_crf_objective` and its callback (or loaded).
     path : str or os.PathLike
     """
-    Path(path).write_text(json.dumps(booster_document(booster)), encoding="utf-8")
+    atomic_write_text(path, json.dumps(booster_document(booster)))
 
 
 def load_lgb_model(path):

@@ -18,8 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .._io import atomic_write_text
+
 def write_document(path, kind, version, body):
     """Write ``{"format": kind, "version": version, **body}`` as JSON to ``path``.
+
+    The file is replaced only once the new one is complete (see
+    :mod:`structboost._io`): a failed write keeps the previous file.
 
     Parameters
     ----------
@@ -31,7 +36,7 @@ def write_document(path, kind, version, body):
         JSON-ready content (``-inf`` is written as ``-Infinity``).
     """
     doc = {"format": kind, "version": version, **body}
-    Path(path).write_text(json.dumps(doc), encoding="utf-8")
+    atomic_write_text(path, json.dumps(doc))
 
 
 def read_document(path, kind, version, hint):
