@@ -42,6 +42,29 @@ def _damaged(where, engine, err):
     )
 
 
+def check_feature_count(n_data, n_model, where="the data"):
+    """Refuse data whose feature count differs from the model's.
+
+    Engines accept fewer columns than a model was trained on (XGBoost reads
+    the missing ones as missing values) and predict without a word; more
+    columns fail inside the engine with an unclear message.
+
+    Parameters
+    ----------
+    n_data : int
+        Columns of the data.
+    n_model : int
+        Features the model was trained on.
+    where : str
+        What the data is, for the message.
+    """
+    if int(n_data) != int(n_model):
+        raise ValueError(
+            f"{where} has {int(n_data)} features but the booster was trained on "
+            f"{int(n_model)}: give the same feature columns, in the same order, as in training."
+        )
+
+
 # -- shared helpers ------------------------------------------------------------
 def _array(values, name, kind, length=None):
     """``values`` as a 1-D int64 (``kind="int"``) or float64 array of ``length``, all finite."""
