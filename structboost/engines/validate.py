@@ -16,6 +16,7 @@ first inconsistency. A valid model is passed on unchanged.
 import json
 import math
 import re
+import weakref
 
 import numpy as np
 
@@ -287,6 +288,33 @@ def check_xgboost_json(text, where, num_features=None, num_outputs=None):
         _check_xgboost(doc, num_features, num_outputs)
     except _Damaged as err:
         raise _damaged(where, "XGBoost", err) from None
+
+
+# XGBoost boosters already checked, with the number of rounds they had then.
+_CHECKED = weakref.WeakKeyDictionary()
+
+
+def mark_checked(booster):
+    """Record an XGBoost booster built from a checked model (or trained here) as checked."""
+    _CHECKED[booster] = booster.num_boosted_rounds()
+
+
+def check_xgboost_booster(booster):
+    """Check an XGBoost booster's model before it predicts, once per booster and round count.
+
+    A booster loaded by XGBoost itself (``Booster(model_file=...)``,
+    ``load_model``, unpickling) from a damaged file loads without complaint
+    and crashes when it predicts; :func:`structboost.predict` and friends
+    check it first with :func:`check_xgboost_json`.
+
+    Parameters
+    ----------
+    booster : xgboost.Booster
+    """
+    rounds = booster.num_boosted_rounds()
+    if _CHECKED.get(booster) != rounds:
+        check_xgboost_json(booster.save_raw("json").decode("utf-8"), "the booster")
+        _CHECKED[booster] = rounds
 
 
 def _check_xgboost(doc, num_features, num_outputs):

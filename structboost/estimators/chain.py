@@ -67,7 +67,7 @@ from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
 from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
-from ..engines.validate import check_xgboost_json
+from ..engines.validate import check_xgboost_json, mark_checked
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
@@ -766,6 +766,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             raise ValueError(
                 f"{where}: XGBoost cannot read the model it holds ({message})."
             ) from None
+        mark_checked(booster)
         return booster
 
     def _gain_importance(self):

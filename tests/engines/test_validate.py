@@ -211,3 +211,32 @@ def test_valid_models_load_unchanged_and_predict_bit_identically(saved, kind, tm
         check_xgboost_json(engine["xgboost_json"], "m.json")
     else:
         check_lightgbm_text(engine["lgb_model"], "m.json")
+
+
+_RAW_BOOSTER = """
+import json, sys, numpy as np, xgboost as xgb, structboost as sb
+X, y, L = sb.datasets.make_hmm_sequences(30, length=(3, 8), random_state=0)
+booster = sb.XGBCRFClassifier(n_estimators=2, max_depth=2, n_jobs=1).fit(X, y, lengths=L).booster_
+model = json.loads(booster.save_raw("json"))
+model["learner"]["gradient_booster"]["model"]["trees"][0]["split_indices"][0] = 10**6
+raw = xgb.Booster()
+raw.load_model(bytearray(json.dumps(model).encode()))  # XGBoost itself loads it silently
+try:
+    sb.predict(raw, X, lengths=L)
+    print("PREDICTED")
+except ValueError as err:
+    print("ValueError:", err)
+"""
+
+
+def test_raw_xgboost_boosters_are_checked_before_they_predict():
+    """A booster XGBoost loaded itself from a damaged file (it segfaulted in predict)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _RAW_BOOSTER], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-300:]
+    assert run.stdout.startswith("ValueError: the booster: XGBoost cannot read") and (
+        "'split_indices'[0] is 1000000" in run.stdout
+    ), run.stdout
