@@ -377,6 +377,8 @@ def _check_xgboost(doc, num_features, num_outputs):
 # -- LightGBM -----------------------------------------------------------------
 _LGB_INT = r"-?[0-9]+"
 _LGB_FLOAT = r"-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?"
+# A whole line of space-separated numbers of one kind.
+_LINES = {p: re.compile(f"{p}(?: {p})*") for p in (_LGB_INT, _LGB_FLOAT)}
 _LGB_HEADER_KEYS = {
     "version", "num_class", "num_tree_per_iteration", "label_index", "max_feature_idx",
     "feature_names", "feature_infos", "tree_sizes", "monotone_constraints",
@@ -398,15 +400,17 @@ def _lgb_numbers(text, name, pattern, length):
     parts = text.split(" ") if text else []
     if length is not None and len(parts) != length:
         raise _Damaged(f"{name} has {len(parts)} entries; {length} expected")
-    if not all(re.fullmatch(pattern, p) for p in parts):
+    if text and not _LINES[pattern].fullmatch(text):
         bad = next(p for p in parts if not re.fullmatch(pattern, p))
         raise _Damaged(f"{name} holds {bad!r:.40}, not a number of the expected kind")
     if pattern is _LGB_INT:
-        values = [int(p) for p in parts]
-        if values and not -(2**31) <= min(values) <= max(values) <= 2**32 - 1:
+        if any(len(p) > 11 for p in parts):
             raise _Damaged(f"{name} holds an integer out of range")
-        return np.asarray(values, dtype=np.int64)
-    values = np.asarray([float(p) for p in parts], dtype=np.float64)
+        values = np.asarray(parts, dtype=np.int64)
+        if values.size and not (-(2**31) <= values.min() and values.max() <= 2**32 - 1):
+            raise _Damaged(f"{name} holds an integer out of range")
+        return values
+    values = np.asarray(parts, dtype=np.float64)
     if not np.isfinite(values).all():
         raise _Damaged(f"{name} holds a number too large for a double")
     return values
