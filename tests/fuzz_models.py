@@ -413,9 +413,10 @@ def prepare(folder, n_per_engine, seed):
     import numpy as np
 
     import structboost as sb
+    from structboost.datasets import make_hmm_sequences
 
     folder = Path(folder)
-    X, y, L = sb.datasets.make_hmm_sequences(30, length=(3, 8), random_state=0)
+    X, y, L = make_hmm_sequences(30, length=(3, 8), random_state=0)
     data = folder / "data.npz"
     np.savez(data, X=X, L=L)
     estimators = {

@@ -8,6 +8,7 @@ import pytest
 import xgboost as xgb
 
 import structboost as sb
+from structboost.datasets import make_hmm_sequences
 from structboost.estimators.checks import Interval, Options, check_params
 
 lgb = pytest.importorskip("lightgbm")
@@ -15,7 +16,7 @@ lgb = pytest.importorskip("lightgbm")
 
 @pytest.fixture(scope="module")
 def data():
-    X, y, L = sb.datasets.make_hmm_sequences(30, length=(3, 8), random_state=0)
+    X, y, L = make_hmm_sequences(30, length=(3, 8), random_state=0)
     return X, y, L
 
 

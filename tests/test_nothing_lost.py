@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import structboost as sb
+from structboost.datasets import make_hmm_sequences
 from structboost import _io
 from structboost.cli import main
 from test_tagging import write_conll
@@ -21,7 +22,7 @@ from test_tagging import write_conll
 
 @pytest.fixture(scope="module")
 def data():
-    X, y, L = sb.datasets.make_hmm_sequences(40, length=(3, 8), random_state=0)
+    X, y, L = make_hmm_sequences(40, length=(3, 8), random_state=0)
     return X, y, L
 
 

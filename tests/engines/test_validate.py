@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import structboost as sb
+from structboost.datasets import make_hmm_sequences
 from structboost.engines.validate import check_lightgbm_text, check_xgboost_json
 
 pytest.importorskip("lightgbm")
@@ -20,7 +21,7 @@ pytest.importorskip("lightgbm")
 def saved(tmp_path_factory, single_threaded):
     """Tiny XGBoost and LightGBM estimator files, their documents and the data."""
     folder = tmp_path_factory.mktemp("models")
-    X, y, L = sb.datasets.make_hmm_sequences(30, length=(3, 8), random_state=0)
+    X, y, L = make_hmm_sequences(30, length=(3, 8), random_state=0)
     files = {}
     for name, clf in {
         "XGBCRFClassifier": sb.XGBCRFClassifier(n_estimators=3, max_depth=2, n_jobs=1),
@@ -157,20 +158,22 @@ def test_edits_in_the_lightgbm_examples_hit_the_saved_text(saved):
 def test_load_lgb_model_checks_the_text(saved, tmp_path):
     import lightgbm as lgb
 
+    import structboost.lightgbm as sblgb
+
     X, y, L = saved["X"], saved["y"], saved["L"]
-    obj = sb.lgb_crf_objective(3)
-    booster = lgb.train(sb.lgb_params(3, objective=obj, num_leaves=4, min_data_in_leaf=2),
+    obj = sblgb.lgb_crf_objective(3)
+    booster = lgb.train(sblgb.lgb_params(3, objective=obj, num_leaves=4, min_data_in_leaf=2),
                         lgb.Dataset(X, label=y, group=L), num_boost_round=2,
                         callbacks=[obj.callback()])  # fmt: skip
     path = tmp_path / "b.json"
-    sb.save_lgb_model(booster, path)
-    loaded = sb.load_lgb_model(path)
+    sblgb.save_lgb_model(booster, path)
+    loaded = sblgb.load_lgb_model(path)
     np.testing.assert_array_equal(sb.predict(loaded, X, lengths=L), sb.predict(booster, X, lengths=L))
     doc = json.loads(path.read_text())
     doc["lgb_model"] = doc["lgb_model"].replace("tree_sizes=", "tree_sizes=1", 1)
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="b.json: LightGBM cannot read .*tree_sizes"):
-        sb.load_lgb_model(path)
+        sblgb.load_lgb_model(path)
 
 
 def _kinds(X, y, L):
@@ -215,7 +218,8 @@ def test_valid_models_load_unchanged_and_predict_bit_identically(saved, kind, tm
 
 _RAW_BOOSTER = """
 import json, sys, numpy as np, xgboost as xgb, structboost as sb
-X, y, L = sb.datasets.make_hmm_sequences(30, length=(3, 8), random_state=0)
+from structboost.datasets import make_hmm_sequences
+X, y, L = make_hmm_sequences(30, length=(3, 8), random_state=0)
 booster = sb.XGBCRFClassifier(n_estimators=2, max_depth=2, n_jobs=1).fit(X, y, lengths=L).booster_
 model = json.loads(booster.save_raw("json"))
 model["learner"]["gradient_booster"]["model"]["trees"][0]["split_indices"][0] = 10**6

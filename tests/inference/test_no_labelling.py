@@ -82,9 +82,10 @@ def test_the_issue_example_raises_instead_of_a_forbidden_path():
 def test_engine_predict_agrees():
     """The engines' predict (both decodings) and log-likelihood raise on the same sequence."""
     import structboost as sb
+    from structboost.datasets import make_hmm_sequences
     from structboost.objectives.constraints import from_masks
 
-    X, y, L = sb.datasets.make_hmm_sequences(20, length=(3, 6), random_state=0)
+    X, y, L = make_hmm_sequences(20, length=(3, 6), random_state=0)
     k = int(y.max()) + 1
     assert k == 3
     booster = sb.XGBCRFClassifier(n_estimators=2, max_depth=2, n_jobs=1).fit(
