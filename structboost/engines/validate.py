@@ -474,12 +474,14 @@ def _lgb_tree(block, t, n_features):
     left, right = values["left_child"], values["right_child"]
     for key, links in (("left_child", left), ("right_child", right)):
         _in_range(links, f"{name} {key}", -leaves, inner)
-    # nodes: internal 0..inner-1, then leaf l as inner + l (LightGBM writes it ~l)
-    ids = lambda links: np.where(links >= 0, links, inner + ~links)  # noqa: E731
-    is_inner = np.arange(inner + leaves) < inner
+    # Nodes: internal 0..inner-1, then leaf l as inner + l (LightGBM writes it ~l);
+    # leaves have no children (padding).
     pad = np.zeros(leaves, dtype=np.int64)
-    seen = _check_tree_links(np.concatenate([ids(left), pad]), np.concatenate([ids(right), pad]),
-                             is_inner, 0, name)  # fmt: skip
+    left_ids, right_ids = (
+        np.concatenate([np.where(links >= 0, links, inner + ~links), pad]) for links in (left, right)
+    )
+    is_inner = np.arange(inner + leaves) < inner
+    seen = _check_tree_links(left_ids, right_ids, is_inner, 0, name)
     if not seen.all():
         node = int(np.flatnonzero(~seen)[0])
         what = f"node {node}" if node < inner else f"leaf {node - inner}"
