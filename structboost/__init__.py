@@ -19,6 +19,12 @@ per row are the CRF node potentials. Three doors:
 
 import logging
 
+from . import _config
+
+# Before anything loads an OpenMP runtime (XGBoost, scikit-learn, numba):
+# their idle threads wait without spinning unless the user chose otherwise.
+_config.request_passive_openmp()
+
 from . import _compile_log, inference
 from .engines.predict import predict, predict_marginals, sequence_log_likelihood
 from .engines.xgboost import crf_objective, xgb_params

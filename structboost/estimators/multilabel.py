@@ -613,7 +613,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             max_depth=self.max_depth,
             n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
             early_stopping_rounds=self.early_stopping_rounds,
-            **{"seed": self.random_state, **self._engine_kwargs()},
+            **{"seed": self.random_state, **self._engine_params()},
         )
         evals = []
         for i, entry in enumerate(eval_set or ()):

@@ -174,7 +174,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         if self.early_stopping_rounds is not None and not dvalid:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
         params = xgb_params(
-            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
+            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
         )
         booster, evals_result = self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics)
         self._set_fitted(classes, booster, evals_result, metrics)
