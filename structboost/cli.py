@@ -12,7 +12,9 @@ lines otherwise, so log files hold no carriage returns.
 """
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._io import atomic_open
 from ._version import __version__
 from ._extras import require
 from .inference.chain import GAMMA_METHODS
@@ -165,7 +168,8 @@ def _plot_curves(curves, path):
     ax.set_title("Sticky synthetic HMM")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
     plt.close(fig)
 
 
@@ -218,6 +222,7 @@ def train(args):
     from .tagging import ChunkTagger
 
     columns = _columns(args.columns)
+    _check_output(args.model, "--model", {"--train": args.train, "--dev": args.dev})
     frame = _read(args.train, columns, "--train", args.encoding)
     _check_tags(frame, args.train, columns, args.scheme)
     dev = None
@@ -278,14 +283,56 @@ def _load(args):
     return load_tagger(args.model)
 
 
+def _same_file(a, b):
+    """Whether two paths name one file (or would: equal once resolved)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _check_output(path, flag, inputs):
+    """Refuse an output path that is an input or cannot be written, before any work.
+
+    Parameters
+    ----------
+    path : str
+        The output file.
+    flag : str
+        Its option, for the messages.
+    inputs : dict
+        Option -> path (or None) of every file the command reads.
+    """
+    for name, given in inputs.items():
+        if given is not None and _same_file(path, given):
+            raise ValueError(
+                f"{flag} {path} is also the {name} file: writing it would destroy the input. "
+                f"Choose another {flag} path."
+            )
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{flag} {path} is a folder: give a file name.")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(f"{flag} {path}: the folder {folder} does not exist; create it first.")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: cannot write in {folder} ({err.strerror}).") from None
+
+
 def predict(args):
     """Tag a token file; write it back with the predicted tags as the last column."""
+    if args.output != "-":
+        _check_output(args.output, "--output", {"--input": args.input, "--model": args.model})
     tagger = _load(args)
     columns = _columns(args.columns, need_tag=False)
     frame = _read(args.input, columns, "--input", args.encoding)
     frame["predicted"] = tagger.predict(frame)
-    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
-    try:
+    with contextlib.nullcontext(sys.stdout) if args.output == "-" else atomic_open(
+        args.output
+    ) as out:
         previous = None
         fields = [*columns, "predicted"]
         for row in frame[["sentence", *fields]].itertuples(index=False):
@@ -294,9 +341,6 @@ def predict(args):
             previous = row[0]
             out.write(" ".join(map(str, row[1:])) + "\n")
         out.write("\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
     if args.output != "-":
         logger.info("%d tokens tagged, written to %s", len(frame), args.output)
     return 0

@@ -19,6 +19,7 @@ LAYERS = {
     "_extras": 0,
     "_compile_log": 0,
     "_version": 0,
+    "_io": 0,
     "sequences": 0,
     "text": 1,
     "features": 1,

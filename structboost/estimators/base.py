@@ -50,6 +50,8 @@ from threadpoolctl import threadpool_limits
 
 from .. import _config
 from ..objectives.params import METRICS, ObjectiveSpec, metric_name
+from ..sequences import check_values
+from .checks import BOOSTING, check_params
 from .inputs import SequenceInputs
 
 # Engine parameters the estimators set themselves.
@@ -118,9 +120,16 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
     ``_gain_importance()`` (total split gain per feature).
     """
 
+    # Accepted values of the estimator-level parameters, checked once at fit.
+    _param_checks = BOOSTING
+
     def __init__(self, **kwargs):
         for key, value in kwargs.items():
             setattr(self, key, value)
+
+    def _check_params(self):
+        """A ValueError naming the first parameter outside :attr:`_param_checks`."""
+        check_params(self, self._param_checks)
 
     # -- parameters -------------------------------------------------------
     def _engine_kwargs(self):
@@ -233,6 +242,7 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
                 f"y has a missing label ({y[row]!r}) at row {row} ({int(missing.sum())} in "
                 "all): drop those rows or give them a label."
             )
+        check_values(y, "y", "label")
         check_classification_targets(y)
         if y.shape[0] != n_rows:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_rows} rows.")
@@ -250,12 +260,16 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         y = column_or_1d(np.asarray(y), warn=True)
         if y.shape[0] != n_rows:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_rows} rows.")
-        codes = np.minimum(np.searchsorted(classes, y), len(classes) - 1)
-        unseen = classes[codes] != y
+        # A dict lookup compares by equality and hash: any dtype, no sorting of mixed types.
+        index = {label: i for i, label in enumerate(classes.tolist())}
+        values = y.tolist()
+        codes = np.fromiter((index.get(v, -1) for v in values), dtype=np.int64, count=len(values))
+        unseen = codes < 0
         if unseen.any():
+            row = int(np.flatnonzero(unseen)[0])
             raise ValueError(
-                f"y contains labels not seen in fit, e.g. {y[np.flatnonzero(unseen)[0]].tolist()!r}; "
-                f"known labels: {classes.tolist()}."
+                f"y contains labels not seen in fit, e.g. {values[row]!r}; known labels: "
+                f"{classes.tolist()} (first unseen at row {row}, {int(unseen.sum())} in all)."
             )
         return codes
 

@@ -53,6 +53,7 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 """
 
 import inspect
+from numbers import Integral
 
 import numpy as np
 import pandas as pd
@@ -62,6 +63,7 @@ from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
 from ..engines.model_io import field
+from ..engines.validate import check_xgboost_json, mark_checked
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
@@ -73,6 +75,7 @@ from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from .._extras import require
 from .inputs import ChainInputs, flatten_y, kind, nest
 from .model_file import ModelFile
+from .checks import BOOSTING, Interval
 from .base import (
     BoostedCRFClassifier,
     ChainTransitions,
@@ -175,6 +178,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         self
         """
         self._require_engine()
+        self._check_params()
         X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
@@ -503,8 +507,11 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return {"xgboost_json": self.booster_.save_raw("json").decode("utf-8")}
 
     @staticmethod
-    def _booster_from_document(doc, where):
+    def _booster_from_document(doc, where, num_features, num_labels, params):
         model = field(doc, "xgboost_json", str, where)
+        # Boosted transitions: the edge rows carry the previous label as a last column.
+        edge = params.get("transitions_from", "linear") == "input"
+        check_xgboost_json(model, where, num_features + edge, num_labels)
         booster = xgb.Booster()
         try:
             booster.load_model(bytearray(model.encode("utf-8")))
@@ -513,6 +520,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             raise ValueError(
                 f"{where}: XGBoost cannot read the model it holds ({message})."
             ) from None
+        mark_checked(booster)
         return booster
 
     def _gain_importance(self):
@@ -626,6 +634,12 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.callbacks = callbacks
         super().__init__(**kwargs)
 
+    _param_checks = {
+        **BOOSTING,
+        "max_depth": [Interval(Integral, -1, None)],
+        "num_leaves": [Interval(Integral, 2, None)],
+    }
+
     def _engine_data(self, X):
         return X
 
@@ -721,10 +735,10 @@ class LGBMCRFClassifier(_CRFClassifier):
         return booster_document(self.booster_)
 
     @staticmethod
-    def _booster_from_document(doc, where):
+    def _booster_from_document(doc, where, num_features, num_labels, params):
         from ..engines.lightgbm import booster_from_document
 
-        return booster_from_document(doc, where)
+        return booster_from_document(doc, where, num_features=num_features)
 
     def _gain_importance(self):
         return self.booster_.feature_importance(importance_type="gain")

@@ -141,6 +141,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         -------
         self
         """
+        self._check_params()
         if isinstance(y, dd.Series):
             classes = np.sort(y.unique().compute().to_numpy())
         else:

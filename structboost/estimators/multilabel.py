@@ -571,6 +571,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         -------
         self
         """
+        self._check_params()
         if self.structure not in STRUCTURES:
             raise ValueError(f"structure must be one of {STRUCTURES}; got {self.structure!r}.")
         if self.edge_typing not in EDGE_TYPINGS:

@@ -154,6 +154,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         -------
         self
         """
+        self._check_params()
         X, lengths = self._boundaries(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(y, X.shape[0])
         metrics = eval_metrics(self.eval_metric)
