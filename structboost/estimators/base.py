@@ -39,12 +39,16 @@
 """
 
 import contextlib
+import math
+import numbers
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 import xgboost as xgb
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 from threadpoolctl import threadpool_limits
@@ -52,6 +56,15 @@ from threadpoolctl import threadpool_limits
 from .. import _config
 from ..objectives.params import METRICS, ObjectiveSpec, metric_name
 from ..sequences import resolve_lengths
+
+#: ``early_stopping="auto"`` holds out validation sequences when the training
+#: set has more rows than this (scikit-learn's HistGradientBoosting threshold).
+AUTO_EARLY_STOPPING_ROWS = 10_000
+#: ``n_estimators=None``: the upper bound when early stopping ends the fit,
+#: and the fixed number of rounds otherwise (XGBoost's default).
+ROUNDS_STOPPED, ROUNDS_FIXED = 1000, 100
+#: Name of the held-out sequences in ``evals_result_``.
+HELD_OUT_NAME = "validation"
 
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
@@ -173,6 +186,54 @@ def eval_entry(item, index, n_rows, structure=()):
     return entry
 
 
+class Stopping(NamedTuple):
+    """How one ``fit`` ends (see :meth:`BoostedCRFClassifier._stopping`).
+
+    Attributes
+    ----------
+    rounds : int
+        Most boosting rounds.
+    patience : int or None
+        Rounds without improvement before the fit stops; None never stops early.
+    held_out : (v,) int64 ndarray or None
+        Training sequences held out as the validation set, 0-based positions
+        in row order, sorted; None when the fit holds none out.
+    """
+
+    rounds: int
+    patience: int | None
+    held_out: np.ndarray | None
+
+
+def take_rows(X, rows):
+    """Rows ``rows`` (int array) of an array, sparse matrix or DataFrame (None stays None)."""
+    if X is None:
+        return None
+    if isinstance(X, pd.DataFrame):
+        return X.iloc[rows].reset_index(drop=True)
+    return X[rows]
+
+
+def split_held_out(lengths, held_out):
+    """Row indices of the kept and of the held-out sequences.
+
+    Parameters
+    ----------
+    lengths : (m,) array-like of int
+    held_out : (v,) int array
+        Held-out sequence positions.
+
+    Returns
+    -------
+    kept_rows, held_rows : int64 ndarrays
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    mask = np.zeros(len(lengths), dtype=bool)
+    mask[held_out] = True
+    rows = np.repeat(mask, lengths)
+    return np.flatnonzero(~rows), np.flatnonzero(rows)
+
+
 class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
     """Base of the boosted CRF estimators (see the module notes).
 
@@ -241,6 +302,89 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
             nthread=self._threads(),
             **route,
         )
+
+    # -- early stopping ---------------------------------------------------
+    def _stopping(self, lengths, has_eval_set):
+        """Rounds, patience and held-out sequences of one ``fit``.
+
+        ``early_stopping`` decides whether ``fit`` holds out
+        ``validation_fraction`` of the training sequences (drawn with
+        ``random_state``) and stops after ``n_iter_no_change`` rounds
+        without improvement on them: ``"auto"`` when the training set has
+        more than :data:`AUTO_EARLY_STOPPING_ROWS` rows and at least two
+        sequences, ``True`` always, ``False`` never. An ``eval_set`` or
+        ``early_stopping_rounds`` keeps XGBoost's behaviour instead (nothing
+        held out; ``early_stopping=True`` with an ``eval_set`` stops on it
+        with ``n_iter_no_change`` patience). ``n_estimators=None`` gives
+        :data:`ROUNDS_STOPPED` rounds at most when the patience is
+        ``n_iter_no_change``, :data:`ROUNDS_FIXED` otherwise.
+
+        Parameters
+        ----------
+        lengths : (m,) array-like of int
+            Rows per training sequence.
+        has_eval_set : bool
+
+        Returns
+        -------
+        Stopping
+        """
+        mode, patience = self.early_stopping, self.early_stopping_rounds
+        if not (isinstance(mode, bool) or mode == "auto"):
+            raise ValueError(f"early_stopping must be 'auto', True or False; got {mode!r}.")
+        if mode is False and patience is not None:
+            raise ValueError(
+                f"early_stopping=False but early_stopping_rounds={patience!r}: drop one of them."
+            )
+        held_out = None
+        automatic = False
+        if patience is not None and not has_eval_set:
+            raise ValueError(
+                "early_stopping_rounds needs an eval_set to watch: pass eval_set=, or drop "
+                "early_stopping_rounds and set early_stopping=True to hold out "
+                "validation_fraction of the training sequences."
+            )
+        if patience is None and mode is not False:
+            n_rows, m = int(np.sum(lengths)), len(lengths)
+            if has_eval_set:
+                automatic = mode is True
+            elif mode is True or (n_rows > AUTO_EARLY_STOPPING_ROWS and m >= 2):
+                held_out = self._held_out(m)
+                automatic = True
+            if automatic:
+                patience = self._patience()
+        rounds = self.n_estimators
+        if rounds is None:
+            rounds = ROUNDS_STOPPED if automatic else ROUNDS_FIXED
+        elif not isinstance(rounds, numbers.Integral) or isinstance(rounds, bool) or rounds < 1:
+            raise ValueError(f"n_estimators must be a positive int or None; got {rounds!r}.")
+        return Stopping(int(rounds), patience, held_out)
+
+    def _patience(self):
+        value = self.n_iter_no_change
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"n_iter_no_change must be a positive int; got {value!r}.")
+        return int(value)
+
+    def _held_out(self, m):
+        """Sorted positions ``(v,)`` of the ``validation_fraction`` of ``m`` sequences held out."""
+        fraction = self.validation_fraction
+        if not isinstance(fraction, numbers.Real) or not 0.0 < fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must be a float in (0, 1); got {fraction!r}."
+            )
+        n_held = math.ceil(fraction * m)
+        if m < 2 or n_held >= m:
+            raise ValueError(
+                f"early stopping holds out {n_held} of the {m} training sequences, which leaves "
+                "none to train on: give more sequences, lower validation_fraction, or set "
+                "early_stopping=False."
+            )
+        seed = getattr(self, "random_state", None)
+        if seed is None:  # XGBoost's and LightGBM's None is a fixed seed too
+            seed = getattr(self, "seed", 0) or 0
+        order = check_random_state(seed).permutation(m)
+        return np.sort(order[:n_held]).astype(np.int64)
 
     # -- threads ----------------------------------------------------------
     def _threads(self):
@@ -392,8 +536,11 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         return codes
 
     # -- fitted attributes --------------------------------------------------
-    def _set_fitted(self, classes, booster, evals_result, metrics):
+    def _set_fitted(self, classes, booster, evals_result, metrics, held_out=None):
         self.classes_ = classes
+        self.validation_sequences_ = (
+            np.zeros(0, dtype=np.int64) if held_out is None else np.asarray(held_out, np.int64)
+        )
         self.booster_ = booster
         self.evals_result_ = evals_result
         self.best_iteration_ = self._kept_rounds() - 1
@@ -430,7 +577,7 @@ class XGBoostTraining:
     ``learning_rate``, ``max_depth``, ``early_stopping_rounds`` and ``callbacks``.
     """
 
-    def _xgb_train(self, params, obj, dtrain, dvalid, verbose, names, metrics):
+    def _xgb_train(self, params, obj, dtrain, dvalid, verbose, names, metrics, stopping):
         """``xgboost.train`` with the CRF objective, metric and transition callback.
 
         Parameters
@@ -447,6 +594,8 @@ class XGBoostTraining:
             Names of the evaluation sets in ``evals_result``.
         metrics : list of (str, str or callable)
             From :func:`eval_metrics`; the last drives early stopping.
+        stopping : Stopping
+            Rounds and patience (from :meth:`BoostedCRFClassifier._stopping`).
 
         Returns
         -------
@@ -457,11 +606,11 @@ class XGBoostTraining:
         booster = xgb.train(
             params,
             dtrain,
-            num_boost_round=self.n_estimators,
+            num_boost_round=stopping.rounds,
             obj=obj,
             custom_metric=lambda predt, d: evaluate_metrics(obj.crf, metrics, predt, obj.batch(d)),
             evals=list(zip(dvalid, names)),
-            early_stopping_rounds=self.early_stopping_rounds,
+            early_stopping_rounds=stopping.patience,
             evals_result=evals_result,
             verbose_eval=verbose,
             callbacks=[obj.callback(), *(self.callbacks or ())],

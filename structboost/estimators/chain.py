@@ -78,7 +78,16 @@ from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from ..sequences import sequence_weights
 from .._extras import require
 from . import nested as _nested
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
+from .base import (
+    HELD_OUT_NAME,
+    BoostedCRFClassifier,
+    XGBoostTraining,
+    eval_entry,
+    eval_metrics,
+    evaluate_metrics,
+    split_held_out,
+    take_rows,
+)
 
 _FILE_FORMAT = "structboost-crf-classifier"
 # Version 2: the parameters hessian_bound and transition_solver (were gamma and
@@ -214,6 +223,12 @@ class _CRFClassifier(BoostedCRFClassifier):
             metrics, allowed_transitions=self.constraints_, **self._route()
         )
         seq_weight = self._sequence_weights(sample_weight, lengths)
+        stopping = self._stopping(lengths, bool(eval_set))
+        evals, names = [], []
+        if stopping.held_out is not None:
+            (X, codes, lengths, seq_weight, base_X), held = self._hold_out(
+                stopping.held_out, X, codes, lengths, seq_weight, base_X
+            )
         self.base_model_ = None
         if self.base_model is not None:
             inputs = X if base_X is None else base_X
@@ -221,8 +236,11 @@ class _CRFClassifier(BoostedCRFClassifier):
                 inputs, codes, lengths, sample_weight=seq_weight
             )
         train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
-        evals = []
-        names = []
+        if stopping.held_out is not None:
+            Xh, codes_h, lengths_h, weight_h, base_h = held
+            margin_h = self._base_margin(Xh, base_h, len(classes))
+            evals.append((Xh, codes_h, lengths_h, weight_h, margin_h))
+            names.append(HELD_OUT_NAME)
         for i, item in enumerate(eval_set or ()):
             e = eval_entry(item, i, lambda X: X.shape[0] if hasattr(X, "shape") else len(X))
             if base_X is not None and e["base_X"] is None and self.base_model is not None:
@@ -240,13 +258,24 @@ class _CRFClassifier(BoostedCRFClassifier):
             names.append(e["name"])
         if len(set(names)) != len(names):
             raise ValueError(f"eval_set names must differ; got {names}.")
-        if self.early_stopping_rounds is not None and not evals:
-            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
         booster, evals_result = self._train(
-            train, evals, spec, len(classes), verbose, names, metrics
+            train, evals, spec, len(classes), verbose, names, metrics, stopping
         )
-        self._set_fitted(classes, booster, evals_result, metrics)
+        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         return self
+
+    @staticmethod
+    def _hold_out(held_out, X, codes, lengths, seq_weight, base_X):
+        """``(X, codes, lengths, seq_weight, base_X)`` of the kept and of the held-out sequences."""
+        kept_rows, held_rows = split_held_out(lengths, held_out)
+        kept = np.ones(len(lengths), dtype=bool)
+        kept[held_out] = False
+        parts = []
+        for rows, seqs in ((kept_rows, kept), (held_rows, ~kept)):
+            weight = None if seq_weight is None else seq_weight[seqs]
+            parts.append((take_rows(X, rows), codes[rows], lengths[seqs], weight,
+                          take_rows(base_X, rows)))  # fmt: skip
+        return parts
 
     # -- predict ----------------------------------------------------------
     def _data(self, X, groups, lengths, base_X):
@@ -386,8 +415,9 @@ class _CRFClassifier(BoostedCRFClassifier):
         -------
         dict
             ``estimator`` (class name), ``params``, ``classes``,
-            ``n_features_in``, ``feature_names_in``, ``evals_result`` and
-            ``engine`` (the engine's model and the CRF state).
+            ``n_features_in``, ``feature_names_in``, ``evals_result``,
+            ``validation_sequences`` (held out by automatic early stopping)
+            and ``engine`` (the engine's model and the CRF state).
         """
         check_is_fitted(self)
         if getattr(self, "vectorizer_", None) is not None:
@@ -404,6 +434,7 @@ class _CRFClassifier(BoostedCRFClassifier):
             "n_features_in": int(self.n_features_in_),
             "feature_names_in": None if names is None else [str(n) for n in names],
             "evals_result": self.evals_result_,
+            "validation_sequences": self.validation_sequences_.tolist(),
             "boundaries": getattr(self, "boundaries_", "sequences"),
             "id_column": getattr(self, "id_column_", None),
             "engine": self._engine_document(),
@@ -477,6 +508,13 @@ class _CRFClassifier(BoostedCRFClassifier):
         ):
             raise ValueError(f"{where} is damaged: feature_names_in must be {n_features} names.")
         evals_result = field(doc, "evals_result", dict, where)
+        held_out = doc.get("validation_sequences", [])
+        if not isinstance(held_out, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in held_out
+        ):
+            raise ValueError(
+                f"{where} is damaged: validation_sequences must be a list of sequence positions."
+            )
         booster = self._booster_from_document(field(doc, "engine", dict, where), where)
         self.set_params(**params)
         self.booster_ = booster
@@ -497,6 +535,7 @@ class _CRFClassifier(BoostedCRFClassifier):
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
         self.evals_result_ = evals_result
+        self.validation_sequences_ = np.asarray(held_out, dtype=np.int64)
         self.boundaries_ = doc.get("boundaries", "sequences")
         self.id_column_ = doc.get("id_column")
         if self.boundaries_ not in ("sequences", "rows") or not isinstance(
@@ -511,6 +550,21 @@ class _CRFClassifier(BoostedCRFClassifier):
 
 # Docs of what both chain estimators share (filled in by ``fill_doc``).
 _SHARED_PARAMS = """
+early_stopping : {"auto", True, False}
+    Hold out ``validation_fraction`` of the training *sequences* and stop
+    when the last ``eval_metric`` on them has not improved for
+    ``n_iter_no_change`` rounds, as scikit-learn's
+    ``HistGradientBoostingClassifier``: ``"auto"`` does so when the
+    training set has more than 10,000 rows (and two sequences or more),
+    ``True`` always, ``False`` never. An ``eval_set`` or
+    ``early_stopping_rounds`` keeps XGBoost's behaviour instead: nothing is
+    held out (``early_stopping=True`` with an ``eval_set`` stops on its last
+    entry with ``n_iter_no_change`` patience).
+validation_fraction : float
+    Share of the training sequences held out, drawn with ``random_state``
+    (None: seed 0, as the engines' own default seed).
+n_iter_no_change : int
+    Patience of the automatic early stopping, in rounds.
 sequence_column : str, optional
     Name of the DataFrame column holding the per-row sequence id: every
     call reads the boundaries from it (never a feature), so the data
@@ -528,7 +582,11 @@ best_iteration_ : int
     0-based index of the last round the model uses.
 evals_result_ : dict
     ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
-    or the entry's ``"name"``).
+    or the entry's ``"name"``), or for the held-out sequences of automatic
+    early stopping (``"validation"``).
+validation_sequences_ : (v,) int64 ndarray
+    Positions (0-based, in row order) of the training sequences that
+    automatic early stopping held out; empty when none were.
 best_score_ : float
     The stopping metric on the last ``eval_set`` entry at
     ``best_iteration_`` (only with an ``eval_set``).
@@ -560,8 +618,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds.
+    n_estimators : int, optional
+        Most boosting rounds; None: 1000 when automatic early stopping
+        ends the fit (see ``early_stopping``), 100 otherwise.
     learning_rate : float
         XGBoost's ``eta``.
     max_depth : int
@@ -614,10 +673,13 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         step=DEFAULTS["step"],
         transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
+        n_estimators=None,
         learning_rate=0.3,
         max_depth=6,
         early_stopping_rounds=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
         base_model=None,
         allowed_transitions=None,
         sequence_column=None,
@@ -635,6 +697,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
@@ -687,7 +752,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     def _route(self):
         return {"transitions_from": self.transitions_from}
 
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         if self._boosted_transitions:
             if self.base_model is not None:
                 raise ValueError(
@@ -708,7 +773,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         )
         dvalid = [self._dmatrix(*e, num_labels=n_classes) for e in evals]
         dtrain = self._dmatrix(*train, num_labels=n_classes)
-        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics)
+        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics, stopping)
 
     def _load_state(self):
         if self._boosted_transitions:
@@ -768,8 +833,10 @@ class LGBMCRFClassifier(_CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds (each grows one tree per class).
+    n_estimators : int, optional
+        Most boosting rounds (each grows one tree per class); None: 1000
+        when automatic early stopping ends the fit (see ``early_stopping``),
+        100 otherwise.
     learning_rate : float
     max_depth : int
         ``-1`` for no limit.
@@ -813,11 +880,14 @@ class LGBMCRFClassifier(_CRFClassifier):
         step=DEFAULTS["step"],
         transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
+        n_estimators=None,
         learning_rate=0.1,
         max_depth=-1,
         num_leaves=31,
         early_stopping_rounds=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
         base_model=None,
         allowed_transitions=None,
         sequence_column=None,
@@ -835,6 +905,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.max_depth = max_depth
         self.num_leaves = num_leaves
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
@@ -851,7 +924,7 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _route(self):
         return {}
 
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         import lightgbm as lgb
 
         from ..engines.base import build_batch
@@ -870,15 +943,13 @@ class LGBMCRFClassifier(_CRFClassifier):
         if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
             params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")
         model = lgb.LGBMModel(
-            objective=obj.sklearn_objective, n_estimators=self.n_estimators, **params
+            objective=obj.sklearn_objective, n_estimators=stopping.rounds, **params
         )
         callbacks = [obj.callback(), *(self.callbacks or ())]
         if verbose:
             callbacks.append(lgb.log_evaluation(int(verbose)))
-        if self.early_stopping_rounds is not None:
-            stop = lgb.early_stopping(
-                self.early_stopping_rounds, first_metric_only=True, verbose=False
-            )
+        if stopping.patience is not None:
+            stop = lgb.early_stopping(stopping.patience, first_metric_only=True, verbose=False)
             callbacks.append(stop)
         fit = {
             "sample_weight": self._row_weights(seq_weight, lengths),

@@ -17,9 +17,22 @@ from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_lik
 from ..engines.xgboost_tree import tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..sequences import sequence_weights
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics
+from .base import (
+    HELD_OUT_NAME,
+    BoostedCRFClassifier,
+    XGBoostTraining,
+    eval_entry,
+    eval_metrics,
+    split_held_out,
+    take_rows,
+)
 
 _STRUCTURE = ("parents", "edge_types")
+
+
+def _optional(values):
+    """An optional per-row array as an ndarray (None stays None)."""
+    return None if values is None else np.asarray(values)
 
 
 def _edge_type_count(edge_types, given):
@@ -37,8 +50,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds.
+    n_estimators : int, optional
+        Most boosting rounds; None: 1000 when automatic early stopping ends
+        the fit (see ``early_stopping``), 100 otherwise.
     learning_rate : float
         XGBoost's ``eta``.
     max_depth : int
@@ -49,6 +63,16 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         Stop when the last ``eval_metric`` on the last ``eval_set`` entry
         has not improved for this many rounds; predictions then use the best
         round and its potentials.
+    early_stopping : {"auto", True, False}
+        Hold out ``validation_fraction`` of the training instances (drawn
+        with ``random_state``, None: seed 0) and stop after
+        ``n_iter_no_change`` rounds without improvement on them:
+        ``"auto"`` when there are more than 10,000 rows (nodes), as
+        scikit-learn's ``HistGradientBoostingClassifier``. An ``eval_set``
+        or ``early_stopping_rounds`` keeps XGBoost's behaviour (see
+        :class:`structboost.XGBCRFClassifier`).
+    validation_fraction : float
+    n_iter_no_change : int
     sequence_column : str, optional
         DataFrame column holding the per-row instance id, read on every call
         (never a feature); see :mod:`structboost.estimators.base`.
@@ -77,6 +101,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     best_score_ : float
         The stopping metric on the last ``eval_set`` entry at
         ``best_iteration_`` (only with an ``eval_set``).
+    validation_sequences_ : (v,) int64 ndarray
+        Positions of the training instances held out by automatic early
+        stopping (empty when none were).
     n_classes_ : int
     feature_importances_ : ndarray, shape (n_features_in_,)
     n_features_in_ : int
@@ -90,11 +117,14 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         step=DEFAULTS["step"],
         transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
+        n_estimators=None,
         learning_rate=0.3,
         max_depth=6,
         n_edge_types=None,
         early_stopping_rounds=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
         sequence_column=None,
         eval_metric=None,
         callbacks=None,
@@ -110,6 +140,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         self.max_depth = max_depth
         self.n_edge_types = n_edge_types
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.sequence_column = sequence_column
         self.eval_metric = eval_metric
         self.callbacks = callbacks
@@ -158,8 +191,21 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         metrics = eval_metrics(self.eval_metric)
         self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
         obj = tree_crf_objective(len(classes), self.n_edge_types_, self._objective_spec(metrics))
-        dtrain = self._dmatrix(X, codes, lengths, parents, edge_types, sample_weight)
+        stopping = self._stopping(lengths, bool(eval_set))
+        train = (X, codes, lengths, parents, edge_types, sample_weight)
         dvalid, names = [], []
+        if stopping.held_out is not None:
+            rows = split_held_out(lengths, stopping.held_out)
+            kept = np.ones(len(lengths), dtype=bool)
+            kept[stopping.held_out] = False
+            train, held = (
+                (take_rows(X, r), codes[r], lengths[seqs], *(take_rows(v, r) for v in
+                 (np.asarray(parents), _optional(edge_types), _optional(sample_weight))))
+                for r, seqs in zip(rows, (kept, ~kept))
+            )  # fmt: skip
+            dvalid.append(self._dmatrix(*held))
+            names.append(HELD_OUT_NAME)
+        dtrain = self._dmatrix(*train)
         for i, item in enumerate(eval_set or ()):
             e = eval_entry(item, i, lambda X: np.shape(X)[0], _STRUCTURE)
             names.append(e["name"])
@@ -170,13 +216,13 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             dvalid.append(
                 self._dmatrix(Xe, codes_e, le, e["parents"], e["edge_types"], e["sample_weight"])
             )
-        if self.early_stopping_rounds is not None and not dvalid:
-            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
         )
-        booster, evals_result = self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics)
-        self._set_fitted(classes, booster, evals_result, metrics)
+        booster, evals_result = self._xgb_train(
+            params, obj, dtrain, dvalid, verbose, names, metrics, stopping
+        )
+        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         return self
 
     def _inputs(self, X, groups, lengths):
