@@ -19,6 +19,7 @@ from .engines.predict import (
 from .engines.xgboost import crf_objective, xgb_params
 from .engines.xgboost_tree import register_tree, tree_crf_objective, tree_dmatrix
 from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from .estimators.crfsuite import LGBMSequenceCRF, XGBSequenceCRF
 from .estimators.latent import LatentLogLinearClassifier
 from .estimators.linear import LinearChainCRF
 from .estimators.multilabel import ESSTreeCRFClassifier, read_arff_multilabel
@@ -53,12 +54,14 @@ __all__ = [
     "CRFObjective",
     "ESSTreeCRFClassifier",
     "LGBMCRFClassifier",
+    "LGBMSequenceCRF",
     "LatentLogLinearClassifier",
     "LinearChainCRF",
     "TokenFeatures",
     "TreeCRFClassifier",
     "TransitionParams",
     "XGBCRFClassifier",
+    "XGBSequenceCRF",
     "__version__",
     "allowed_transitions",
     "crf_objective",

@@ -33,8 +33,10 @@
   each its default.
 - Fitted: ``booster_`` (also ``get_booster()``), ``classes_``,
   ``n_classes_``, ``evals_result_``, ``best_iteration_`` (an int: the
-  0-based last round the model uses), ``best_score_`` (with an
-  ``eval_set``), ``feature_importances_``; predictions are ``predict``,
+  last round the model uses, in the engine's numbering: 0-based on
+  XGBoost, 1-based on LightGBM), ``best_score_`` (with an ``eval_set``),
+  their XGBoost names ``best_iteration`` (0-based everywhere) and
+  ``best_score``, ``validation_sequences_``, ``feature_importances_``; predictions are ``predict``,
   ``predict_proba`` (= ``predict_marginals``) and ``predict_log_likelihood``.
 """
 
@@ -543,12 +545,35 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         )
         self.booster_ = booster
         self.evals_result_ = evals_result
-        self.best_iteration_ = self._kept_rounds() - 1
+        self._set_best_iteration()
         if evals_result:  # as XGBoost: the stopping metric on the last eval set, kept round
             last = evals_result[list(evals_result)[-1]]
-            self.best_score_ = float(last[metrics[-1][0]][self.best_iteration_])
+            self.best_score_ = float(last[metrics[-1][0]][self.best_iteration])
         elif hasattr(self, "best_score_"):
             del self.best_score_
+
+    #: The engine's number of its first round in ``best_iteration_`` (XGBoost's
+    #: 0, LightGBM's 1); ``best_iteration`` counts from 0 on every estimator.
+    _FIRST_ROUND = 0
+
+    def _set_best_iteration(self):
+        self.best_iteration_ = self._kept_rounds() - 1 + self._FIRST_ROUND
+
+    @property
+    def best_iteration(self):
+        """XGBoost's name: the 0-based index of the last round the model uses.
+
+        ``best_iteration + 1`` rounds are kept; ``best_iteration_`` is the
+        same round in the engine's numbering (LightGBM counts from 1).
+        """
+        check_is_fitted(self)
+        return self.best_iteration_ - self._FIRST_ROUND
+
+    @property
+    def best_score(self):
+        """XGBoost's name of ``best_score_`` (only with an evaluation set)."""
+        check_is_fitted(self)
+        return self.best_score_
 
     @property
     def n_classes_(self):

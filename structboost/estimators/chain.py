@@ -57,6 +57,7 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 
 import inspect
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -115,6 +116,11 @@ class _CRFClassifier(BoostedCRFClassifier):
     # -- input ------------------------------------------------------------
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
         """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
+        if isinstance(X, (list, tuple)) and X and isinstance(X[0], dict):
+            raise ValueError(
+                f"{where} is one sequence of feature dicts: pass a list of sequences "
+                f"([{where}]) or call predict_single for one."
+            )
         if _nested.kind(X) is None:
             return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
         if groups is not None or lengths is not None:
@@ -172,7 +178,7 @@ class _CRFClassifier(BoostedCRFClassifier):
         sample_weight=None,
         eval_set=None,
         base_X=None,
-        verbose=False,
+        verbose=True,
     ):
         """Train on labelled sequences.
 
@@ -204,8 +210,10 @@ class _CRFClassifier(BoostedCRFClassifier):
             Input of ``base_model`` (e.g. sparse lexical features while the
             trees see dense ones); ``X`` by default.
         verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
+            Print the metrics of the ``eval_set`` (or of the held-out
+            sequences of automatic early stopping) every round (``True``, the
+            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
+            ``False``: silent.
 
         Returns
         -------
@@ -317,6 +325,25 @@ class _CRFClassifier(BoostedCRFClassifier):
             )
         labels = self.classes_[codes]
         return _nested.nest(labels, lengths) if nested else labels
+
+    def predict_single(self, xseq, *, decode="viterbi", base_X=None):
+        """Labels of one sequence, as sklearn-crfsuite's ``predict_single``.
+
+        Parameters
+        ----------
+        xseq : list of dict or array-like of shape (n_i, d)
+            The sequence's feature dicts (one per position) or rows, the
+            same kind of input as ``fit`` got.
+        decode : {"viterbi", "marginal"}
+        base_X : array-like of shape (n_i, p), optional
+            The base model's input, when ``fit`` was given one.
+
+        Returns
+        -------
+        list
+            ``n_i`` labels (``classes_`` values).
+        """
+        return self.predict([xseq], decode=decode, base_X=base_X)[0]
 
     def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
         """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
@@ -446,7 +473,17 @@ class _CRFClassifier(BoostedCRFClassifier):
         Parameters
         ----------
         path : str or os.PathLike
+            Ends in ``.json``: the file is JSON whatever the name says, so
+            another extension (XGBoost's ``.ubj``, none) is refused.
         """
+        suffix = Path(path).suffix
+        if suffix.lower() != ".json":
+            raise ValueError(
+                f"{type(self).__name__}.save_model writes JSON (the engine's model with the CRF "
+                f"state and the labels), but {str(path)!r} ends in {suffix or 'no extension'!r}: "
+                "name the file *.json (XGBoost's UBJSON and binary formats cannot hold the "
+                "CRF state), or pickle/joblib the estimator."
+            )
         write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
 
     def load_model(self, path):
@@ -544,7 +581,7 @@ class _CRFClassifier(BoostedCRFClassifier):
             raise ValueError(f"{where} is damaged: boundaries or id_column are malformed.")
         self.vectorizer_ = None
         self.base_model_ = None
-        self.best_iteration_ = self._kept_rounds() - 1
+        self._set_best_iteration()
         return self
 
 
@@ -579,7 +616,14 @@ eval_metric : str, callable or list of them, optional
 """
 _SHARED_ATTRIBUTES = """
 best_iteration_ : int
-    0-based index of the last round the model uses.
+    The last round the model uses, in the engine's numbering: 0-based on
+    XGBoost (as ``XGBClassifier.best_iteration``), 1-based on LightGBM (as
+    ``LGBMClassifier.best_iteration_``, here also without early stopping).
+best_iteration : int
+    XGBoost's name: the same round 0-based on both engines
+    (``best_iteration + 1`` rounds are kept).
+best_score : float
+    XGBoost's name of ``best_score_``.
 evals_result_ : dict
     ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
     or the entry's ``"name"``), or for the held-out sequences of automatic
@@ -914,6 +958,8 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.eval_metric = eval_metric
         self.callbacks = callbacks
         super().__init__(**kwargs)
+
+    _FIRST_ROUND = 1  # LightGBM's best_iteration_ counts rounds from 1
 
     def _engine_data(self, X):
         return X

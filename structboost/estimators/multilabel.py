@@ -568,7 +568,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             "lengths": np.full(n, self.n_labels_),
         }
 
-    def fit(self, X, Y, *, eval_set=None, verbose=False):
+    def fit(self, X, Y, *, eval_set=None, verbose=True):
         """Fit the structure learner and the boosted CRF.
 
         Parameters
@@ -579,8 +579,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             Evaluation sets; the CRF metric is recorded in ``evals_result_``
             and the last one drives early stopping.
         verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds.
+            Print the metrics of the ``eval_set`` (or of the held-out
+            sequences of automatic early stopping) every round (``True``, the
+            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
+            ``False``: silent.
 
         Returns
         -------

@@ -158,7 +158,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         return tree_dmatrix(X, codes, lengths, parents, edge_types, weight=weight)
 
     def fit(self, X, y, *, parents, edge_types=None, groups=None, lengths=None,
-            sample_weight=None, eval_set=None, verbose=False):  # fmt: skip
+            sample_weight=None, eval_set=None, verbose=True):  # fmt: skip
         """Fit on tree instances.
 
         Parameters
@@ -179,8 +179,10 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             ``(X, y, groups_or_lengths, parents[, edge_types])`` tuples or
             dicts with those keys; the last one drives early stopping.
         verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
+            Print the metrics of the ``eval_set`` (or of the held-out
+            sequences of automatic early stopping) every round (``True``, the
+            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
+            ``False``: silent.
 
         Returns
         -------

@@ -50,8 +50,8 @@ def test_auto_holds_out_sequences_above_the_threshold_and_stops(cls, above):
     assert np.all(np.diff(held) > 0) and held[-1] < ABOVE
     curve = np.asarray(est.evals_result_["validation"]["crf-nll"])
     # Stopped: n_iter_no_change rounds after the best one, far below the bound.
-    assert est.best_iteration_ == int(np.argmin(curve))
-    assert len(curve) == est.best_iteration_ + 1 + 3 < ROUNDS_STOPPED
+    assert est.best_iteration == int(np.argmin(curve))
+    assert len(curve) == est.best_iteration + 1 + 3 < ROUNDS_STOPPED
     # The curve is the NLL per sequence of exactly the held-out sequences.
     rows = held_rows(lengths, held)
     nll = -est.predict_log_likelihood(X[rows], y[rows], lengths=lengths[held]).mean()
@@ -63,7 +63,7 @@ def test_auto_is_off_at_the_threshold(cls):
     X, y, lengths = noise(BELOW)
     est = cls(**{**SMALL[cls], "n_estimators": 4}).fit(X, y, lengths=lengths)
     assert est.evals_result_ == {} and len(est.validation_sequences_) == 0
-    assert est.best_iteration_ == 3
+    assert est.best_iteration == 3
 
 
 def test_rounds_patience_and_hold_out_by_setting():
