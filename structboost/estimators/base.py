@@ -51,6 +51,7 @@ import pandas as pd
 import xgboost as xgb
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_random_state
+from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 from threadpoolctl import threadpool_limits
@@ -304,6 +305,50 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
             nthread=self._threads(),
             **route,
         )
+
+    # -- weights ------------------------------------------------------------
+    def _class_weighted(self, seq_weight, codes, lengths, classes):
+        """Sequence weights ``(m,)`` times each sequence's mean ``class_weight`` of its labels.
+
+        A CRF's likelihood is a sum over sequences, so a weight applies to a
+        whole sequence: per-row weights in G and H would make them the
+        gradient of no function, which the adaptive step, the transition
+        solver and early stopping all measure. ``class_weight`` (a dict
+        ``{label: weight}`` or ``"balanced"``, as in scikit-learn) therefore
+        weighs every sequence by the mean class weight of its labels, on top
+        of ``sample_weight``.
+
+        Parameters
+        ----------
+        seq_weight : (m,) array-like or None
+        codes : (n,) int array
+            Label indices into ``classes``.
+        lengths : (m,) int array
+        classes : (K,) ndarray
+
+        Returns
+        -------
+        (m,) float64 ndarray, or ``seq_weight`` when ``class_weight`` is None
+        """
+        class_weight = self.class_weight
+        if class_weight is None:
+            return seq_weight
+        if not (isinstance(class_weight, dict) or class_weight == "balanced"):
+            raise ValueError(
+                f"class_weight must be None, 'balanced' or a dict {{label: weight}}; got "
+                f"{class_weight!r}."
+            )
+        unknown = [k for k in class_weight if k not in set(classes.tolist())] if isinstance(
+            class_weight, dict) else []  # fmt: skip
+        if unknown:
+            raise ValueError(
+                f"class_weight names labels not in y: {unknown}; known labels: "
+                f"{classes.tolist()}."
+            )
+        per_class = compute_class_weight(class_weight, classes=classes, y=classes[codes])
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        factor = np.add.reduceat(per_class[codes], starts) / lengths
+        return factor if seq_weight is None else np.asarray(seq_weight) * factor
 
     # -- early stopping ---------------------------------------------------
     def _stopping(self, lengths, has_eval_set):

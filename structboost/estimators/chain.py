@@ -230,7 +230,9 @@ class _CRFClassifier(BoostedCRFClassifier):
         spec = self._objective_spec(
             metrics, allowed_transitions=self.constraints_, **self._route()
         )
-        seq_weight = self._sequence_weights(sample_weight, lengths)
+        seq_weight = self._class_weighted(
+            self._sequence_weights(sample_weight, lengths), codes, lengths, classes
+        )
         stopping = self._stopping(lengths, bool(eval_set))
         evals, names = [], []
         if stopping.held_out is not None:
@@ -602,6 +604,16 @@ validation_fraction : float
     (None: seed 0, as the engines' own default seed).
 n_iter_no_change : int
     Patience of the automatic early stopping, in rounds.
+class_weight : dict, "balanced" or None
+    Weights of the labels, as in scikit-learn (``{label: weight}``, or
+    ``"balanced"``: ``n / (K * count)``): each training sequence is
+    weighted by the mean class weight of its labels, times its
+    ``sample_weight``: the likelihood is a sum over sequences, and per-row
+    weights in the gradient would make it the gradient of no function
+    (which the adaptive step, the transition solver and early stopping all
+    measure).
+    Evaluation sets are not reweighted; the held-out sequences of automatic
+    early stopping are, as in scikit-learn.
 sequence_column : str, optional
     Name of the DataFrame column holding the per-row sequence id: every
     call reads the boundaries from it (never a feature), so the data
@@ -724,6 +736,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         early_stopping="auto",
         validation_fraction=0.1,
         n_iter_no_change=10,
+        class_weight=None,
         base_model=None,
         allowed_transitions=None,
         sequence_column=None,
@@ -744,6 +757,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
@@ -932,6 +946,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         early_stopping="auto",
         validation_fraction=0.1,
         n_iter_no_change=10,
+        class_weight=None,
         base_model=None,
         allowed_transitions=None,
         sequence_column=None,
@@ -952,6 +967,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column

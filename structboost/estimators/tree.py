@@ -73,6 +73,10 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         :class:`structboost.XGBCRFClassifier`).
     validation_fraction : float
     n_iter_no_change : int
+    class_weight : dict, "balanced" or None
+        Label weights as in scikit-learn; each instance is weighted by the
+        mean class weight of its node labels (see
+        :class:`structboost.XGBCRFClassifier`).
     sequence_column : str, optional
         DataFrame column holding the per-row instance id, read on every call
         (never a feature); see :mod:`structboost.estimators.base`.
@@ -125,6 +129,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         early_stopping="auto",
         validation_fraction=0.1,
         n_iter_no_change=10,
+        class_weight=None,
         sequence_column=None,
         eval_metric=None,
         callbacks=None,
@@ -143,6 +148,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.sequence_column = sequence_column
         self.eval_metric = eval_metric
         self.callbacks = callbacks
@@ -194,6 +200,12 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
         obj = tree_crf_objective(len(classes), self.n_edge_types_, self._objective_spec(metrics))
         stopping = self._stopping(lengths, bool(eval_set))
+        seq_weight = self._class_weighted(
+            None if sample_weight is None else sequence_weights(sample_weight, lengths),
+            codes, lengths, classes,
+        )  # fmt: skip
+        if seq_weight is not None:
+            sample_weight = np.repeat(seq_weight, lengths)
         train = (X, codes, lengths, parents, edge_types, sample_weight)
         dvalid, names = [], []
         if stopping.held_out is not None:
