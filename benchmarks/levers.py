@@ -188,7 +188,7 @@ def run_config(name, splits, test, args):
         est = estimator(name, fixed, args)
         eval_set = None if name in AS_SHIPPED else [(Xv, yv, lv)]
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        est.fit(X, y, lengths=lengths, eval_set=eval_set)
+        est.fit(X, y, lengths=lengths, eval_set=eval_set, verbose=False)
         cpu.append(time.process_time() - cpu0)
         wall.append(time.perf_counter() - wall0)
         rounds.append(est.best_iteration_ + 1)

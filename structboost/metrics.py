@@ -42,7 +42,7 @@ __all__ = [
 
 
 def _unnest(y):
-    """Flat labels ``(n,)`` and lengths ``(m,)`` of a list of label lists; ``(y, None)`` otherwise."""
+    """Flat labels ``(n,)`` and lengths ``(m,)`` of a list of label lists, else ``(y, None)``."""
     if not isinstance(y, (list, tuple)) or not y or isinstance(y[0], (str, bytes)):
         return y, None
     if np.ndim(y[0]) != 1:

@@ -22,6 +22,14 @@
   :class:`~structboost.objectives.params.ObjectiveSpec` from them. Every
   other name an engine knows (``gamma``, ``reg_lambda``, ...) keeps the
   engine's meaning.
+- Early stopping as scikit-learn's ``HistGradientBoostingClassifier``:
+  ``early_stopping="auto"`` holds out ``validation_fraction`` of the
+  training *sequences* (drawn with ``random_state``) when there are more
+  than :data:`AUTO_EARLY_STOPPING_ROWS` rows and stops after
+  ``n_iter_no_change`` rounds without progress; ``n_estimators=None`` is
+  then a bound of :data:`ROUNDS_STOPPED` rounds. An ``eval_set`` or
+  ``early_stopping_rounds`` keeps XGBoost's behaviour (see
+  :meth:`BoostedCRFClassifier._stopping`).
 - ``eval_metric`` and ``callbacks`` are constructor parameters with the
   meaning of XGBoost's scikit-learn wrapper: metric names (``"crf-nll"``,
   ``"crf-error"``, the objective's own names) or callables ``f(y_true,
@@ -36,8 +44,9 @@
   last round the model uses, in the engine's numbering: 0-based on
   XGBoost, 1-based on LightGBM), ``best_score_`` (with an ``eval_set``),
   their XGBoost names ``best_iteration`` (0-based everywhere) and
-  ``best_score``, ``validation_sequences_``, ``feature_importances_``; predictions are ``predict``,
-  ``predict_proba`` (= ``predict_marginals``) and ``predict_log_likelihood``.
+  ``best_score``, ``validation_sequences_``, ``feature_importances_``;
+  predictions are ``predict``, ``predict_proba`` (= ``predict_marginals``)
+  and ``predict_log_likelihood``.
 """
 
 import contextlib
@@ -208,33 +217,42 @@ class Stopping(NamedTuple):
     held_out: np.ndarray | None
 
 
-def take_rows(X, rows):
+def _take_rows(X, rows):
     """Rows ``rows`` (int array) of an array, sparse matrix or DataFrame (None stays None)."""
     if X is None:
         return None
     if isinstance(X, pd.DataFrame):
         return X.iloc[rows].reset_index(drop=True)
-    return X[rows]
+    return np.asarray(X)[rows] if isinstance(X, (list, tuple)) else X[rows]
 
 
-def split_held_out(lengths, held_out):
-    """Row indices of the kept and of the held-out sequences.
+def split_sequences(held_out, lengths, per_row, per_sequence=()):
+    """The kept and the held-out parts of a training set, whole sequences each.
 
     Parameters
     ----------
-    lengths : (m,) array-like of int
     held_out : (v,) int array
-        Held-out sequence positions.
+        Positions of the held-out sequences.
+    lengths : (m,) int array
+    per_row : tuple
+        Arrays, sparse matrices or DataFrames with one row per position, or None.
+    per_sequence : tuple
+        Arrays with one entry per sequence, or None.
 
     Returns
     -------
-    kept_rows, held_rows : int64 ndarrays
+    kept, held : tuple
+        Each ``(lengths, *per_row, *per_sequence)`` of its sequences.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
-    mask = np.zeros(len(lengths), dtype=bool)
-    mask[held_out] = True
-    rows = np.repeat(mask, lengths)
-    return np.flatnonzero(~rows), np.flatnonzero(rows)
+    held = np.zeros(len(lengths), dtype=bool)
+    held[held_out] = True
+    rows = np.repeat(held, lengths)
+    return tuple(
+        (lengths[seqs], *(_take_rows(a, np.flatnonzero(r)) for a in per_row),
+         *(None if a is None else np.asarray(a)[seqs] for a in per_sequence))
+        for seqs, r in ((~held, ~rows), (held, rows))
+    )  # fmt: skip
 
 
 class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):

@@ -86,8 +86,7 @@ from .base import (
     eval_entry,
     eval_metrics,
     evaluate_metrics,
-    split_held_out,
-    take_rows,
+    split_sequences,
 )
 
 _FILE_FORMAT = "structboost-crf-classifier"
@@ -236,8 +235,8 @@ class _CRFClassifier(BoostedCRFClassifier):
         stopping = self._stopping(lengths, bool(eval_set))
         evals, names = [], []
         if stopping.held_out is not None:
-            (X, codes, lengths, seq_weight, base_X), held = self._hold_out(
-                stopping.held_out, X, codes, lengths, seq_weight, base_X
+            (lengths, X, codes, base_X, seq_weight), held = split_sequences(
+                stopping.held_out, lengths, (X, codes, base_X), (seq_weight,)
             )
         self.base_model_ = None
         if self.base_model is not None:
@@ -247,7 +246,7 @@ class _CRFClassifier(BoostedCRFClassifier):
             )
         train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
         if stopping.held_out is not None:
-            Xh, codes_h, lengths_h, weight_h, base_h = held
+            lengths_h, Xh, codes_h, base_h, weight_h = held
             margin_h = self._base_margin(Xh, base_h, len(classes))
             evals.append((Xh, codes_h, lengths_h, weight_h, margin_h))
             names.append(HELD_OUT_NAME)
@@ -273,19 +272,6 @@ class _CRFClassifier(BoostedCRFClassifier):
         )
         self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         return self
-
-    @staticmethod
-    def _hold_out(held_out, X, codes, lengths, seq_weight, base_X):
-        """``(X, codes, lengths, seq_weight, base_X)`` of the kept and of the held-out sequences."""
-        kept_rows, held_rows = split_held_out(lengths, held_out)
-        kept = np.ones(len(lengths), dtype=bool)
-        kept[held_out] = False
-        parts = []
-        for rows, seqs in ((kept_rows, kept), (held_rows, ~kept)):
-            weight = None if seq_weight is None else seq_weight[seqs]
-            parts.append((take_rows(X, rows), codes[rows], lengths[seqs], weight,
-                          take_rows(base_X, rows)))  # fmt: skip
-        return parts
 
     # -- predict ----------------------------------------------------------
     def _data(self, X, groups, lengths, base_X):

@@ -23,16 +23,10 @@ from .base import (
     XGBoostTraining,
     eval_entry,
     eval_metrics,
-    split_held_out,
-    take_rows,
+    split_sequences,
 )
 
 _STRUCTURE = ("parents", "edge_types")
-
-
-def _optional(values):
-    """An optional per-row array as an ndarray (None stays None)."""
-    return None if values is None else np.asarray(values)
 
 
 def _edge_type_count(edge_types, given):
@@ -209,14 +203,10 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         train = (X, codes, lengths, parents, edge_types, sample_weight)
         dvalid, names = [], []
         if stopping.held_out is not None:
-            rows = split_held_out(lengths, stopping.held_out)
-            kept = np.ones(len(lengths), dtype=bool)
-            kept[stopping.held_out] = False
-            train, held = (
-                (take_rows(X, r), codes[r], lengths[seqs], *(take_rows(v, r) for v in
-                 (np.asarray(parents), _optional(edge_types), _optional(sample_weight))))
-                for r, seqs in zip(rows, (kept, ~kept))
-            )  # fmt: skip
+            parts = split_sequences(stopping.held_out, lengths, (X, codes, parents, edge_types,
+                                                                 sample_weight))  # fmt: skip
+            # (lengths, X, codes, ...) -> the _dmatrix order (X, codes, lengths, ...)
+            train, held = ((p[1], p[2], p[0], *p[3:]) for p in parts)
             dvalid.append(self._dmatrix(*held))
             names.append(HELD_OUT_NAME)
         dtrain = self._dmatrix(*train)

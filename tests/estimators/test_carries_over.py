@@ -125,8 +125,9 @@ def test_class_weight_weighs_each_sequence_by_its_labels(data, cls):
     per_seq = np.add.reduceat(per_row, starts) / lengths
     ref = cls(**common).fit(X, y, lengths=lengths, sample_weight=np.repeat(per_seq, lengths),
                             verbose=False)  # fmt: skip
-    np.testing.assert_allclose(est.predict_proba(valid[0], lengths=valid[2]),
-                               ref.predict_proba(valid[0], lengths=valid[2]), rtol=1e-6)  # fmt: skip
+    Xv, lv = valid[0], valid[2]
+    np.testing.assert_allclose(est.predict_proba(Xv, lengths=lv), ref.predict_proba(Xv, lengths=lv),
+                               rtol=1e-6)  # fmt: skip
     plain = cls(**common).fit(X, y, lengths=lengths, verbose=False)
     assert not np.allclose(plain.predict_proba(valid[0], lengths=valid[2]),
                            est.predict_proba(valid[0], lengths=valid[2]))  # fmt: skip

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 from structboost import ESSTreeCRFClassifier, TreeCRFClassifier
 from structboost.estimators.base import AUTO_EARLY_STOPPING_ROWS, ROUNDS_FIXED, ROUNDS_STOPPED
@@ -24,7 +25,7 @@ ESTIMATORS = pytest.mark.parametrize(
 
 
 def noise(m, seed=0):
-    """``m`` sequences of ``LENGTH`` rows whose labels ignore the features (validation NLL turns)."""
+    """``m`` sequences of ``LENGTH`` rows, labels independent of the features (the NLL turns)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(m * LENGTH, 4))
     y = rng.integers(0, 3, size=m * LENGTH)
@@ -106,9 +107,10 @@ def test_an_eval_set_overrides_the_hold_out(above):
 
 def test_the_hold_out_is_determined_by_random_state():
     lengths = np.full(300, 2)
-    draw = lambda seed: XGBCRFClassifier(early_stopping=True, random_state=seed)._stopping(  # noqa: E731
-        lengths, False
-    ).held_out
+    def draw(seed):
+        est = XGBCRFClassifier(early_stopping=True, random_state=seed)
+        return est._stopping(lengths, False).held_out
+
     assert np.array_equal(draw(3), draw(3))
     assert np.array_equal(draw(None), draw(0))
     assert not np.array_equal(draw(3), draw(4))
@@ -116,10 +118,10 @@ def test_the_hold_out_is_determined_by_random_state():
 
 def test_fits_repeat_with_one_random_state():
     X, y, lengths = noise(200, seed=1)
-    fit = lambda: XGBCRFClassifier(  # noqa: E731
+    est = XGBCRFClassifier(
         **SMALL[XGBCRFClassifier], early_stopping=True, random_state=5, n_estimators=30
-    ).fit(X, y, lengths=lengths)
-    a, b = fit(), fit()
+    )
+    a, b = (clone(est).fit(X, y, lengths=lengths, verbose=False) for _ in range(2))
     assert np.array_equal(a.validation_sequences_, b.validation_sequences_)
     assert a.evals_result_ == b.evals_result_
     assert a.best_iteration_ == b.best_iteration_
