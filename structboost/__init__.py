@@ -6,6 +6,12 @@ per row are the CRF node potentials. See :func:`crf_objective`.
 
 import logging
 
+from . import _config
+
+# Before anything loads an OpenMP runtime (XGBoost, scikit-learn, numba):
+# their idle threads wait without spinning unless the user chose otherwise.
+_config.request_passive_openmp()
+
 from . import _compile_log, datasets, features, inference, metrics
 from .engines.edge import edge_crf_objective, edge_dmatrix
 from .engines.predict import (

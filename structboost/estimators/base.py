@@ -453,7 +453,12 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
 
     # -- threads ----------------------------------------------------------
     def _threads(self):
-        """The one thread count, ``n_jobs`` (None or <= 0: the defaults)."""
+        """The one thread count, ``n_jobs``.
+
+        None or <= 0: :func:`structboost._config.default_threads` (None, each
+        engine's default, unless a spinning OpenMP runtime was loaded before
+        structboost: then the cores idle when the fit starts).
+        """
         engine = self._engine_kwargs()
         refused = [k for k in _ENGINE_THREADS if k in engine]
         if refused:
@@ -462,7 +467,17 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
                 f"pass n_jobs={engine[refused[0]]!r} instead."
             )
         value = engine.get("n_jobs")
-        return None if value is None or value <= 0 else int(value)
+        if value is None or value <= 0:
+            return _config.default_threads()
+        return int(value)
+
+    def _engine_params(self):
+        """The engine keyword arguments, with the thread count of :meth:`_threads`."""
+        engine = self._engine_kwargs()
+        threads = self._threads()
+        if threads is not None:
+            engine["n_jobs"] = threads
+        return engine
 
     @contextlib.contextmanager
     def _thread_limits(self):

@@ -813,7 +813,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             n_classes,
             eta=self.learning_rate,
             max_depth=self.max_depth,
-            **self._engine_kwargs(),
+            **self._engine_params(),
         )
         dvalid = [self._dmatrix(*e, num_labels=n_classes) for e in evals]
         dtrain = self._dmatrix(*train, num_labels=n_classes)
@@ -986,7 +986,7 @@ class LGBMCRFClassifier(_CRFClassifier):
             learning_rate=self.learning_rate,
             max_depth=self.max_depth,
             num_leaves=self.num_leaves,
-            **self._engine_kwargs(),
+            **self._engine_params(),
         )
         if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
             params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")

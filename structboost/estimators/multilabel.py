@@ -633,7 +633,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             early_stopping=self.early_stopping,
             validation_fraction=self.validation_fraction,
             n_iter_no_change=self.n_iter_no_change,
-            **{"seed": self.random_state, **self._engine_kwargs()},
+            **{"seed": self.random_state, **self._engine_params()},
         )
         evals = []
         for i, entry in enumerate(eval_set or ()):

@@ -221,7 +221,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
                 self._dmatrix(Xe, codes_e, le, e["parents"], e["edge_types"], e["sample_weight"])
             )
         params = xgb_params(
-            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
+            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
         )
         booster, evals_result = self._xgb_train(
             params, obj, dtrain, dvalid, verbose, names, metrics, stopping
