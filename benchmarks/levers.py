@@ -59,6 +59,10 @@ AS_SHIPPED = {
     "library defaults": {},
     "previous defaults": {"step": "bound"},  # the library before this study
     "logitboost defaults": {"mode": "logitboost"},
+    # issue 30: the automatic early stopping with one knob turned
+    "defaults no-stop": {"early_stopping": False},
+    "defaults stop-error": {"eval_metric": "crf-error"},
+    "defaults patience30": {"n_iter_no_change": 30},
 }
 #: The levers: keyword arguments of XGBCRFClassifier on top of the budget
 #: ("mo8": one multi-output tree per round, depth 8; "stop-error": early

@@ -413,6 +413,11 @@ class _CRFClassifier(BoostedCRFClassifier):
         if allowed is not None and not isinstance(allowed, str):
             masks = self.constraints_
             params["allowed_transitions"] = {k: v.tolist() for k, v in masks._asdict().items()}
+        if isinstance(params.get("class_weight"), dict):  # JSON keys are strings: keep the labels
+            params["class_weight"] = [
+                [k.item() if isinstance(k, np.generic) else k, v]
+                for k, v in params["class_weight"].items()
+            ]
         for name, value in params.items():
             try:
                 json.dumps(value, allow_nan=False)
@@ -504,6 +509,11 @@ class _CRFClassifier(BoostedCRFClassifier):
                     f"{where} is damaged: allowed_transitions has keys {sorted(allowed)}."
                 )
             params["allowed_transitions"] = from_masks(**allowed)
+        weights = params.get("class_weight")
+        if isinstance(weights, list):
+            if not all(isinstance(p, list) and len(p) == 2 for p in weights):
+                raise ValueError(f"{where} is damaged: class_weight must be [label, weight] pairs.")
+            params["class_weight"] = {label: weight for label, weight in weights}
         return params
 
     def from_document(self, doc, where="the model document"):

@@ -112,7 +112,7 @@ def test_lightgbm_row(data, capsys):
 
 @pytest.mark.parametrize("cls", [sb.XGBCRFClassifier, sb.LGBMCRFClassifier],
                          ids=["xgboost", "lightgbm"])  # fmt: skip
-def test_class_weight_weighs_each_sequence_by_its_labels(data, cls):
+def test_class_weight_weighs_each_sequence_by_its_labels(data, cls, tmp_path):
     if cls is sb.LGBMCRFClassifier:
         pytest.importorskip("lightgbm")
     (X, y, lengths), valid = parts(data)
@@ -132,6 +132,12 @@ def test_class_weight_weighs_each_sequence_by_its_labels(data, cls):
     assert not np.allclose(plain.predict_proba(valid[0], lengths=valid[2]),
                            est.predict_proba(valid[0], lengths=valid[2]))  # fmt: skip
     assert "class_weight" not in est._engine_kwargs()  # the engine never sees it
+    est.save_model(tmp_path / "m.json")
+    assert cls().load_model(tmp_path / "m.json").class_weight == weights
+    codes = cls(**common, class_weight={0: 2.0}).fit(X, np.unique(y, return_inverse=True)[1],
+                                                     lengths=lengths, verbose=False)  # fmt: skip
+    codes.save_model(tmp_path / "c.json")
+    assert cls().load_model(tmp_path / "c.json").class_weight == {0: 2.0}  # int labels stay ints
     with pytest.raises(ValueError, match="class_weight names labels not in y"):
         cls(**common, class_weight={"B-Y": 2.0}).fit(X, y, lengths=lengths)
 
