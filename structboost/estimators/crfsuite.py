@@ -27,7 +27,7 @@ and :class:`~structboost.LGBMCRFClassifier`, where ``GroupKFold`` keeps the
 sequences whole.
 """
 
-from . import nested as _nested
+from .inputs import kind
 from .chain import LGBMCRFClassifier, XGBCRFClassifier
 
 
@@ -41,7 +41,7 @@ class _SequenceSamples:
         return tags
 
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
-        if _nested.kind(X) is None:
+        if kind(X) is None:
             flat = XGBCRFClassifier if isinstance(self, XGBCRFClassifier) else LGBMCRFClassifier
             raise ValueError(
                 f"{type(self).__name__} takes {where} as a list of sequences, each a list of "
