@@ -17,7 +17,14 @@ from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_lik
 from ..engines.xgboost_tree import tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..sequences import sequence_weights
-from .base import HELD_OUT_NAME, BoostedCRFClassifier, XGBoostTraining, eval_metrics, split_sequences
+from .base import (
+    HELD_OUT_NAME,
+    STOPPING_PARAMS,
+    BoostedCRFClassifier,
+    XGBoostTraining,
+    eval_metrics,
+    split_sequences,
+)
 from .inputs import eval_entry
 
 _STRUCTURE = ("parents", "edge_types")
@@ -31,7 +38,8 @@ def _edge_type_count(edge_types, given):
     return int(np.max(edge_types)) + 1 if len(edge_types) else 1
 
 
-@fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions", solvers=TREE_SOLVERS)
+@fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
+          solvers=TREE_SOLVERS, stopping_params=STOPPING_PARAMS)  # fmt: skip
 class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
 
@@ -51,20 +59,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         Stop when the last ``eval_metric`` on the last ``eval_set`` entry
         has not improved for this many rounds; predictions then use the best
         round and its potentials.
-    early_stopping : {"auto", True, False}
-        Hold out ``validation_fraction`` of the training instances (drawn
-        with ``random_state``, None: seed 0) and stop after
-        ``n_iter_no_change`` rounds without improvement on them:
-        ``"auto"`` when there are more than 10,000 rows (nodes), as
-        scikit-learn's ``HistGradientBoostingClassifier``. An ``eval_set``
-        or ``early_stopping_rounds`` keeps XGBoost's behaviour (see
-        :class:`structboost.XGBCRFClassifier`).
-    validation_fraction : float
-    n_iter_no_change : int
-    class_weight : dict, "balanced" or None
-        Label weights as in scikit-learn; each instance is weighted by the
-        mean class weight of its node labels (see
-        :class:`structboost.XGBCRFClassifier`).
+    {stopping_params}
     sequence_column : str, optional
         DataFrame column holding the per-row instance id, read on every call
         (never a feature); see :mod:`structboost.estimators.base`.
