@@ -264,7 +264,7 @@ def train(args):
     logger.info(
         "trained in %.1f s: %d features, %d rounds kept, tags %s",
         time.perf_counter() - t0, tagger.features_.n_features_out_,
-        clf.best_iteration_ + 1, list(tagger.classes_),
+        clf.best_iteration + 1, list(tagger.classes_),
     )  # fmt: skip
     tagger.save(args.model)
     logger.info("model written to %s", args.model)

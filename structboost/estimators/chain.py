@@ -77,11 +77,14 @@ from .inputs import ChainInputs, flatten_y, kind, nest
 from .model_file import ModelFile
 from .checks import BOOSTING, Interval
 from .base import (
+    HELD_OUT_NAME,
+    STOPPING_PARAMS,
     BoostedCRFClassifier,
     ChainTransitions,
     XGBoostTraining,
     eval_metrics,
     evaluate_metrics,
+    split_sequences,
 )
 
 
@@ -138,7 +141,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         sample_weight=None,
         eval_set=None,
         base_X=None,
-        verbose=False,
+        verbose=True,
     ):
         """Train on labelled sequences.
 
@@ -170,8 +173,10 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             Input of ``base_model`` (e.g. sparse lexical features while the
             trees see dense ones); ``X`` by default.
         verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
+            Print the metrics of the ``eval_set`` (or of the held-out
+            sequences of automatic early stopping) every round (``True``, the
+            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
+            ``False``: silent.
 
         Returns
         -------
@@ -189,7 +194,14 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         spec = self._objective_spec(
             metrics, allowed_transitions=self.constraints_, **self._route()
         )
-        seq_weight = self._sequence_weights(sample_weight, lengths)
+        seq_weight = self._class_weighted(
+            self._sequence_weights(sample_weight, lengths), codes, lengths, classes
+        )
+        stopping = self._stopping(lengths, bool(eval_set))
+        if stopping.held_out is not None:
+            (lengths, X, codes, base_X, seq_weight), held = split_sequences(
+                stopping.held_out, lengths, (X, codes, base_X), (seq_weight,)
+            )
         self.base_model_ = None
         if self.base_model is not None:
             inputs = X if base_X is None else base_X
@@ -198,12 +210,15 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             )
         train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
         evals, names = self._eval_data(eval_set, classes, base_X)
-        if self.early_stopping_rounds is not None and not evals:
-            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
+        if stopping.held_out is not None:
+            lengths_h, Xh, codes_h, base_h, weight_h = held
+            margin_h = self._base_margin(Xh, base_h, len(classes))
+            evals.append((Xh, codes_h, lengths_h, weight_h, margin_h))
+            names.append(HELD_OUT_NAME)
         booster, evals_result = self._train(
-            train, evals, spec, len(classes), verbose, names, metrics
+            train, evals, spec, len(classes), verbose, names, metrics, stopping
         )
-        self._set_fitted(classes, booster, evals_result, metrics)
+        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         return self
 
     # -- predict ----------------------------------------------------------
@@ -246,6 +261,25 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             )
         labels = self.classes_[codes]
         return nest(labels, lengths) if nested else labels
+
+    def predict_single(self, xseq, *, decode="viterbi", base_X=None):
+        """Labels of one sequence, as sklearn-crfsuite's ``predict_single``.
+
+        Parameters
+        ----------
+        xseq : list of dict or array-like of shape (n_i, d)
+            The sequence's feature dicts (one per position) or rows, the
+            same kind of input as ``fit`` got.
+        decode : {"viterbi", "marginal"}
+        base_X : array-like of shape (n_i, p), optional
+            The base model's input, when ``fit`` was given one.
+
+        Returns
+        -------
+        list
+            ``n_i`` labels (``classes_`` values).
+        """
+        return self.predict([xseq], decode=decode, base_X=base_X)[0]
 
     def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
         """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
@@ -298,7 +332,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
 
 
 # Docs of what both chain estimators share (filled in by ``fill_doc``).
-_SHARED_PARAMS = """
+_SHARED_PARAMS = STOPPING_PARAMS + """
 sequence_column : str, optional
     Name of the DataFrame column holding the per-row sequence id: every
     call reads the boundaries from it (never a feature), so the data
@@ -313,10 +347,21 @@ eval_metric : str, callable or list of them, optional
 """
 _SHARED_ATTRIBUTES = """
 best_iteration_ : int
-    0-based index of the last round the model uses.
+    The last round the model uses, in the engine's numbering: 0-based on
+    XGBoost (as ``XGBClassifier.best_iteration``), 1-based on LightGBM (as
+    ``LGBMClassifier.best_iteration_``, here also without early stopping).
+best_iteration : int
+    XGBoost's name: the same round 0-based on both engines
+    (``best_iteration + 1`` rounds are kept).
+best_score : float
+    XGBoost's name of ``best_score_``.
 evals_result_ : dict
     ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
-    or the entry's ``"name"``).
+    or the entry's ``"name"``), or for the held-out sequences of automatic
+    early stopping (``"validation"``).
+validation_sequences_ : (v,) int64 ndarray
+    Positions (0-based, in row order) of the training sequences that
+    automatic early stopping held out; empty when none were.
 best_score_ : float
     The stopping metric on the last ``eval_set`` entry at
     ``best_iteration_`` (only with an ``eval_set``).
@@ -348,8 +393,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds.
+    n_estimators : int, optional
+        Most boosting rounds; None: 1000 when automatic early stopping
+        ends the fit (see ``early_stopping``), 100 otherwise.
     learning_rate : float
         XGBoost's ``eta``.
     max_depth : int
@@ -402,10 +448,14 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         step=DEFAULTS["step"],
         transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
+        n_estimators=None,
         learning_rate=0.3,
         max_depth=6,
         early_stopping_rounds=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
+        class_weight=None,
         base_model=None,
         allowed_transitions=None,
         sequence_column=None,
@@ -423,6 +473,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
@@ -475,7 +529,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     def _route(self):
         return {"transitions_from": self.transitions_from}
 
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         if self._boosted_transitions:
             if self.base_model is not None:
                 raise ValueError(
@@ -496,7 +550,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         )
         dvalid = [self._dmatrix(*e, num_labels=n_classes) for e in evals]
         dtrain = self._dmatrix(*train, num_labels=n_classes)
-        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics)
+        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics, stopping)
 
     def _load_state(self):
         if self._boosted_transitions:
@@ -560,8 +614,10 @@ class LGBMCRFClassifier(_CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds (each grows one tree per class).
+    n_estimators : int, optional
+        Most boosting rounds (each grows one tree per class); None: 1000
+        when automatic early stopping ends the fit (see ``early_stopping``),
+        100 otherwise.
     learning_rate : float
     max_depth : int
         ``-1`` for no limit.
@@ -605,11 +661,15 @@ class LGBMCRFClassifier(_CRFClassifier):
         step=DEFAULTS["step"],
         transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
+        n_estimators=None,
         learning_rate=0.1,
         max_depth=-1,
         num_leaves=31,
         early_stopping_rounds=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
+        class_weight=None,
         base_model=None,
         allowed_transitions=None,
         sequence_column=None,
@@ -627,6 +687,10 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.max_depth = max_depth
         self.num_leaves = num_leaves
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
@@ -639,6 +703,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         "max_depth": [Interval(Integral, -1, None)],
         "num_leaves": [Interval(Integral, 2, None)],
     }
+    _FIRST_ROUND = 1  # LightGBM's best_iteration_ counts rounds from 1
 
     def _engine_data(self, X):
         return X
@@ -649,7 +714,7 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _route(self):
         return {}
 
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         import lightgbm as lgb
 
         from ..engines.base import build_batch
@@ -668,15 +733,13 @@ class LGBMCRFClassifier(_CRFClassifier):
         if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
             params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")
         model = lgb.LGBMModel(
-            objective=obj.sklearn_objective, n_estimators=self.n_estimators, **params
+            objective=obj.sklearn_objective, n_estimators=stopping.rounds, **params
         )
         callbacks = [obj.callback(), *(self.callbacks or ())]
         if verbose:
             callbacks.append(lgb.log_evaluation(int(verbose)))
-        if self.early_stopping_rounds is not None:
-            stop = lgb.early_stopping(
-                self.early_stopping_rounds, first_metric_only=True, verbose=False
-            )
+        if stopping.patience is not None:
+            stop = lgb.early_stopping(stopping.patience, first_metric_only=True, verbose=False)
             callbacks.append(stop)
         fit = {
             "sample_weight": self._row_weights(seq_weight, lengths),

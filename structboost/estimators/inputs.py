@@ -300,6 +300,11 @@ class ChainInputs:
 
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
         """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
+        if isinstance(X, (list, tuple)) and X and isinstance(X[0], dict):
+            raise ValueError(
+                f"{where} is one sequence of feature dicts: pass a list of sequences "
+                f"([{where}]) or call predict_single for one."
+            )
         if kind(X) is None:
             return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
         if groups is not None or lengths is not None:

@@ -10,6 +10,7 @@ with pickle or joblib only.
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
@@ -47,6 +48,11 @@ class ModelFile:
         if allowed is not None and not isinstance(allowed, str):
             masks = self.constraints_
             params["allowed_transitions"] = {k: v.tolist() for k, v in masks._asdict().items()}
+        if isinstance(params.get("class_weight"), dict):  # JSON keys are strings: keep the labels
+            params["class_weight"] = [
+                [k.item() if isinstance(k, np.generic) else k, v]
+                for k, v in params["class_weight"].items()
+            ]
         for name, value in params.items():
             try:
                 json.dumps(value, allow_nan=False)
@@ -66,8 +72,9 @@ class ModelFile:
             ``estimator`` (class name), ``params``, ``classes``,
             ``n_features_in``, ``feature_names_in``, ``evals_result``,
             ``best_iteration``, ``best_score`` (None without an ``eval_set``),
-            ``vectorizer`` (the feature names of dict input, or None) and
-            ``engine`` (the engine's model and the CRF state).
+            ``vectorizer`` (the feature names of dict input, or None),
+            ``validation_sequences`` (held out by automatic early stopping)
+            and ``engine`` (the engine's model and the CRF state).
         """
         check_is_fitted(self)
         names = getattr(self, "feature_names_in_", None)
@@ -83,6 +90,7 @@ class ModelFile:
             "best_iteration": int(self.best_iteration_),
             "best_score": None if best_score is None else float(best_score),
             "vectorizer": None if vectorizer is None else vectorizer_document(vectorizer),
+            "validation_sequences": self.validation_sequences_.tolist(),
             "boundaries": getattr(self, "boundaries_", "sequences"),
             "id_column": getattr(self, "id_column_", None),
             "engine": self._engine_document(),
@@ -94,7 +102,17 @@ class ModelFile:
         Parameters
         ----------
         path : str or os.PathLike
+            Ends in ``.json``: the file is JSON whatever the name says, so
+            another extension (XGBoost's ``.ubj``, none) is refused.
         """
+        suffix = Path(path).suffix
+        if suffix.lower() != ".json":
+            raise ValueError(
+                f"{type(self).__name__}.save_model writes JSON (the engine's model with the CRF "
+                f"state and the labels), but {str(path)!r} ends in {suffix or 'no extension'!r}: "
+                "name the file *.json (XGBoost's UBJSON and binary formats cannot hold the "
+                "CRF state), or pickle/joblib the estimator."
+            )
         write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
 
     def load_model(self, path):
@@ -127,6 +145,11 @@ class ModelFile:
                     f"{where} is damaged: allowed_transitions has keys {sorted(allowed)}."
                 )
             params["allowed_transitions"] = from_masks(**allowed)
+        weights = params.get("class_weight")
+        if isinstance(weights, list):
+            if not all(isinstance(p, list) and len(p) == 2 for p in weights):
+                raise ValueError(f"{where} is damaged: class_weight must be [label, weight] pairs.")
+            params["class_weight"] = {label: weight for label, weight in weights}
         return params
 
     def from_document(self, doc, where="the model document"):
@@ -165,6 +188,13 @@ class ModelFile:
         id_column = doc.get("id_column")
         if boundaries not in ("sequences", "rows") or not isinstance(id_column, (str, type(None))):
             raise ValueError(f"{where} is damaged: boundaries or id_column are malformed.")
+        held_out = doc.get("validation_sequences", [])
+        if not isinstance(held_out, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in held_out
+        ):
+            raise ValueError(
+                f"{where} is damaged: validation_sequences must be a list of sequence positions."
+            )
         best_score = doc.get("best_score")
         if best_score is not None and (
             type(best_score) not in (int, float) or not np.isfinite(best_score)
@@ -189,11 +219,11 @@ class ModelFile:
             raise ValueError(
                 f"{where} is damaged: its CRF has {num_labels} labels for {len(classes)} classes."
             )
-        staged.best_iteration_ = staged._kept_rounds() - 1
+        staged._set_best_iteration()
         if doc.get("best_iteration", staged.best_iteration_) != staged.best_iteration_:
             raise ValueError(
                 f"{where} is damaged: best_iteration is {doc.get('best_iteration')!r:.20} but "
-                f"the model keeps {staged.best_iteration_ + 1} rounds."
+                f"the model keeps {staged.best_iteration + 1} rounds."
             )
         staged.classes_ = classes
         try:
@@ -206,6 +236,7 @@ class ModelFile:
         if names is not None:
             staged.feature_names_in_ = np.asarray(names, dtype=object)
         staged.evals_result_ = evals_result
+        staged.validation_sequences_ = np.asarray(held_out, dtype=np.int64)
         staged.boundaries_ = boundaries
         staged.id_column_ = id_column
         staged.vectorizer_ = vectorizer

@@ -441,11 +441,17 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         Evidence-specific trees, one Chow-Liu tree, or no edges (see the
         module docstring).
     {objective_params}
-    n_estimators, learning_rate, max_depth : int, float, int
-        Boosting of the node potentials (one booster for every label).
+    n_estimators, learning_rate, max_depth : int or None, float, int
+        Boosting of the node potentials (one booster for every label);
+        ``n_estimators=None``: 1000 rounds at most when automatic early
+        stopping ends the fit, 100 otherwise.
     early_stopping_rounds : int, optional
         Stop when the NLL on the last ``eval_set`` entry has not improved
         for this many rounds.
+    early_stopping, validation_fraction, n_iter_no_change
+        Automatic early stopping on held-out inputs, as in
+        :class:`structboost.TreeCRFClassifier` (the threshold counts label
+        nodes: inputs times labels); the structure learner sees every input.
     edge_typing : {"pair", "shared"}
         One ``2 x 2`` potential per ordered label pair, or one for all edges.
     pairwise : {"xgboost", "logistic"}
@@ -478,7 +484,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
     best_iteration_ : int
         0-based index of the last round the model uses.
     evals_result_ : dict
-        CRF metric per round for each ``eval_set`` entry (``validation_i``).
+        CRF metric per round for each ``eval_set`` entry (``validation_i``),
+        or for the held-out inputs (``"validation"``).
+    validation_sequences_ : (v,) int64 ndarray
+        Rows of ``X`` held out by automatic early stopping (empty when none).
     feature_importances_ : (n_features_in_,) ndarray
         Total gain of the CRF's splits on each input feature.
     """
@@ -492,10 +501,13 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         step=DEFAULTS["step"],
         transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=50,
+        n_estimators=None,
         learning_rate=0.3,
         max_depth=4,
         early_stopping_rounds=None,
+        early_stopping="auto",
+        validation_fraction=0.1,
+        n_iter_no_change=10,
         edge_typing="pair",
         pairwise="xgboost",
         max_pairs=45,
@@ -515,6 +527,9 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.edge_typing = edge_typing
         self.pairwise = pairwise
         self.max_pairs = max_pairs
@@ -553,7 +568,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             "lengths": np.full(n, self.n_labels_),
         }
 
-    def fit(self, X, Y, *, eval_set=None, verbose=False):
+    def fit(self, X, Y, *, eval_set=None, verbose=True):
         """Fit the structure learner and the boosted CRF.
 
         Parameters
@@ -564,8 +579,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             Evaluation sets; the CRF metric is recorded in ``evals_result_``
             and the last one drives early stopping.
         verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds.
+            Print the metrics of the ``eval_set`` (or of the held-out
+            sequences of automatic early stopping) every round (``True``, the
+            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
+            ``False``: silent.
 
         Returns
         -------
@@ -614,6 +631,9 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             max_depth=self.max_depth,
             n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
             early_stopping_rounds=self.early_stopping_rounds,
+            early_stopping=self.early_stopping,
+            validation_fraction=self.validation_fraction,
+            n_iter_no_change=self.n_iter_no_change,
             **{"seed": self.random_state, **self._engine_params()},
         )
         evals = []
@@ -632,6 +652,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self.booster_ = self.crf_.booster_
         self.evals_result_ = self.crf_.evals_result_
         self.best_iteration_ = self.crf_.best_iteration_
+        self.validation_sequences_ = self.crf_.validation_sequences_
         return self
 
     def _gain_importance(self):

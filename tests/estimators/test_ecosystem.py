@@ -107,7 +107,7 @@ def test_proba_classes_best_score_and_booster(data, cls):
     assert est.n_classes_ == 3 == proba.shape[1]
     assert est.get_booster() is est.booster_
     history = est.evals_result_["dev"]["crf-nll"]
-    assert est.best_score_ == pytest.approx(history[est.best_iteration_])
+    assert est.best_score_ == pytest.approx(history[est.best_iteration])
     assert est.best_score_ == pytest.approx(min(history), rel=1e-6)
     assert not hasattr(small(cls).fit(X, y, lengths=lengths), "best_score_")
 
