@@ -113,8 +113,11 @@ def check_params(estimator, constraints):
 
 # What the boosted estimators share; subclasses add or override entries.
 BOOSTING = {
-    "n_estimators": [Interval(Integral, 1, None)],
+    "n_estimators": [None, Interval(Integral, 1, None)],
     "learning_rate": [Interval(Real, 0, None, closed="neither")],
+    "early_stopping": [Options("auto"), "boolean"],
+    "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+    "n_iter_no_change": [Interval(Integral, 1, None)],
     "max_depth": [Interval(Integral, 0, None)],
     "early_stopping_rounds": [None, Interval(Integral, 1, None)],
     "n_jobs": [None, Interval(Integral, None, None)],
