@@ -458,9 +458,10 @@ def _lgb_tree(block, t, n_features):
     for fields, length in ((_LGB_LEAF, leaves), (_LGB_INTERNAL, leaves - 1)):
         for key, pattern in fields.items():
             if key in pairs:
-                # LightGBM writes a one-leaf tree's leaf_weight empty.
-                n = 0 if leaves == 1 and key == "leaf_weight" and not pairs[key] else length
-                values[key] = _lgb_numbers(pairs[key], f"{name} {key}", pattern, n)
+                # LightGBM writes a one-leaf tree's weights and counts empty.
+                empty_ok = leaves == 1 and key in ("leaf_weight", "leaf_count")
+                size = None if empty_ok and not pairs[key] else length
+                values[key] = _lgb_numbers(pairs[key], f"{name} {key}", pattern, size)
             elif leaves > 1 and key != "leaf_weight" and key != "internal_weight":
                 raise _Damaged(f"{name} has no {key!r}")
     if leaves == 1:

@@ -115,11 +115,11 @@ def check_params(estimator, constraints):
 BOOSTING = {
     "n_estimators": [None, Interval(Integral, 1, None)],
     "learning_rate": [Interval(Real, 0, None, closed="neither")],
-    "max_depth": [Interval(Integral, 0, None)],
-    "early_stopping_rounds": [None, Interval(Integral, 1, None)],
     "early_stopping": [Options("auto"), "boolean"],
     "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
     "n_iter_no_change": [Interval(Integral, 1, None)],
+    "max_depth": [Interval(Integral, 0, None)],
+    "early_stopping_rounds": [None, Interval(Integral, 1, None)],
     "class_weight": [None, Options("balanced"), dict],
     "n_jobs": [None, Interval(Integral, None, None)],
     "sequence_column": [None, str],
