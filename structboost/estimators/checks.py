@@ -120,6 +120,7 @@ BOOSTING = {
     "n_iter_no_change": [Interval(Integral, 1, None)],
     "max_depth": [Interval(Integral, 0, None)],
     "early_stopping_rounds": [None, Interval(Integral, 1, None)],
+    "class_weight": [None, Options("balanced"), dict],
     "n_jobs": [None, Interval(Integral, None, None)],
     "sequence_column": [None, str],
     "callbacks": [None, list, tuple],

@@ -190,7 +190,7 @@ class ModelFile:
             raise ValueError(f"{where} is damaged: boundaries or id_column are malformed.")
         held_out = doc.get("validation_sequences", [])
         if not isinstance(held_out, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in held_out
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**63 for i in held_out
         ):
             raise ValueError(
                 f"{where} is damaged: validation_sequences must be a list of sequence positions."
@@ -223,7 +223,7 @@ class ModelFile:
         if doc.get("best_iteration", staged.best_iteration_) != staged.best_iteration_:
             raise ValueError(
                 f"{where} is damaged: best_iteration is {doc.get('best_iteration')!r:.20} but "
-                f"the model keeps {staged.best_iteration + 1} rounds."
+                f"the model keeps {staged.best_iteration_ + 1} rounds."
             )
         staged.classes_ = classes
         try:

@@ -244,3 +244,31 @@ def test_raw_xgboost_boosters_are_checked_before_they_predict():
     assert run.stdout.startswith("ValueError: the booster: XGBoost cannot read") and (
         "'split_indices'[0] is 1000000" in run.stdout
     ), run.stdout
+
+
+def test_cli_predict_refuses_a_damaged_engine_model(tmp_path):
+    """The issue's segfault through ``structboost predict`` (a subprocess, as a crash would be)."""
+    import subprocess
+    import sys
+
+    from test_tagging import write_conll
+
+    from structboost.cli import main
+
+    data = write_conll(tmp_path / "train.txt", 40, 0)
+    model = tmp_path / "tagger.json"
+    assert main(["train", "--train", str(data), "--model", str(model), "--rounds", "2",
+                 "--max-depth", "2", "--threads", "1"]) == 0  # fmt: skip
+    doc = json.loads(model.read_text())
+    engine = json.loads(doc["classifier"]["engine"]["xgboost_json"])
+    _xgb(engine)["trees"][0]["split_indices"][0] = 10**6
+    doc["classifier"]["engine"]["xgboost_json"] = json.dumps(engine)
+    model.write_text(json.dumps(doc))
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys; from structboost.cli import main; sys.exit(main())",
+         "predict", "--model", str(model), "--input", str(data), "--output", "-"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2, (run.returncode, run.stderr[-300:])
+    assert f"{model}: XGBoost cannot read the model it holds" in run.stderr
+    assert "'split_indices'[0] is 1000000" in run.stderr
