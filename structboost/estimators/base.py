@@ -79,34 +79,6 @@ ROUNDS_STOPPED, ROUNDS_FIXED = 1000, 100
 #: Name of the held-out sequences in ``evals_result_``.
 HELD_OUT_NAME = "validation"
 
-#: Numpydoc of the early-stopping and class-weight parameters (``fill_doc`` sections).
-STOPPING_PARAMS = """
-early_stopping : {"auto", True, False}
-    Hold out ``validation_fraction`` of the training *sequences* (tree
-    instances) and stop when the last ``eval_metric`` on them has not
-    improved for ``n_iter_no_change`` rounds, as scikit-learn's
-    ``HistGradientBoostingClassifier``: ``"auto"`` does so when the training
-    set has more than 10,000 rows (and two sequences or more), ``True``
-    always, ``False`` never. An ``eval_set`` or ``early_stopping_rounds``
-    keeps XGBoost's behaviour instead: nothing is held out
-    (``early_stopping=True`` with an ``eval_set`` stops on its last entry
-    with ``n_iter_no_change`` patience).
-validation_fraction : float
-    Share of the training sequences held out, drawn with ``random_state``
-    (None: seed 0, as the engines' own default seed).
-n_iter_no_change : int
-    Patience of the automatic early stopping, in rounds.
-class_weight : dict, "balanced" or None
-    Weights of the labels, as in scikit-learn (``{label: weight}``, or
-    ``"balanced"``: ``n / (K * count)``): each training sequence is
-    weighted by the mean class weight of its labels, times its
-    ``sample_weight``. The likelihood is a sum over sequences; per-row
-    weights in the gradient would make it the gradient of no function,
-    which the adaptive step, the transition solver and early stopping all
-    measure. Evaluation sets are not reweighted; the held-out sequences of
-    automatic early stopping are, as in scikit-learn.
-"""
-
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
 # Engine spellings of the thread count that the estimators refuse (n_jobs is the one).

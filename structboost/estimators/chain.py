@@ -73,12 +73,12 @@ from ..engines.xgboost import load_state as load_xgb_state
 from ..objectives.constraints import resolve as resolve_constraints
 from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from .._extras import require
+from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
 from .inputs import ChainInputs, flatten_y, kind, nest
 from .model_file import ModelFile
 from .checks import BOOSTING, Interval
 from .base import (
     HELD_OUT_NAME,
-    STOPPING_PARAMS,
     BoostedCRFClassifier,
     ChainTransitions,
     XGBoostTraining,
@@ -331,61 +331,9 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         return accuracy_score(y, predicted, sample_weight=sample_weight)
 
 
-# Docs of what both chain estimators share (filled in by ``fill_doc``).
-_SHARED_PARAMS = STOPPING_PARAMS + """
-sequence_column : str, optional
-    Name of the DataFrame column holding the per-row sequence id: every
-    call reads the boundaries from it (never a feature), so the data
-    carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
-eval_metric : str, callable or list of them, optional
-    What ``evals_result_`` records on every ``eval_set`` entry, as in
-    XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
-    log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
-    or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
-    ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
-    ``__name__``); the last one drives early stopping.
-"""
-_SHARED_ATTRIBUTES = """
-best_iteration_ : int
-    The last round the model uses, in the engine's numbering: 0-based on
-    XGBoost (as ``XGBClassifier.best_iteration``), 1-based on LightGBM (as
-    ``LGBMClassifier.best_iteration_``, here also without early stopping).
-best_iteration : int
-    XGBoost's name: the same round 0-based on both engines
-    (``best_iteration + 1`` rounds are kept).
-best_score : float
-    XGBoost's name of ``best_score_``.
-evals_result_ : dict
-    ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
-    or the entry's ``"name"``), or for the held-out sequences of automatic
-    early stopping (``"validation"``).
-validation_sequences_ : (v,) int64 ndarray
-    Positions (0-based, in row order) of the training sequences that
-    automatic early stopping held out; empty when none were.
-best_score_ : float
-    The stopping metric on the last ``eval_set`` entry at
-    ``best_iteration_`` (only with an ``eval_set``).
-n_classes_ : int
-boundaries_ : {"sequences", "rows"}
-    ``"rows"`` when ``fit`` got no boundaries (every row its own
-    sequence; later calls may then omit them too).
-id_column_ : str or None
-    The DataFrame column that held the sequence ids in ``fit``.
-vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
-    The vocabulary of feature-dict input.
-transitions_ : pandas.DataFrame
-feature_importances_ : ndarray, shape (n_features_in_,)
-base_model_ : estimator or None
-    The fitted clone of ``base_model``.
-n_features_in_ : int
-feature_names_in_ : ndarray of str
-    Only when ``X`` was a DataFrame.
-"""
-
-
 @fill_doc(
     "mode", "hessian_bound", "step", "transition_solver", "reg_transitions", "transitions_from",
-    shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
+    shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost.
@@ -606,7 +554,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
 
 @fill_doc(
     "mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
-    shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
+    shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class LGBMCRFClassifier(_CRFClassifier):
     """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.LGBMModel``).

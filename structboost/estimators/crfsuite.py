@@ -50,6 +50,23 @@ class _SequenceSamples:
             )
         return super()._check_X(X, groups, lengths, reset=reset, where=where)
 
+    @property
+    def transition_features_(self):
+        """sklearn-crfsuite's ``transition_features_``: ``{(label_from, label_to): score}``.
+
+        The entries of ``transitions_`` (a forbidden move is ``-inf``), so the
+        tutorial's ``Counter(crf.transition_features_).most_common(20)``
+        works. There is no ``state_features_``: the node scores are trees,
+        not one weight per (attribute, label).
+
+        Returns
+        -------
+        dict
+            ``n_classes ** 2`` entries.
+        """
+        table = self.transitions_
+        return {(a, b): float(table.loc[a, b]) for a in table.index for b in table.columns}
+
 
 _DOC = """Chain-CRF sequence labeller on {engine} with sklearn-crfsuite's interface.
 
@@ -58,7 +75,8 @@ _DOC = """Chain-CRF sequence labeller on {engine} with sklearn-crfsuite's interf
     kept as ``vectorizer_``, or a 2-D array ``(n_i, d)``) and a list of label
     lists; ``predict`` returns a list of label lists, ``predict_single`` the
     label list of one sequence, ``predict_marginals`` a list of ``(n_i, K)``
-    arrays in ``classes_`` order. scikit-learn's model selection splits the
+    arrays in ``classes_`` order, ``transition_features_`` the transition
+    scores as sklearn-crfsuite's dict. scikit-learn's model selection splits the
     sequences (an integer ``cv`` is ``KFold`` over them; see
     :mod:`structboost.estimators.crfsuite`).
 

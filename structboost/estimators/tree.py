@@ -19,12 +19,12 @@ from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..sequences import sequence_weights
 from .base import (
     HELD_OUT_NAME,
-    STOPPING_PARAMS,
     BoostedCRFClassifier,
     XGBoostTraining,
     eval_metrics,
     split_sequences,
 )
+from ._docs import STOPPING_PARAMS
 from .inputs import eval_entry
 
 _STRUCTURE = ("parents", "edge_types")

@@ -7,6 +7,8 @@ scoring=make_scorer(flat_f1_score, ...))``. The data are a small
 CoNLL-2003-format file (token, POS, chunk, IOB1 tag) written by the test.
 """
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -134,6 +136,12 @@ def test_the_tutorial_runs_with_the_estimator_swapped(cls, tmp_path):
     assert crf.predict_single(X_test[0]) == y_pred[0]
     marginals = crf.predict_marginals(X_test)
     assert [m.shape for m in marginals] == [(len(t), len(crf.classes_)) for t in y_test]
+
+    # "Let's check what classifier learned": the transitions, as crfsuite's Counter.
+    top = Counter(crf.transition_features_).most_common(3)
+    assert ("I-PER", "I-PER") in [pair for pair, _ in top]  # names go on
+    assert crf.transition_features_[("I-PER", "O")] == crf.transitions_.loc["I-PER", "O"]
+    assert len(crf.transition_features_) == len(crf.classes_) ** 2
 
     # Model selection: sequences are the samples, so cv=3 is KFold over sentences.
     assert not is_classifier(crf)
