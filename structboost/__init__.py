@@ -4,7 +4,12 @@ Each training row is one position of one sequence; the engine's K outputs
 per row are the CRF node potentials. See :func:`crf_objective`.
 """
 
+import importlib.util
 import logging
+
+from ._extras import require_xgboost
+
+require_xgboost()  # before the imports below need it
 
 from . import _compile_log, datasets, features, inference, metrics
 from .engines.edge import edge_crf_objective, edge_dmatrix
@@ -84,3 +89,5 @@ __all__ = [
     "sequence_log_likelihood",
     "xgb_params",
 ]
+if importlib.util.find_spec("lightgbm") is None:  # `from structboost import *` works without it
+    __all__ = [name for name in __all__ if name not in _LIGHTGBM_NAMES]

@@ -11,14 +11,67 @@ transitions are legal input.
 ``SERIAL_ROWS`` rows run the serial kernels on the calling thread (no thread
 pool is woken for a 10-sequence fit), larger ones the ``prange`` kernels on
 ``nthread`` threads (numba's default when None).
+
+numba caches compiled kernels next to the package or, failing that, in the
+user's cache folder. On a read-only install with no writable home folder
+(common in containers) it has neither, and ``cache=True`` would make the
+import fail: :func:`cache_fallback` then points numba's cache at a folder
+of the temporary directory (``CACHE_FALLBACK``), which the first compile's
+log line names.
 """
 
 import contextlib
+import os
+import tempfile
 
 import numba
+from numba.core import config as _numba_config
+from numba.core.caching import FunctionCache
+
+def _private_folder(path):
+    """``path`` as a folder only this user can write, or None if it cannot be one."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return None
+    owner = getattr(os, "getuid", lambda: st.st_uid)()
+    private = st.st_uid == owner and not st.st_mode & 0o022
+    return path if private and os.path.isdir(path) and not os.path.islink(path) else None
+
+
+def cache_fallback():
+    """Give numba a cache folder when it has none for structboost's files.
+
+    Returns
+    -------
+    str or None
+        The temporary cache folder now in ``NUMBA_CACHE_DIR``, or None when
+        numba can cache next to the package, in the user's cache folder or
+        in a ``NUMBA_CACHE_DIR`` already set.
+    """
+
+    def probe():  # a function of this package's source folder
+        pass
+
+    try:
+        FunctionCache(probe)
+        return None
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        pass
+    user = getattr(os, "getuid", lambda: "")()
+    shared = os.path.join(tempfile.gettempdir(), f"structboost-numba-cache-{user}")
+    # Another user's (or a link planted there) is not trusted: numba's cache holds code.
+    folder = _private_folder(shared) or tempfile.mkdtemp(prefix="structboost-numba-cache-")
+    os.environ["NUMBA_CACHE_DIR"] = folder
+    _numba_config.reload_config()
+    return folder
+
 
 FASTMATH = {"reassoc", "contract", "arcp"}
 CACHE = True
+#: The temporary folder numba caches in when it had no other (None: it had).
+CACHE_FALLBACK = cache_fallback()
 KERNEL = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
 PARALLEL = {**KERNEL, "parallel": True}
 #: For kernels whose every value is finite by construction: lets LLVM

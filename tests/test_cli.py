@@ -44,7 +44,7 @@ def test_demo_without_matplotlib_fails_before_training(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["demo"])
     captured = capsys.readouterr()
-    assert 'pip install "structboost[plot]"' in captured.err
+    assert 'pip install "structboost-crf[plot]"' in captured.err
     assert "round" not in captured.err  # no training happened
 
 

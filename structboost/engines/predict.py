@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 
+from .._compile_log import reports
 from ..inference import _tree
 from ..inference.chain import map_labels, path_scores, posterior
 from ..inference.tree import check_tree
@@ -139,6 +140,7 @@ def _constrained(params, allowed_transitions):
     return params if constraints is None else constraints.apply(params)
 
 
+@reports("predict")
 def predict(
     model,
     data,
@@ -201,6 +203,7 @@ def predict(
     return map_labels(u, offsets, p.transitions, p.start, p.end)
 
 
+@reports("predict_marginals")
 def predict_marginals(
     model, data, *, groups=None, lengths=None, base_margin=None, allowed_transitions=None
 ):
@@ -215,6 +218,7 @@ def predict_marginals(
     return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
 
 
+@reports("sequence_log_likelihood")
 def sequence_log_likelihood(
     model,
     data,

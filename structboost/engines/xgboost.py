@@ -19,6 +19,8 @@ import json
 import numpy as np
 import xgboost as xgb
 
+from .. import _compile_log
+from .._extras import require_gpu
 from ..objectives.chain import CRFObjective, SequenceBatch
 from ..objectives.params import DEFAULTS, fill_doc
 from ..transitions.chain import TransitionParams
@@ -187,8 +189,10 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         self.objective = objective
         self.history = TransitionHistory(objective.num_labels, objective.crf.mode)
         self._first_round = 0
+        self._compiled_before = 0.0
 
     def before_training(self, model):
+        self._compiled_before = _compile_log.CLOCK.seconds
         self._first_round = model.num_boosted_rounds()
         if self._first_round:
             self._resume(model)
@@ -224,6 +228,7 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         key = self.objective.state_key
         save_state(model, self.objective.crf, self.history.for_rounds(rounds), key, rounds)
         save_history(model, self.history, key)
+        _compile_log.log_wait("xgboost.train", self._compiled_before)
         return model
 
 
@@ -297,7 +302,7 @@ def crf_objective(
     {objective_params}
     device : {"cpu", "cuda"}
         Where the objective's round runs. ``"cuda"`` (needs
-        ``structboost[gpu]`` and a CUDA GPU; pair it with XGBoost's
+        ``structboost-crf[gpu]`` and a CUDA GPU; pair it with XGBoost's
         ``device="cuda"``) refits the transitions and computes G and H with
         the kernels of :mod:`structboost.objectives.gpu` and hands XGBoost
         device arrays; the metric's inference and Viterbi run there too.
@@ -311,6 +316,7 @@ def crf_objective(
     """
     cls = CRFObjective
     if _check_device(device) == "cuda":
+        require_gpu(f"crf_objective(device={device!r})")
         from ..objectives.gpu import DeviceCRFObjective as cls
     crf = cls(
         num_labels,

@@ -65,6 +65,7 @@ from sklearn.base import clone
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
+from .._compile_log import reports
 from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
@@ -151,6 +152,7 @@ class _CRFClassifier(BoostedCRFClassifier):
             obj.crf.start_from(params)
 
     # -- fit --------------------------------------------------------------
+    @reports("fit")
     def fit(
         self,
         X,
@@ -593,7 +595,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         ``nthread``) sets the threads of XGBoost, of the objective's numba
         kernels and of BLAS alike (None: each its default). With
         ``device="cuda"`` the CRF objective runs on the GPU as well
-        (``crf_objective(..., device="cuda")``, needs ``structboost[gpu]``).
+        (``crf_objective(..., device="cuda")``, needs ``structboost-crf[gpu]``).
 
     Attributes
     ----------
@@ -696,7 +698,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
                 allowed_transitions=crf["allowed_transitions"],
             )  # fmt: skip
         else:
-            # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
+            # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost-crf[gpu]).
             obj = crf_objective(
                 n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf
             )
@@ -792,7 +794,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
         ``random_state``, ...). ``n_jobs`` sets the threads of LightGBM, of
         the objective's numba kernels and of BLAS alike (None: each its
-        default). Needs ``pip install "structboost[lightgbm]"``. The safe defaults of
+        default). Needs ``pip install "structboost-crf[lightgbm]"``. The safe defaults of
         :func:`structboost.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
