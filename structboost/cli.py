@@ -69,7 +69,7 @@ def _progress_callback(name, total, every, stream=None):
 
 
 def demo(args):
-    """Train GBCRF, TreeCRF and LogitBoost, each with the library's defaults, on sticky HMM data."""
+    """Train GBCRF, TreeCRF and LogitBoost with the library's defaults on sticky HMM data."""
     require("matplotlib", "plot", "structboost demo (its plot)")
     from .datasets import make_hmm_sequences
     from .estimators.chain import XGBCRFClassifier
@@ -135,8 +135,8 @@ def demo(args):
         )
         curves[mode] = clf.evals_result_["train"]["crf-nll"]
     print()
-    header = f"{'mode':<12}{'rounds':>7}{'token acc':>10}{'seq acc':>10}{'test NLL':>10}{'fit s':>8}"
-    print(header)
+    print(f"{'mode':<12}{'rounds':>7}{'token acc':>10}{'seq acc':>10}{'test NLL':>10}", end="")
+    print(f"{'fit s':>8}")
     for mode, kept, tok, seq, nll, sec in results:
         print(f"{mode:<12}{kept:>7}{tok:>10.4f}{seq:>10.4f}{nll:>10.3f}{sec:>8.2f}")
     print(
@@ -359,7 +359,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "%(default)" in text or any(action.default is v for v in (None, False, argparse.SUPPRESS)):
+        hidden = (None, False, argparse.SUPPRESS)
+        if "%(default)" in text or any(action.default is value for value in hidden):
             return text
         return f"{text} (default: %(default)s)" if action.option_strings else text
 
@@ -394,7 +395,7 @@ def build_parser():
     d.add_argument("--sequences", type=int, default=300, help="number of sequences")
     d.add_argument("--stay", type=float, default=0.95, help="P(label repeats)")
     d.add_argument("--emission", type=float, default=0.5, help="P(symbol from own block)")
-    d.add_argument("--rounds", type=int, default=100, help="boosting rounds of every mode, at most")
+    d.add_argument("--rounds", type=int, default=100, help="most boosting rounds of each mode")
     d.add_argument(
         "--early-stopping", type=int, default=10, help="patience on the validation NLL (rounds)"
     )
