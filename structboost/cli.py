@@ -418,14 +418,18 @@ def build_parser():
     t.add_argument(
         "--unconstrained", action="store_true", help="allow ill-formed tag sequences"
     )
-    t.add_argument("--engine", choices=["xgboost", "lightgbm"], default="xgboost")
-    t.add_argument("--mode", choices=MODES, default=DEFAULTS["mode"])
+    t.add_argument(
+        "--engine", choices=["xgboost", "lightgbm"], default="xgboost", help="boosting library"
+    )
+    t.add_argument("--mode", choices=MODES, default=DEFAULTS["mode"], help="CRF objective")
     t.add_argument("--step", choices=STEPS, default=DEFAULTS["step"], help="GBCRF step size")
     # The CoNLL benchmark measured the Newton step better and cheaper on NER.
-    t.add_argument("--transitions", choices=SOLVERS, default="newton")
+    t.add_argument(
+        "--transitions", choices=SOLVERS, default="newton", help="transition solver"
+    )
     t.add_argument("--rounds", type=int, default=300, help="boosting rounds (at most)")
-    t.add_argument("--learning-rate", type=float, default=0.5)
-    t.add_argument("--max-depth", type=int, default=6)
+    t.add_argument("--learning-rate", type=float, default=0.5, help="shrinkage per round")
+    t.add_argument("--max-depth", type=int, default=6, help="depth of each tree")
     t.add_argument(
         "--early-stopping", type=int, default=20, help="patience on --dev (rounds)"
     )
@@ -440,7 +444,7 @@ def build_parser():
 
     p = sub("predict", "tag a token file with a trained model")
     _add_file_options(p)
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="model file written by `train`")
     p.add_argument("--input", required=True, help="token file (a tag column is kept if named)")
     p.add_argument("--output", default="-", help="output file ('-': standard output)")
     p.set_defaults(func=predict)
