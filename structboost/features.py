@@ -183,7 +183,7 @@ def window_sources(lengths, half_width):
 
 
 class SlidingWindow(TransformerMixin, BaseEstimator):
-    """Features of the positions ``t - w .. t + w`` side by side, per sequence.
+    """Features of the positions ``t - w`` to ``t + w`` side by side, per sequence.
 
     Row ``t`` of the output holds the input rows ``t - w, ..., t + w`` of its
     own sequence, offset by offset: output column ``j * d + c`` is input

@@ -202,10 +202,10 @@ class LatentLogLinearClassifier(ClassifierMixin, BaseEstimator):
         ``theta[y, h]`` without the biases.
     intercept_ : ndarray, shape (C, m)
         The biases ``nu[y, h]``.
-    history_ : ndarray, shape (n_iter_ + 1,)
+    history_ : ndarray, shape ``(n_iter_ + 1,)``
         Penalized latent log-likelihood ``l`` at the start and after every
         iteration (for EM: of the conditioned model).
-    history_seconds_ : ndarray, shape (n_iter_ + 1,)
+    history_seconds_ : ndarray, shape ``(n_iter_ + 1,)``
         Seconds since the start of :meth:`fit` when each value was reached.
     n_iter_ : int
     n_features_in_ : int

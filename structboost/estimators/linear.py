@@ -214,9 +214,9 @@ class LinearChainCRF(BaseEstimator):
     intercept_ : ndarray, shape (K,)
     transitions_ : TransitionParams
     num_labels_ : int
-    history_ : ndarray, shape (n_iter_ + 1,)
+    history_ : ndarray, shape ``(n_iter_ + 1,)``
         Penalised NLL at the start and after every iteration.
-    history_seconds_ : ndarray, shape (n_iter_ + 1,)
+    history_seconds_ : ndarray, shape ``(n_iter_ + 1,)``
         Seconds since the start of :meth:`fit` when each value was reached.
     n_iter_ : int
     rank_ : int or None

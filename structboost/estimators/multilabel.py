@@ -471,7 +471,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         Training mutual information of the label pairs.
     tree_ : (L,) ndarray
         Chow-Liu parents (``"chow-liu"`` only).
-    pairs_ : (P, 2) ndarray and pairwise_ : PairwiseLabelModels (``"ess"`` only)
+    pairs_ : (P, 2) ndarray
+        The label pairs (``"ess"`` only).
+    pairwise_ : PairwiseLabelModels
+        The pairwise models (``"ess"`` only).
     crf_ : TreeCRFClassifier
     booster_ : xgboost.Booster
         The CRF's booster (``crf_.booster_``).
@@ -479,7 +482,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         0-based index of the last round the model uses.
     evals_result_ : dict
         CRF metric per round for each ``eval_set`` entry (``validation_i``).
-    feature_importances_ : (n_features_in_,) ndarray
+    feature_importances_ : ``(n_features_in_,)`` ndarray
         Total gain of the CRF's splits on each input feature.
     """
 

@@ -77,7 +77,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         The stopping metric on the last ``eval_set`` entry at
         ``best_iteration_`` (only with an ``eval_set``).
     n_classes_ : int
-    feature_importances_ : ndarray, shape (n_features_in_,)
+    feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
     """
 

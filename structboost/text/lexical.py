@@ -399,7 +399,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        scipy.sparse.csr_matrix, shape (n, n_features_out_), float32
+        scipy.sparse.csr_matrix, shape ``(n, n_features_out_)``, float32
         """
         row_ptr, row_attr, lengths = self._fit(X, lengths, groups)
         return self._assemble(row_ptr, row_attr, lengths)
@@ -414,7 +414,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        scipy.sparse.csr_matrix, shape (n, n_features_out_), float32
+        scipy.sparse.csr_matrix, shape ``(n, n_features_out_)``, float32
             Ones where a feature fires; features unknown to the fitted
             vocabulary are ignored. Indices sorted within each row.
         """
@@ -500,7 +500,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        (n_features_out_,) ndarray of str (object dtype)
+        ``(n_features_out_,)`` ndarray of str (object dtype)
         """
         check_is_fitted(self, "columns_")
         attrs = sorted(self.attributes_, key=self.attributes_.__getitem__)
