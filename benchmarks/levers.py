@@ -65,43 +65,43 @@ AS_SHIPPED = {
 LEVERS = {
     "bound": {"step": "bound"},
     "logitboost": {"mode": "logitboost"},
-    "treecrf": {"mode": "treecrf", "transitions": "newton"},
-    "bound+newton": {"step": "bound", "transitions": "newton"},
+    "treecrf": {"mode": "treecrf", "transition_solver": "newton"},
+    "bound+newton": {"step": "bound", "transition_solver": "newton"},
     "adaptive": {"step": "adaptive"},
-    "adaptive+newton": {"step": "adaptive", "transitions": "newton"},
-    "adaptive+newton+eta0.1": {"step": "adaptive", "transitions": "newton", "learning_rate": 0.1},
-    "adaptive+newton+eta1": {"step": "adaptive", "transitions": "newton", "learning_rate": 1.0},
+    "adaptive+newton": {"step": "adaptive", "transition_solver": "newton"},
+    "adaptive+newton+eta0.1": {"step": "adaptive", "transition_solver": "newton", "learning_rate": 0.1},
+    "adaptive+newton+eta1": {"step": "adaptive", "transition_solver": "newton", "learning_rate": 1.0},
     "adaptive+newton+mo8": {
-        "step": "adaptive", "transitions": "newton", "multi_strategy": "multi_output_tree",
+        "step": "adaptive", "transition_solver": "newton", "multi_strategy": "multi_output_tree",
         "max_depth": 8,
     },
     "adaptive+newton+mo6": {
-        "step": "adaptive", "transitions": "newton", "multi_strategy": "multi_output_tree",
+        "step": "adaptive", "transition_solver": "newton", "multi_strategy": "multi_output_tree",
     },
     "adaptive+newton+stop-error": {
-        "step": "adaptive", "transitions": "newton", "eval_metric": "error",
+        "step": "adaptive", "transition_solver": "newton", "eval_metric": "crf-error",
     },
     "adaptive+newton+reg10": {
-        "step": "adaptive", "transitions": "newton", "reg_transitions": 10.0,
+        "step": "adaptive", "transition_solver": "newton", "reg_transitions": 10.0,
     },
     "adaptive+newton+length": {
-        "step": "adaptive", "transitions": "newton", "gamma": "length",
+        "step": "adaptive", "transition_solver": "newton", "hessian_bound": "length",
     },
     "adaptive+mo8": {
         "step": "adaptive", "multi_strategy": "multi_output_tree", "max_depth": 8,
     },
     "adaptive+mo8+stop-error": {
         "step": "adaptive", "multi_strategy": "multi_output_tree", "max_depth": 8,
-        "eval_metric": "error",
+        "eval_metric": "crf-error",
     },
     "adaptive+newton+mo8+eta0.1": {
-        "step": "adaptive", "transitions": "newton", "multi_strategy": "multi_output_tree",
+        "step": "adaptive", "transition_solver": "newton", "multi_strategy": "multi_output_tree",
         "max_depth": 8, "learning_rate": 0.1,
     },
     "adaptive+eta0.1": {"step": "adaptive", "learning_rate": 0.1},
     "adaptive+reg10": {"step": "adaptive", "reg_transitions": 10.0},
     "bound+newton+mo8": {
-        "step": "bound", "transitions": "newton", "multi_strategy": "multi_output_tree", "max_depth": 8,
+        "step": "bound", "transition_solver": "newton", "multi_strategy": "multi_output_tree", "max_depth": 8,
     },
     "logitboost+mo8": {
         "mode": "logitboost", "multi_strategy": "multi_output_tree", "max_depth": 8,
@@ -165,9 +165,9 @@ DATASETS = {
 def estimator(name, fixed, args):
     """The estimator of one configuration; those of ``AS_SHIPPED`` without a budget."""
     if name in AS_SHIPPED:
-        return XGBCRFClassifier(nthread=args.threads, **fixed, **AS_SHIPPED[name])
+        return XGBCRFClassifier(n_jobs=args.threads, **fixed, **AS_SHIPPED[name])
     kwargs = {"n_estimators": args.rounds, "early_stopping_rounds": args.patience,
-              "nthread": args.threads, **fixed, **LEVERS[name]}
+              "n_jobs": args.threads, **fixed, **LEVERS[name]}
     return XGBCRFClassifier(**kwargs)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from ._version import __version__
 from ._extras import require
+from .inference.chain import GAMMA_METHODS
 from .objectives.params import DEFAULTS, MODES, SOLVERS, STEPS
 
 logger = logging.getLogger("structboost.cli")
@@ -218,6 +219,14 @@ def _check_tags(frame, path, columns, scheme):
         raise
 
 
+def _hessian_bound(text):
+    """``--hessian-bound``: a bound's name, or a number (checked by the objective's spec)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def train(args):
     """Fit a :class:`~structboost.tagging.ChunkTagger` on a token file and save it."""
     from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
@@ -233,13 +242,19 @@ def train(args):
         _check_tags(dev, args.dev, columns, args.scheme)
     extra = tuple(c for c in columns if c not in ("token", "tag"))
     engine = {"xgboost": XGBCRFClassifier, "lightgbm": LGBMCRFClassifier}[args.engine]
+    # --learning-rate and --max-depth default to the estimator's own defaults
+    engine_defaults = {
+        k: v for k, v in (("learning_rate", args.learning_rate), ("max_depth", args.max_depth))
+        if v is not None
+    }  # fmt: skip
     classifier = engine(
         mode=args.mode,
+        hessian_bound=args.hessian_bound,
         step=args.step,
-        transitions=args.transitions,
+        transition_solver=args.transition_solver,
+        reg_transitions=args.reg_transitions,
         n_estimators=args.rounds,
-        learning_rate=args.learning_rate,
-        max_depth=args.max_depth,
+        **engine_defaults,
         early_stopping_rounds=args.early_stopping if dev is not None else None,
         n_jobs=args.threads,
     )
@@ -421,15 +436,27 @@ def build_parser():
     t.add_argument(
         "--engine", choices=["xgboost", "lightgbm"], default="xgboost", help="boosting library"
     )
+    # The objective's options and their defaults are the library's (ObjectiveSpec).
     t.add_argument("--mode", choices=MODES, default=DEFAULTS["mode"], help="CRF objective")
-    t.add_argument("--step", choices=STEPS, default=DEFAULTS["step"], help="GBCRF step size")
-    # The CoNLL benchmark measured the Newton step better and cheaper on NER.
     t.add_argument(
-        "--transitions", choices=SOLVERS, default="newton", help="transition solver"
-    )
+        "--hessian-bound", type=_hessian_bound, default=DEFAULTS["hessian_bound"],
+        help=f"GBCRF's Hessian bound: {', '.join(GAMMA_METHODS)} or a positive number",
+    )  # fmt: skip
+    t.add_argument("--step", choices=STEPS, default=DEFAULTS["step"], help="GBCRF step size")
+    t.add_argument(
+        "--transition-solver", choices=SOLVERS, default=DEFAULTS["transition_solver"],
+        help="solver refitting the transitions every round (newton: one cheaper step)",
+    )  # fmt: skip
+    t.add_argument(
+        "--reg-transitions", type=float, default=DEFAULTS["reg_transitions"],
+        help="L2 penalty on the transition scores",
+    )  # fmt: skip
     t.add_argument("--rounds", type=int, default=300, help="boosting rounds (at most)")
-    t.add_argument("--learning-rate", type=float, default=0.5, help="shrinkage per round")
-    t.add_argument("--max-depth", type=int, default=6, help="depth of each tree")
+    t.add_argument(
+        "--learning-rate", type=float, default=None,
+        help="learning rate (default: the engine estimator's)",
+    )  # fmt: skip
+    t.add_argument("--max-depth", type=int, default=None, help="(default: the estimator's)")
     t.add_argument(
         "--early-stopping", type=int, default=20, help="patience on --dev (rounds)"
     )
@@ -437,7 +464,8 @@ def build_parser():
     t.add_argument("--min-count", type=int, default=2, help="vocabulary threshold")
     t.add_argument(
         "--threads", type=int, default=None,
-        help="threads for the engine, the numba kernels and BLAS (none given: all cores)",
+        help="threads of the engine and the numba kernels (the estimator's n_jobs; "
+        "default: all cores)",
     )  # fmt: skip
     t.add_argument("--verbose", type=int, default=10, help="print metrics every N rounds")
     t.set_defaults(func=train)

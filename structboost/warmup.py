@@ -33,7 +33,9 @@ def _chain(n_sequences, mask):
     for mode in MODES:
         for solver in SOLVERS if mode != "logitboost" else SOLVERS[:1]:
             allowed = mask if mode != "logitboost" else None
-            obj = crf_objective(3, mode=mode, transitions=solver, allowed_transitions=allowed)
+            obj = crf_objective(
+                3, mode=mode, transition_solver=solver, allowed_transitions=allowed
+            )
             booster = xgb.train(
                 xgb_params(3, max_depth=2, nthread=1), dtrain, num_boost_round=2, obj=obj,
                 custom_metric=obj.metric, evals=[(dtrain, "train")], verbose_eval=False,

@@ -229,3 +229,22 @@ print(viterbi(np.zeros((3, 2)), [3], np.zeros((2, 2)), np.zeros(2), np.zeros(2))
     assert labels == "[0 0 0]"
     notes = [line for line in done.stderr.splitlines() if "numba is compiling" in line]
     assert len(notes) == 1 and fallback in notes[0]
+
+
+def test_train_defaults_are_the_librarys():
+    """The objective's flags default to ObjectiveSpec's; the engine's to the estimator's."""
+    import inspect
+
+    from structboost.estimators.chain import XGBCRFClassifier
+    from structboost.objectives.params import DEFAULTS
+
+    args = build_parser().parse_args(
+        ["train", "--train", "t.txt", "--model", "m.json", "--hessian-bound", "2.5"]
+    )
+    for name in ("mode", "step", "transition_solver", "reg_transitions"):
+        assert getattr(args, name) == DEFAULTS[name]
+    assert args.hessian_bound == 2.5
+    assert args.learning_rate is None and args.max_depth is None  # the estimator's own
+    assert inspect.signature(XGBCRFClassifier).parameters["hessian_bound"].default == "mixing"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--train", "t", "--model", "m", "--transitions", "lbfgs"])

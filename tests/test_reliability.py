@@ -280,7 +280,7 @@ def test_non_finite_transitions_in_memory_are_caught(hmm):
 def test_diverged_training_margins_are_reported_as_divergence():
     batch = SequenceBatch.build([0, 1, 2, 0], [4], 3)
     margins = np.zeros((4, 3))
-    margins[2, 0] = 3.6e16  # where gamma=1.0 with eta=1 on protein ended up
+    margins[2, 0] = 3.6e16  # where hessian_bound=1.0 with eta=1 on protein ended up
     with pytest.raises(ValueError, match=r"row 2, label 0 is 3.6e\+16 .*training has diverged"):
         CRFObjective(3).grad_hess(margins, batch)
 

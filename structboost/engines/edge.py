@@ -24,7 +24,7 @@ import xgboost as xgb
 
 from ..objectives.chain import SequenceBatch
 from ..objectives.edge import EdgeCRFObjective, edge_positions, edge_potentials, edge_row_counts
-from ..objectives.params import DEFAULTS, fill_doc
+from ..objectives.params import EDGE_PARAMS, ObjectiveSpec, fill_doc
 from ..sequences import offsets_from_lengths, resolve_lengths
 from ..transitions.chain import TransitionParams
 from .xgboost import XGBCRFObjective, booster_margins, load_state
@@ -184,16 +184,8 @@ class XGBEdgeCRFObjective(XGBCRFObjective):
         return SequenceBatch.build(labels, lengths, self.num_labels, dmat.get_weight())
 
 
-@fill_doc("gamma", "metric", "allowed_transitions", "nthread")
-def edge_crf_objective(
-    num_labels,
-    mode=DEFAULTS["mode"],
-    gamma=DEFAULTS["gamma"],
-    metric=DEFAULTS["metric"],
-    allowed_transitions=None,
-    nthread=None,
-    hess_floor=DEFAULTS["hess_floor"],
-):
+@fill_doc(*EDGE_PARAMS)
+def edge_crf_objective(num_labels, spec=None, **params):
     """Build a CRF objective with boosted, input-dependent transitions for ``xgboost.train``.
 
     Parameters
@@ -201,22 +193,25 @@ def edge_crf_objective(
     num_labels : int
         Number of labels K; the booster needs ``num_target=K`` (see
         :func:`structboost.xgb_params`).
-    mode : {"gbcrf", "treecrf"}, default "gbcrf"
-        Hessian ``gamma p (1 - p)`` with the edge bound of Chen et al.'s
-        Theorem 4.2, or Dietterich et al.'s unit Hessian.
+    spec : ObjectiveSpec, optional
+        The objective's settings, with ``transitions_from="input"`` (the
+        default here); the keywords below change them. Modes ``"gbcrf"``
+        (Hessian ``gamma p (1 - p)`` with the edge bound of Chen et al.'s
+        Theorem 4.2) and ``"treecrf"`` (Dietterich et al.'s unit Hessian);
+        a setting of the transition solver (``step``,
+        ``transition_solver``, ``reg_transitions``, ``transition_iter``)
+        raises: nothing is refit here.
     {objective_params}
-    hess_floor : float
-        Smallest Hessian per row and label before weighting.
 
     Returns
     -------
     XGBEdgeCRFObjective
     """
-    crf = EdgeCRFObjective(
-        num_labels, mode=mode, gamma=gamma, hess_floor=hess_floor,
-        allowed_transitions=allowed_transitions, nthread=nthread,
-    )  # fmt: skip
-    return XGBEdgeCRFObjective(crf, metric=metric)
+    if spec is None:
+        params.setdefault("transitions_from", "input")
+    spec = ObjectiveSpec.build(spec, **params)
+    spec.check_route("input", "edge_crf_objective")
+    return XGBEdgeCRFObjective(EdgeCRFObjective(num_labels, spec))
 
 
 def is_edge_model(booster):

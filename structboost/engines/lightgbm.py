@@ -21,7 +21,7 @@ from pathlib import Path
 import lightgbm as lgb
 
 from .base import EngineObjective, build_batch
-from ..objectives.params import DEFAULTS, fill_doc
+from ..objectives.params import LINEAR_PARAMS, ObjectiveSpec, fill_doc
 from ..objectives.chain import CRFObjective
 from .state import STATE_KEY, TransitionHistory, state_dict
 
@@ -228,8 +228,7 @@ class LGBCRFObjective(EngineObjective):
     Attributes
     ----------
     crf : CRFObjective
-        The engine-agnostic objective (mode, gamma, solver, timings).
-    metric_name : {"nll", "error"}
+        The engine-agnostic objective (its ``spec``, the transitions, timings).
     """
 
     # Booster.__boost flattens multiclass gradients class-major, then casts them to
@@ -281,26 +280,15 @@ class LGBCRFObjective(EngineObjective):
     def sklearn_metric(self, y_true, y_pred, weight, group):
         """The metric in the signature of LightGBM's scikit-learn ``eval_metric``."""
         batch = self._sklearn_batch(y_true, weight, group)
-        return (*self.crf.evaluate(y_pred, batch, self.metric_name), False)
+        return (*self.crf.evaluate(y_pred, batch), False)
 
     def callback(self):
         """A :class:`LGBTransitionRecorder` to pass in ``callbacks=``."""
         return LGBTransitionRecorder(self)
 
 
-@fill_doc('mode', 'gamma', 'step', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions', 'nthread')
-def lgb_crf_objective(
-    num_labels,
-    mode=DEFAULTS["mode"],
-    gamma=DEFAULTS["gamma"],
-    step=DEFAULTS["step"],
-    transitions=DEFAULTS["transitions"],
-    reg_transitions=DEFAULTS["reg_transitions"],
-    metric=DEFAULTS["metric"],
-    allowed_transitions=None,
-    nthread=None,
-    **kwargs,
-):
+@fill_doc(*LINEAR_PARAMS)
+def lgb_crf_objective(num_labels, spec=None, **params):
     """Build a chain-CRF objective for ``lightgbm.train``.
 
     Parameters
@@ -308,10 +296,10 @@ def lgb_crf_objective(
     num_labels : int
         Number of labels K; the booster needs ``num_class=K``
         (see :func:`lgb_params`).
+    spec : ObjectiveSpec, optional
+        The objective's settings; the keywords below change them (they
+        build one :class:`~structboost.objectives.params.ObjectiveSpec`).
     {objective_params}
-    **kwargs
-        ``transition_iter``, ``hess_floor``: see
-        :class:`~structboost.objectives.chain.CRFObjective`.
 
     Returns
     -------
@@ -328,15 +316,6 @@ def lgb_crf_objective(
     ...     valid_sets=[dvalid], feval=obj.metric,
     ...     callbacks=[obj.callback(), lightgbm.early_stopping(10)])
     """
-    crf = CRFObjective(
-        num_labels,
-        mode=mode,
-        gamma=gamma,
-        step=step,
-        transitions=transitions,
-        reg_transitions=reg_transitions,
-        allowed_transitions=allowed_transitions,
-        nthread=nthread,
-        **kwargs,
-    )
-    return LGBCRFObjective(crf, metric=metric)
+    spec = ObjectiveSpec.build(spec, **params)
+    spec.check_route("linear", "lgb_crf_objective")
+    return LGBCRFObjective(CRFObjective(num_labels, spec))

@@ -22,7 +22,7 @@ import xgboost as xgb
 from .. import _compile_log
 from .._extras import require_gpu
 from ..objectives.chain import CRFObjective, SequenceBatch
-from ..objectives.params import DEFAULTS, fill_doc
+from ..objectives.params import LINEAR_PARAMS, ObjectiveSpec, fill_doc
 from ..transitions.chain import TransitionParams
 from .base import EngineObjective
 from .state import STATE_KEY, TransitionHistory, parse_params, parse_state, state_dict
@@ -246,8 +246,7 @@ class XGBCRFObjective(EngineObjective):
     Attributes
     ----------
     crf : CRFObjective
-        The engine-agnostic objective (mode, gamma, solver, timings).
-    metric_name : {"nll", "error"}
+        The engine-agnostic objective (its ``spec``, the transitions, timings).
     """
 
     state_key = STATE_KEY
@@ -278,20 +277,8 @@ class XGBCRFObjective(EngineObjective):
         return TransitionRecorder(self)
 
 
-@fill_doc('mode', 'gamma', 'step', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions', 'nthread')
-def crf_objective(
-    num_labels,
-    mode=DEFAULTS["mode"],
-    gamma=DEFAULTS["gamma"],
-    step=DEFAULTS["step"],
-    transitions=DEFAULTS["transitions"],
-    reg_transitions=DEFAULTS["reg_transitions"],
-    metric=DEFAULTS["metric"],
-    allowed_transitions=None,
-    nthread=None,
-    device="cpu",
-    **kwargs,
-):
+@fill_doc(*LINEAR_PARAMS)
+def crf_objective(num_labels, spec=None, *, device="cpu", **params):
     """Build a chain-CRF objective for ``xgboost.train``.
 
     Parameters
@@ -299,34 +286,25 @@ def crf_objective(
     num_labels : int
         Number of labels K; the booster needs ``num_target=K``
         (see :func:`xgb_params`).
-    {objective_params}
+    spec : ObjectiveSpec, optional
+        The objective's settings; the keywords below change them (they
+        build one :class:`~structboost.objectives.params.ObjectiveSpec`).
     device : {"cpu", "cuda"}
         Where the objective's round runs. ``"cuda"`` (needs
         ``structboost-crf[gpu]`` and a CUDA GPU; pair it with XGBoost's
         ``device="cuda"``) refits the transitions and computes G and H with
         the kernels of :mod:`structboost.objectives.gpu` and hands XGBoost
         device arrays; the metric's inference and Viterbi run there too.
-    **kwargs
-        ``transition_iter``, ``hess_floor``: see
-        :class:`~structboost.objectives.chain.CRFObjective`.
+    {objective_params}
 
     Returns
     -------
     XGBCRFObjective
     """
+    spec = ObjectiveSpec.build(spec, **params)
+    spec.check_route("linear", "crf_objective")
     cls = CRFObjective
     if _check_device(device) == "cuda":
         require_gpu(f"crf_objective(device={device!r})")
         from ..objectives.gpu import DeviceCRFObjective as cls
-    crf = cls(
-        num_labels,
-        mode=mode,
-        gamma=gamma,
-        step=step,
-        transitions=transitions,
-        reg_transitions=reg_transitions,
-        allowed_transitions=allowed_transitions,
-        nthread=nthread,
-        **kwargs,
-    )
-    return XGBCRFObjective(crf, metric=metric)
+    return XGBCRFObjective(cls(num_labels, spec))

@@ -18,7 +18,7 @@ import numpy as np
 import xgboost as xgb
 
 from ..sequences import resolve_lengths
-from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
+from ..objectives.params import TREE_PARAMS, TREE_SOLVERS, ObjectiveSpec, fill_doc
 from ..objectives.tree import TreeCRFObjective, TreeLabelBatch
 from ..transitions.tree import TreeTransitionParams
 from .xgboost import XGBCRFObjective, dmatrix_lengths
@@ -136,18 +136,8 @@ class XGBTreeCRFObjective(XGBCRFObjective):
         )
 
 
-@fill_doc('mode', 'gamma', 'step', 'transitions', 'reg_transitions', 'metric', solvers=TREE_SOLVERS)
-def tree_crf_objective(
-    num_labels,
-    n_edge_types=1,
-    mode=DEFAULTS["mode"],
-    gamma=DEFAULTS["gamma"],
-    step=DEFAULTS["step"],
-    transitions=DEFAULTS["transitions"],
-    reg_transitions=DEFAULTS["reg_transitions"],
-    metric=DEFAULTS["metric"],
-    **kwargs,
-):
+@fill_doc(*TREE_PARAMS, solvers=TREE_SOLVERS)
+def tree_crf_objective(num_labels, n_edge_types=1, spec=None, **params):
     """Build a tree-CRF objective for ``xgboost.train``.
 
     Parameters
@@ -157,25 +147,18 @@ def tree_crf_objective(
         (:func:`structboost.xgb_params`).
     n_edge_types : int
         Edge types, each with its own ``(K, K)`` potential.
+    spec : ObjectiveSpec, optional
+        The objective's settings; the keywords below change them (they
+        build one :class:`~structboost.objectives.params.ObjectiveSpec`).
     {objective_params}
-    **kwargs
-        ``transition_iter``, ``hess_floor``.
 
     Returns
     -------
     XGBTreeCRFObjective
     """
-    crf = TreeCRFObjective(
-        num_labels,
-        n_edge_types,
-        mode=mode,
-        gamma=gamma,
-        step=step,
-        transitions=transitions,
-        reg_transitions=reg_transitions,
-        **kwargs,
-    )
-    return XGBTreeCRFObjective(crf, metric=metric)
+    spec = ObjectiveSpec.build(spec, **params)
+    spec.check_route("linear", "tree_crf_objective")
+    return XGBTreeCRFObjective(TreeCRFObjective(num_labels, n_edge_types, spec))
 
 
 __all__ = [

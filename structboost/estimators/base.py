@@ -16,13 +16,21 @@
   (``(X, y)`` when ``X`` carries its boundaries) or dicts with the same names
   as ``fit``'s arguments and an optional ``"name"``; their metric history is
   ``evals_result_[name]`` (``"validation_i"`` by default).
+- The objective's parameters (``mode``, ``hessian_bound``, ``step``,
+  ``transition_solver``, ``reg_transitions``, ...) are flat constructor
+  parameters; ``fit`` builds one
+  :class:`~structboost.objectives.params.ObjectiveSpec` from them. Every
+  other name an engine knows (``gamma``, ``reg_lambda``, ...) keeps the
+  engine's meaning.
 - ``eval_metric`` and ``callbacks`` are constructor parameters with the
   meaning of XGBoost's scikit-learn wrapper: metric names (``"crf-nll"``,
-  ``"crf-error"``) or callables ``f(y_true, y_proba)``, the last one driving
-  early stopping; callbacks run after the transition recorder.
-- Threads: ``n_jobs`` (or the engine's ``nthread`` / ``num_threads``) is
-  the one setting: the engine, the objective's numba kernels
-  (``nthread``) and BLAS all get it; None leaves each its default.
+  ``"crf-error"``, the objective's own names) or callables ``f(y_true,
+  y_proba)``, the last one driving early stopping; callbacks run after the
+  transition recorder.
+- Threads: ``n_jobs`` is the one setting (the engine's ``nthread`` /
+  ``num_threads`` are refused): the engine gets it, and the objective's
+  numba kernels get it as the spec's ``nthread`` each round; None leaves
+  each its default.
 - Fitted: ``booster_`` (also ``get_booster()``), ``classes_``,
   ``n_classes_``, ``evals_result_``, ``best_iteration_`` (an int: the
   0-based last round the model uses), ``best_score_`` (with an
@@ -42,20 +50,16 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from threadpoolctl import threadpool_limits
 
 from .. import _config
-from ..inference.chain import forward_backward
+from ..objectives.params import METRICS, ObjectiveSpec, metric_name
 from ..sequences import resolve_lengths
 
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
-# The objective's parameters every estimator has (declared in objectives.params).
-OBJECTIVE_PARAMS = ("mode", "gamma", "step", "transitions", "reg_transitions")
-# Engine names of the thread count, in the order they are read.
-_THREAD_PARAMS = ("n_jobs", "nthread", "num_threads")
-# eval_metric names and the objective's metric each one is.
-_METRIC_NAMES = {"crf-nll": "nll", "nll": "nll", "crf-error": "error", "error": "error"}
+# Engine spellings of the thread count that the estimators refuse (n_jobs is the one).
+_ENGINE_THREADS = ("nthread", "num_threads")
 
 
-def eval_metrics(eval_metric, allow_callables=True):
+def eval_metrics(eval_metric):
     """``eval_metric`` as a list of ``(name, metric)``; the last drives early stopping.
 
     Parameters
@@ -65,13 +69,12 @@ def eval_metrics(eval_metric, allow_callables=True):
         callables ``f(y_true, y_proba[, sample_weight=])`` as in XGBoost's
         scikit-learn wrapper: ``y_true`` ``(n,)`` label indices, ``y_proba``
         ``(n, K)`` posterior marginals; lower is better. None: ``"crf-nll"``.
-    allow_callables : bool
-        False where the estimator has no marginals to hand a callable.
 
     Returns
     -------
     list of (str, str or callable)
-        The name in ``evals_result_`` and the objective's metric name or the callable.
+        The name in ``evals_result_`` and the objective's metric (a name
+        of :data:`~structboost.objectives.params.METRICS` or the callable).
     """
     if eval_metric is None:
         items = ["crf-nll"]
@@ -81,13 +84,10 @@ def eval_metrics(eval_metric, allow_callables=True):
         items = list(eval_metric)
     metrics = []
     for item in items:
-        if isinstance(item, str) and item in _METRIC_NAMES:
-            metrics.append((f"crf-{_METRIC_NAMES[item]}", _METRIC_NAMES[item]))
-        elif callable(item) and allow_callables:
-            metrics.append((getattr(item, "__name__", type(item).__name__), item))
+        if (isinstance(item, str) and item in METRICS) or callable(item):
+            metrics.append((metric_name(item), item))
         else:
-            allowed = "'crf-nll', 'crf-error'" + (" or a callable f(y_true, y_proba)"
-                                                  if allow_callables else "")
+            allowed = "'crf-nll', 'crf-error' or a callable f(y_true, y_proba)"
             raise ValueError(
                 f"eval_metric {item!r} is not a CRF metric: use {allowed}. The engine's "
                 "built-in metrics would read the CRF margins as class scores, which they "
@@ -103,29 +103,13 @@ def evaluate_metrics(crf, metrics, margins, batch):
 
     Parameters
     ----------
-    crf : CRFObjective
+    crf : NodeObjective
         Holds the current transitions.
     metrics : list of (str, str or callable)
     margins : (n, K) array-like
-    batch : SequenceBatch
+    batch : SequenceBatch or TreeLabelBatch
     """
-    results, marginals = [], None
-    for name, metric in metrics:
-        if isinstance(metric, str):
-            results.append((name, crf.evaluate(margins, batch, metric)[1]))
-            continue
-        if marginals is None:
-            p = crf.params
-            lengths = batch.lengths
-            marginals = forward_backward(crf.check_margins(margins), lengths, p.transitions,
-                                         p.start, p.end)[1]  # fmt: skip
-            weight = np.repeat(batch.seq_weight, lengths)
-        if (weight == 1).all():
-            value = metric(batch.labels, marginals)
-        else:
-            value = metric(batch.labels, marginals, sample_weight=weight)
-        results.append((name, float(value)))
-    return results
+    return [(name, crf.evaluate(margins, batch, metric)[1]) for name, metric in metrics]
 
 
 def eval_entry(item, index, n_rows, structure=()):
@@ -225,27 +209,70 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
             setattr(self, key, value)
         return self
 
-    def _objective_kwargs(self):
-        """The objective's parameters, after refusing engine parameters that clash with them."""
+    def _objective_spec(self, metrics, **route):
+        """The objective's spec, built once from the parameters (see the module notes).
+
+        Parameters
+        ----------
+        metrics : list of (str, str or callable)
+            From :func:`eval_metrics`: the last one is the spec's metric.
+        **route
+            Fields the estimator sets itself (``allowed_transitions``,
+            ``transitions_from``).
+
+        Returns
+        -------
+        ObjectiveSpec
+        """
         reserved = sorted(set(self._engine_kwargs()) & set(_RESERVED))
         if reserved:
             raise ValueError(
                 f"{reserved} are set by {type(self).__name__} for the CRF objective: remove "
-                "them from the parameters (use mode=, gamma=, step=, transitions=, eval_metric= "
-                "instead)."
+                "them from the parameters (use mode=, hessian_bound=, step=, "
+                "transition_solver=, eval_metric= instead)."
             )
-        return {name: getattr(self, name) for name in OBJECTIVE_PARAMS}
+        return ObjectiveSpec(
+            mode=self.mode,
+            hessian_bound=self.hessian_bound,
+            step=self.step,
+            transition_solver=self.transition_solver,
+            reg_transitions=self.reg_transitions,
+            metric=metrics[-1][1],
+            nthread=self._threads(),
+            **route,
+        )
 
     # -- threads ----------------------------------------------------------
     def _threads(self):
-        """The one thread count (``n_jobs``, else ``nthread`` / ``num_threads``); None: defaults."""
+        """The one thread count, ``n_jobs``.
+
+        None or <= 0: :func:`structboost._config.default_threads` (None, each
+        engine's default, unless a spinning OpenMP runtime was loaded before
+        structboost: then the cores idle when the fit starts).
+        """
         engine = self._engine_kwargs()
-        value = next((engine[k] for k in _THREAD_PARAMS if engine.get(k) is not None), None)
-        return None if value is None or value <= 0 else int(value)
+        refused = [k for k in _ENGINE_THREADS if k in engine]
+        if refused:
+            raise ValueError(
+                f"{type(self).__name__} takes its thread count as n_jobs; got {refused}: "
+                f"pass n_jobs={engine[refused[0]]!r} instead."
+            )
+        value = engine.get("n_jobs")
+        if value is None or value <= 0:
+            return _config.default_threads()
+        return int(value)
+
+    def _engine_params(self):
+        """The engine keyword arguments, with the thread count of :meth:`_threads`."""
+        engine = self._engine_kwargs()
+        threads = self._threads()
+        if threads is not None:
+            engine["n_jobs"] = threads
+        return engine
 
     @contextlib.contextmanager
     def _thread_limits(self):
-        """numba kernels and BLAS on :meth:`_threads` threads inside the block."""
+        """numba kernels and BLAS on :meth:`_threads` threads inside the block (prediction)."""
         n = self._threads()
         if n is None:
             yield

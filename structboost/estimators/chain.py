@@ -82,7 +82,9 @@ from . import nested as _nested
 from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
 
 _FILE_FORMAT = "structboost-crf-classifier"
-_FILE_VERSION = 1
+# Version 2: the parameters hessian_bound and transition_solver (were gamma and
+# transitions); version-1 files are refused with the message of read_document.
+_FILE_VERSION = 2
 _FILE_HINT = "write one with the estimator's save_model(path)"
 
 
@@ -207,11 +209,12 @@ class _CRFClassifier(BoostedCRFClassifier):
         classes, codes = self._fit_classes(_nested.flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
         metrics = eval_metrics(self.eval_metric)
-        crf = self._objective_kwargs()
         self.constraints_ = resolve_constraints(
             self.allowed_transitions, len(classes), labels=classes
         )
-        crf["allowed_transitions"] = self.constraints_
+        spec = self._objective_spec(
+            metrics, allowed_transitions=self.constraints_, **self._route()
+        )
         seq_weight = self._sequence_weights(sample_weight, lengths)
         self.base_model_ = None
         if self.base_model is not None:
@@ -241,11 +244,9 @@ class _CRFClassifier(BoostedCRFClassifier):
             raise ValueError(f"eval_set names must differ; got {names}.")
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
-        crf["nthread"] = self._threads()
-        with self._thread_limits():
-            booster, evals_result = self._train(
-                train, evals, crf, len(classes), verbose, names, metrics
-            )
+        booster, evals_result = self._train(
+            train, evals, spec, len(classes), verbose, names, metrics
+        )
         self._set_fitted(classes, booster, evals_result, metrics)
         return self
 
@@ -552,7 +553,7 @@ feature_names_in_ : ndarray of str
 
 
 @fill_doc(
-    "mode", "gamma", "step", "transitions", "reg_transitions", "transitions_from",
+    "mode", "hessian_bound", "step", "transition_solver", "reg_transitions", "transitions_from",
     shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
 )
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
@@ -591,9 +592,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         that stores the transitions (as ``XGBClassifier(callbacks=)``).
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
-        ``random_state``, ``multi_strategy``, ...). ``n_jobs`` (or
-        ``nthread``) sets the threads of XGBoost, of the objective's numba
-        kernels and of BLAS alike (None: each its default). With
+        ``random_state``, ``multi_strategy``, ``gamma``, ...), with
+        XGBoost's meaning. ``n_jobs`` sets the threads of XGBoost and of the
+        objective's numba kernels (None: each its default). With
         ``device="cuda"`` the CRF objective runs on the GPU as well
         (``crf_objective(..., device="cuda")``, needs ``structboost-crf[gpu]``).
 
@@ -611,9 +612,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self,
         *,
         mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
+        hessian_bound=DEFAULTS["hessian_bound"],
         step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
+        transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
         learning_rate=0.3,
@@ -628,9 +629,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         **kwargs,
     ):
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -685,7 +686,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             nthread=-1 if threads is None else threads,
         )
 
-    def _train(self, train, evals, crf, n_classes, verbose, names, metrics):
+    def _route(self):
+        return {"transitions_from": self.transitions_from}
+
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
         if self._boosted_transitions:
             if self.base_model is not None:
                 raise ValueError(
@@ -693,21 +697,16 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
                     'with transitions_from="input" the trees score the transitions: drop '
                     'base_model or use transitions_from="linear".'
                 )
-            obj = edge_crf_objective(
-                n_classes, mode=crf["mode"], gamma=crf["gamma"],
-                allowed_transitions=crf["allowed_transitions"],
-            )  # fmt: skip
+            obj = edge_crf_objective(n_classes, spec)
         else:
-            # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost-crf[gpu]).
-            obj = crf_objective(
-                n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf
-            )
+            # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
+            obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
             self._start_transitions(obj)
         params = xgb_params(
             n_classes,
             eta=self.learning_rate,
             max_depth=self.max_depth,
-            **self._engine_kwargs(),
+            **self._engine_params(),
         )
         dvalid = [self._dmatrix(*e, num_labels=n_classes) for e in evals]
         dtrain = self._dmatrix(*train, num_labels=n_classes)
@@ -762,7 +761,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
 
 
 @fill_doc(
-    "mode", "gamma", "step", "transitions", "reg_transitions",
+    "mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
     shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
 )
 class LGBMCRFClassifier(_CRFClassifier):
@@ -792,9 +791,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         transitions.
     **kwargs
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
-        ``random_state``, ...). ``n_jobs`` sets the threads of LightGBM, of
-        the objective's numba kernels and of BLAS alike (None: each its
-        default). Needs ``pip install "structboost-crf[lightgbm]"``. The safe defaults of
+        ``random_state``, ...), with LightGBM's meaning. ``n_jobs`` sets
+        the threads of LightGBM and of the objective's numba kernels (None:
+        each its default). Needs ``pip install "structboost-crf[lightgbm]"``. The safe defaults of
         :func:`structboost.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
@@ -812,9 +811,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         self,
         *,
         mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
+        hessian_bound=DEFAULTS["hessian_bound"],
         step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
+        transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
         learning_rate=0.1,
@@ -829,9 +828,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         **kwargs,
     ):
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -851,21 +850,24 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _require_engine(self):
         require("lightgbm", "lightgbm", type(self).__name__)
 
-    def _train(self, train, evals, crf, n_classes, verbose, names, metrics):
+    def _route(self):
+        return {}
+
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
         import lightgbm as lgb
 
         from ..engines.base import build_batch
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
 
         X, y, lengths, seq_weight, init_score = train
-        obj = lgb_crf_objective(n_classes, **crf)
+        obj = lgb_crf_objective(n_classes, spec)
         self._start_transitions(obj)
         params = lgb_params(
             n_classes,
             learning_rate=self.learning_rate,
             max_depth=self.max_depth,
             num_leaves=self.num_leaves,
-            **self._engine_kwargs(),
+            **self._engine_params(),
         )
         if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
             params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")

@@ -38,7 +38,7 @@ def _map_rows(collection, fn, dtype):
     )
 
 
-@fill_doc("mode", "gamma", "step", "transitions", "reg_transitions")
+@fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions")
 class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost on a Dask cluster.
 
@@ -54,7 +54,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         Stop when the global CRF negative log-likelihood on the last
         ``eval_set`` entry has not improved for this many rounds.
     **kwargs
-        Any other XGBoost parameter (``min_child_weight``, ``nthread``, ...).
+        Any other XGBoost parameter (``min_child_weight``, ``n_jobs``, ...).
 
     Attributes
     ----------
@@ -75,9 +75,9 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         self,
         *,
         mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
+        hessian_bound=DEFAULTS["hessian_bound"],
         step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
+        transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
         learning_rate=0.3,
@@ -86,9 +86,9 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         **kwargs,
     ):
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -156,6 +156,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             evals.append((self._dmatrix(entry["X"], entry["y"], entry["groups"]), f"validation_{i}"))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
+        metrics = eval_metrics(None)
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
         )
@@ -163,14 +164,14 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             self.client,
             params,
             dtrain,
-            crf_objective(len(classes), **self._objective_kwargs()),
+            crf_objective(len(classes), self._objective_spec(metrics)),
             self.n_estimators,
             evals=evals,
             early_stopping_rounds=self.early_stopping_rounds,
             verbose_eval=verbose,
         )
         # The objective's metric (crf-nll) is the one the engine records and stops on.
-        self._set_fitted(classes, out["booster"], out["history"], eval_metrics(None))
+        self._set_fitted(classes, out["booster"], out["history"], metrics)
         return self
 
     def predict(self, X, *, groups, decode="viterbi"):

@@ -431,7 +431,7 @@ def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
 # ----------------------------------------------------------------------------- estimator
 
 
-@fill_doc("mode", "gamma", "step", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
+@fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions", solvers=TREE_SOLVERS)
 class ESSTreeCRFClassifier(BoostedCRFClassifier):
     """Multi-label classifier: a boosted CRF over a tree of labels.
 
@@ -491,9 +491,9 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         *,
         structure="ess",
         mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
+        hessian_bound=DEFAULTS["hessian_bound"],
         step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
+        transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=50,
         learning_rate=0.3,
@@ -513,9 +513,9 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.max_depth = max_depth
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.early_stopping_rounds = early_stopping_rounds
         self.edge_typing = edge_typing
@@ -606,13 +606,17 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self.n_features_in_ = x.shape[1]
         parents = self.structures(x, joint)
         self.crf_ = TreeCRFClassifier(
-            **self._objective_kwargs(),
+            mode=self.mode,
+            hessian_bound=self.hessian_bound,
+            step=self.step,
+            transition_solver=self.transition_solver,
+            reg_transitions=self.reg_transitions,
             n_estimators=self.n_estimators,
             learning_rate=self.learning_rate,
             max_depth=self.max_depth,
             n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
             early_stopping_rounds=self.early_stopping_rounds,
-            **{"seed": self.random_state, **self._engine_kwargs()},
+            **{"seed": self.random_state, **self._engine_params()},
         )
         evals = []
         for i, entry in enumerate(eval_set or ()):

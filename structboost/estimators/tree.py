@@ -30,7 +30,7 @@ def _edge_type_count(edge_types, given):
     return int(np.max(edge_types)) + 1 if len(edge_types) else 1
 
 
-@fill_doc("mode", "gamma", "step", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
+@fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions", solvers=TREE_SOLVERS)
 class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
 
@@ -52,15 +52,16 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     sequence_column : str, optional
         DataFrame column holding the per-row instance id, read on every call
         (never a feature); see :mod:`structboost.estimators.base`.
-    eval_metric : str or list of str, optional
-        ``"crf-nll"`` (default) and/or ``"crf-error"``, as in
+    eval_metric : str, callable or list of them, optional
+        ``"crf-nll"`` (default), ``"crf-error"`` or callables ``f(y_true,
+        y_proba[, sample_weight=])`` of the node marginals, as in
         :class:`structboost.XGBCRFClassifier`; the last drives early stopping.
     callbacks : list of xgboost.callback.TrainingCallback, optional
         Run after the one that stores the potentials.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``subsample``,
-        ``random_state``, ...). ``n_jobs`` (or ``nthread``) sets the threads
-        of XGBoost, the numba kernels and BLAS alike.
+        ``random_state``, ...). ``n_jobs`` sets the threads of XGBoost and
+        of the objective's numba kernels.
 
     Attributes
     ----------
@@ -85,9 +86,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         self,
         *,
         mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
+        hessian_bound=DEFAULTS["hessian_bound"],
         step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
+        transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
         learning_rate=0.3,
@@ -100,9 +101,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         **kwargs,
     ):
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -154,10 +155,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         """
         X, lengths = self._boundaries(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(y, X.shape[0])
-        metrics = eval_metrics(self.eval_metric, allow_callables=False)
-        crf = self._objective_kwargs()
+        metrics = eval_metrics(self.eval_metric)
         self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
-        obj = tree_crf_objective(len(classes), self.n_edge_types_, nthread=self._threads(), **crf)
+        obj = tree_crf_objective(len(classes), self.n_edge_types_, self._objective_spec(metrics))
         dtrain = self._dmatrix(X, codes, lengths, parents, edge_types, sample_weight)
         dvalid, names = [], []
         for i, item in enumerate(eval_set or ()):
@@ -173,12 +173,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         if self.early_stopping_rounds is not None and not dvalid:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
         params = xgb_params(
-            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
+            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
         )
-        with self._thread_limits():
-            booster, evals_result = self._xgb_train(
-                params, obj, dtrain, dvalid, verbose, names, metrics
-            )
+        booster, evals_result = self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics)
         self._set_fitted(classes, booster, evals_result, metrics)
         return self
 

@@ -18,6 +18,8 @@ floored at ``hess_floor`` before weighting (as XGBoost floors its softmax
 Hessian), so no row loses all weight.
 """
 
+import contextlib
+import numbers
 import time
 
 import numpy as np
@@ -28,7 +30,7 @@ from ..sequences import sequence_blocks
 from ..transitions.base import identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
-from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
+from .params import SOLVERS, ObjectiveSpec, metric_name
 from .step import SecantScale, bound_factor
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
@@ -47,7 +49,7 @@ GH_ROWS = 4096
 MARGIN_LIMIT = 1e12
 DIVERGED = (
     "training has diverged: lower the learning rate (eta), raise min_child_weight or "
-    "reg_lambda, or use gamma='mixing' instead of a fixed gamma below the Hessian bound"
+    "reg_lambda, or use hessian_bound='mixing' instead of a fixed bound below the true one"
 )
 
 
@@ -119,6 +121,17 @@ def row_blocks(offsets, shape):
         yield slice(offsets[s0], offsets[s1]), slice(s0, s1)
 
 
+def _is_count(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+@contextlib.contextmanager
+def _threads(nthread):
+    """numba on ``nthread`` threads (None: unchanged) and BLAS on one, inside the block."""
+    with _BLAS.limit(limits=1, user_api="blas"), _config.threads(nthread):
+        yield
+
+
 def softmax(margins):
     """Row-wise softmax of ``(n, K)`` margins."""
     z = margins - margins.max(axis=1, keepdims=True)
@@ -127,10 +140,6 @@ def softmax(margins):
     return z
 
 
-@fill_doc(
-    "mode", "gamma", "step", "transitions", "reg_transitions", "transition_iter", "hess_floor",
-    "nthread",
-)
 class NodeObjective:
     """Mode, Hessian and weighting of a CRF boosting objective, for any structure.
 
@@ -149,10 +158,15 @@ class NodeObjective:
     ----------
     num_labels : int
         Number of labels K (the engine's number of outputs per row).
-    {objective_params}
+    spec : ObjectiveSpec, optional
+        The objective's settings (:class:`~structboost.objectives.params.ObjectiveSpec`).
+    **params
+        Fields of :class:`~structboost.objectives.params.ObjectiveSpec`
+        changed from ``spec`` (or from the defaults); the spec is built once.
 
     Attributes
     ----------
+    spec : ObjectiveSpec
     params
         The current transition parameters (all zero in ``"logitboost"`` mode).
     timings : dict
@@ -174,36 +188,28 @@ class NodeObjective:
     allreduce = staticmethod(identity)
     _buffers = None  # float32 G and H handed to an engine (see grad_hess)
 
-    def __init__(
-        self,
-        num_labels,
-        mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
-        transitions=DEFAULTS["transitions"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        transition_iter=None,
-        hess_floor=DEFAULTS["hess_floor"],
-        nthread=None,
-        step=DEFAULTS["step"],
-    ):
-        check_params(num_labels, mode, gamma, transitions, reg_transitions, self.solvers, step)
+    def __init__(self, num_labels, spec=None, **params):
+        if not _is_count(num_labels):
+            raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
+        self.spec = spec = ObjectiveSpec.build(spec, **params)
+        spec.check_solver(self.solvers, type(self).__name__)
         self.num_labels = int(num_labels)
-        self.mode = mode
-        self.gamma = gamma
-        self.transitions = transitions
-        self.reg_transitions = float(reg_transitions)
-        self.transition_iter = (
-            DEFAULT_ITER[transitions] if transition_iter is None else int(transition_iter)
+        self.step_scale = (
+            SecantScale() if spec.mode == "gbcrf" and spec.step == "adaptive" else None
         )
-        self.hess_floor = float(hess_floor)
-        self.nthread = _config.check_nthread(nthread)
-        self.step = step
-        self.step_scale = SecantScale() if mode == "gbcrf" and step == "adaptive" else None
         self.params = self._zero_params()
         # the L-BFGS refit's curvature pairs, carried from round to round
         # (a copied or pickled objective starts with none)
         self._lbfgs_memory = LBFGSMemory()
         self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
+
+    @property
+    def mode(self):
+        return self.spec.mode
+
+    def threads(self):
+        """Context: numba on ``spec.nthread`` threads and BLAS on one (see :class:`ObjectiveSpec`)."""
+        return _threads(self.spec.nthread)
 
     @property
     def uses_transitions(self):
@@ -273,7 +279,7 @@ class NodeObjective:
                 f'dtype must be float64 or float32, and order "C" or "F"; got {dtype}, '
                 f"{order!r}."
             )
-        with _BLAS.limit(limits=1, user_api="blas"), _config.threads(self.nthread):
+        with self.threads():
             return self._grad_hess(u, batch, self._outputs(u.shape, dtype, order))
 
     def _outputs(self, shape, dtype, order):
@@ -290,7 +296,7 @@ class NodeObjective:
     def _node_blocks(self, u, batch, problem):
         """``(rows, sequences, posterior, marginals)`` of each block (no posterior: None)."""
         if problem is not None:
-            rates = self.mode == "gbcrf" and self.gamma == "mixing"
+            rates = self.mode == "gbcrf" and self.spec.hessian_bound == "mixing"
             for rows, seqs, post in problem.blocks(self.params, rates):
                 yield rows, seqs, post, post.marginals()
             return
@@ -314,7 +320,7 @@ class NodeObjective:
             h *= 2.0
         else:
             h *= bound_factor(gamma, scale)[:, None]
-        np.maximum(h, self.hess_floor, out=h)
+        np.maximum(h, self.spec.hess_floor, out=h)
         g *= row_w
         h *= row_w
 
@@ -326,13 +332,15 @@ class NodeObjective:
             problem.allreduce = self.allreduce
             if self.step_scale is not None:  # the NLL at the last round's transitions
                 # (the solver's first evaluation reuses this pass)
+                solver = self.spec.transition_solver
                 before = problem.evaluate(
-                    self.params, FIRST_NEED[self.transitions], rates=self.transitions == "newton"
+                    self.params, FIRST_NEED[solver], rates=solver == "newton"
                 ).log_z
                 scale = self.step_scale.update(u, before, batch, self.allreduce)
             self.params = refit(
-                problem, self.params, self.transitions, self.transition_iter, self._lbfgs_memory
-            )
+                problem, self.params, self.spec.transition_solver, self.spec.iterations,
+                self._lbfgs_memory,
+            )  # fmt: skip
         t1 = time.process_time()
         grad, hess = out
         lengths = np.diff(batch.offsets)
@@ -345,11 +353,12 @@ class NodeObjective:
             if log_z is not None:
                 log_z[seqs] = post.log_z
             gamma = None
+            bound = self.spec.hessian_bound
             if self.mode == "gbcrf":
                 gamma = (
-                    post.node_gamma(self.gamma, marginals=p)
-                    if isinstance(self.gamma, str)
-                    else np.full(p.shape[0], float(self.gamma))
+                    post.node_gamma(bound, marginals=p)
+                    if isinstance(bound, str)
+                    else np.full(p.shape[0], bound)
                 )
             labels = batch.labels[rows]
             row_w = np.repeat(batch.seq_weight[seqs], lengths[seqs])
@@ -372,7 +381,7 @@ class NodeObjective:
         self.timings["gamma"] += t2 - t1 - inference[0]
         return grad, hess
 
-    def evaluate(self, margins, batch, metric="nll"):
+    def evaluate(self, margins, batch, metric=None):
         """Weighted metric of one dataset under the current transitions.
 
         Parameters
@@ -380,22 +389,38 @@ class NodeObjective:
         margins : (n, K) array-like
         batch
             As for :meth:`grad_hess`.
-        metric : {"nll", "error"}
+        metric : {"crf-nll", "crf-error"} or callable, optional
+            None: ``spec.metric``. A callable gets ``(y_true (n,), y_proba
+            (n, K))`` (and ``sample_weight=`` ``(n,)`` when the weights are
+            not all one) and is evaluated on this process's rows.
 
         Returns
         -------
         (str, float)
-            ``("crf-nll", weighted mean NLL per sequence)`` or
-            ``("crf-error", weighted token error of the MAP labelling)``.
+            ``("crf-nll", weighted mean NLL per sequence)``,
+            ``("crf-error", weighted token error of the MAP labelling)`` or
+            the callable's ``__name__`` and value.
         """
+        metric = self.spec.metric if metric is None else metric
         w = batch.seq_weight
-        if metric == "nll":
-            name, ratio = "crf-nll", (w @ self.sequence_nll(margins, batch), w.sum())
-        elif metric == "error":
-            wrong = (self.decode(margins, batch) != batch.labels).astype(np.float64)
-            per_seq = np.add.reduceat(wrong, batch.offsets[:-1]) if len(w) else w
-            name, ratio = "crf-error", (w @ per_seq, w @ batch.lengths)
-        else:
-            raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
+        with self.threads():
+            if callable(metric):
+                return metric_name(metric), self._callable_metric(metric, margins, batch)
+            if metric == "crf-nll":
+                ratio = (w @ self.sequence_nll(margins, batch), w.sum())
+            elif metric == "crf-error":
+                wrong = (self.decode(margins, batch) != batch.labels).astype(np.float64)
+                per_seq = np.add.reduceat(wrong, batch.offsets[:-1]) if len(w) else w
+                ratio = (w @ per_seq, w @ batch.lengths)
+            else:
+                ObjectiveSpec(metric=metric)  # raises, naming the choices
         numerator, denominator = self.allreduce(np.array(ratio, dtype=np.float64))
-        return name, float(numerator / denominator)
+        return metric, float(numerator / denominator)
+
+    def _callable_metric(self, metric, margins, batch):
+        """``metric(y_true, y_proba[, sample_weight=])`` with the node marginals ``(n, K)``."""
+        marginals = self.marginals(margins, batch)
+        weight = np.repeat(batch.seq_weight, batch.lengths)
+        if (weight == 1).all():
+            return float(metric(batch.labels, marginals))
+        return float(metric(batch.labels, marginals, sample_weight=weight))

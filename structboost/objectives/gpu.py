@@ -34,23 +34,24 @@ class DeviceCRFObjective(CRFObjective):
     ``device="cuda"`` reads in place. ``nthread`` is accepted and ignored:
     the round's kernels run on the device, and its host parts (the solver
     over ``K^2 + 2K`` parameters, the log-space fallback) are serial.
-    ``transitions="majorize"`` is CPU-only (its ``O(K^4)`` bound is built on
+    ``transition_solver="majorize"`` is CPU-only (its ``O(K^4)`` bound is built on
     the host). ``timings`` are wall seconds here (the device works
     asynchronously, so CPU time would miss it).
 
     Parameters
     ----------
     num_labels : int
-    *args, **kwargs
+    spec : ObjectiveSpec, optional
+    **params
         As for :class:`~structboost.objectives.chain.CRFObjective`.
     """
 
-    def __init__(self, num_labels, *args, **kwargs):
-        super().__init__(num_labels, *args, **kwargs)
-        if self.transitions == "majorize":
+    def __init__(self, num_labels, spec=None, **params):
+        super().__init__(num_labels, spec, **params)
+        if self.spec.transition_solver == "majorize":
             raise ValueError(
-                'transitions="majorize" runs on the CPU only; use "lbfgs" or "newton" with '
-                'device="cuda", or device="cpu".'
+                'transition_solver="majorize" runs on the CPU only; use "lbfgs" or "newton" '
+                'with device="cuda", or device="cpu".'
             )
         self._structures = {}
 
@@ -90,34 +91,35 @@ class DeviceCRFObjective(CRFObjective):
         st = self.structure(batch)
         n, k = du.shape
         gamma = st.d_row_weight
+        spec = self.spec
         mode, scale, step = 0, 2.0, 1.0
         if self.uses_transitions:
             free = None if self.constraints is None else self.constraints.free_vector()
-            problem = DeviceTransitionProblem(du, st, batch.counts, self.reg_transitions, free)
+            problem = DeviceTransitionProblem(du, st, batch.counts, spec.reg_transitions, free)
             if self.step_scale is not None:  # the secant's sums run on host copies
                 u = self._host_margins(margins)
                 before = problem.posterior(self.params).log_z
                 step = self.step_scale.update(u, before, batch, self.allreduce)
             with _BLAS.limit(limits=1, user_api="blas"):
-                self.params = refit(problem, self.params, self.transitions,
-                                    self.transition_iter, self._lbfgs_memory)
+                self.params = refit(problem, self.params, spec.transition_solver,
+                                    spec.iterations, self._lbfgs_memory)
             t1 = time.perf_counter()
             post = problem.posterior(self.params)
             p = post.marginals_device()
             if self.mode == "treecrf":
                 mode = 1
-            elif isinstance(self.gamma, str):
+            elif isinstance(spec.hessian_bound, str):
                 mode = 2
-                gamma = post.node_gamma(self.gamma)
+                gamma = post.node_gamma(spec.hessian_bound)
             else:
-                scale = float(self.gamma)
+                scale = spec.hessian_bound
         else:
             t1 = t0
             p = cuda.device_array((n, k))
             launch(kern.softmax_rows, n, du.w, p)
         grad, hess = cuda.device_array((n, k)), cuda.device_array((n, k))
         launch(kern.grad_hess, n, p, st.d_labels, st.d_row_weight, gamma, scale, mode, step,
-                self.hess_floor, grad, hess)
+                spec.hess_floor, grad, hess)
         cuda.synchronize()
         if self.step_scale is not None:
             self.step_scale.remember(u, post.log_z, batch, grad.copy_to_host(),

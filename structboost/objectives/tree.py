@@ -82,10 +82,11 @@ class TreeCRFObjective(NodeObjective):
     num_labels : int
     n_edge_types : int
         Number of edge types, each with its own ``(K, K)`` potential.
-    **kwargs
-        ``mode``, ``gamma``, ``transitions``, ``reg_transitions``,
-        ``transition_iter``, ``hess_floor``: see
-        :class:`~structboost.objectives.base.NodeObjective`.
+    spec : ObjectiveSpec, optional
+    **params
+        As for :class:`~structboost.objectives.base.NodeObjective`
+        (``transition_solver`` in ``"lbfgs"``, ``"newton"``; constraints are
+        for chains).
 
     Attributes
     ----------
@@ -94,11 +95,16 @@ class TreeCRFObjective(NodeObjective):
 
     solvers = TREE_SOLVERS
 
-    def __init__(self, num_labels, n_edge_types=1, **kwargs):
+    def __init__(self, num_labels, n_edge_types=1, spec=None, **params):
         if int(n_edge_types) != n_edge_types or n_edge_types < 1:
             raise ValueError(f"n_edge_types must be a positive integer; got {n_edge_types!r}.")
         self.n_edge_types = int(n_edge_types)
-        super().__init__(num_labels, **kwargs)
+        super().__init__(num_labels, spec, **params)
+        self.spec.check_route("linear", type(self).__name__)
+        if self.spec.allowed_transitions is not None:
+            raise ValueError(
+                "allowed_transitions constrains chains; a tree CRF takes none: leave it None."
+            )
 
     def _zero_params(self):
         return TreeTransitionParams.zeros(self.num_labels, self.n_edge_types)
@@ -118,7 +124,7 @@ class TreeCRFObjective(NodeObjective):
             batch.with_potentials(unary, self.params.transitions),
             batch.seq_weight,
             batch.counts,
-            self.reg_transitions,
+            self.spec.reg_transitions,
         )
 
     def _structure(self, margins, batch):
@@ -132,6 +138,10 @@ class TreeCRFObjective(NodeObjective):
             b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, batch.labels
         )
         return posterior(b).log_z - scores
+
+    def marginals(self, margins, batch):
+        """Node marginals ``(n, K)`` under the current potentials."""
+        return posterior(self._structure(margins, batch)).marginals()
 
     def decode(self, margins, batch):
         """MAP labels ``(n,)`` of every tree under the current potentials."""

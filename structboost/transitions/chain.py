@@ -340,9 +340,9 @@ class TransitionProblem(PenalisedProblem):
         rank = majorize.default_rank(self.num_labels * (self.num_labels + 2), self.reg)
         if rank is not None and self.allreduce is not identity:
             raise ValueError(
-                f"transitions='majorize' with K = {self.num_labels} labels uses the low-rank "
+                f"transition_solver='majorize' with K = {self.num_labels} labels uses the low-rank "
                 "bound, whose curvature cannot be summed across workers: use "
-                "transitions='lbfgs' or 'newton' in a distributed run."
+                "transition_solver='lbfgs' or 'newton' in a distributed run."
             )
         x = self._free_part(params.to_vector())
         counts = self._free_part(self.counts)
@@ -412,7 +412,7 @@ def refit(problem, params, solver, max_iter, memory=None):
     if solver == "majorize":
         if not isinstance(problem, TransitionProblem):
             raise ValueError(
-                'transitions="majorize" bounds chain CRFs only; use "lbfgs" or "newton" here.'
+                'transition_solver="majorize" bounds chain CRFs only; use "lbfgs" or "newton" here.'
             )
         for _ in range(max_iter):
             params = problem.majorize_step(params)

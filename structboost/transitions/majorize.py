@@ -102,7 +102,7 @@ LOW_RANK_DIM = 4096
 """Above this many parameters the chain solvers default to the low-rank bound.
 
 :class:`structboost.estimators.linear.LinearChainCRF` (``solver="majorize"``) and the
-``transitions="majorize"`` refit form the ``d x d`` curvature (two of them,
+``transition_solver="majorize"`` refit form the ``d x d`` curvature (two of them,
 256 MiB at ``d = 4096``) up to this size and stream it at rank
 :data:`DEFAULT_RANK` (Algorithm 4, ``O(d k)`` memory) above it, when the L2
 penalty is positive (a low-rank curvature needs it to be invertible).

@@ -78,7 +78,7 @@ def test_trees_split_on_the_previous_label_and_beat_linear_transitions():
     (X, y, lengths), test = switching_sequences(300, 2), switching_sequences(100, 3)
     params = sb.xgb_params(K, eta=1.0, max_depth=3)
     # A fixed gamma = 2 (LogitBoost's curvature, not a safe bound) learns fastest here.
-    obj = sb.edge_crf_objective(K, gamma=2.0)
+    obj = sb.edge_crf_objective(K, hessian_bound=2.0)
     dtrain = sb.edge_dmatrix(X, y, lengths, num_labels=K)
     booster = xgb.train(params, dtrain, 20, obj=obj, callbacks=[obj.callback()])
     assert booster.get_score(importance_type="total_gain").get("prev_label", 0) > 0

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("single_threaded")
 LABELS = np.array(["B-X", "I-X", "O"])
 # Small, fast models; one thread: the CI machine has two busy cores.
 SMALL = {
-    XGBCRFClassifier: {"n_estimators": 8, "learning_rate": 1.0, "max_depth": 3, "nthread": 1},
+    XGBCRFClassifier: {"n_estimators": 8, "learning_rate": 1.0, "max_depth": 3, "n_jobs": 1},
     LGBMCRFClassifier: {"n_estimators": 8, "learning_rate": 1.0, "num_leaves": 8, "n_jobs": 1},
 }
 ESTIMATORS = pytest.mark.parametrize(

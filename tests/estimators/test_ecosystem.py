@@ -186,46 +186,52 @@ def test_tree_estimator_callbacks_eval_metric_and_proba():
         est.predict_proba(X, parents=parents, lengths=lengths),
         est.predict_marginals(X, parents=parents, lengths=lengths),
     )
-    with pytest.raises(ValueError, match="eval_metric"):
-        TreeCRFClassifier(eval_metric=log_loss).fit(X, y, parents=parents, lengths=lengths)
+    # a callable gets the node marginals, as on chains
+    est.set_params(eval_metric=log_loss).fit(
+        X, y, parents=parents, lengths=lengths, eval_set=[(X, y, lengths, parents)]
+    )
+    assert est.evals_result_["validation_0"]["log_loss"][-1] == pytest.approx(
+        log_loss(y, est.predict_proba(X, parents=parents, lengths=lengths)), rel=1e-5
+    )
 
 
 # -- one thread setting --------------------------------------------------------
 @ESTIMATORS
 def test_n_jobs_reaches_objective_numba_and_blas(data, cls, monkeypatch):
+    """``n_jobs`` becomes the spec's ``nthread``, which the objective's round sets once."""
     from threadpoolctl import threadpool_info
 
-    seen = {}
-    real = {"xgb": chain.crf_objective}
-
-    def spy(*args, **kwargs):
-        seen["nthread"] = kwargs.get("nthread")
-        return real["xgb"](*args, **kwargs)
-
+    seen, inside = {}, []
     if cls is XGBCRFClassifier:
-        monkeypatch.setattr(chain, "crf_objective", spy)
+        module, name = chain, "crf_objective"
     else:
-        from structboost.engines import lightgbm
+        from structboost.engines import lightgbm as module
 
-        real["xgb"] = lightgbm.lgb_crf_objective
-        monkeypatch.setattr(lightgbm, "lgb_crf_objective", spy)
-    inside = []
+        name = "lgb_crf_objective"
+    real = getattr(module, name)
 
-    class Probe(xgb.callback.TrainingCallback):
-        def after_iteration(self, model, epoch, evals_log):
+    def spy(num_labels, spec, **kwargs):
+        seen["nthread"] = spec.nthread
+        obj = real(num_labels, spec, **kwargs)
+        round_ = obj.crf._grad_hess
+
+        def probed(*args):
             blas = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
             inside.append((numba.get_num_threads(), blas))
-            return False
+            return round_(*args)
 
-    def lgb_probe(env):
-        Probe().after_iteration(None, env.iteration, None)
+        obj.crf._grad_hess = probed
+        return obj
 
-    probe = Probe() if cls is XGBCRFClassifier else lgb_probe
-    small(cls, n_jobs=1, callbacks=[probe]).fit(data["X"], data["y"], lengths=data["lengths"])
+    monkeypatch.setattr(module, name, spy)
+    small(cls, n_jobs=1).fit(data["X"], data["y"], lengths=data["lengths"])
     assert seen["nthread"] == 1
     assert inside and all(n == 1 and all(b == 1 for b in blas) for n, blas in inside)
     small(cls, n_jobs=None).fit(data["X"], data["y"], lengths=data["lengths"])
     assert seen["nthread"] is None
+    for spelling in ("nthread", "num_threads"):
+        with pytest.raises(ValueError, match="n_jobs"):
+            small(cls, **{spelling: 1}).fit(data["X"], data["y"], lengths=data["lengths"])
 
 
 # -- sklearn-crfsuite's data contract ----------------------------------------

@@ -59,7 +59,7 @@ def _batch(labels, lengths):
 @pytest.mark.parametrize("cut", [5, 0])  # cut 0: the first worker holds no rows
 def test_workers_summing_statistics_match_one_process(solver, cut):
     margins, labels, lengths = _sequences()
-    single = CRFObjective(K, transitions=solver)
+    single = CRFObjective(K, transition_solver=solver)
     grad, hess = single.grad_hess(margins, _batch(labels, lengths))
     metric = single.evaluate(margins, _batch(labels, lengths))
     rows = int(lengths[:cut].sum())
@@ -69,7 +69,7 @@ def test_workers_summing_statistics_match_one_process(solver, cut):
 
     def work(rank):
         rows_of, lengths_of = shards[rank]
-        obj = CRFObjective(K, transitions=solver)
+        obj = CRFObjective(K, transition_solver=solver)
         obj.allreduce = total.for_worker(rank)
         local = margins[rows_of].reshape(-1) if rank == 0 and cut == 0 else margins[rows_of]
         batch = _batch(labels[rows_of], lengths_of)

@@ -26,7 +26,7 @@ def random_problem(seed, n_seq=5, max_len=6, k=3, scale=1.5):
 
 def test_majorize_is_a_solver():
     assert "majorize" in SOLVERS
-    assert CRFObjective(3, transitions="majorize").transition_iter == 1
+    assert CRFObjective(3, transition_solver="majorize").spec.iterations == 1
 
 
 @settings(max_examples=20, deadline=None)
@@ -114,7 +114,7 @@ def test_majorize_reaches_the_lbfgs_optimum():
 def test_objective_refits_by_majorization_each_round():
     margins, labels, lengths, weights = random_problem(7, n_seq=6)
     batch = SequenceBatch.build(labels, lengths, 3, weights)
-    obj = CRFObjective(3, transitions="majorize", reg_transitions=0.3, transition_iter=2)
+    obj = CRFObjective(3, transition_solver="majorize", reg_transitions=0.3, transition_iter=2)
     problem = TransitionProblem(margins, batch.offsets, weights, batch.counts, 0.3)
     want = refit(problem, TransitionParams.zeros(3), "majorize", 2)
     obj.grad_hess(margins, batch)
@@ -124,7 +124,7 @@ def test_objective_refits_by_majorization_each_round():
 def test_boosting_with_majorized_transitions_lowers_the_nll():
     X, y, lengths = make_hmm_sequences(n_sequences=30, length=(5, 12), stay=0.9, random_state=1)
     dtrain = xgb.DMatrix(X, label=y, group=lengths)
-    obj = sb.crf_objective(3, transitions="majorize")
+    obj = sb.crf_objective(3, transition_solver="majorize")
     log = {}
     xgb.train(
         sb.xgb_params(3, max_depth=2, eta=0.5),
