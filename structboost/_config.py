@@ -39,6 +39,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numba
 from numba.core import config as _numba_config
@@ -89,11 +90,11 @@ FASTMATH = {"reassoc", "contract", "arcp"}
 CACHE = True
 #: The temporary folder numba caches in when it had no other (None: it had).
 CACHE_FALLBACK = cache_fallback()
-KERNEL = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
-PARALLEL = {**KERNEL, "parallel": True}
+KERNEL: dict[str, Any] = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
+PARALLEL: dict[str, Any] = {**KERNEL, "parallel": True}
 #: For kernels whose every value is finite by construction: lets LLVM
 #: vectorise min/max reductions.
-FINITE = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
+FINITE: dict[str, Any] = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
 #: Batches with fewer rows than this run the serial kernels.
 SERIAL_ROWS = 8192
 #: Rows x labels of a batch that the chain objective's round takes as one

@@ -17,6 +17,7 @@ LAYERS = {
     "_config": 0,
     "_extras": 0,
     "_compile_log": 0,
+    "_typing": 0,
     "_version": 0,
     "sequences": 0,
     "text": 1,

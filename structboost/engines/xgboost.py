@@ -15,6 +15,7 @@ recorded transitions is refused.
 """
 
 import json
+from typing import Any
 
 import numpy as np
 import xgboost as xgb
@@ -43,7 +44,7 @@ HISTORY_SUFFIX = "_history"
 _VECTOR_INTERCEPT = tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (3, 1)
 
 
-def xgb_params(num_labels, **overrides):
+def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     """Parameters a CRF objective needs in XGBoost.
 
     Parameters
@@ -250,7 +251,7 @@ class XGBCRFObjective(EngineObjective):
     """
 
     state_key = STATE_KEY
-    param_type = TransitionParams
+    param_type: type = TransitionParams
     # XGBoost stores gradients as float32 pairs (GradientPair, include/xgboost/base.h)
     # and casts what it is given (CustomGradHessOp, include/xgboost/gradient.h).
     grad_layout = {"dtype": np.float32}
@@ -278,7 +279,9 @@ class XGBCRFObjective(EngineObjective):
 
 
 @fill_doc(*LINEAR_PARAMS)
-def crf_objective(num_labels, spec=None, *, device="cpu", **params):
+def crf_objective(
+    num_labels: int, spec: ObjectiveSpec | None = None, *, device: str = "cpu", **params: Any
+) -> "XGBCRFObjective":
     """Build a chain-CRF objective for ``xgboost.train``.
 
     Parameters

@@ -40,6 +40,7 @@
 
 import contextlib
 import warnings
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -173,6 +174,9 @@ def eval_entry(item, index, n_rows, structure=()):
     return entry
 
 
+_Self = TypeVar("_Self", bound="BoostedCRFClassifier")
+
+
 class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
     """Base of the boosted CRF estimators (see the module notes).
 
@@ -194,13 +198,13 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
             if key not in named and not key.startswith("_") and not key.endswith("_")
         }
 
-    def get_params(self, deep=True):
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)
         params.update(self._engine_kwargs())
         return params
 
-    def set_params(self, **params):
+    def set_params(self: _Self, **params: Any) -> _Self:
         """Set parameters; names outside the signature become engine parameters."""
         named = set(self._get_param_names())
         extra = {k: params.pop(k) for k in list(params) if k not in named and "__" not in k}
@@ -424,7 +428,7 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return len(self.classes_)
 
-    def get_booster(self):
+    def get_booster(self) -> Any:
         """The trained engine model (``booster_``), as XGBoost's ``get_booster``."""
         check_is_fitted(self)
         return self.booster_

@@ -57,6 +57,9 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 
 import inspect
 import json
+import os
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -66,6 +69,7 @@ from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
 from .._compile_log import reports
+from .._typing import ArrayLike, Floats
 from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
@@ -86,6 +90,9 @@ _FILE_FORMAT = "structboost-crf-classifier"
 # transitions); version-1 files are refused with the message of read_document.
 _FILE_VERSION = 2
 _FILE_HINT = "write one with the estimator's save_model(path)"
+
+
+_Self = TypeVar("_Self", bound="_CRFClassifier")
 
 
 class _CRFClassifier(BoostedCRFClassifier):
@@ -156,17 +163,17 @@ class _CRFClassifier(BoostedCRFClassifier):
     # -- fit --------------------------------------------------------------
     @reports("fit")
     def fit(
-        self,
-        X,
-        y,
+        self: _Self,
+        X: Any,
+        y: Any,
         *,
-        groups=None,
-        lengths=None,
-        sample_weight=None,
-        eval_set=None,
-        base_X=None,
-        verbose=False,
-    ):
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+        eval_set: Sequence[Any] | None = None,
+        base_X: Any = None,
+        verbose: bool | int = False,
+    ) -> _Self:
         """Train on labelled sequences.
 
         Parameters
@@ -258,7 +265,15 @@ class _CRFClassifier(BoostedCRFClassifier):
         margin = self._base_margin(X, base_X, len(self.classes_))
         return self._engine_data(X), lengths, margin, nested
 
-    def predict(self, X, *, groups=None, lengths=None, decode="viterbi", base_X=None):
+    def predict(
+        self,
+        X: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        decode: str = "viterbi",
+        base_X: Any = None,
+    ) -> np.ndarray | list[list[Any]]:
         """Predicted labels, in the original label values.
 
         Parameters
@@ -291,7 +306,10 @@ class _CRFClassifier(BoostedCRFClassifier):
         labels = self.classes_[codes]
         return _nested.nest(labels, lengths) if nested else labels
 
-    def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
+    def predict_marginals(
+        self, X: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, base_X: Any = None,
+    ) -> Floats | list[Floats]:
         """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
 
         Parameters are those of :meth:`predict`.
@@ -312,26 +330,41 @@ class _CRFClassifier(BoostedCRFClassifier):
             )
         return _nested.nest(marginals, lengths, as_lists=False) if nested else marginals
 
-    def predict_proba(self, X, *, groups=None, lengths=None, base_X=None):
+    def predict_proba(
+        self, X: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, base_X: Any = None,
+    ) -> Floats | list[Floats]:
         """scikit-learn's name for :meth:`predict_marginals` (rows sum to 1, ``classes_`` order)."""
         return self.predict_marginals(X, groups=groups, lengths=lengths, base_X=base_X)
 
-    def predict_log_likelihood(self, X, y, *, groups=None, lengths=None, base_X=None):
+    def predict_log_likelihood(
+        self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, base_X: Any = None,
+    ) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
-        codes = self._encode(_nested.flatten_y(y, lengths) if nested else y,
-                             int(lengths.sum()), self.classes_)  # fmt: skip
+        data, lens, margin, nested = self._data(X, groups, lengths, base_X)
+        codes = self._encode(_nested.flatten_y(y, lens) if nested else y,
+                             int(lens.sum()), self.classes_)  # fmt: skip
         with self._thread_limits():
             return _log_likelihood(
                 self.booster_,
                 data,
                 codes,
-                lengths=lengths,
+                lengths=lens,
                 base_margin=margin,
                 allowed_transitions=self.constraints_,
             )
 
-    def score(self, X, y, *, groups=None, lengths=None, sample_weight=None, base_X=None):
+    def score(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+        base_X: Any = None,
+    ) -> float:
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
         predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
         if _nested.kind(X) is not None:
@@ -381,7 +414,7 @@ class _CRFClassifier(BoostedCRFClassifier):
                 ) from None
         return params
 
-    def to_document(self):
+    def to_document(self) -> dict[str, Any]:
         """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
 
         Returns
@@ -411,7 +444,7 @@ class _CRFClassifier(BoostedCRFClassifier):
             "engine": self._engine_document(),
         }
 
-    def save_model(self, path):
+    def save_model(self, path: str | os.PathLike[str]) -> None:
         """Write the fitted estimator to ``path`` as JSON; read it with :meth:`load_model`.
 
         Parameters
@@ -420,7 +453,7 @@ class _CRFClassifier(BoostedCRFClassifier):
         """
         write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
 
-    def load_model(self, path):
+    def load_model(self: _Self, path: str | os.PathLike[str]) -> _Self:
         """Replace this estimator by the one saved in ``path`` (see :meth:`save_model`).
 
         Reading parses and validates JSON; it runs no code.
@@ -452,7 +485,9 @@ class _CRFClassifier(BoostedCRFClassifier):
             params["allowed_transitions"] = from_masks(**allowed)
         return params
 
-    def from_document(self, doc, where="the model document"):
+    def from_document(
+        self: _Self, doc: dict[str, Any], where: str = "the model document"
+    ) -> _Self:
         """Set this estimator from :meth:`to_document`'s dict, validated.
 
         Parameters
@@ -611,23 +646,23 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     def __init__(
         self,
         *,
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
-        learning_rate=0.3,
-        max_depth=6,
-        early_stopping_rounds=None,
-        base_model=None,
-        allowed_transitions=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        transitions_from=DEFAULTS["transitions_from"],
-        **kwargs,
-    ):
+        mode: str = DEFAULTS["mode"],
+        hessian_bound: str | float = DEFAULTS["hessian_bound"],
+        step: str = DEFAULTS["step"],
+        transition_solver: str = DEFAULTS["transition_solver"],
+        reg_transitions: float = DEFAULTS["reg_transitions"],
+        n_estimators: int = 100,
+        learning_rate: float = 0.3,
+        max_depth: int = 6,
+        early_stopping_rounds: int | None = None,
+        base_model: Any = None,
+        allowed_transitions: Any = None,
+        sequence_column: str | None = None,
+        eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        transitions_from: str = DEFAULTS["transitions_from"],
+        **kwargs: Any,
+    ) -> None:
         self.mode = mode
         self.hessian_bound = hessian_bound
         self.step = step
@@ -810,23 +845,23 @@ class LGBMCRFClassifier(_CRFClassifier):
     def __init__(
         self,
         *,
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
-        learning_rate=0.1,
-        max_depth=-1,
-        num_leaves=31,
-        early_stopping_rounds=None,
-        base_model=None,
-        allowed_transitions=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        **kwargs,
-    ):
+        mode: str = DEFAULTS["mode"],
+        hessian_bound: str | float = DEFAULTS["hessian_bound"],
+        step: str = DEFAULTS["step"],
+        transition_solver: str = DEFAULTS["transition_solver"],
+        reg_transitions: float = DEFAULTS["reg_transitions"],
+        n_estimators: int = 100,
+        learning_rate: float = 0.1,
+        max_depth: int = -1,
+        num_leaves: int = 31,
+        early_stopping_rounds: int | None = None,
+        base_model: Any = None,
+        allowed_transitions: Any = None,
+        sequence_column: str | None = None,
+        eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.mode = mode
         self.hessian_bound = hessian_bound
         self.step = step

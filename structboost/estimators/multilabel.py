@@ -34,11 +34,15 @@ one kind of association for all pairs.
 """
 
 import gzip
+import os
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from .._typing import ArrayLike, Floats, Ints
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ._spanning import maximum_spanning_parents
 from .base import BoostedCRFClassifier
@@ -112,7 +116,9 @@ def _label_names(labels, names):
     return tail
 
 
-def read_arff_multilabel(path, labels):
+def read_arff_multilabel(
+    path: str | os.PathLike[str], labels: int | str | os.PathLike[str]
+) -> tuple[Floats, Ints, list[str], list[str]]:
     """Read a MULAN multi-label ARFF file (dense or sparse, optionally gzipped).
 
     Parameters
@@ -431,6 +437,9 @@ def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
 # ----------------------------------------------------------------------------- estimator
 
 
+_Self = TypeVar("_Self", bound="ESSTreeCRFClassifier")
+
+
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions", solvers=TREE_SOLVERS)
 class ESSTreeCRFClassifier(BoostedCRFClassifier):
     """Multi-label classifier: a boosted CRF over a tree of labels.
@@ -489,25 +498,25 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
     def __init__(
         self,
         *,
-        structure="ess",
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=50,
-        learning_rate=0.3,
-        max_depth=4,
-        early_stopping_rounds=None,
-        edge_typing="pair",
-        pairwise="xgboost",
-        max_pairs=45,
-        pairwise_estimators=30,
-        pairwise_depth=3,
-        folds=2,
-        random_state=0,
-        **kwargs,
-    ):
+        structure: str = "ess",
+        mode: str = DEFAULTS["mode"],
+        hessian_bound: str | float = DEFAULTS["hessian_bound"],
+        step: str = DEFAULTS["step"],
+        transition_solver: str = DEFAULTS["transition_solver"],
+        reg_transitions: float = DEFAULTS["reg_transitions"],
+        n_estimators: int = 50,
+        learning_rate: float = 0.3,
+        max_depth: int = 4,
+        early_stopping_rounds: int | None = None,
+        edge_typing: str = "pair",
+        pairwise: str = "xgboost",
+        max_pairs: int = 45,
+        pairwise_estimators: int = 30,
+        pairwise_depth: int = 3,
+        folds: int = 2,
+        random_state: Any = 0,
+        **kwargs: Any,
+    ) -> None:
         self.structure = structure
         self.mode = mode
         self.n_estimators = n_estimators
@@ -535,7 +544,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             order = order[: int(self.max_pairs)]
         return np.column_stack((i[order], j[order]))
 
-    def structures(self, X, joint=None):
+    def structures(self, X: ArrayLike, joint: ArrayLike | None = None) -> Ints:
         """Parents ``(n, L)`` of every input's label tree (``-1`` for roots)."""
         check_is_fitted(self, "n_labels_")
         n = np.shape(X)[0]
@@ -556,7 +565,14 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             "lengths": np.full(n, self.n_labels_),
         }
 
-    def fit(self, X, Y, *, eval_set=None, verbose=False):
+    def fit(
+        self: _Self,
+        X: ArrayLike,
+        Y: ArrayLike,
+        *,
+        eval_set: Sequence[Any] | None = None,
+        verbose: bool | int = False,
+    ) -> _Self:
         """Fit the structure learner and the boosted CRF.
 
         Parameters
@@ -644,18 +660,18 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         x = np.asarray(X, dtype=np.float64)
         return label_node_features(x, self.n_labels_), self._tree_args(x, self.structures(x))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Ints:
         """Most probable label set of every input (MAP on its tree), ``(n, L)`` 0/1."""
         rows, args = self._node_inputs(X)
         return self.crf_.predict(rows, **args).reshape(-1, self.n_labels_)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Floats:
         """Marginal probability of every label, ``(n, L)``."""
         rows, args = self._node_inputs(X)
         marg = self.crf_.predict_marginals(rows, **args)
         return marg[:, list(self.crf_.classes_).index(1)].reshape(-1, self.n_labels_)
 
-    def predict_log_likelihood(self, X, Y):
+    def predict_log_likelihood(self, X: ArrayLike, Y: ArrayLike) -> Floats:
         """``log P(Y | X)`` of every input's label set, ``(n,)``."""
         rows, args = self._node_inputs(X)
         return self.crf_.predict_log_likelihood(rows, check_label_matrix(Y).ravel(), **args)

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._typing import ArrayLike
 from ..text.tags import SCHEME_PREFIXES, as_tags, check_scheme, parse_tags, sentence_offsets
 from ..transitions.chain import TransitionParams
 
@@ -213,7 +214,7 @@ def from_masks(transitions, start=None, end=None):
     return Constraints(trans, start, end)
 
 
-def allowed_transitions(labels, scheme):
+def allowed_transitions(labels: ArrayLike, scheme: str) -> Constraints:
     """Allowed moves of a chunk tagging scheme.
 
     Parameters
