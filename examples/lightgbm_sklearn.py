@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from structboost import predict_marginals
+from structboost import LGBMCRFClassifier, XGBCRFClassifier, predict_marginals
 from structboost.datasets import make_hmm_sequences
-from structboost.engines.lightgbm import load_lgb_model, save_lgb_model
-from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from structboost.lightgbm import load_lgb_model, save_lgb_model
 
 
 def sticky_frame(n_sequences=150, seed=0):

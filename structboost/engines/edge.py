@@ -164,9 +164,9 @@ def registered(dmat, num_labels):
     entry = _EDGE_DATA.get(dmat)
     if entry is None:
         raise ValueError(
-            "this DMatrix was not built by structboost.edge_dmatrix: a model with boosted "
+            "this DMatrix was not built by structboost.xgboost.edge_dmatrix: a model with boosted "
             "transitions scores edge rows; build the data with "
-            f"structboost.edge_dmatrix(X, y, lengths, num_labels={num_labels})."
+            f"structboost.xgboost.edge_dmatrix(X, y, lengths, num_labels={num_labels})."
         )
     lengths, labels, k = entry
     if k != num_labels:

@@ -95,8 +95,8 @@ def _history(booster):
     if not isinstance(history, TransitionHistory):
         raise ValueError(
             "this booster carries no CRF transitions: train it with "
-            "callbacks=[obj.callback()] (obj = structboost.lgb_crf_objective(...)), load it "
-            "with structboost.load_lgb_model, or unpickle it (a plain LightGBM model file "
+            "callbacks=[obj.callback()] (obj = structboost.lightgbm.lgb_crf_objective(...)), load it "
+            "with structboost.lightgbm.load_lgb_model, or unpickle it (a plain LightGBM model file "
             "holds no transitions)."
         )
     return history
@@ -134,7 +134,7 @@ def booster_from_document(doc, where):
     """
     if not isinstance(doc, dict) or not isinstance(doc.get(MODEL_KEY), str) or STATE_KEY not in doc:
         raise ValueError(
-            f"{where} is not a file written by structboost.save_lgb_model (a JSON object with "
+            f"{where} is not a file written by structboost.lightgbm.save_lgb_model (a JSON object with "
             f"{MODEL_KEY!r} and {STATE_KEY!r}); a plain LightGBM model file holds no "
             "transitions."
         )

@@ -4,7 +4,7 @@ Chains (:func:`predict`, :func:`predict_marginals`,
 :func:`sequence_log_likelihood`: XGBoost or LightGBM boosters) and trees
 (:func:`predict_tree`, :func:`predict_tree_marginals`,
 :func:`tree_log_likelihood`: XGBoost boosters trained with
-:func:`structboost.tree_crf_objective`).
+:func:`structboost.xgboost.tree_crf_objective`).
 
 The booster supplies the node potentials (its raw margins) and carries the
 transition parameters it was trained with; the sequence boundaries come from
@@ -19,9 +19,9 @@ import numpy as np
 
 from .._compile_log import reports
 from .._typing import ArrayLike, Floats, Ints
-from ..inference import _tree
 from ..inference.chain import map_labels, path_scores, posterior
-from ..inference.tree import check_tree
+from ..inference.tree import check_tree, label_scores
+from ..inference.tree import map_labels as tree_map_labels
 from ..inference.tree import posterior as tree_posterior
 from ..objectives.base import DIVERGED, check_margin_values
 from ..objectives.constraints import resolve as resolve_constraints
@@ -102,7 +102,7 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
         raise ValueError(
             f"cannot predict with a {type(model).__name__}: pass an xgboost.Booster trained "
             "with structboost.crf_objective or a lightgbm.Booster trained with "
-            "structboost.lgb_crf_objective."
+            "structboost.lightgbm.lgb_crf_objective."
         )
     margins, lengths, params, num_labels, labels = inputs
     if len(margins) == 0:
@@ -159,12 +159,12 @@ def predict(
     ----------
     model : xgboost.Booster or lightgbm.Booster
         Trained with :func:`structboost.crf_objective` /
-        :func:`structboost.lgb_crf_objective` and its callback, or loaded
-        (``Booster(model_file=...)``, :func:`structboost.load_lgb_model`, pickle).
+        :func:`structboost.lightgbm.lgb_crf_objective` and its callback, or loaded
+        (``Booster(model_file=...)``, :func:`structboost.lightgbm.load_lgb_model`, pickle).
     data : xgboost.DMatrix, lightgbm.Dataset or array-like (n, d)
         A DMatrix or Dataset with groups, or features (numpy, pandas, scipy
         sparse) with ``groups``/``lengths``. For a model with boosted
-        transitions, a DMatrix must come from :func:`structboost.edge_dmatrix`.
+        transitions, a DMatrix must come from :func:`structboost.xgboost.edge_dmatrix`.
     groups : (n,) array-like, optional
         Per-row sequence id (rows of a sequence contiguous).
     lengths : (m,) array-like, optional
@@ -297,9 +297,7 @@ def predict_tree(
     parents : (n,) array-like of int
     edge_types : (n,) array-like of int, optional
     """
-    b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
-    labels, _ = _tree.viterbi(b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions)
-    return labels
+    return tree_map_labels(_tree_inputs(booster, X, lengths, parents, edge_types, groups))
 
 
 def predict_tree_marginals(
@@ -328,5 +326,4 @@ def tree_log_likelihood(
     """``log P(y | x)`` of every tree, shape ``(m,)``; arguments as :func:`predict_tree`."""
     b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
     y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])
-    scores = _tree.label_scores(b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, y)
-    return scores - tree_posterior(b).log_z
+    return label_scores(b, y) - tree_posterior(b).log_z

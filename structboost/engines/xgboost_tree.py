@@ -106,8 +106,8 @@ def tree_structure(dmat):
     if entry is None:
         raise ValueError(
             "this DMatrix has no tree structure: build it with "
-            "structboost.tree_dmatrix(X, y, lengths, parents, edge_types) or call "
-            "structboost.register_tree(dmat, parents, edge_types) first."
+            "structboost.xgboost.tree_dmatrix(X, y, lengths, parents, edge_types) or call "
+            "structboost.xgboost.register_tree(dmat, parents, edge_types) first."
         )
     return entry
 

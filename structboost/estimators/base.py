@@ -39,7 +39,6 @@
 """
 
 import contextlib
-import warnings
 from typing import Any, TypeVar
 
 import numpy as np
@@ -47,12 +46,12 @@ import pandas as pd
 import xgboost as xgb
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 from threadpoolctl import threadpool_limits
 
 from .. import _config
 from ..objectives.params import METRICS, ObjectiveSpec, metric_name
-from ..sequences import resolve_lengths
+from .inputs import SequenceInputs
 
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
@@ -113,71 +112,10 @@ def evaluate_metrics(crf, metrics, margins, batch):
     return [(name, crf.evaluate(margins, batch, metric)[1]) for name, metric in metrics]
 
 
-def eval_entry(item, index, n_rows, structure=()):
-    """One ``eval_set`` entry as a dict.
-
-    Parameters
-    ----------
-    item : tuple or dict
-        ``(X, y, groups_or_lengths, *structure)``, ``(X, y)`` when ``X``
-        carries its boundaries (a list of sequences, or a DataFrame with the
-        ``sequence_column``), or a dict with keys ``"X"``, ``"y"``,
-        ``"groups"`` or ``"lengths"``, the ``structure`` names, and
-        optionally ``"sample_weight"``, ``"base_X"`` and ``"name"`` (its key
-        in ``evals_result_``). A third tuple element with one entry per row
-        of ``X`` (or a column name) is ``groups``, anything else ``lengths``.
-    index : int
-        Position in ``eval_set`` (for error messages).
-    n_rows : callable
-        Rows of an ``X``.
-    structure : tuple of str
-        Names of the further per-row arrays the estimator needs
-        (trees: ``("parents", "edge_types")``, the last one optional).
-
-    Returns
-    -------
-    dict
-        Keys ``X``, ``y``, ``groups``, ``lengths``, ``sample_weight``,
-        ``base_X``, ``name`` and the ``structure`` names (None when absent;
-        ``name`` defaults to ``"validation_{index}"``).
-    """
-    keys = ("X", "y", "groups", "lengths", "sample_weight", "base_X", "name") + tuple(structure)
-    default_name = f"validation_{index}"
-    if isinstance(item, dict):
-        unknown = set(item) - set(keys)
-        if unknown or "X" not in item or "y" not in item:
-            raise ValueError(
-                f"eval_set[{index}] must have keys 'X', 'y' and 'groups' or 'lengths' "
-                f"(optional: {list(keys[4:])}); got {sorted(item)}."
-            )
-        entry = {key: item.get(key) for key in keys}
-        entry["name"] = str(entry["name"] or default_name)
-        return entry
-    required = 2 if not structure else 3 + len(structure) - 1
-    if not isinstance(item, (tuple, list)) or not required <= len(item) <= 3 + len(structure):
-        tail = "".join(f", {name}" for name in structure)
-        raise ValueError(
-            f"eval_set[{index}] must be an (X, y, groups{tail}) or (X, y, lengths{tail}) "
-            "tuple, (X, y) when X carries its boundaries, or a dict; a CRF needs the "
-            "sequence boundaries of every evaluation set."
-        )
-    X, y, *rest = item
-    third = rest.pop(0) if rest else None
-    entry = dict.fromkeys(keys)
-    entry.update(X=X, y=y, name=default_name, **dict(zip(structure, rest)))
-    if third is None:
-        pass
-    elif isinstance(third, str) or len(third) == n_rows(X):
-        entry["groups"] = third
-    else:
-        entry["lengths"] = third
-    return entry
-
-
 _Self = TypeVar("_Self", bound="BoostedCRFClassifier")
 
 
-class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
+class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
     """Base of the boosted CRF estimators (see the module notes).
 
     Subclasses implement ``_kept_rounds()`` (rounds the model uses) and
@@ -284,91 +222,6 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         with threadpool_limits(limits=n, user_api="blas"), _config.threads(n):
             yield
 
-    # -- input --------------------------------------------------------------
-    def _validate(self, X, reset):
-        """Validated features (DataFrames keep their columns; arrays may be sparse or hold NaN)."""
-        if isinstance(X, pd.DataFrame):
-            validate_data(self, X, reset=reset, skip_check_array=True)
-            return X
-        return validate_data(
-            self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
-        )
-
-    def _boundaries(self, X, groups, lengths, *, reset, where="X"):
-        """Validated features without the id column, and lengths ``(m,)``.
-
-        Boundaries come from ``groups`` (ids, or a column name), ``lengths``
-        or the ``sequence_column``; with none of them ``fit`` reads every row
-        as one sequence and later calls do so only for such a model.
-        """
-        column = groups if isinstance(groups, str) else None
-        if column is None and getattr(self, "sequence_column", None) is not None:
-            column = self.sequence_column
-            if groups is not None or lengths is not None:
-                raise ValueError(
-                    f"sequence_column={column!r} gives the sequence boundaries already: drop "
-                    "groups= and lengths=, or set sequence_column=None."
-                )
-            if not isinstance(X, pd.DataFrame):
-                raise ValueError(
-                    f"sequence_column={column!r} reads the sequence ids from a DataFrame "
-                    f"column, but {where} is {type(X).__name__}: pass a DataFrame, or "
-                    "groups=/lengths= with sequence_column=None."
-                )
-        if column is not None:
-            if not isinstance(X, pd.DataFrame):
-                raise ValueError(
-                    f"groups={column!r} names a column, but {where} is not a pandas "
-                    "DataFrame: pass the per-row sequence ids instead."
-                )
-            if column not in X.columns:
-                raise ValueError(
-                    f"{where} has no column {column!r} to read the sequence ids from."
-                )
-            X, groups = X.drop(columns=column), X[column].to_numpy()
-        elif not reset:
-            self._check_id_column(X, groups, lengths)
-        X = self._validate(X, reset)
-        n_rows = X.shape[0]
-        given = groups is not None or lengths is not None
-        if reset:
-            self.id_column_ = column
-            self.boundaries_ = "sequences" if given else "rows"
-        if not given:
-            if getattr(self, "boundaries_", "sequences") != "rows":
-                raise ValueError(
-                    f"{type(self).__name__} was fitted on sequences, so {where} needs their "
-                    "boundaries: pass groups= (a per-row sequence id, or the name of the "
-                    "DataFrame column holding it) or lengths= (rows per sequence), or set "
-                    "sequence_column= to read them from a DataFrame column on every call."
-                )
-            if reset:
-                warnings.warn(
-                    f"{type(self).__name__}.fit got no sequence boundaries, so every row is "
-                    "its own sequence and the transitions learn nothing. Pass groups= or "
-                    "lengths=, set sequence_column=, or give X as a list of sequences.",
-                    UserWarning,
-                    stacklevel=3,
-                )
-            lengths = np.ones(n_rows, dtype=np.int64)
-        return X, resolve_lengths(n_rows, groups=groups, lengths=lengths)
-
-    def _check_id_column(self, X, groups, lengths):
-        """A clear error when the column that held the ids in ``fit`` is still in ``X``."""
-        column = getattr(self, "id_column_", None)
-        if column is None or not isinstance(X, pd.DataFrame) or column not in X.columns:
-            return
-        if column in getattr(self, "feature_names_in_", ()):
-            return
-        given = "groups=" if groups is not None else "lengths=" if lengths is not None else None
-        fix = f"drop it (the boundaries come from {given})" if given else (
-            f"pass groups={column!r} to read and drop it"
-        )
-        raise ValueError(
-            f"X still has the column {column!r} that held the sequence ids in fit; it is no "
-            f"feature: {fix}, or set sequence_column={column!r} to have it read on every call."
-        )
-
     def __sklearn_is_fitted__(self):
         return hasattr(self, "booster_")
 
@@ -440,6 +293,30 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         gain = np.asarray(self._gain_importance(), dtype=np.float64)
         total = gain.sum()
         return gain / total if total > 0 else gain
+
+
+class ChainTransitions:
+    """The fitted ``transitions_`` table of the chain estimators.
+
+    Mixed into a :class:`BoostedCRFClassifier` whose ``_load_state()``
+    returns the booster's ``(num_labels, state, TransitionParams)``.
+    """
+
+    @property
+    def transitions_(self):
+        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``(n_classes, n_classes)``, index and columns ``classes_``.
+        """
+        check_is_fitted(self)
+        params = self._load_state()[2]
+        labels = pd.Index(self.classes_)
+        return pd.DataFrame(
+            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
+        )
 
 
 class XGBoostTraining:

@@ -27,12 +27,9 @@ sees sparse lexical features (:class:`structboost.text.lexical.TokenFeatures`)
 and the trees dense ones. The same recipe with ``xgboost.train`` is in
 :class:`structboost.LinearChainCRF`.
 
-``save_model(path)`` writes a fitted estimator as one JSON file (the
-engine's model, the CRF state, the labels; see :mod:`structboost.engines.model_io`)
-and ``load_model(path)`` reads one back into an estimator, as XGBoost's
-estimators do; loading runs no code, unlike pickle and joblib, which keep
-working for Python objects. An estimator with a ``base_model`` is saved with
-pickle or joblib only.
+``save_model(path)`` writes a fitted estimator as one JSON file and
+``load_model(path)`` reads one back, running no code (see
+:mod:`structboost.estimators.model_file`).
 
 Inside scikit-learn's model selection, let the boundaries travel with a
 DataFrame (``sequence_column``)::
@@ -56,8 +53,6 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 """
 
 import inspect
-import json
-import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -70,39 +65,39 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._compile_log import reports
 from .._typing import ArrayLike, Floats
-from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
+from ..engines.model_io import field
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
 from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
 from ..engines.xgboost import crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
-from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
 from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
-from ..sequences import sequence_weights
 from .._extras import require
-from . import nested as _nested
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
-
-_FILE_FORMAT = "structboost-crf-classifier"
-# Version 2: the parameters hessian_bound and transition_solver (were gamma and
-# transitions); version-1 files are refused with the message of read_document.
-_FILE_VERSION = 2
-_FILE_HINT = "write one with the estimator's save_model(path)"
+from .inputs import ChainInputs, flatten_y, kind, nest
+from .model_file import ModelFile
+from .base import (
+    BoostedCRFClassifier,
+    ChainTransitions,
+    XGBoostTraining,
+    eval_metrics,
+    evaluate_metrics,
+)
 
 
 _Self = TypeVar("_Self", bound="_CRFClassifier")
 
 
-class _CRFClassifier(BoostedCRFClassifier):
+class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassifier):
     """What both chain estimators share: input checks, base models, fit, predict.
 
     Subclasses implement ``_train`` (returns the booster and the metric
     history; data tuples end with the base margin ``(n, K)`` or None),
     ``_kept_rounds``, ``_engine_data`` (features as the engine
     predicts from them), ``_load_state``, ``_gain_importance`` and the
-    model-file pair ``_engine_document`` / ``_booster_from_document``.
+    model-file pair ``_engine_document`` / ``_booster_from_document``
+    (see :class:`~structboost.estimators.model_file.ModelFile`).
     """
 
     def __sklearn_tags__(self):
@@ -112,30 +107,6 @@ class _CRFClassifier(BoostedCRFClassifier):
         return tags
 
     # -- input ------------------------------------------------------------
-    def _check_X(self, X, groups, lengths, *, reset, where="X"):
-        """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
-        if _nested.kind(X) is None:
-            return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
-        if groups is not None or lengths is not None:
-            raise ValueError(
-                f"{where} is a list of sequences, which gives the boundaries already: drop "
-                "groups= and lengths=."
-            )
-        if reset:
-            self.vectorizer_ = None
-        elif _nested.kind(X) == "dicts" and getattr(self, "vectorizer_", None) is None:
-            raise ValueError(
-                f"{where} holds feature dicts, but fit got arrays: give the same kind of input."
-            )
-        rows, lengths, vectorizer = _nested.flatten_X(X, getattr(self, "vectorizer_", None))
-        if reset:
-            self.vectorizer_ = vectorizer
-        rows, lengths = self._boundaries(rows, None, lengths, reset=reset, where=where)
-        return rows, lengths, True
-
-    def _sequence_weights(self, sample_weight, lengths):
-        return None if sample_weight is None else sequence_weights(sample_weight, lengths)
-
     def _base_margin(self, X, base_X, n_classes):
         """Node scores ``(n, K)`` of the fitted base model on ``base_X`` (default ``X``) or None."""
         if self.base_model_ is None:
@@ -196,7 +167,7 @@ class _CRFClassifier(BoostedCRFClassifier):
         eval_set : list of tuple or dict, optional
             ``(X, y, groups)`` or ``(X, y, lengths)`` tuples, ``(X, y)`` when
             ``X`` carries its boundaries, or dicts (see
-            :func:`structboost.estimators.base.eval_entry`); the
+            :func:`structboost.estimators.inputs.eval_entry`); the
             ``eval_metric`` values are recorded in ``evals_result_`` and the
             last one drives early stopping. With ``base_model`` and ``base_X``,
             entries must be dicts with a ``"base_X"`` key.
@@ -213,7 +184,7 @@ class _CRFClassifier(BoostedCRFClassifier):
         """
         self._require_engine()
         X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
-        classes, codes = self._fit_classes(_nested.flatten_y(y, lengths) if nested else y,
+        classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
         metrics = eval_metrics(self.eval_metric)
         self.constraints_ = resolve_constraints(
@@ -230,25 +201,7 @@ class _CRFClassifier(BoostedCRFClassifier):
                 inputs, codes, lengths, sample_weight=seq_weight
             )
         train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
-        evals = []
-        names = []
-        for i, item in enumerate(eval_set or ()):
-            e = eval_entry(item, i, lambda X: X.shape[0] if hasattr(X, "shape") else len(X))
-            if base_X is not None and e["base_X"] is None and self.base_model is not None:
-                raise ValueError(
-                    f"eval_set[{i}] has no base_X but fit got one: pass eval_set entries as "
-                    "dicts with a 'base_X' key."
-                )
-            Xe, le, nested_e = self._check_X(
-                e["X"], e["groups"], e["lengths"], reset=False, where=f"eval_set[{i}]"
-            )
-            ye = _nested.flatten_y(e["y"], le) if nested_e else e["y"]
-            codes_e = self._encode(ye, Xe.shape[0], classes)
-            margin_e = self._base_margin(Xe, e["base_X"], len(classes))
-            evals.append((Xe, codes_e, le, self._sequence_weights(e["sample_weight"], le), margin_e))
-            names.append(e["name"])
-        if len(set(names)) != len(names):
-            raise ValueError(f"eval_set names must differ; got {names}.")
+        evals, names = self._eval_data(eval_set, classes, base_X)
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
         booster, evals_result = self._train(
@@ -304,7 +257,7 @@ class _CRFClassifier(BoostedCRFClassifier):
                 allowed_transitions=self.constraints_,
             )
         labels = self.classes_[codes]
-        return _nested.nest(labels, lengths) if nested else labels
+        return nest(labels, lengths) if nested else labels
 
     def predict_marginals(
         self, X: Any, *, groups: ArrayLike | str | None = None,
@@ -328,7 +281,7 @@ class _CRFClassifier(BoostedCRFClassifier):
                 base_margin=margin,
                 allowed_transitions=self.constraints_,
             )
-        return _nested.nest(marginals, lengths, as_lists=False) if nested else marginals
+        return nest(marginals, lengths, as_lists=False) if nested else marginals
 
     def predict_proba(
         self, X: Any, *, groups: ArrayLike | str | None = None,
@@ -343,7 +296,7 @@ class _CRFClassifier(BoostedCRFClassifier):
     ) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
         data, lens, margin, nested = self._data(X, groups, lengths, base_X)
-        codes = self._encode(_nested.flatten_y(y, lens) if nested else y,
+        codes = self._encode(flatten_y(y, lens) if nested else y,
                              int(lens.sum()), self.classes_)  # fmt: skip
         with self._thread_limits():
             return _log_likelihood(
@@ -367,183 +320,11 @@ class _CRFClassifier(BoostedCRFClassifier):
     ) -> float:
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
         predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
-        if _nested.kind(X) is not None:
+        if kind(X) is not None:
             lengths = np.array([len(p) for p in predicted])
             predicted = np.asarray([label for seq in predicted for label in seq])
-            y = _nested.flatten_y(y, lengths)
+            y = flatten_y(y, lengths)
         return accuracy_score(y, predicted, sample_weight=sample_weight)
-
-    # -- fitted attributes --------------------------------------------------
-    @property
-    def transitions_(self):
-        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
-
-        Returns
-        -------
-        pandas.DataFrame
-            ``(n_classes, n_classes)``, index and columns ``classes_``.
-        """
-        check_is_fitted(self)
-        params = self._load_state()[2]
-        labels = pd.Index(self.classes_)
-        return pd.DataFrame(
-            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
-        )
-
-
-    # -- model files ----------------------------------------------------------
-    def _json_params(self):
-        """The parameters as JSON values; a ValueError names one that has none."""
-        params = self.get_params(deep=False)
-        if params["base_model"] is not None:
-            raise ValueError(
-                "an estimator with a base_model cannot be written by save_model: pickle or "
-                "joblib it instead (and load only files you trust)."
-            )
-        allowed = params["allowed_transitions"]
-        if allowed is not None and not isinstance(allowed, str):
-            masks = self.constraints_
-            params["allowed_transitions"] = {k: v.tolist() for k, v in masks._asdict().items()}
-        for name, value in params.items():
-            try:
-                json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"parameter {name}={value!r} cannot be written to a JSON model file: set it "
-                    "to a number, string, list or dict, or pickle/joblib the estimator."
-                ) from None
-        return params
-
-    def to_document(self) -> dict[str, Any]:
-        """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
-
-        Returns
-        -------
-        dict
-            ``estimator`` (class name), ``params``, ``classes``,
-            ``n_features_in``, ``feature_names_in``, ``evals_result`` and
-            ``engine`` (the engine's model and the CRF state).
-        """
-        check_is_fitted(self)
-        if getattr(self, "vectorizer_", None) is not None:
-            raise ValueError(
-                "an estimator fitted on lists of feature dicts keeps a DictVectorizer, which "
-                "save_model cannot write: pickle or joblib it instead (and load only files "
-                "you trust), or vectorise the dicts before fit."
-            )
-        names = getattr(self, "feature_names_in_", None)
-        return {
-            "estimator": type(self).__name__,
-            "params": self._json_params(),
-            "classes": encode_labels(self.classes_),
-            "n_features_in": int(self.n_features_in_),
-            "feature_names_in": None if names is None else [str(n) for n in names],
-            "evals_result": self.evals_result_,
-            "boundaries": getattr(self, "boundaries_", "sequences"),
-            "id_column": getattr(self, "id_column_", None),
-            "engine": self._engine_document(),
-        }
-
-    def save_model(self, path: str | os.PathLike[str]) -> None:
-        """Write the fitted estimator to ``path`` as JSON; read it with :meth:`load_model`.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-        """
-        write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
-
-    def load_model(self: _Self, path: str | os.PathLike[str]) -> _Self:
-        """Replace this estimator by the one saved in ``path`` (see :meth:`save_model`).
-
-        Reading parses and validates JSON; it runs no code.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-
-        Returns
-        -------
-        self
-        """
-        doc = read_document(path, _FILE_FORMAT, _FILE_VERSION, _FILE_HINT)
-        return self.from_document(doc, str(path))
-
-    def _checked_params(self, params, where):
-        """Saved parameters, with names an estimator can take and constraints rebuilt."""
-        named = set(self._get_param_names())
-        for name in params:
-            odd = name.startswith("_") or name.endswith("_") or not name.isidentifier()
-            if name not in named and (odd or hasattr(type(self), name)):
-                raise ValueError(f"{where} is damaged: it sets a parameter named {name!r}.")
-        allowed = params.get("allowed_transitions")
-        if isinstance(allowed, dict):
-            if set(allowed) != {"transitions", "start", "end"}:
-                raise ValueError(
-                    f"{where} is damaged: allowed_transitions has keys {sorted(allowed)}."
-                )
-            params["allowed_transitions"] = from_masks(**allowed)
-        return params
-
-    def from_document(
-        self: _Self, doc: dict[str, Any], where: str = "the model document"
-    ) -> _Self:
-        """Set this estimator from :meth:`to_document`'s dict, validated.
-
-        Parameters
-        ----------
-        doc : dict
-        where : str
-            Where the dict came from, for the messages.
-
-        Returns
-        -------
-        self
-        """
-        name = field(doc, "estimator", str, where)
-        if name != type(self).__name__:
-            raise ValueError(f"{where} holds a {name}: load it with {name}().load_model(path).")
-        params = self._checked_params(dict(field(doc, "params", dict, where)), where)
-        classes = decode_labels(field(doc, "classes", dict, where), where)
-        n_features = field(doc, "n_features_in", int, where)
-        names = doc.get("feature_names_in")
-        if names is not None and (
-            not isinstance(names, list)
-            or len(names) != n_features
-            or not all(isinstance(n, str) for n in names)
-        ):
-            raise ValueError(f"{where} is damaged: feature_names_in must be {n_features} names.")
-        evals_result = field(doc, "evals_result", dict, where)
-        booster = self._booster_from_document(field(doc, "engine", dict, where), where)
-        self.set_params(**params)
-        self.booster_ = booster
-        num_labels = self._load_state()[0]
-        if num_labels != len(classes) or n_features < 1:
-            del self.booster_
-            raise ValueError(
-                f"{where} is damaged: its CRF has {num_labels} labels for {len(classes)} "
-                f"classes and {n_features} input features."
-            )
-        self.classes_ = classes
-        self.constraints_ = resolve_constraints(
-            self.allowed_transitions, len(classes), labels=classes
-        )
-        self.n_features_in_ = n_features
-        if names is not None:
-            self.feature_names_in_ = np.asarray(names, dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
-        self.evals_result_ = evals_result
-        self.boundaries_ = doc.get("boundaries", "sequences")
-        self.id_column_ = doc.get("id_column")
-        if self.boundaries_ not in ("sequences", "rows") or not isinstance(
-            self.id_column_, (str, type(None))
-        ):
-            raise ValueError(f"{where} is damaged: boundaries or id_column are malformed.")
-        self.vectorizer_ = None
-        self.base_model_ = None
-        self.best_iteration_ = self._kept_rounds() - 1
-        return self
 
 
 # Docs of what both chain estimators share (filled in by ``fill_doc``).
@@ -578,7 +359,7 @@ id_column_ : str or None
 vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
     The vocabulary of feature-dict input.
 transitions_ : pandas.DataFrame
-feature_importances_ : ndarray, shape ``(n_features_in_,)``
+feature_importances_ : ndarray, shape (n_features_in_,)
 base_model_ : estimator or None
     The fitted clone of ``base_model``.
 n_features_in_ : int
@@ -829,7 +610,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         ``random_state``, ...), with LightGBM's meaning. ``n_jobs`` sets
         the threads of LightGBM and of the objective's numba kernels (None:
         each its default). Needs ``pip install "structboost-crf[lightgbm]"``. The safe defaults of
-        :func:`structboost.lgb_params` apply (``min_child_weight=1``).
+        :func:`structboost.lightgbm.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
     ----------
@@ -838,7 +619,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         ``allowed_transitions`` resolved against ``classes_``.
     booster_ : lightgbm.Booster
         Carries the transitions; :func:`structboost.engines.predict` and
-        :func:`structboost.save_lgb_model` accept it.
+        :func:`structboost.lightgbm.save_lgb_model` accept it.
     {shared_attributes}
     """
 

@@ -20,8 +20,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..engines import dask as engine
 from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics
-from .chain import _CRFClassifier
+from .base import BoostedCRFClassifier, ChainTransitions, XGBoostTraining, eval_metrics
+from .inputs import eval_entry
 
 
 def _map_rows(collection, fn, dtype):
@@ -39,7 +39,7 @@ def _map_rows(collection, fn, dtype):
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions")
-class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
+class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost on a Dask cluster.
 
     Parameters
@@ -207,5 +207,3 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
 
     def _load_state(self):
         return load_state(self.booster_)
-
-    transitions_ = _CRFClassifier.transitions_

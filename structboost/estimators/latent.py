@@ -26,7 +26,7 @@ not concave. :class:`LatentLogLinearClassifier` maximizes it by
 The denominator's features are ``f_(j, o) = e_o (x) x~_j`` over the
 ``n = C m`` outcomes ``o = (y, h)``, so Algorithm 1's curvature is
 ``sum_j M_j (x) x~_j x~_j^T`` with the ``n x n`` matrices ``M_j`` of
-:mod:`structboost.transitions.majorize`: ``O(t n^2 p^2)`` per bound, never a loop over
+:mod:`structboost.majorize`: ``O(t n^2 p^2)`` per bound, never a loop over
 outcomes.
 """
 
@@ -43,8 +43,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .. import majorize
 from .._typing import ArrayLike, Floats
-from ..transitions import majorize
 
 __all__ = ["LatentLogLinearClassifier", "LatentProblem", "SOLVERS"]
 
@@ -128,8 +128,7 @@ class LatentProblem:
             ``log_z`` the exact sum at ``theta``, ``mu`` its gradient and a
             dense curvature ``sum_j M_j (x) x~_j x~_j^T``, shape (d, d).
         """
-        log_z, prob, deviation, coefficient = majorize._running_mean_operator(self.scores(theta))
-        weights = majorize._curvature_weights(deviation, coefficient)  # shape (t, n, n)
+        log_z, prob, weights = majorize.outcome_curvature(self.scores(theta))  # weights (t, n, n)
         curvature = np.einsum("jab,jq,jr->aqbr", weights, self.inputs, self.inputs, optimize=True)
         mu = (prob.T @ self.inputs).ravel()
         return majorize.QuadraticBound(theta, float(log_z.sum()), mu, curvature.reshape(self.dim, self.dim))

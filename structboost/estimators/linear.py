@@ -11,7 +11,7 @@ log-likelihood::
 with ``theta = [[coef; intercept].ravel(), transitions.ravel(), start, end]``
 (``d = (p + 1) K + K^2 + 2K``), either by L-BFGS on the exact gradient or by
 the majorization steps of Jebara & Choromanska (2012) with the Algorithm 3
-bound of :func:`structboost.transitions.majorize.linear_chain_bound` (optionally streamed
+bound of :func:`structboost.majorize.linear_chain_bound` (optionally streamed
 at low rank, Algorithm 4; by default above ``LOW_RANK_DIM`` parameters).
 
 The fitted :meth:`LinearChainCRF.decision_function` gives node scores that a
@@ -28,8 +28,8 @@ from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
 
 from .. import inference
+from .. import majorize
 from .._typing import ArrayLike, Floats, Ints
-from ..transitions import majorize
 from ..objectives.chain import SequenceBatch
 from ..transitions.chain import TransitionParams, TransitionProblem
 
@@ -65,7 +65,7 @@ def _with_ones(X):
 class LinearChainProblem:
     """Penalised NLL of a linear-chain CRF in all its parameters.
 
-    Implements the ``BoundTerm`` protocol of :func:`structboost.transitions.majorize.fit_majorize`.
+    Implements the ``BoundTerm`` protocol of :func:`structboost.majorize.fit_majorize`.
 
     Parameters
     ----------
@@ -158,7 +158,7 @@ class LinearChainProblem:
         theta : ndarray, shape (d,)
         rank : int, optional
             Stream the curvature at this rank plus a diagonal (Algorithm 4,
-            :func:`~structboost.transitions.majorize.linear_chain_bound`), never forming
+            :func:`~structboost.majorize.linear_chain_bound`), never forming
             the ``d x d`` matrix.
 
         Returns
@@ -193,9 +193,9 @@ class LinearChainCRF(BaseEstimator):
         ``"majorize"``: Jebara & Choromanska (2012) bound steps, monotone
         without a line search; ``O(K^2 d + K p d)`` per row and ``d^2``
         memory per step, ``d = (p + 1) K + K^2 + 2K``. Above
-        ``d = structboost.transitions.majorize.LOW_RANK_DIM`` (4096) parameters and with
+        ``d = structboost.majorize.LOW_RANK_DIM`` (4096) parameters and with
         ``reg > 0`` the curvature is streamed at rank
-        ``structboost.transitions.majorize.DEFAULT_RANK`` (32) unless ``rank`` is set.
+        ``structboost.majorize.DEFAULT_RANK`` (32) unless ``rank`` is set.
     reg : float
         L2 penalty on every parameter, on the summed (not averaged) NLL;
         ``> 0`` with ``rank``.

@@ -21,7 +21,8 @@ from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_lik
 from ..engines.xgboost_tree import tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..sequences import sequence_weights
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics
+from .base import BoostedCRFClassifier, XGBoostTraining, eval_metrics
+from .inputs import eval_entry
 
 _STRUCTURE = ("parents", "edge_types")
 
@@ -74,7 +75,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     ----------
     classes_ : (K,) ndarray
     booster_ : xgboost.Booster
-        Carries the edge potentials; :func:`structboost.predict_tree` accepts it.
+        Carries the edge potentials; :func:`structboost.xgboost.predict_tree` accepts it.
     n_edge_types_ : int
     best_iteration_ : int
         0-based index of the last round the model uses.

@@ -156,6 +156,25 @@ def check_tree(unary, lengths, parents, transitions, edge_types=None):
     return TreeBatch(u, offsets, gparent, order, child_ptr, child_idx, types, trans)
 
 
+def map_labels(batch):
+    """MAP labels ``(n,)`` of a validated :class:`TreeBatch` (ties to the lowest label).
+
+    An instance whose transitions forbid every labelling gets arbitrary
+    labels; :func:`tree_viterbi` raises for it instead.
+    """
+    b = batch
+    return _tree.viterbi(b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions)[0]
+
+
+def label_scores(batch, labels):
+    """Score of the labelling ``labels (n,)`` of every instance of a :class:`TreeBatch`, ``(m,)``.
+
+    ``-inf`` for an instance whose labels use a forbidden pair.
+    """
+    b = batch
+    return _tree.label_scores(b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, labels)
+
+
 def _raise_infeasible(log_score):
     dead = np.flatnonzero(log_score == -np.inf)
     if dead.size:
@@ -402,7 +421,4 @@ def tree_nll(
     """
     b = check_tree(unary, lengths, parents, transitions, edge_types)
     y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])
-    post = posterior(b)
-    return post.log_z - _tree.label_scores(
-        b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, y
-    )
+    return posterior(b).log_z - label_scores(b, y)

@@ -1,8 +1,8 @@
 """The objective's settings, declared once: :class:`ObjectiveSpec`.
 
 Every factory (:func:`structboost.crf_objective`,
-:func:`structboost.lgb_crf_objective`, :func:`structboost.tree_crf_objective`,
-:func:`structboost.edge_crf_objective`), objective class, estimator and CLI
+:func:`structboost.lightgbm.lgb_crf_objective`, :func:`structboost.xgboost.tree_crf_objective`,
+:func:`structboost.xgboost.edge_crf_objective`), objective class, estimator and CLI
 option takes its choices and defaults from the fields of
 :class:`ObjectiveSpec`; :func:`fill_doc` writes the numpydoc entries of those
 fields into their docstrings, so the copies cannot drift. Objectives and

@@ -23,7 +23,7 @@ whose gradient is (expected - observed) transition, start and end counts plus
     the step monotone.
 ``"majorize"``
     Steps of Jebara & Choromanska (2012): the quadratic upper bound of
-    :func:`structboost.transitions.majorize.chain_bound` on the summed ``log Z`` at the
+    :func:`structboost.majorize.chain_bound` on the summed ``log Z`` at the
     current ``theta``, plus the penalty, minimised in closed form. Monotone
     by construction, without a line search; each step costs ``O(K^4)`` per
     row. Above ``majorize.LOW_RANK_DIM`` parameters the curvature is kept
@@ -39,7 +39,7 @@ from .. import _config
 from .._typing import Floats
 from ..inference.chain import Workspace, posterior
 from ..sequences import sequence_blocks
-from . import majorize
+from .. import majorize
 from .base import CURVATURE, GRADIENT, VALUE, Evaluation, PenalisedProblem, identity
 
 SOLVERS = ("lbfgs", "newton", "majorize")
