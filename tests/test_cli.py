@@ -152,7 +152,7 @@ def loaded():
 assert main(["warmup"]) == 0
 before = loaded()
 for n in (40, 2000):  # serial and parallel (prange) batches
-    X, y, lengths = sb.datasets.make_hmm_sequences(n_sequences=n, random_state=1)
+    X, y, lengths = make_hmm_sequences(n_sequences=n, random_state=1)
     for engine in (sb.XGBCRFClassifier, sb.LGBMCRFClassifier):
         clf = engine(n_estimators=2).fit(X, y, lengths=lengths)
         clf.predict(X, lengths=lengths)
@@ -176,7 +176,8 @@ def test_warmup_loads_every_kernel_a_default_fit_and_predict_use():
 def test_a_gpu_request_without_a_gpu_fails_at_once_saying_what_to_install():
     code = """
 import structboost as sb
-X, y, lengths = sb.datasets.make_hmm_sequences(n_sequences=10, random_state=0)
+from structboost.datasets import make_hmm_sequences
+X, y, lengths = make_hmm_sequences(n_sequences=10, random_state=0)
 clf = sb.XGBCRFClassifier(n_estimators=3, device="cuda")
 try:
     clf.fit(X, y, lengths=lengths)

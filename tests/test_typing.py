@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 import structboost as sb
+import structboost.lightgbm as sbl
+import structboost.xgboost as sbx
 from structboost import inference
 
 ROOT = Path(sb.__file__).resolve().parents[1]
@@ -16,7 +18,8 @@ ROOT = Path(sb.__file__).resolve().parents[1]
 def _public_callables():
     """``(name, function)`` of every public function and public method of the API."""
     found = []
-    for module, names in ((sb, sb.__all__), (inference, inference.__all__)):
+    for module in (sb, sbx, sbl, inference):
+        names = module.__all__
         for name in names:
             obj = getattr(module, name)
             if inspect.isfunction(inspect.unwrap(obj)):
