@@ -140,7 +140,8 @@ WARMUP_COVERS_DEFAULTS = """
 import sys
 from numba.core.dispatcher import Dispatcher
 import structboost as sb
-from structboost.cli import build_parser, main
+from structboost.cli import main
+from structboost.datasets import make_hmm_sequences
 
 def loaded():
     return {
