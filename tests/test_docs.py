@@ -143,17 +143,22 @@ def _runnable(code):
     return "\n".join(lines)
 
 
+_SHELL_RUNS = {}  # script -> CompletedProcess: a command shown on two pages runs once
+
+
 @pytest.mark.parametrize("key, code", BASH_BLOCKS, ids=[k for k, _ in BASH_BLOCKS])
 def test_shell_block_runs_as_pasted(key, code, tmp_path):
     script = _runnable(code)
     if not script.strip():
         return  # install commands only: checked above
-    work = tmp_path / "work"
-    work.mkdir()
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
-        env=_environment(tmp_path), cwd=work, timeout=600,
-    )  # fmt: skip
+    if script not in _SHELL_RUNS:
+        work = tmp_path / "work"
+        work.mkdir()
+        _SHELL_RUNS[script] = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True,
+            env=_environment(tmp_path), cwd=work, timeout=600,
+        )  # fmt: skip
+    done = _SHELL_RUNS[script]
     assert done.returncode == 0, f"{key}\n{script}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
 
 
