@@ -12,7 +12,9 @@ lines otherwise, so log files hold no carriage returns.
 """
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._io import atomic_open
 from ._version import __version__
 from ._extras import require
 from .inference.chain import GAMMA_METHODS
@@ -109,7 +112,7 @@ def demo(args):
     # numba's compile (once per process, or never with a warm cache) is not timed.
     logger.info("warming up: one round per mode compiles the kernels the timings use ...")
     for mode in MODES:
-        clf = XGBCRFClassifier(mode=mode, n_estimators=1).fit(**fits)
+        clf = XGBCRFClassifier(mode=mode, n_estimators=1).fit(**fits, verbose=False)
         clf.predict_log_likelihood(**test)
         clf.predict(test["X"], lengths=test["lengths"])
     curves, results = {}, []
@@ -121,7 +124,7 @@ def demo(args):
             callbacks=[_progress_callback(mode, args.rounds, 5)],
         )
         t0 = time.perf_counter()
-        clf.fit(**fits)
+        clf.fit(**fits, verbose=False)  # the progress callback reports instead
         seconds = time.perf_counter() - t0
         pred = clf.predict(test["X"], lengths=test["lengths"])
         results.append(
@@ -181,7 +184,8 @@ def _plot_curves(curves, path):
     ax.set_title("Sticky synthetic HMM")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
     plt.close(fig)
 
 
@@ -234,6 +238,7 @@ def train(args):
     from .tagging import ChunkTagger
 
     columns = _columns(args.columns)
+    _check_output(args.model, "--model", {"--train": args.train, "--dev": args.dev})
     frame = _read(args.train, columns, "--train", args.encoding)
     _check_tags(frame, args.train, columns, args.scheme)
     dev = None
@@ -275,7 +280,7 @@ def train(args):
     logger.info(
         "trained in %.1f s: %d features, %d rounds kept, tags %s",
         time.perf_counter() - t0, tagger.features_.n_features_out_,
-        clf.best_iteration_ + 1, list(tagger.classes_),
+        clf.best_iteration + 1, list(tagger.classes_),
     )  # fmt: skip
     tagger.save(args.model)
     logger.info("model written to %s", args.model)
@@ -294,14 +299,56 @@ def _load(args):
     return load_tagger(args.model)
 
 
+def _same_file(a, b):
+    """Whether two paths name one file (or would: equal once resolved)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _check_output(path, flag, inputs):
+    """Refuse an output path that is an input or cannot be written, before any work.
+
+    Parameters
+    ----------
+    path : str
+        The output file.
+    flag : str
+        Its option, for the messages.
+    inputs : dict
+        Option -> path (or None) of every file the command reads.
+    """
+    for name, given in inputs.items():
+        if given is not None and _same_file(path, given):
+            raise ValueError(
+                f"{flag} {path} is also the {name} file: writing it would destroy the input. "
+                f"Choose another {flag} path."
+            )
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{flag} {path} is a folder: give a file name.")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(f"{flag} {path}: the folder {folder} does not exist; create it first.")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: cannot write in {folder} ({err.strerror}).") from None
+
+
 def predict(args):
     """Tag a token file; write it back with the predicted tags as the last column."""
+    if args.output != "-":
+        _check_output(args.output, "--output", {"--input": args.input, "--model": args.model})
     tagger = _load(args)
     columns = _columns(args.columns, need_tag=False)
     frame = _read(args.input, columns, "--input", args.encoding)
     frame["predicted"] = tagger.predict(frame)
-    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
-    try:
+    with contextlib.nullcontext(sys.stdout) if args.output == "-" else atomic_open(
+        args.output
+    ) as out:
         previous = None
         fields = [*columns, "predicted"]
         for row in frame[["sentence", *fields]].itertuples(index=False):
@@ -310,9 +357,6 @@ def predict(args):
             previous = row[0]
             out.write(" ".join(map(str, row[1:])) + "\n")
         out.write("\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
     if args.output != "-":
         logger.info("%d tokens tagged, written to %s", len(frame), args.output)
     return 0

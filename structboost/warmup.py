@@ -55,7 +55,7 @@ def _estimators(n_sequences):
     if importlib.util.find_spec("lightgbm") is not None:
         engines.append(LGBMCRFClassifier)
     for engine in engines:
-        clf = engine(n_estimators=2).fit(X, y, lengths=lengths)
+        clf = engine(n_estimators=2).fit(X, y, lengths=lengths, verbose=False)
         clf.predict(X, lengths=lengths)
         clf.predict_proba(X, lengths=lengths)
 

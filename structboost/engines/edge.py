@@ -30,6 +30,7 @@ from ..objectives.params import EDGE_PARAMS, ObjectiveSpec, fill_doc
 from ..sequences import offsets_from_lengths, resolve_lengths
 from ..transitions.chain import TransitionParams
 from .xgboost import XGBCRFObjective, booster_margins, load_state
+from .validate import check_feature_count
 
 EDGE_STATE_KEY = "structboost_edge_crf"
 #: Name of the appended previous-label column.
@@ -265,6 +266,7 @@ def edge_inputs(booster, data, groups, lengths):
     else:
         n = data.shape[0]
         lengths = resolve_lengths(n, groups=groups, lengths=lengths)
+        check_feature_count(data.shape[1], booster.num_features() - 1)
         names, types = booster.feature_names, booster.feature_types
         dmat = edge_dmatrix(
             data, lengths=lengths, num_labels=num_labels,
@@ -272,6 +274,7 @@ def edge_inputs(booster, data, groups, lengths):
             categorical=types is None or types[-1] == "c",
         )  # fmt: skip
         labels = None
+    check_feature_count(dmat.num_col(), booster.num_features(), "the edge DMatrix")
     margins = np.asarray(booster_margins(booster, dmat), dtype=np.float64).reshape(-1, num_labels)
     unary, trans = edge_potentials(margins, offsets_from_lengths(lengths), num_labels)
     trans += masks.transitions

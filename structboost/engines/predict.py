@@ -27,6 +27,7 @@ from ..objectives.base import DIVERGED, check_margin_values
 from ..objectives.constraints import resolve as resolve_constraints
 from ..sequences import check_labels, offsets_from_lengths, resolve_lengths
 from ..transitions.tree import TreeTransitionParams
+from .validate import check_feature_count, check_xgboost_booster
 
 DECODINGS = ("viterbi", "marginal")
 
@@ -37,6 +38,7 @@ def _xgboost_inputs(booster, data, groups, lengths):
     from .edge import edge_inputs, is_edge_model
     from .xgboost import booster_margins, dmatrix_lengths, load_state
 
+    check_xgboost_booster(booster)
     if is_edge_model(booster):
         return edge_inputs(booster, data, groups, lengths)
     if isinstance(data, xgb.DMatrix):
@@ -49,6 +51,7 @@ def _xgboost_inputs(booster, data, groups, lengths):
         labels = None
     lengths = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
     num_labels, _, params = load_state(booster)
+    check_feature_count(dmat.num_col(), booster.num_features())
     return booster_margins(booster, dmat), lengths, params, num_labels, labels
 
 
@@ -73,6 +76,7 @@ def _lightgbm_inputs(booster, data, groups, lengths):
     num_labels, _, params = load_state(booster)
     n_rows = data.shape[0]
     lengths = resolve_lengths(n_rows, groups=groups, lengths=lengths)
+    check_feature_count(data.shape[1] if len(data.shape) > 1 else 1, booster.num_feature())
     return booster_margins(booster, data), lengths, params, num_labels, labels
 
 
@@ -265,8 +269,10 @@ def _tree_inputs(booster, X, lengths, parents, edge_types, groups):
     num_labels, _, params = load_state(
         booster, TREE_STATE_KEY, TreeTransitionParams, "tree_crf_objective"
     )
+    check_xgboost_booster(booster)
     dmat = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(X)
     lens = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
+    check_feature_count(dmat.num_col(), booster.num_features())
     margins = np.asarray(booster_margins(booster, dmat)).reshape(dmat.num_row(), -1)
     if margins.shape[1] != num_labels:
         raise ValueError(

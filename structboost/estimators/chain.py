@@ -52,9 +52,10 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 ``(n_i, K)`` arrays.
 """
 
-import inspect
 from collections.abc import Sequence
 from typing import Any, TypeVar
+import inspect
+from numbers import Integral
 
 import numpy as np
 import pandas as pd
@@ -66,6 +67,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._compile_log import reports
 from .._typing import ArrayLike, Floats
 from ..engines.model_io import field
+from ..engines.validate import check_xgboost_json, mark_checked
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
@@ -77,12 +79,16 @@ from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from .._extras import require
 from .inputs import ChainInputs, flatten_y, kind, nest
 from .model_file import ModelFile
+from .checks import BOOSTING, Interval
 from .base import (
+    HELD_OUT_NAME,
+    STOPPING_PARAMS,
     BoostedCRFClassifier,
     ChainTransitions,
     XGBoostTraining,
     eval_metrics,
     evaluate_metrics,
+    split_sequences,
 )
 
 
@@ -143,7 +149,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         sample_weight: ArrayLike | None = None,
         eval_set: Sequence[Any] | None = None,
         base_X: Any = None,
-        verbose: bool | int = False,
+        verbose: bool | int = True,
     ) -> _Self:
         """Train on labelled sequences.
 
@@ -175,14 +181,17 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             Input of ``base_model`` (e.g. sparse lexical features while the
             trees see dense ones); ``X`` by default.
         verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
+            Print the metrics of the ``eval_set`` (or of the held-out
+            sequences of automatic early stopping) every round (``True``, the
+            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
+            ``False``: silent.
 
         Returns
         -------
         self
         """
         self._require_engine()
+        self._check_params()
         X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
@@ -193,7 +202,14 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         spec = self._objective_spec(
             metrics, allowed_transitions=self.constraints_, **self._route()
         )
-        seq_weight = self._sequence_weights(sample_weight, lengths)
+        seq_weight = self._class_weighted(
+            self._sequence_weights(sample_weight, lengths), codes, lengths, classes
+        )
+        stopping = self._stopping(lengths, bool(eval_set))
+        if stopping.held_out is not None:
+            (lengths, X, codes, base_X, seq_weight), held = split_sequences(
+                stopping.held_out, lengths, (X, codes, base_X), (seq_weight,)
+            )
         self.base_model_ = None
         if self.base_model is not None:
             inputs = X if base_X is None else base_X
@@ -202,12 +218,15 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             )
         train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
         evals, names = self._eval_data(eval_set, classes, base_X)
-        if self.early_stopping_rounds is not None and not evals:
-            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
+        if stopping.held_out is not None:
+            lengths_h, Xh, codes_h, base_h, weight_h = held
+            margin_h = self._base_margin(Xh, base_h, len(classes))
+            evals.append((Xh, codes_h, lengths_h, weight_h, margin_h))
+            names.append(HELD_OUT_NAME)
         booster, evals_result = self._train(
-            train, evals, spec, len(classes), verbose, names, metrics
+            train, evals, spec, len(classes), verbose, names, metrics, stopping
         )
-        self._set_fitted(classes, booster, evals_result, metrics)
+        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         return self
 
     # -- predict ----------------------------------------------------------
@@ -224,9 +243,9 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         *,
         groups: ArrayLike | str | None = None,
         lengths: ArrayLike | None = None,
-        decode: str = "viterbi",
+        decode: str = 'viterbi',
         base_X: Any = None,
-    ) -> np.ndarray | list[list[Any]]:
+    ) -> Any:
         """Predicted labels, in the original label values.
 
         Parameters
@@ -259,10 +278,39 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         labels = self.classes_[codes]
         return nest(labels, lengths) if nested else labels
 
+    def predict_single(
+        self,
+        xseq: Any,
+        *,
+        decode: str = 'viterbi',
+        base_X: Any = None,
+    ) -> Any:
+        """Labels of one sequence, as sklearn-crfsuite's ``predict_single``.
+
+        Parameters
+        ----------
+        xseq : list of dict or array-like of shape (n_i, d)
+            The sequence's feature dicts (one per position) or rows, the
+            same kind of input as ``fit`` got.
+        decode : {"viterbi", "marginal"}
+        base_X : array-like of shape (n_i, p), optional
+            The base model's input, when ``fit`` was given one.
+
+        Returns
+        -------
+        list
+            ``n_i`` labels (``classes_`` values).
+        """
+        return self.predict([xseq], decode=decode, base_X=base_X)[0]
+
     def predict_marginals(
-        self, X: Any, *, groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None, base_X: Any = None,
-    ) -> Floats | list[Floats]:
+        self,
+        X: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        base_X: Any = None,
+    ) -> Any:
         """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
 
         Parameters are those of :meth:`predict`.
@@ -284,15 +332,24 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         return nest(marginals, lengths, as_lists=False) if nested else marginals
 
     def predict_proba(
-        self, X: Any, *, groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None, base_X: Any = None,
-    ) -> Floats | list[Floats]:
+        self,
+        X: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        base_X: Any = None,
+    ) -> Any:
         """scikit-learn's name for :meth:`predict_marginals` (rows sum to 1, ``classes_`` order)."""
         return self.predict_marginals(X, groups=groups, lengths=lengths, base_X=base_X)
 
     def predict_log_likelihood(
-        self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None, base_X: Any = None,
+        self,
+        X: Any,
+        y: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        base_X: Any = None,
     ) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
         data, lens, margin, nested = self._data(X, groups, lengths, base_X)
@@ -328,7 +385,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
 
 
 # Docs of what both chain estimators share (filled in by ``fill_doc``).
-_SHARED_PARAMS = """
+_SHARED_PARAMS = STOPPING_PARAMS + """
 sequence_column : str, optional
     Name of the DataFrame column holding the per-row sequence id: every
     call reads the boundaries from it (never a feature), so the data
@@ -343,10 +400,21 @@ eval_metric : str, callable or list of them, optional
 """
 _SHARED_ATTRIBUTES = """
 best_iteration_ : int
-    0-based index of the last round the model uses.
+    The last round the model uses, in the engine's numbering: 0-based on
+    XGBoost (as ``XGBClassifier.best_iteration``), 1-based on LightGBM (as
+    ``LGBMClassifier.best_iteration_``, here also without early stopping).
+best_iteration : int
+    XGBoost's name: the same round 0-based on both engines
+    (``best_iteration + 1`` rounds are kept).
+best_score : float
+    XGBoost's name of ``best_score_``.
 evals_result_ : dict
     ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
-    or the entry's ``"name"``).
+    or the entry's ``"name"``), or for the held-out sequences of automatic
+    early stopping (``"validation"``).
+validation_sequences_ : (v,) int64 ndarray
+    Positions (0-based, in row order) of the training sequences that
+    automatic early stopping held out; empty when none were.
 best_score_ : float
     The stopping metric on the last ``eval_set`` entry at
     ``best_iteration_`` (only with an ``eval_set``).
@@ -359,7 +427,7 @@ id_column_ : str or None
 vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
     The vocabulary of feature-dict input.
 transitions_ : pandas.DataFrame
-feature_importances_ : ndarray, shape ``(n_features_in_,)``
+feature_importances_ : ndarray, shape (n_features_in_,)
 base_model_ : estimator or None
     The fitted clone of ``base_model``.
 n_features_in_ : int
@@ -378,8 +446,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds.
+    n_estimators : int, optional
+        Most boosting rounds; None: 1000 when automatic early stopping
+        ends the fit (see ``early_stopping``), 100 otherwise.
     learning_rate : float
         XGBoost's ``eta``.
     max_depth : int
@@ -427,21 +496,25 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     def __init__(
         self,
         *,
-        mode: str = DEFAULTS["mode"],
-        hessian_bound: str | float = DEFAULTS["hessian_bound"],
-        step: str = DEFAULTS["step"],
-        transition_solver: str = DEFAULTS["transition_solver"],
-        reg_transitions: float = DEFAULTS["reg_transitions"],
-        n_estimators: int = 100,
+        mode: str = DEFAULTS['mode'],
+        hessian_bound: str | float = DEFAULTS['hessian_bound'],
+        step: str = DEFAULTS['step'],
+        transition_solver: str = DEFAULTS['transition_solver'],
+        reg_transitions: float = DEFAULTS['reg_transitions'],
+        n_estimators: int | None = None,
         learning_rate: float = 0.3,
         max_depth: int = 6,
         early_stopping_rounds: int | None = None,
+        early_stopping: str | bool = 'auto',
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        class_weight: Any = None,
         base_model: Any = None,
         allowed_transitions: Any = None,
         sequence_column: str | None = None,
         eval_metric: Any = None,
         callbacks: Sequence[Any] | None = None,
-        transitions_from: str = DEFAULTS["transitions_from"],
+        transitions_from: str = DEFAULTS['transitions_from'],
         **kwargs: Any,
     ) -> None:
         self.mode = mode
@@ -453,6 +526,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
@@ -505,7 +582,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     def _route(self):
         return {"transitions_from": self.transitions_from}
 
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         if self._boosted_transitions:
             if self.base_model is not None:
                 raise ValueError(
@@ -526,7 +603,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         )
         dvalid = [self._dmatrix(*e, num_labels=n_classes) for e in evals]
         dtrain = self._dmatrix(*train, num_labels=n_classes)
-        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics)
+        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics, stopping)
 
     def _load_state(self):
         if self._boosted_transitions:
@@ -537,8 +614,11 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return {"xgboost_json": self.booster_.save_raw("json").decode("utf-8")}
 
     @staticmethod
-    def _booster_from_document(doc, where):
+    def _booster_from_document(doc, where, num_features, num_labels, params):
         model = field(doc, "xgboost_json", str, where)
+        # Boosted transitions: the edge rows carry the previous label as a last column.
+        edge = params.get("transitions_from", "linear") == "input"
+        check_xgboost_json(model, where, num_features + edge, num_labels)
         booster = xgb.Booster()
         try:
             booster.load_model(bytearray(model.encode("utf-8")))
@@ -547,6 +627,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             raise ValueError(
                 f"{where}: XGBoost cannot read the model it holds ({message})."
             ) from None
+        mark_checked(booster)
         return booster
 
     def _gain_importance(self):
@@ -586,8 +667,10 @@ class LGBMCRFClassifier(_CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds (each grows one tree per class).
+    n_estimators : int, optional
+        Most boosting rounds (each grows one tree per class); None: 1000
+        when automatic early stopping ends the fit (see ``early_stopping``),
+        100 otherwise.
     learning_rate : float
     max_depth : int
         ``-1`` for no limit.
@@ -626,16 +709,20 @@ class LGBMCRFClassifier(_CRFClassifier):
     def __init__(
         self,
         *,
-        mode: str = DEFAULTS["mode"],
-        hessian_bound: str | float = DEFAULTS["hessian_bound"],
-        step: str = DEFAULTS["step"],
-        transition_solver: str = DEFAULTS["transition_solver"],
-        reg_transitions: float = DEFAULTS["reg_transitions"],
-        n_estimators: int = 100,
+        mode: str = DEFAULTS['mode'],
+        hessian_bound: str | float = DEFAULTS['hessian_bound'],
+        step: str = DEFAULTS['step'],
+        transition_solver: str = DEFAULTS['transition_solver'],
+        reg_transitions: float = DEFAULTS['reg_transitions'],
+        n_estimators: int | None = None,
         learning_rate: float = 0.1,
         max_depth: int = -1,
         num_leaves: int = 31,
         early_stopping_rounds: int | None = None,
+        early_stopping: str | bool = 'auto',
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        class_weight: Any = None,
         base_model: Any = None,
         allowed_transitions: Any = None,
         sequence_column: str | None = None,
@@ -653,12 +740,23 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.max_depth = max_depth
         self.num_leaves = num_leaves
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
         self.eval_metric = eval_metric
         self.callbacks = callbacks
         super().__init__(**kwargs)
+
+    _param_checks = {
+        **BOOSTING,
+        "max_depth": [Interval(Integral, -1, None)],
+        "num_leaves": [Interval(Integral, 2, None)],
+    }
+    _FIRST_ROUND = 1  # LightGBM's best_iteration_ counts rounds from 1
 
     def _engine_data(self, X):
         return X
@@ -669,7 +767,7 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _route(self):
         return {}
 
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         import lightgbm as lgb
 
         from ..engines.base import build_batch
@@ -688,15 +786,13 @@ class LGBMCRFClassifier(_CRFClassifier):
         if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
             params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")
         model = lgb.LGBMModel(
-            objective=obj.sklearn_objective, n_estimators=self.n_estimators, **params
+            objective=obj.sklearn_objective, n_estimators=stopping.rounds, **params
         )
         callbacks = [obj.callback(), *(self.callbacks or ())]
         if verbose:
             callbacks.append(lgb.log_evaluation(int(verbose)))
-        if self.early_stopping_rounds is not None:
-            stop = lgb.early_stopping(
-                self.early_stopping_rounds, first_metric_only=True, verbose=False
-            )
+        if stopping.patience is not None:
+            stop = lgb.early_stopping(stopping.patience, first_metric_only=True, verbose=False)
             callbacks.append(stop)
         fit = {
             "sample_weight": self._row_weights(seq_weight, lengths),
@@ -755,10 +851,10 @@ class LGBMCRFClassifier(_CRFClassifier):
         return booster_document(self.booster_)
 
     @staticmethod
-    def _booster_from_document(doc, where):
+    def _booster_from_document(doc, where, num_features, num_labels, params):
         from ..engines.lightgbm import booster_from_document
 
-        return booster_from_document(doc, where)
+        return booster_from_document(doc, where, num_features=num_features)
 
     def _gain_importance(self):
         return self.booster_.feature_importance(importance_type="gain")

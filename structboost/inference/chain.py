@@ -395,6 +395,15 @@ class ChainPosterior:
         return out
 
 
+def _no_labelling(offsets, seq):
+    """The error for sequence ``seq``, which no label path is allowed to take."""
+    return ValueError(
+        f"sequence {seq} (length {int(offsets[seq + 1] - offsets[seq])}) has no allowed "
+        "labelling: the -inf transition/start/end scores (allowed_transitions) forbid "
+        "every label path of that length. Allow more moves."
+    )
+
+
 def _log_space_part(unary, offsets, sequences, trans, start, end):
     """Run :func:`structboost.inference._chain.log_space_posterior`; raise where nothing is allowed.
 
@@ -405,12 +414,7 @@ def _log_space_part(unary, offsets, sequences, trans, start, end):
     """
     log_z, marginals, pairwise = _chain.log_space_posterior(unary, offsets, sequences, trans, start, end)
     if not np.isfinite(log_z).all():
-        seq = int(sequences[np.flatnonzero(~np.isfinite(log_z))[0]])
-        raise ValueError(
-            f"sequence {seq} (length {int(offsets[seq + 1] - offsets[seq])}) has no allowed "
-            "labelling: the -inf transition/start/end scores (allowed_transitions) forbid "
-            "every label path of that length. Allow more moves."
-        )
+        raise _no_labelling(offsets, int(sequences[np.flatnonzero(~np.isfinite(log_z))[0]]))
     lengths = offsets[sequences + 1] - offsets[sequences]
     rows = np.repeat(offsets[sequences] - np.cumsum(lengths) + lengths, lengths) + np.arange(
         lengths.sum()
@@ -511,10 +515,23 @@ def path_scores(unary, offsets, labels, transitions, start, end):
 
 
 def map_labels(unary, offsets, transitions, start, end):
-    """Viterbi labels ``(n,)`` of validated arrays (see :func:`check_chain`)."""
-    return _chain.viterbi(
+    """Viterbi labels ``(n,)`` of validated arrays (see :func:`check_chain`).
+
+    Raises
+    ------
+    ValueError
+        Naming the first sequence with no allowed labelling (the best path
+        scores -inf), as :func:`posterior` does, instead of returning a path
+        that takes a forbidden move.
+    """
+    labels = _chain.viterbi(
         unary, offsets, as_tables(transitions), start, end, _config.parallel(unary.shape[0])
     )
+    if unary.shape[0]:
+        scores = path_scores(unary, offsets, labels, transitions, start, end)
+        if np.isneginf(scores).any():
+            raise _no_labelling(offsets, int(np.flatnonzero(np.isneginf(scores))[0]))
+    return labels
 
 
 def forward_backward(

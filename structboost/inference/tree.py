@@ -19,6 +19,7 @@ float64 / int64 and calls the numba kernels of :mod:`structboost.inference._tree
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -86,12 +87,13 @@ def _check_parents(parents, lengths, offsets):
     return par
 
 
-@dataclass
-class TreeBatch:
+class TreeBatch(NamedTuple):
     """Validated, converted arrays of a batch of trees (see :func:`check_tree`).
 
     ``gparent`` holds global parent rows; ``order``, ``child_ptr`` and
     ``child_idx`` come from :func:`structboost.inference._tree.structure`.
+    The numba kernels take it whole (a named tuple of arrays); ``_replace``
+    swaps potentials.
     """
 
     unary: np.ndarray
@@ -162,8 +164,7 @@ def map_labels(batch):
     An instance whose transitions forbid every labelling gets arbitrary
     labels; :func:`tree_viterbi` raises for it instead.
     """
-    b = batch
-    return _tree.viterbi(b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions)[0]
+    return _tree.viterbi(batch)[0]
 
 
 def label_scores(batch, labels):
@@ -171,8 +172,7 @@ def label_scores(batch, labels):
 
     ``-inf`` for an instance whose labels use a forbidden pair.
     """
-    b = batch
-    return _tree.label_scores(b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, labels)
+    return _tree.label_scores(batch, labels)
 
 
 def _raise_infeasible(log_score):
@@ -182,6 +182,15 @@ def _raise_infeasible(log_score):
             f"instance {int(dead[0])} has no labelling allowed by the transitions (every "
             "labelling scores -inf); relax the -inf entries of transitions."
         )
+
+
+class TreeMessages(NamedTuple):
+    """Log-space messages of a batch, ``(n, K)`` each (see :mod:`structboost.inference._tree`)."""
+
+    inside: np.ndarray
+    up: np.ndarray
+    outside: np.ndarray
+    down: np.ndarray
 
 
 @dataclass
@@ -194,10 +203,7 @@ class TreePosterior:
 
     batch: TreeBatch
     log_z: np.ndarray
-    inside: np.ndarray
-    up: np.ndarray
-    outside: np.ndarray
-    down: np.ndarray
+    messages: TreeMessages
     belief: np.ndarray
 
     def marginals(self):
@@ -208,17 +214,11 @@ class TreePosterior:
         """Joint marginals ``(n, K, K)``; row ``v`` joins ``parent(v)`` (first axis) and ``v``."""
         b = self.batch
         p = self.marginals() if marginals is None else marginals
-        return _tree.edge_marginals(p, b.gparent, b.edge_types, b.transitions, self.inside, self.up)
-
-    def _rates(self):
-        b = self.batch
-        return _tree.mixing_rates(
-            b.gparent, b.edge_types, b.transitions, self.inside, self.up, self.outside, self.down
-        )
+        return _tree.edge_marginals(p, self.batch, self.messages)
 
     def _mixing(self):
-        b = self.batch
-        return _tree.mixing_bounds(b.offsets, b.order, b.gparent, b.child_ptr, *self._rates())
+        rates = _tree.mixing_rates(self.batch, self.messages)
+        return _tree.mixing_bounds(self.batch, *rates)
 
     def node_gamma(self, method="mixing", marginals=None):
         """Per-node bound ``(n,)`` (Theorem 4.1, Corollary 4.1 or exact)."""
@@ -229,19 +229,7 @@ class TreePosterior:
             return np.repeat(2.0 * b.lengths, b.lengths).astype(np.float64)
         if method == "exact":
             p = self.marginals() if marginals is None else marginals
-            return _tree.exact_gamma(
-                b.offsets,
-                b.gparent,
-                b.child_ptr,
-                b.child_idx,
-                b.edge_types,
-                b.transitions,
-                self.inside,
-                self.up,
-                self.outside,
-                self.down,
-                p,
-            )
+            return _tree.exact_gamma(b, self.messages, p)
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
 
     def edge_gamma(self):
@@ -255,13 +243,9 @@ def posterior(batch):
     Raises ``ValueError`` when the transitions forbid every labelling of an
     instance.
     """
-    b = batch
-    out = _tree.messages(
-        b.unary, b.offsets, b.order, b.gparent, b.child_ptr, b.child_idx,
-        b.edge_types, b.transitions,
-    )  # fmt: skip
-    _raise_infeasible(out[0])
-    return TreePosterior(b, *out)
+    log_z, inside, up, outside, down, belief = _tree.messages(batch)
+    _raise_infeasible(log_z)
+    return TreePosterior(batch, log_z, TreeMessages(inside, up, outside, down), belief)
 
 
 def tree_forward_backward(
@@ -332,9 +316,7 @@ def tree_viterbi(
         Flat MAP labels (ties go to the lowest label index).
     """
     b = check_tree(unary, lengths, parents, transitions, edge_types)
-    labels, best = _tree.viterbi(
-        b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions
-    )
+    labels, best = _tree.viterbi(b)
     _raise_infeasible(best)
     return labels
 
