@@ -486,7 +486,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         Training mutual information of the label pairs.
     tree_ : (L,) ndarray
         Chow-Liu parents (``"chow-liu"`` only).
-    pairs_ : (P, 2) ndarray and pairwise_ : PairwiseLabelModels (``"ess"`` only)
+    pairs_ : (P, 2) ndarray
+        The label pairs (``"ess"`` only).
+    pairwise_ : PairwiseLabelModels
+        The pairwise models (``"ess"`` only).
     crf_ : TreeCRFClassifier
     booster_ : xgboost.Booster
         The CRF's booster (``crf_.booster_``).
@@ -497,7 +500,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         or for the held-out inputs (``"validation"``).
     validation_sequences_ : (v,) int64 ndarray
         Rows of ``X`` held out by automatic early stopping (empty when none).
-    feature_importances_ : (n_features_in_,) ndarray
+    feature_importances_ : ``(n_features_in_,)`` ndarray
         Total gain of the CRF's splits on each input feature.
     """
 

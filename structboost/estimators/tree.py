@@ -98,7 +98,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         Positions of the training instances held out by automatic early
         stopping (empty when none were).
     n_classes_ : int
-    feature_importances_ : ndarray, shape (n_features_in_,)
+    feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
     """
 
