@@ -25,6 +25,10 @@ from . import _config
 # their idle threads wait without spinning unless the user chose otherwise.
 _config.request_passive_openmp()
 
+from ._extras import require_xgboost
+
+require_xgboost()  # before the imports below need it
+
 from . import _compile_log, inference
 from .engines.predict import predict, predict_marginals, sequence_log_likelihood
 from .engines.xgboost import crf_objective, xgb_params

@@ -16,12 +16,14 @@ work as for node-only models.
 """
 
 import weakref
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 import xgboost as xgb
 
+from .._typing import ArrayLike
 from ..objectives.chain import SequenceBatch
 from ..objectives.edge import EdgeCRFObjective, edge_positions, edge_potentials, edge_row_counts
 from ..objectives.params import EDGE_PARAMS, ObjectiveSpec, fill_doc
@@ -33,7 +35,7 @@ from .validate import check_feature_count
 EDGE_STATE_KEY = "structboost_edge_crf"
 #: Name of the appended previous-label column.
 PREV_LABEL = "prev_label"
-_EDGE_DATA = weakref.WeakKeyDictionary()
+_EDGE_DATA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def edge_features(X, lengths, num_labels, categorical=True):
@@ -83,9 +85,17 @@ def edge_features(X, lengths, num_labels, categorical=True):
 
 
 def edge_dmatrix(
-    X, label=None, lengths=None, *, num_labels, groups=None, weight=None, feature_names=None,
-    categorical=True, **kwargs,
-):  # fmt: skip
+    X: Any,
+    label: ArrayLike | None = None,
+    lengths: ArrayLike | None = None,
+    *,
+    num_labels: int,
+    groups: ArrayLike | None = None,
+    weight: ArrayLike | None = None,
+    feature_names: list[str] | None = None,
+    categorical: bool = True,
+    **kwargs: Any,
+) -> xgb.DMatrix:
     """Build the edge-row DMatrix of boosted transitions and register its sequences.
 
     Parameters
@@ -186,7 +196,9 @@ class XGBEdgeCRFObjective(XGBCRFObjective):
 
 
 @fill_doc(*EDGE_PARAMS)
-def edge_crf_objective(num_labels, spec=None, **params):
+def edge_crf_objective(
+    num_labels: int, spec: ObjectiveSpec | None = None, **params: Any
+) -> XGBEdgeCRFObjective:
     """Build a CRF objective with boosted, input-dependent transitions for ``xgboost.train``.
 
     Parameters

@@ -16,7 +16,9 @@ of exactly the rounds the booster keeps.
 """
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import lightgbm as lgb
 
@@ -42,7 +44,7 @@ _SAFE_DEFAULTS = {
 }
 
 
-def lgb_params(num_labels, **overrides):
+def lgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     """Parameters a CRF objective needs in LightGBM, with safe defaults.
 
     Parameters
@@ -161,7 +163,7 @@ def booster_from_document(doc, where, num_features=None):
     return booster
 
 
-def save_lgb_model(booster, path):
+def save_lgb_model(booster: lgb.Booster, path: str | os.PathLike[str]) -> None:
     """Save a LightGBM booster together with its CRF transitions.
 
     The file is JSON: ``{"lgb_model": booster.model_to_string(...),
@@ -177,7 +179,7 @@ def save_lgb_model(booster, path):
     atomic_write_text(path, json.dumps(booster_document(booster)))
 
 
-def load_lgb_model(path):
+def load_lgb_model(path: str | os.PathLike[str]) -> lgb.Booster:
     """Load a booster saved by :func:`save_lgb_model`.
 
     Returns
@@ -299,7 +301,9 @@ class LGBCRFObjective(EngineObjective):
 
 
 @fill_doc(*LINEAR_PARAMS)
-def lgb_crf_objective(num_labels, spec=None, **params):
+def lgb_crf_objective(
+    num_labels: int, spec: ObjectiveSpec | None = None, **params: Any
+) -> LGBCRFObjective:
     """Build a chain-CRF objective for ``lightgbm.train``.
 
     Parameters

@@ -291,7 +291,7 @@ def check_xgboost_json(text, where, num_features=None, num_outputs=None):
 
 
 # XGBoost boosters already checked, with the number of rounds they had then.
-_CHECKED = weakref.WeakKeyDictionary()
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def mark_checked(booster):

@@ -52,7 +52,7 @@
 import contextlib
 import math
 import numbers
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -195,6 +195,9 @@ def split_sequences(held_out, lengths, per_row, per_sequence=()):
     )  # fmt: skip
 
 
+_Self = TypeVar("_Self", bound="BoostedCRFClassifier")
+
+
 class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
     """Base of the boosted CRF estimators (see the module notes).
 
@@ -205,7 +208,10 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
     # Accepted values of the estimator-level parameters, checked once at fit.
     _param_checks = BOOSTING
 
-    def __init__(self, **kwargs):
+    def __init__(
+        self,
+        **kwargs: Any,
+    ) -> None:
         for key, value in kwargs.items():
             setattr(self, key, value)
 
@@ -223,13 +229,19 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
             if key not in named and not key.startswith("_") and not key.endswith("_")
         }
 
-    def get_params(self, deep=True):
+    def get_params(
+        self,
+        deep: bool = True,
+    ) -> dict[str, Any]:
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)
         params.update(self._engine_kwargs())
         return params
 
-    def set_params(self, **params):
+    def set_params(
+        self: _Self,
+        **params: Any,
+    ) -> _Self:
         """Set parameters; names outside the signature become engine parameters."""
         named = set(self._get_param_names())
         extra = {k: params.pop(k) for k in list(params) if k not in named and "__" not in k}
@@ -526,7 +538,9 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return len(self.classes_)
 
-    def get_booster(self):
+    def get_booster(
+        self,
+    ) -> Any:
         """The trained engine model (``booster_``), as XGBoost's ``get_booster``."""
         check_is_fitted(self)
         return self.booster_

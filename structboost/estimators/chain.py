@@ -52,6 +52,8 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 ``(n_i, K)`` arrays.
 """
 
+from collections.abc import Sequence
+from typing import Any, TypeVar
 import inspect
 from numbers import Integral
 
@@ -62,6 +64,8 @@ from sklearn.base import clone
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
+from .._compile_log import reports
+from .._typing import ArrayLike, Floats
 from ..engines.model_io import field
 from ..engines.validate import check_xgboost_json, mark_checked
 from ..engines.predict import predict as _viterbi
@@ -86,6 +90,9 @@ from .base import (
     evaluate_metrics,
     split_sequences,
 )
+
+
+_Self = TypeVar("_Self", bound="_CRFClassifier")
 
 
 class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassifier):
@@ -131,18 +138,19 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             obj.crf.start_from(params)
 
     # -- fit --------------------------------------------------------------
+    @reports("fit")
     def fit(
-        self,
-        X,
-        y,
+        self: _Self,
+        X: Any,
+        y: Any,
         *,
-        groups=None,
-        lengths=None,
-        sample_weight=None,
-        eval_set=None,
-        base_X=None,
-        verbose=True,
-    ):
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+        eval_set: Sequence[Any] | None = None,
+        base_X: Any = None,
+        verbose: bool | int = True,
+    ) -> _Self:
         """Train on labelled sequences.
 
         Parameters
@@ -229,7 +237,15 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         margin = self._base_margin(X, base_X, len(self.classes_))
         return self._engine_data(X), lengths, margin, nested
 
-    def predict(self, X, *, groups=None, lengths=None, decode="viterbi", base_X=None):
+    def predict(
+        self,
+        X: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        decode: str = 'viterbi',
+        base_X: Any = None,
+    ) -> Any:
         """Predicted labels, in the original label values.
 
         Parameters
@@ -262,7 +278,13 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         labels = self.classes_[codes]
         return nest(labels, lengths) if nested else labels
 
-    def predict_single(self, xseq, *, decode="viterbi", base_X=None):
+    def predict_single(
+        self,
+        xseq: Any,
+        *,
+        decode: str = 'viterbi',
+        base_X: Any = None,
+    ) -> Any:
         """Labels of one sequence, as sklearn-crfsuite's ``predict_single``.
 
         Parameters
@@ -281,7 +303,14 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         """
         return self.predict([xseq], decode=decode, base_X=base_X)[0]
 
-    def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
+    def predict_marginals(
+        self,
+        X: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        base_X: Any = None,
+    ) -> Any:
         """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
 
         Parameters are those of :meth:`predict`.
@@ -302,26 +331,50 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             )
         return nest(marginals, lengths, as_lists=False) if nested else marginals
 
-    def predict_proba(self, X, *, groups=None, lengths=None, base_X=None):
+    def predict_proba(
+        self,
+        X: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        base_X: Any = None,
+    ) -> Any:
         """scikit-learn's name for :meth:`predict_marginals` (rows sum to 1, ``classes_`` order)."""
         return self.predict_marginals(X, groups=groups, lengths=lengths, base_X=base_X)
 
-    def predict_log_likelihood(self, X, y, *, groups=None, lengths=None, base_X=None):
+    def predict_log_likelihood(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        base_X: Any = None,
+    ) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
-        codes = self._encode(flatten_y(y, lengths) if nested else y,
-                             int(lengths.sum()), self.classes_)  # fmt: skip
+        data, lens, margin, nested = self._data(X, groups, lengths, base_X)
+        codes = self._encode(flatten_y(y, lens) if nested else y,
+                             int(lens.sum()), self.classes_)  # fmt: skip
         with self._thread_limits():
             return _log_likelihood(
                 self.booster_,
                 data,
                 codes,
-                lengths=lengths,
+                lengths=lens,
                 base_margin=margin,
                 allowed_transitions=self.constraints_,
             )
 
-    def score(self, X, y, *, groups=None, lengths=None, sample_weight=None, base_X=None):
+    def score(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+        base_X: Any = None,
+    ) -> float:
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
         predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
         if kind(X) is not None:
@@ -376,7 +429,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         XGBoost's meaning. ``n_jobs`` sets the threads of XGBoost and of the
         objective's numba kernels (None: each its default). With
         ``device="cuda"`` the CRF objective runs on the GPU as well
-        (``crf_objective(..., device="cuda")``, needs ``structboost[gpu]``).
+        (``crf_objective(..., device="cuda")``, needs ``structboost-crf[gpu]``).
 
     Attributes
     ----------
@@ -391,27 +444,27 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     def __init__(
         self,
         *,
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=None,
-        learning_rate=0.3,
-        max_depth=6,
-        early_stopping_rounds=None,
-        early_stopping="auto",
-        validation_fraction=0.1,
-        n_iter_no_change=10,
-        class_weight=None,
-        base_model=None,
-        allowed_transitions=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        transitions_from=DEFAULTS["transitions_from"],
-        **kwargs,
-    ):
+        mode: str = DEFAULTS['mode'],
+        hessian_bound: str | float = DEFAULTS['hessian_bound'],
+        step: str = DEFAULTS['step'],
+        transition_solver: str = DEFAULTS['transition_solver'],
+        reg_transitions: float = DEFAULTS['reg_transitions'],
+        n_estimators: int | None = None,
+        learning_rate: float = 0.3,
+        max_depth: int = 6,
+        early_stopping_rounds: int | None = None,
+        early_stopping: str | bool = 'auto',
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        class_weight: Any = None,
+        base_model: Any = None,
+        allowed_transitions: Any = None,
+        sequence_column: str | None = None,
+        eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        transitions_from: str = DEFAULTS['transitions_from'],
+        **kwargs: Any,
+    ) -> None:
         self.mode = mode
         self.hessian_bound = hessian_bound
         self.step = step
@@ -487,7 +540,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
                 )
             obj = edge_crf_objective(n_classes, spec)
         else:
-            # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
+            # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
             obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
             self._start_transitions(obj)
         params = xgb_params(
@@ -587,7 +640,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
         ``random_state``, ...), with LightGBM's meaning. ``n_jobs`` sets
         the threads of LightGBM and of the objective's numba kernels (None:
-        each its default). Needs ``pip install "structboost[lightgbm]"``. The safe defaults of
+        each its default). Needs ``pip install "structboost-crf[lightgbm]"``. The safe defaults of
         :func:`structboost.lightgbm.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
@@ -604,27 +657,27 @@ class LGBMCRFClassifier(_CRFClassifier):
     def __init__(
         self,
         *,
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=None,
-        learning_rate=0.1,
-        max_depth=-1,
-        num_leaves=31,
-        early_stopping_rounds=None,
-        early_stopping="auto",
-        validation_fraction=0.1,
-        n_iter_no_change=10,
-        class_weight=None,
-        base_model=None,
-        allowed_transitions=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        **kwargs,
-    ):
+        mode: str = DEFAULTS['mode'],
+        hessian_bound: str | float = DEFAULTS['hessian_bound'],
+        step: str = DEFAULTS['step'],
+        transition_solver: str = DEFAULTS['transition_solver'],
+        reg_transitions: float = DEFAULTS['reg_transitions'],
+        n_estimators: int | None = None,
+        learning_rate: float = 0.1,
+        max_depth: int = -1,
+        num_leaves: int = 31,
+        early_stopping_rounds: int | None = None,
+        early_stopping: str | bool = 'auto',
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        class_weight: Any = None,
+        base_model: Any = None,
+        allowed_transitions: Any = None,
+        sequence_column: str | None = None,
+        eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.mode = mode
         self.hessian_bound = hessian_bound
         self.step = step

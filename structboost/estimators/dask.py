@@ -69,7 +69,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
     evals_result_ : dict
         Global CRF metric per round for each ``eval_set`` entry (``validation_i``).
     transitions_ : pandas.DataFrame
-    feature_importances_ : ndarray, shape (n_features_in_,)
+    feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
     """
 

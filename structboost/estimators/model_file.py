@@ -9,6 +9,8 @@ working for Python objects. An estimator with a ``base_model`` is saved
 with pickle or joblib only.
 """
 
+import os
+from typing import Any
 import json
 from pathlib import Path
 
@@ -63,7 +65,9 @@ class ModelFile:
                 ) from None
         return params
 
-    def to_document(self):
+    def to_document(
+        self: Any,
+    ) -> dict[str, Any]:
         """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
 
         Returns
@@ -96,7 +100,10 @@ class ModelFile:
             "engine": self._engine_document(),
         }
 
-    def save_model(self, path):
+    def save_model(
+        self: Any,
+        path: str | os.PathLike[str],
+    ) -> None:
         """Write the fitted estimator to ``path`` as JSON; read it with :meth:`load_model`.
 
         Parameters
@@ -115,7 +122,10 @@ class ModelFile:
             )
         write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
 
-    def load_model(self, path):
+    def load_model(
+        self: Any,
+        path: str | os.PathLike[str],
+    ) -> Any:
         """Replace this estimator by the one saved in ``path`` (see :meth:`save_model`).
 
         Reading parses and validates JSON; it runs no code.
@@ -152,7 +162,11 @@ class ModelFile:
             params["class_weight"] = {label: weight for label, weight in weights}
         return params
 
-    def from_document(self, doc, where="the model document"):
+    def from_document(
+        self: Any,
+        doc: dict[str, Any],
+        where: str = 'the model document',
+    ) -> Any:
         """Set this estimator from :meth:`to_document`'s dict, validated.
 
         Parameters

@@ -9,9 +9,12 @@ The estimator speaks the dialect of the chain estimators
 parents[, edge_types])`` tuples or dicts.
 """
 
+from collections.abc import Sequence
+from typing import Any, TypeVar
 import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._typing import ArrayLike, Floats
 from ..engines.xgboost import xgb_params
 from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_likelihood
 from ..engines.xgboost_tree import tree_crf_objective, tree_dmatrix
@@ -36,6 +39,9 @@ def _edge_type_count(edge_types, given):
     if edge_types is None:
         return 1
     return int(np.max(edge_types)) + 1 if len(edge_types) else 1
+
+
+_Self = TypeVar("_Self", bound="TreeCRFClassifier")
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
@@ -92,32 +98,32 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         Positions of the training instances held out by automatic early
         stopping (empty when none were).
     n_classes_ : int
-    feature_importances_ : ndarray, shape (n_features_in_,)
+    feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
     """
 
     def __init__(
         self,
         *,
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=None,
-        learning_rate=0.3,
-        max_depth=6,
-        n_edge_types=None,
-        early_stopping_rounds=None,
-        early_stopping="auto",
-        validation_fraction=0.1,
-        n_iter_no_change=10,
-        class_weight=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        **kwargs,
-    ):
+        mode: str = DEFAULTS['mode'],
+        hessian_bound: str | float = DEFAULTS['hessian_bound'],
+        step: str = DEFAULTS['step'],
+        transition_solver: str = DEFAULTS['transition_solver'],
+        reg_transitions: float = DEFAULTS['reg_transitions'],
+        n_estimators: int | None = None,
+        learning_rate: float = 0.3,
+        max_depth: int = 6,
+        n_edge_types: int | None = None,
+        early_stopping_rounds: int | None = None,
+        early_stopping: str | bool = 'auto',
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        class_weight: Any = None,
+        sequence_column: str | None = None,
+        eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.mode = mode
         self.hessian_bound = hessian_bound
         self.step = step
@@ -146,8 +152,19 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         weight = None if sample_weight is None else sequence_weights(sample_weight, lengths)
         return tree_dmatrix(X, codes, lengths, parents, edge_types, weight=weight)
 
-    def fit(self, X, y, *, parents, edge_types=None, groups=None, lengths=None,
-            sample_weight=None, eval_set=None, verbose=True):  # fmt: skip
+    def fit(
+        self: _Self,
+        X: Any,
+        y: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+        eval_set: Sequence[Any] | None = None,
+        verbose: bool | int = True,
+    ) -> _Self:
         """Fit on tree instances.
 
         Parameters
@@ -189,7 +206,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             codes, lengths, classes,
         )  # fmt: skip
         if seq_weight is not None:
-            sample_weight = np.repeat(seq_weight, lengths)
+            sample_weight = np.repeat(seq_weight, np.asarray(lengths))
         train = (X, codes, lengths, parents, edge_types, sample_weight)
         dvalid, names = [], []
         if stopping.held_out is not None:
@@ -223,31 +240,73 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         check_is_fitted(self)
         return self._boundaries(X, groups, lengths, reset=False)
 
-    def predict(self, X, *, parents, edge_types=None, groups=None, lengths=None):
+    def predict(
+        self,
+        X: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+    ) -> Any:
         """MAP labelling of every tree, ``(n,)`` in the original labels."""
         X, lens = self._inputs(X, groups, lengths)
         return self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
 
-    def predict_marginals(self, X, *, parents, edge_types=None, groups=None, lengths=None):
+    def predict_marginals(
+        self,
+        X: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+    ) -> Any:
         """Node marginals ``(n, K)`` in ``classes_`` order."""
         X, lens = self._inputs(X, groups, lengths)
         return predict_tree_marginals(self.booster_, X, lens, parents, edge_types)
 
-    def predict_proba(self, X, *, parents, edge_types=None, groups=None, lengths=None):
+    def predict_proba(
+        self,
+        X: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+    ) -> Any:
         """scikit-learn's name for :meth:`predict_marginals`."""
         return self.predict_marginals(X, parents=parents, edge_types=edge_types, groups=groups,
                                       lengths=lengths)  # fmt: skip
 
-    def predict_log_likelihood(self, X, y, *, parents, edge_types=None, groups=None,
-                               lengths=None):  # fmt: skip
+    def predict_log_likelihood(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+    ) -> Floats:
         """``log P(y | x)`` of every instance, ``(m,)``."""
         X, lens = self._inputs(X, groups, lengths)
         codes = self._encode(y, X.shape[0], self.classes_)
         return tree_log_likelihood(self.booster_, X, codes, lens, parents, edge_types)
 
-    def score(self, X, y, *, parents, edge_types=None, groups=None, lengths=None,
-              sample_weight=None):  # fmt: skip
+    def score(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+    ) -> float:
         """Node accuracy of the MAP labelling (weighted by ``sample_weight`` per row)."""
         pred = self.predict(X, parents=parents, edge_types=edge_types, groups=groups,
                             lengths=lengths)  # fmt: skip
-        return float(np.average(pred == np.asarray(y), weights=sample_weight))
+        weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        return float(np.average(pred == np.asarray(y), weights=weights))

@@ -29,6 +29,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .._typing import ArrayLike, Floats, Ints
+
 from .. import _config
 from ..sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
 from . import _chain
@@ -50,7 +52,13 @@ def as_tables(transitions):
     return transitions[None] if transitions.ndim == 2 else transitions
 
 
-def check_chain(unary, lengths, transitions, start, end):
+def check_chain(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> tuple[Floats, Ints, Floats, Floats, Floats]:
     """Validate and convert the inputs shared by every chain function.
 
     Returns
@@ -526,7 +534,13 @@ def map_labels(unary, offsets, transitions, start, end):
     return labels
 
 
-def forward_backward(unary, lengths, transitions, start, end):
+def forward_backward(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> tuple[Floats, Floats]:
     """Log partition function and node marginals of every sequence.
 
     Parameters
@@ -548,7 +562,13 @@ def forward_backward(unary, lengths, transitions, start, end):
     return post.log_z, post.marginals()
 
 
-def edge_marginals(unary, lengths, transitions, start, end):
+def edge_marginals(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> Floats:
     """Pairwise marginals ``P(y_t = a, y_{t+1} = b | x)``.
 
     Returns
@@ -560,7 +580,13 @@ def edge_marginals(unary, lengths, transitions, start, end):
     return posterior(*check_chain(unary, lengths, transitions, start, end)).edge_marginals()
 
 
-def viterbi(unary, lengths, transitions, start, end):
+def viterbi(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> Ints:
     """Most probable labelling of every sequence.
 
     Returns
@@ -571,7 +597,14 @@ def viterbi(unary, lengths, transitions, start, end):
     return map_labels(*check_chain(unary, lengths, transitions, start, end))
 
 
-def gamma(unary, lengths, transitions, start, end, method="mixing"):
+def gamma(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+    method: str = "mixing",
+) -> Floats:
     """Per-position node bound gamma of Chen et al. (2015).
 
     Parameters
@@ -594,7 +627,13 @@ def gamma(unary, lengths, transitions, start, end, method="mixing"):
     return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).node_gamma(method)
 
 
-def edge_gamma(unary, lengths, transitions, start, end):
+def edge_gamma(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> Floats:
     """Per-edge bound gamma^(e) of Theorem 4.2 (Chen et al. 2015).
 
     Returns
@@ -606,7 +645,14 @@ def edge_gamma(unary, lengths, transitions, start, end):
     return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).edge_gamma()
 
 
-def sequence_nll(unary, lengths, labels, transitions, start, end):
+def sequence_nll(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    labels: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> Floats:
     """Negative log-likelihood ``log Z - score(labels)`` of every sequence.
 
     Returns

@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._typing import ArrayLike, Floats, Ints
+
 from . import _tree
 from .chain import GAMMA_METHODS
 from ..sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
@@ -246,7 +248,13 @@ def posterior(batch):
     return TreePosterior(batch, log_z, TreeMessages(inside, up, outside, down), belief)
 
 
-def tree_forward_backward(unary, lengths, parents, transitions, edge_types=None):
+def tree_forward_backward(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> tuple[Floats, Floats]:
     """Log partition function and node marginals of every tree.
 
     Parameters
@@ -272,7 +280,13 @@ def tree_forward_backward(unary, lengths, parents, transitions, edge_types=None)
     return post.log_z, post.marginals()
 
 
-def tree_edge_marginals(unary, lengths, parents, transitions, edge_types=None):
+def tree_edge_marginals(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> Floats:
     """Joint marginals of every edge, ``P(y_parent(v) = a, y_v = b | x)``.
 
     Parameters are those of :func:`tree_forward_backward`.
@@ -285,7 +299,13 @@ def tree_edge_marginals(unary, lengths, parents, transitions, edge_types=None):
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_marginals()
 
 
-def tree_viterbi(unary, lengths, parents, transitions, edge_types=None):
+def tree_viterbi(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> Ints:
     """Most probable labelling of every tree (max-product).
 
     Parameters are those of :func:`tree_forward_backward`.
@@ -301,7 +321,14 @@ def tree_viterbi(unary, lengths, parents, transitions, edge_types=None):
     return labels
 
 
-def tree_gamma(unary, lengths, parents, transitions, edge_types=None, method="mixing"):
+def tree_gamma(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+    method: str = "mixing",
+) -> Floats:
     """Per-node bound gamma of Chen et al. (2015) on trees.
 
     Parameters
@@ -327,7 +354,13 @@ def tree_gamma(unary, lengths, parents, transitions, edge_types=None, method="mi
     )
 
 
-def tree_edge_gamma(unary, lengths, parents, transitions, edge_types=None):
+def tree_edge_gamma(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> Floats:
     """Per-edge bound gamma^(e) (Theorem 4.2 of Chen et al. 2015, made valid on trees).
 
     For the edge ``(t, t')`` every other edge contributes the product of the
@@ -346,7 +379,14 @@ def tree_edge_gamma(unary, lengths, parents, transitions, edge_types=None):
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_gamma()
 
 
-def tree_nll(unary, lengths, parents, labels, transitions, edge_types=None):
+def tree_nll(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    labels: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> Floats:
     """Negative log-likelihood ``log Z - score(labels)`` of every tree.
 
     Parameters

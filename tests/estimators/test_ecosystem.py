@@ -309,7 +309,7 @@ def test_missing_lightgbm_is_named_with_its_install_command(data, monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "lightgbm" else real(name, *a)
     )
-    with pytest.raises(ImportError, match=r'pip install "structboost\[lightgbm\]"'):
+    with pytest.raises(ImportError, match=r'pip install "structboost-crf\[lightgbm\]"'):
         LGBMCRFClassifier().fit(data["X"], data["y"], lengths=data["lengths"])
 
 
