@@ -140,16 +140,9 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
     # -- fit --------------------------------------------------------------
     @reports("fit")
     def fit(
-        self: _Self,
-        X: Any,
-        y: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-        eval_set: Sequence[Any] | None = None,
-        base_X: Any = None,
-        verbose: bool | int = True,
+        self: _Self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, sample_weight: ArrayLike | None = None,
+        eval_set: Sequence[Any] | None = None, base_X: Any = None, verbose: bool | int = True,
     ) -> _Self:
         """Train on labelled sequences.
 
@@ -238,13 +231,8 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         return self._engine_data(X), lengths, margin, nested
 
     def predict(
-        self,
-        X: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        decode: str = 'viterbi',
-        base_X: Any = None,
+        self, X: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, decode: str = "viterbi", base_X: Any = None,
     ) -> Any:
         """Predicted labels, in the original label values.
 
@@ -278,13 +266,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         labels = self.classes_[codes]
         return nest(labels, lengths) if nested else labels
 
-    def predict_single(
-        self,
-        xseq: Any,
-        *,
-        decode: str = 'viterbi',
-        base_X: Any = None,
-    ) -> Any:
+    def predict_single(self, xseq: Any, *, decode: str = "viterbi", base_X: Any = None) -> Any:
         """Labels of one sequence, as sklearn-crfsuite's ``predict_single``.
 
         Parameters
@@ -304,12 +286,8 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         return self.predict([xseq], decode=decode, base_X=base_X)[0]
 
     def predict_marginals(
-        self,
-        X: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        base_X: Any = None,
+        self, X: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, base_X: Any = None,
     ) -> Any:
         """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
 
@@ -332,24 +310,15 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         return nest(marginals, lengths, as_lists=False) if nested else marginals
 
     def predict_proba(
-        self,
-        X: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        base_X: Any = None,
+        self, X: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, base_X: Any = None,
     ) -> Any:
         """scikit-learn's name for :meth:`predict_marginals` (rows sum to 1, ``classes_`` order)."""
         return self.predict_marginals(X, groups=groups, lengths=lengths, base_X=base_X)
 
     def predict_log_likelihood(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        base_X: Any = None,
+        self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, base_X: Any = None,
     ) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
         data, lens, margin, nested = self._data(X, groups, lengths, base_X)
@@ -366,13 +335,8 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             )
 
     def score(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
+        self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, sample_weight: ArrayLike | None = None,
         base_X: Any = None,
     ) -> float:
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
@@ -442,28 +406,17 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     """
 
     def __init__(
-        self,
-        *,
-        mode: str = DEFAULTS['mode'],
-        hessian_bound: str | float = DEFAULTS['hessian_bound'],
-        step: str = DEFAULTS['step'],
-        transition_solver: str = DEFAULTS['transition_solver'],
-        reg_transitions: float = DEFAULTS['reg_transitions'],
-        n_estimators: int | None = None,
-        learning_rate: float = 0.3,
-        max_depth: int = 6,
-        early_stopping_rounds: int | None = None,
-        early_stopping: str | bool = 'auto',
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 10,
-        class_weight: Any = None,
-        base_model: Any = None,
-        allowed_transitions: Any = None,
-        sequence_column: str | None = None,
-        eval_metric: Any = None,
+        self, *, mode: str = DEFAULTS["mode"],
+        hessian_bound: str | float = DEFAULTS["hessian_bound"], step: str = DEFAULTS["step"],
+        transition_solver: str = DEFAULTS["transition_solver"],
+        reg_transitions: float = DEFAULTS["reg_transitions"], n_estimators: int | None = None,
+        learning_rate: float = 0.3, max_depth: int = 6,
+        early_stopping_rounds: int | None = None, early_stopping: str | bool = "auto",
+        validation_fraction: float = 0.1, n_iter_no_change: int = 10, class_weight: Any = None,
+        base_model: Any = None, allowed_transitions: Any = None,
+        sequence_column: str | None = None, eval_metric: Any = None,
         callbacks: Sequence[Any] | None = None,
-        transitions_from: str = DEFAULTS['transitions_from'],
-        **kwargs: Any,
+        transitions_from: str = DEFAULTS["transitions_from"], **kwargs: Any,
     ) -> None:
         self.mode = mode
         self.hessian_bound = hessian_bound
@@ -502,7 +455,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return X if self._boosted_transitions else self._dmatrix(X)
 
     def _dmatrix(
-        self, X, labels=None, lengths=None, seq_weight=None, base_margin=None, num_labels=None
+        self, X, labels=None, lengths=None, seq_weight=None, base_margin=None, num_labels=None,
     ):
         """Training or evaluation DMatrix (edge rows of ``num_labels`` labels when boosted)."""
         names = getattr(self, "feature_names_in_", None)
@@ -655,28 +608,16 @@ class LGBMCRFClassifier(_CRFClassifier):
     """
 
     def __init__(
-        self,
-        *,
-        mode: str = DEFAULTS['mode'],
-        hessian_bound: str | float = DEFAULTS['hessian_bound'],
-        step: str = DEFAULTS['step'],
-        transition_solver: str = DEFAULTS['transition_solver'],
-        reg_transitions: float = DEFAULTS['reg_transitions'],
-        n_estimators: int | None = None,
-        learning_rate: float = 0.1,
-        max_depth: int = -1,
-        num_leaves: int = 31,
-        early_stopping_rounds: int | None = None,
-        early_stopping: str | bool = 'auto',
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 10,
-        class_weight: Any = None,
-        base_model: Any = None,
-        allowed_transitions: Any = None,
-        sequence_column: str | None = None,
-        eval_metric: Any = None,
-        callbacks: Sequence[Any] | None = None,
-        **kwargs: Any,
+        self, *, mode: str = DEFAULTS["mode"],
+        hessian_bound: str | float = DEFAULTS["hessian_bound"], step: str = DEFAULTS["step"],
+        transition_solver: str = DEFAULTS["transition_solver"],
+        reg_transitions: float = DEFAULTS["reg_transitions"], n_estimators: int | None = None,
+        learning_rate: float = 0.1, max_depth: int = -1, num_leaves: int = 31,
+        early_stopping_rounds: int | None = None, early_stopping: str | bool = "auto",
+        validation_fraction: float = 0.1, n_iter_no_change: int = 10, class_weight: Any = None,
+        base_model: Any = None, allowed_transitions: Any = None,
+        sequence_column: str | None = None, eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None, **kwargs: Any,
     ) -> None:
         self.mode = mode
         self.hessian_bound = hessian_bound

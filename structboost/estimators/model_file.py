@@ -165,7 +165,7 @@ class ModelFile:
     def from_document(
         self: Any,
         doc: dict[str, Any],
-        where: str = 'the model document',
+        where: str = "the model document",
     ) -> Any:
         """Set this estimator from :meth:`to_document`'s dict, validated.
 
