@@ -27,6 +27,7 @@ from ..objectives.params import LINEAR_PARAMS, ObjectiveSpec, fill_doc
 from ..transitions.chain import TransitionParams
 from .base import EngineObjective
 from .state import STATE_KEY, TransitionHistory, parse_params, parse_state, state_dict
+from .validate import check_xgboost_json, mark_checked
 
 
 def _check_device(device):
@@ -73,6 +74,39 @@ def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     }
     params.update(overrides)
     return params
+
+
+def booster_from_json(model, where, num_features=None, num_labels=None):
+    """A booster from XGBoost's JSON model, checked completely before XGBoost reads it.
+
+    Parameters
+    ----------
+    model : str
+        ``booster.save_raw("json")`` decoded.
+    where : str
+        The file it came from, for the messages.
+    num_features, num_labels : int, optional
+        The feature and output counts the model must have
+        (see :func:`structboost.engines.validate.check_xgboost_json`).
+
+    Returns
+    -------
+    xgboost.Booster
+
+    Raises
+    ------
+    ValueError
+        Naming ``where`` and the damaged field.
+    """
+    check_xgboost_json(model, where, num_features, num_labels)
+    booster = xgb.Booster()
+    try:
+        booster.load_model(bytearray(model.encode("utf-8")))
+    except xgb.core.XGBoostError as err:
+        message = str(err).splitlines()[0]
+        raise ValueError(f"{where}: XGBoost cannot read the model it holds ({message}).") from None
+    mark_checked(booster)
+    return booster
 
 
 def dmatrix_lengths(dmat):

@@ -55,7 +55,6 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 from collections.abc import Sequence
 from typing import Any, TypeVar
 import inspect
-from numbers import Integral
 
 import numpy as np
 import pandas as pd
@@ -67,12 +66,11 @@ from sklearn.utils.validation import check_is_fitted
 from .._compile_log import reports
 from .._typing import ArrayLike, Floats
 from ..engines.model_io import field
-from ..engines.validate import check_xgboost_json, mark_checked
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
 from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
-from ..engines.xgboost import crf_objective, xgb_params
+from ..engines.xgboost import booster_from_json, crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
 from ..objectives.constraints import resolve as resolve_constraints
 from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
@@ -80,7 +78,7 @@ from .._extras import require
 from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
 from .inputs import ChainInputs, flatten_y, kind, nest
 from .model_file import ModelFile
-from .checks import BOOSTING, Interval
+from .checks import LIGHTGBM
 from .base import (
     HELD_OUT_NAME,
     BoostedCRFClassifier,
@@ -517,19 +515,8 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     @staticmethod
     def _booster_from_document(doc, where, num_features, num_labels, params):
         model = field(doc, "xgboost_json", str, where)
-        # Boosted transitions: the edge rows carry the previous label as a last column.
-        edge = params.get("transitions_from", "linear") == "input"
-        check_xgboost_json(model, where, num_features + edge, num_labels)
-        booster = xgb.Booster()
-        try:
-            booster.load_model(bytearray(model.encode("utf-8")))
-        except xgb.core.XGBoostError as err:
-            message = str(err).splitlines()[0]
-            raise ValueError(
-                f"{where}: XGBoost cannot read the model it holds ({message})."
-            ) from None
-        mark_checked(booster)
-        return booster
+        edge = params.get("transitions_from", "linear") == "input"  # + previous-label column
+        return booster_from_json(model, where, num_features + edge, num_labels)
 
     def _gain_importance(self):
         gain = super()._gain_importance()
@@ -640,11 +627,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.callbacks = callbacks
         super().__init__(**kwargs)
 
-    _param_checks = {
-        **BOOSTING,
-        "max_depth": [Interval(Integral, -1, None)],
-        "num_leaves": [Interval(Integral, 2, None)],
-    }
+    _param_checks = LIGHTGBM
     _FIRST_ROUND = 1  # LightGBM's best_iteration_ counts rounds from 1
 
     def _engine_data(self, X):

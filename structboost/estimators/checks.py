@@ -125,3 +125,9 @@ BOOSTING = {
     "sequence_column": [None, str],
     "callbacks": [None, list, tuple],
 }
+# LightGBM: max_depth=-1 is "no limit"; a tree needs two leaves to split.
+LIGHTGBM = {
+    **BOOSTING,
+    "max_depth": [Interval(Integral, -1, None)],
+    "num_leaves": [Interval(Integral, 2, None)],
+}
