@@ -25,8 +25,9 @@ float64 on the same core (``2 n K^2`` flops), so ``bound = 2 x`` that
 product's time; the ratio is pass / bound. With ``--baseline PATH`` (a
 checkout of another revision, e.g. ``git worktree add /tmp/base main``)
 that checkout's package is loaded beside this one and its pass is timed in
-the same loop (old vs new, calls alternating), also at ``--threads`` numba
-threads, to see that the ``prange`` driver scales.
+the same loop (old vs new, calls alternating). With ``--threads 2`` the
+``prange`` driver is timed too, in wall time at one and at two threads, to
+see that it scales.
 
 Usage::
 
@@ -116,9 +117,13 @@ def load_baseline(path):
 
 
 def best_times(calls, repeat, threads):
-    """CPU seconds of each call (best of ``repeat``, calls alternating) at numba ``threads``."""
+    """Seconds of each call (best of ``repeat``, calls alternating) at numba ``threads``.
+
+    CPU time of the calling thread on one thread; wall time on more (their
+    point is the scaling).
+    """
     numba.set_num_threads(threads)
-    clock = time.thread_time if threads == 1 else time.process_time
+    clock = time.thread_time if threads == 1 else time.perf_counter
     best = dict.fromkeys(calls, np.inf)
     for fn in calls.values():
         fn()
@@ -147,19 +152,21 @@ def limit_table(lengths, k, repeat, threads, baseline):
         calls[side] = lambda ws=ws, kern=kern, e=(emat, emax): kern.messages(
             ws, *e, z, z, False, False
         )
-        calls[side + ", 2 threads"] = lambda ws=ws, kern=kern, e=(emat, emax): kern.messages(
+        calls[side + ", prange"] = lambda ws=ws, kern=kern, e=(emat, emax): kern.messages(
             ws, *e, z, z, False, True
         )
-    serial = {name: fn for name, fn in calls.items() if "threads" not in name}
+    serial = {name: fn for name, fn in calls.items() if "prange" not in name}
     best = best_times(serial, repeat, 1)
     bound = 2.0 * best.pop("matmul")
     rate = 4.0 * n * k * k / bound / 1e9
     rows = [f"| matmul bound: 4nK^2 at {rate:.1f} GFLOP/s | {bound * 1e3:.1f} | 1.00 |"]
     rows += [f"| pass, {side}, 1 thread | {t * 1e3:.1f} | {t / bound:.2f} |" for side, t in best.items()]
     if threads > 1:
-        par = {name: fn for name, fn in calls.items() if "threads" in name}
-        for name, t in best_times(par, repeat, threads).items():
-            rows.append(f"| pass, {name.replace('2', str(threads))} (CPU s of all) | {t * 1e3:.1f} | {t / bound:.2f} |")
+        par = {name: fn for name, fn in calls.items() if "prange" in name}
+        for n_threads in (1, threads):
+            for name, t in best_times(par, repeat, n_threads).items():
+                label = name.replace("prange", f"prange driver, {n_threads} thread(s), wall")
+                rows.append(f"| pass, {label} | {t * 1e3:.1f} | {t / bound:.2f} |")
     return rows
 
 

@@ -16,7 +16,8 @@ sequence ``i``. Transition scores come as one array ``trans (P, K, K)``:
 also take ``emat, emax = exp_tables(trans)``: ``emat[p] = exp(trans[p] -
 emax[p])``. Nothing here validates input: :mod:`structboost.inference.chain`
 does that once. Each batch kernel comes as a ``prange`` driver and a serial one
-over the same per-sequence function; :mod:`structboost._config` picks.
+over the same per-sequence (the sweeps: per-chunk) function;
+:mod:`structboost._config` picks.
 
 Messages
 --------
