@@ -532,24 +532,48 @@ def _chunk_messages(
             _lanes_times(buf, _R, _IN, emat_t, idx, act, vec)
 
 
+@njit(**KERNEL)
+def _chunk_pass(
+    c, offsets, emat, emat_tt, with_rates, alpha, beta, r, into, beta_scale, right, left, lost,
+    w, row_max, emat_t, emax, start_e, start_max, end_e, end_max, log_z, marg, overlap,
+    buf, vec, idx, inv, pen,
+):
+    """:func:`_chunk_messages` of chunk ``c``, then its rates while its rows are in cache."""
+    _chunk_messages(
+        c, w, row_max, offsets, emat, emat_t, emax, start_e, start_max, end_e, end_max, log_z,
+        alpha, beta, r, into, beta_scale, marg, overlap, lost, buf, vec, idx,
+    )
+    if with_rates:
+        for i in range(c * _CHUNK, min(offsets.shape[0] - 1, (c + 1) * _CHUNK)):
+            if not lost[i]:
+                _sequence_rates(
+                    i, offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left,
+                    inv, pen,
+                )
+
+
 @njit(**PARALLEL)
-def _messages_parallel(w, row_max, offsets, emat, *args):
-    k = w.shape[1]
+def _messages_parallel(offsets, emat, *args):
+    k = emat.shape[1]
     for c in prange((offsets.shape[0] + _CHUNK - 2) // _CHUNK):
         buf = np.empty((5, k, _CHUNK))
         vec = np.empty((5, _CHUNK))
         idx = np.empty((5, _CHUNK), dtype=np.int64)
-        _chunk_messages(c, w, row_max, offsets, emat, *args, buf, vec, idx)
+        inv = np.empty(k)
+        pen = np.empty(k)
+        _chunk_pass(c, offsets, emat, *args, buf, vec, idx, inv, pen)
 
 
 @njit(**KERNEL)
-def _messages_serial(w, row_max, offsets, emat, *args):
-    k = w.shape[1]
+def _messages_serial(offsets, emat, *args):
+    k = emat.shape[1]
     buf = np.empty((5, k, _CHUNK))
     vec = np.empty((5, _CHUNK))
     idx = np.empty((5, _CHUNK), dtype=np.int64)
+    inv = np.empty(k)
+    pen = np.empty(k)
     for c in range((offsets.shape[0] + _CHUNK - 2) // _CHUNK):
-        _chunk_messages(c, w, row_max, offsets, emat, *args, buf, vec, idx)
+        _chunk_pass(c, offsets, emat, *args, buf, vec, idx, inv, pen)
 
 
 def shifted_exp(x):
@@ -572,8 +596,8 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
     start, end : (K,) float64
     with_rates : bool
         Fill ``right[t] = alpha_{t, t+1}`` (zero on last rows) and
-        ``left[t] = alpha_{t, t-1}`` (zero on first rows), by
-        :func:`mixing_rates` on the stored messages.
+        ``left[t] = alpha_{t, t-1}`` (zero on first rows), from the stored
+        messages of each chunk right after its sweeps.
     parallel : bool
 
     Notes
@@ -590,15 +614,12 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
         emat_t = np.ascontiguousarray(emat_t)
     start_e, s_max = shifted_exp(start)
     end_e, e_max = shifted_exp(end)
+    emat_tt = emat_t if emat.shape[0] == 1 or not with_rates else np.ascontiguousarray(emat_t)
     (_messages_parallel if parallel else _messages_serial)(
-        ws.w, ws.row_max, ws.offsets, emat, emat_t, emax, start_e, s_max, end_e, e_max,
-        ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg, ws.overlap, ws.lost,
+        ws.offsets, emat, emat_tt, with_rates, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale,
+        ws.right, ws.left, ws.lost, ws.w, ws.row_max, emat_t, emax, start_e, s_max, end_e,
+        e_max, ws.log_z, ws.marg, ws.overlap,
     )
-    if with_rates:
-        mixing_rates(
-            ws.offsets, emat, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.right, ws.left,
-            parallel,
-        )
 
 
 @njit(**KERNEL)
