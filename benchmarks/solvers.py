@@ -62,7 +62,7 @@ from threadpoolctl import threadpool_limits
 import structboost as sb
 from structboost.datasets import load_ocr, ocr_split
 from structboost.estimators.linear import LinearChainProblem
-from structboost.transitions.majorize import ChainCRFTerm, fit_majorize
+from structboost.majorize import ChainCRFTerm, fit_majorize
 from structboost.objectives import base as objective_base
 from structboost.transitions import base as transition_base
 from structboost.transitions.chain import TransitionProblem, refit

@@ -15,10 +15,13 @@ recorded transitions is refused.
 """
 
 import json
+from typing import Any
 
 import numpy as np
 import xgboost as xgb
 
+from .. import _compile_log
+from .._extras import require_gpu
 from ..objectives.chain import CRFObjective, SequenceBatch
 from ..objectives.params import LINEAR_PARAMS, ObjectiveSpec, fill_doc
 from ..transitions.chain import TransitionParams
@@ -41,7 +44,7 @@ HISTORY_SUFFIX = "_history"
 _VECTOR_INTERCEPT = tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (3, 1)
 
 
-def xgb_params(num_labels, **overrides):
+def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     """Parameters a CRF objective needs in XGBoost.
 
     Parameters
@@ -187,8 +190,10 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         self.objective = objective
         self.history = TransitionHistory(objective.num_labels, objective.crf.mode)
         self._first_round = 0
+        self._compiled_before = 0.0
 
     def before_training(self, model):
+        self._compiled_before = _compile_log.CLOCK.seconds
         self._first_round = model.num_boosted_rounds()
         if self._first_round:
             self._resume(model)
@@ -224,6 +229,7 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         key = self.objective.state_key
         save_state(model, self.objective.crf, self.history.for_rounds(rounds), key, rounds)
         save_history(model, self.history, key)
+        _compile_log.log_wait("xgboost.train", self._compiled_before)
         return model
 
 
@@ -245,7 +251,7 @@ class XGBCRFObjective(EngineObjective):
     """
 
     state_key = STATE_KEY
-    param_type = TransitionParams
+    param_type: type = TransitionParams
     # XGBoost stores gradients as float32 pairs (GradientPair, include/xgboost/base.h)
     # and casts what it is given (CustomGradHessOp, include/xgboost/gradient.h).
     grad_layout = {"dtype": np.float32}
@@ -273,7 +279,9 @@ class XGBCRFObjective(EngineObjective):
 
 
 @fill_doc(*LINEAR_PARAMS)
-def crf_objective(num_labels, spec=None, *, device="cpu", **params):
+def crf_objective(
+    num_labels: int, spec: ObjectiveSpec | None = None, *, device: str = "cpu", **params: Any
+) -> "XGBCRFObjective":
     """Build a chain-CRF objective for ``xgboost.train``.
 
     Parameters
@@ -286,7 +294,7 @@ def crf_objective(num_labels, spec=None, *, device="cpu", **params):
         build one :class:`~structboost.objectives.params.ObjectiveSpec`).
     device : {"cpu", "cuda"}
         Where the objective's round runs. ``"cuda"`` (needs
-        ``structboost[gpu]`` and a CUDA GPU; pair it with XGBoost's
+        ``structboost-crf[gpu]`` and a CUDA GPU; pair it with XGBoost's
         ``device="cuda"``) refits the transitions and computes G and H with
         the kernels of :mod:`structboost.objectives.gpu` and hands XGBoost
         device arrays; the metric's inference and Viterbi run there too.
@@ -300,5 +308,6 @@ def crf_objective(num_labels, spec=None, *, device="cpu", **params):
     spec.check_route("linear", "crf_objective")
     cls = CRFObjective
     if _check_device(device) == "cuda":
+        require_gpu(f"crf_objective(device={device!r})")
         from ..objectives.gpu import DeviceCRFObjective as cls
     return XGBCRFObjective(cls(num_labels, spec))

@@ -112,7 +112,7 @@ def edge_potentials(scores, offsets, num_labels):
         raise ValueError(
             f"the booster scored {scores.shape} but {len(offsets) - 1} sequences of "
             f"{int(offsets[-1])} positions have {n_rows} edge rows of {k} labels: "
-            "build the data with structboost.edge_dmatrix(..., num_labels=K)."
+            "build the data with structboost.xgboost.edge_dmatrix(..., num_labels=K)."
         )
     n = first_row.shape[0]
     unary = np.zeros((n, k))

@@ -8,15 +8,15 @@ import weakref
 
 from numba import cuda
 
-from ..inference import _cuda_chain as kern
 from ..inference.chain import path_scores
 from ..inference.gpu import (
     DevicePosterior,
     DeviceStructure,
     as_device,
     device_unary,
+    grad_hess,
     is_device_array,
-    launch,
+    softmax,
     viterbi_labels,
 )
 from ..transitions.chain import refit
@@ -89,7 +89,6 @@ class DeviceCRFObjective(CRFObjective):
         t0 = time.perf_counter()
         du = device_unary(margins, self.num_labels)
         st = self.structure(batch)
-        n, k = du.shape
         gamma = st.d_row_weight
         spec = self.spec
         mode, scale, step = 0, 2.0, 1.0
@@ -115,11 +114,9 @@ class DeviceCRFObjective(CRFObjective):
                 scale = spec.hessian_bound
         else:
             t1 = t0
-            p = cuda.device_array((n, k))
-            launch(kern.softmax_rows, n, du.w, p)
-        grad, hess = cuda.device_array((n, k)), cuda.device_array((n, k))
-        launch(kern.grad_hess, n, p, st.d_labels, st.d_row_weight, gamma, scale, mode, step,
-                spec.hess_floor, grad, hess)
+            p = softmax(du.w)
+        grad, hess = grad_hess(p, st.d_labels, st.d_row_weight, gamma, scale, mode, step,
+                               spec.hess_floor)
         cuda.synchronize()
         if self.step_scale is not None:
             self.step_scale.remember(u, post.log_z, batch, grad.copy_to_host(),

@@ -1,8 +1,8 @@
 """The objective's settings, declared once: :class:`ObjectiveSpec`.
 
 Every factory (:func:`structboost.crf_objective`,
-:func:`structboost.lgb_crf_objective`, :func:`structboost.tree_crf_objective`,
-:func:`structboost.edge_crf_objective`), objective class, estimator and CLI
+:func:`structboost.lightgbm.lgb_crf_objective`, :func:`structboost.xgboost.tree_crf_objective`,
+:func:`structboost.xgboost.edge_crf_objective`), objective class, estimator and CLI
 option takes its choices and defaults from the fields of
 :class:`ObjectiveSpec`; :func:`fill_doc` writes the numpydoc entries of those
 fields into their docstrings, so the copies cannot drift. Objectives and
@@ -14,6 +14,7 @@ in ``fit``.
 import dataclasses
 import numbers
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -285,7 +286,7 @@ def _real(name, value, what):
 
 
 #: Defaults of the objective's parameters (also the estimators' and the CLI's).
-DEFAULTS = {f.name: f.default for f in fields(ObjectiveSpec)}
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ObjectiveSpec)}
 #: The fields a linear-transition factory documents (``transitions_from`` picks the factory).
 LINEAR_PARAMS = tuple(name for name in DEFAULTS if name != "transitions_from")
 #: The fields a tree CRF takes (no constraints: they are for chains).

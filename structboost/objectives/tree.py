@@ -9,13 +9,11 @@ edge to the parent; every type has its own ``(K, K)`` potential, refit every
 round by :class:`~structboost.transitions.tree.TreeTransitionProblem`.
 """
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..inference import _tree
-from ..inference.tree import TreeBatch, check_tree, posterior
+from ..inference.tree import TreeBatch, check_tree, label_scores, map_labels, posterior
 from ..sequences import check_labels, check_lengths
 from ..transitions.tree import TreeTransitionParams, TreeTransitionProblem, tree_observed_counts
 from .base import NodeObjective, check_sequence_weights
@@ -71,7 +69,7 @@ class TreeLabelBatch:
 
     def with_potentials(self, unary, transitions):
         """The structure with node potentials ``(n, K)`` and edge potentials set."""
-        return dataclasses.replace(self.structure, unary=unary, transitions=transitions)
+        return self.structure._replace(unary=unary, transitions=transitions)
 
 
 class TreeCRFObjective(NodeObjective):
@@ -134,10 +132,7 @@ class TreeCRFObjective(NodeObjective):
     def sequence_nll(self, margins, batch):
         """Per-instance negative log-likelihood ``(m,)`` under the current potentials."""
         b = self._structure(margins, batch)
-        scores = _tree.label_scores(
-            b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, batch.labels
-        )
-        return posterior(b).log_z - scores
+        return posterior(b).log_z - label_scores(b, batch.labels)
 
     def marginals(self, margins, batch):
         """Node marginals ``(n, K)`` under the current potentials."""
@@ -145,8 +140,4 @@ class TreeCRFObjective(NodeObjective):
 
     def decode(self, margins, batch):
         """MAP labels ``(n,)`` of every tree under the current potentials."""
-        b = self._structure(margins, batch)
-        labels, _ = _tree.viterbi(
-            b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions
-        )
-        return labels
+        return map_labels(self._structure(margins, batch))

@@ -396,7 +396,7 @@ def test_clear_errors(hmm, trained, tmp_path):
     with pytest.raises(ValueError, match="in-memory features"):
         sb.predict(trained, dataset(hmm["train"]).construct())
     trained.save_model(tmp_path / "plain.txt")
-    with pytest.raises(ValueError, match="not a file written by structboost.save_lgb_model"):
+    with pytest.raises(ValueError, match="not a file written by structboost.lightgbm.save_lgb_model"):
         load_lgb_model(tmp_path / "plain.txt")
     with pytest.raises(ValueError, match="no sequence groups"):
         obj.sklearn_objective(y, np.zeros((len(y), K)), None, None)

@@ -211,6 +211,8 @@ def test_xgboost_float32_gradients_train_the_same_model(monkeypatch, block, step
 
 def test_lightgbm_column_major_gradients_train_the_same_model():
     lgb = pytest.importorskip("lightgbm")
+    import structboost.lightgbm as sbl
+
     rng = np.random.default_rng(9)
     lengths = rng.integers(1, 10, size=40)
     n = int(lengths.sum())
@@ -218,10 +220,10 @@ def test_lightgbm_column_major_gradients_train_the_same_model():
     X = rng.normal(size=(n, 4)) + 0.5 * y[:, None]
     models = []
     for order in ("F", "C"):
-        obj = sb.lgb_crf_objective(K, nthread=1)
+        obj = sbl.lgb_crf_objective(K, nthread=1)
         obj.grad_layout = {"order": order}
         booster = lgb.train(
-            sb.lgb_params(K, objective=obj, num_leaves=7, num_threads=1, verbose=-1),
+            sbl.lgb_params(K, objective=obj, num_leaves=7, num_threads=1, verbose=-1),
             lgb.Dataset(X, label=y, group=lengths), 4, callbacks=[obj.callback()],
         )  # fmt: skip
         models.append(booster.model_to_string())

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import structboost as sb
+import structboost.xgboost as sbx
 from structboost.engines.lightgbm import lgb_crf_objective
 from structboost.objectives.chain import CRFObjective
 from structboost.objectives.edge import EdgeCRFObjective
@@ -65,7 +66,7 @@ def test_old_and_unknown_keywords_raise_naming_the_new_name():
     with pytest.raises(ValueError, match="transition_solver="):
         CRFObjective(3, transitions="newton")
     with pytest.raises(ValueError, match="unknown objective parameter"):
-        sb.tree_crf_objective(3, solver="newton")
+        sbx.tree_crf_objective(3, solver="newton")
     with pytest.raises(ValueError, match="ObjectiveSpec"):
         sb.crf_objective(3, {"mode": "gbcrf"})
 
@@ -77,14 +78,14 @@ def test_factories_take_a_spec_or_keywords_alike():
     assert sb.crf_objective(3, spec, reg_transitions=2.0).spec.reg_transitions == 2.0
     assert spec.reg_transitions == DEFAULTS["reg_transitions"]  # the given spec is unchanged
     assert lgb_crf_objective(3, spec).spec is spec
-    assert sb.tree_crf_objective(3, 2, spec).crf.n_edge_types == 2
+    assert sbx.tree_crf_objective(3, 2, spec).crf.n_edge_types == 2
 
 
 def test_a_setting_the_route_does_not_take_raises():
     for name, value in [("step", "bound"), ("transition_solver", "newton"),
                         ("reg_transitions", 3.0), ("transition_iter", 2)]:  # fmt: skip
         with pytest.raises(ValueError, match=f'{name}=.*transitions_from="input"'):
-            sb.edge_crf_objective(3, **{name: value})
+            sbx.edge_crf_objective(3, **{name: value})
     with pytest.raises(ValueError, match="edge_crf_objective"):
         sb.crf_objective(3, transitions_from="input")
     with pytest.raises(ValueError, match="crf_objective"):
@@ -93,7 +94,7 @@ def test_a_setting_the_route_does_not_take_raises():
         TreeCRFObjective(3, transition_solver="majorize")
     with pytest.raises(ValueError, match="allowed_transitions"):
         TreeCRFObjective(3, allowed_transitions=np.ones((3, 3), dtype=bool))
-    assert sb.edge_crf_objective(3, hessian_bound=2.0).spec.transitions_from == "input"
+    assert sbx.edge_crf_objective(3, hessian_bound=2.0).spec.transitions_from == "input"
 
 
 def test_a_callable_metric_gets_the_marginals():

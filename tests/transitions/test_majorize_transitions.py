@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 import structboost as sb
 from structboost.datasets import make_hmm_sequences
-from structboost.transitions import majorize
-from structboost.transitions.majorize import ChainCRFTerm, fit_majorize
+from structboost import majorize
+from structboost.majorize import ChainCRFTerm, fit_majorize
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.transitions.chain import SOLVERS, TransitionParams, TransitionProblem, refit
 
@@ -53,8 +53,8 @@ def test_majorize_steps_never_increase_the_penalised_nll(seed, k, scale, reg):
 @pytest.mark.parametrize("constrained", [False, True])
 def test_low_rank_majorize_steps_above_the_threshold_never_increase_the_nll(monkeypatch, constrained):
     """With LOW_RANK_DIM lowered the refit streams a rank-2 curvature (Algorithm 4), free entries only."""
-    monkeypatch.setattr(majorize, "LOW_RANK_DIM", 0)
-    monkeypatch.setattr(majorize, "DEFAULT_RANK", 2)
+    monkeypatch.setattr(majorize.curvature, "LOW_RANK_DIM", 0)
+    monkeypatch.setattr(majorize.curvature, "DEFAULT_RANK", 2)
     k = 3
     margins, labels, lengths, weights = random_problem(11, k=k)
     batch = SequenceBatch.build(labels, lengths, k, weights)
