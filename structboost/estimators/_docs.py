@@ -71,7 +71,7 @@ id_column_ : str or None
 vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
     The vocabulary of feature-dict input.
 transitions_ : pandas.DataFrame
-feature_importances_ : ndarray, shape (n_features_in_,)
+feature_importances_ : ndarray, shape ``(n_features_in_,)``
 base_model_ : estimator or None
     The fitted clone of ``base_model``.
 n_features_in_ : int
