@@ -56,7 +56,7 @@ def main():
         )
         seconds = time.perf_counter() - t0
         acc = est.score(frame[test], labels[test], groups="sentence_id")
-        print(f"\n{name}: {est.best_iteration_ + 1} rounds kept, {seconds:.1f} s, "
+        print(f"\n{name}: {est.best_iteration + 1} rounds kept, {seconds:.1f} s, "
               f"test token accuracy {acc:.3f}")
         print("transition scores (row label followed by column label):")
         print(est.transitions_.round(2).to_string())

@@ -25,10 +25,15 @@ from . import _config
 # their idle threads wait without spinning unless the user chose otherwise.
 _config.request_passive_openmp()
 
+from ._extras import require_xgboost
+
+require_xgboost()  # before the imports below need it
+
 from . import _compile_log, inference
 from .engines.predict import predict, predict_marginals, sequence_log_likelihood
 from .engines.xgboost import crf_objective, xgb_params
 from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from .estimators.crfsuite import LGBMSequenceCRF, XGBSequenceCRF
 from .estimators.latent import LatentLogLinearClassifier
 from .estimators.linear import LinearChainCRF
 from .estimators.multilabel import ESSTreeCRFClassifier
@@ -43,10 +48,12 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 __all__ = [
     "ESSTreeCRFClassifier",
     "LGBMCRFClassifier",
+    "LGBMSequenceCRF",
     "LatentLogLinearClassifier",
     "LinearChainCRF",
     "TreeCRFClassifier",
     "XGBCRFClassifier",
+    "XGBSequenceCRF",
     "__version__",
     "allowed_transitions",
     "crf_objective",

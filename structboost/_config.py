@@ -25,22 +25,76 @@ that load afterwards (they read it once, when they load). When one was
 loaded before (``import sklearn`` or ``import xgboost`` first) and spins,
 :func:`default_threads` gives the estimators' ``n_jobs=None`` the cores that
 are idle at the start of the fit instead of all of them.
+
+numba caches compiled kernels next to the package or, failing that, in the
+user's cache folder. On a read-only install with no writable home folder
+(common in containers) it has neither, and ``cache=True`` would make the
+import fail: :func:`cache_fallback` then points numba's cache at a folder
+of the temporary directory (``CACHE_FALLBACK``), which the first compile's
+log line names.
 """
 
 import contextlib
 import os
 import sys
+import tempfile
 import time
+from typing import Any
 
 import numba
+from numba.core import config as _numba_config
+from numba.core.caching import FunctionCache
+
+
+def _private_folder(path):
+    """``path`` as a folder only this user can write, or None if it cannot be one."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return None
+    owner = getattr(os, "getuid", lambda: st.st_uid)()
+    private = st.st_uid == owner and not st.st_mode & 0o022
+    return path if private and os.path.isdir(path) and not os.path.islink(path) else None
+
+
+def cache_fallback():
+    """Give numba a cache folder when it has none for structboost's files.
+
+    Returns
+    -------
+    str or None
+        The temporary cache folder now in ``NUMBA_CACHE_DIR``, or None when
+        numba can cache next to the package, in the user's cache folder or
+        in a ``NUMBA_CACHE_DIR`` already set.
+    """
+
+    def probe():  # a function of this package's source folder
+        pass
+
+    try:
+        FunctionCache(probe)
+        return None
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        pass
+    user = getattr(os, "getuid", lambda: "")()
+    shared = os.path.join(tempfile.gettempdir(), f"structboost-numba-cache-{user}")
+    # Another user's (or a link planted there) is not trusted: numba's cache holds code.
+    folder = _private_folder(shared) or tempfile.mkdtemp(prefix="structboost-numba-cache-")
+    os.environ["NUMBA_CACHE_DIR"] = folder
+    _numba_config.reload_config()
+    return folder
+
 
 FASTMATH = {"reassoc", "contract", "arcp"}
 CACHE = True
-KERNEL = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
-PARALLEL = {**KERNEL, "parallel": True}
+#: The temporary folder numba caches in when it had no other (None: it had).
+CACHE_FALLBACK = cache_fallback()
+KERNEL: dict[str, Any] = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
+PARALLEL: dict[str, Any] = {**KERNEL, "parallel": True}
 #: For kernels whose every value is finite by construction: lets LLVM
 #: vectorise min/max reductions.
-FINITE = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
+FINITE: dict[str, Any] = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
 #: Batches with fewer rows than this run the serial kernels.
 SERIAL_ROWS = 8192
 #: Rows x labels of a batch that the chain objective's round takes as one

@@ -1,7 +1,7 @@
 """The functional API on LightGBM boosters: objective, parameters, model files.
 
 ``import structboost.lightgbm as sbl`` (needs ``pip install
-"structboost[lightgbm]"``). :func:`lgb_crf_objective` with
+"structboost-crf[lightgbm]"``). :func:`lgb_crf_objective` with
 :func:`lgb_params` trains a chain CRF through ``lightgbm.train``;
 :func:`save_lgb_model` / :func:`load_lgb_model` keep its transitions with
 the model; :func:`structboost.predict` and friends predict from it.

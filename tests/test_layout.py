@@ -18,7 +18,9 @@ LAYERS = {
     "_config": 0,
     "_extras": 0,
     "_compile_log": 0,
+    "_typing": 0,
     "_version": 0,
+    "_io": 0,
     "sequences": 0,
     "text": 1,
     "features": 1,
@@ -247,3 +249,18 @@ except ImportError as err:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "refused:" in out.stdout
+
+
+MAX_LINES = 800
+# Over the limit, with the branch that splits it (its sweep kernels are being rewritten).
+TOO_LONG_FOR_NOW = {"inference/_chain.py"}
+
+
+def test_no_module_is_over_800_lines():
+    lengths = {
+        str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _modules()
+    }
+    over = {path for path, n in lengths.items() if n > MAX_LINES}
+    assert over <= TOO_LONG_FOR_NOW, f"split these modules: {sorted(over - TOO_LONG_FOR_NOW)}"
+    shrunk = TOO_LONG_FOR_NOW - over
+    assert not shrunk, f"{sorted(shrunk)} fit now: drop them from TOO_LONG_FOR_NOW"

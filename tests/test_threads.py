@@ -10,6 +10,7 @@ import pytest
 
 import structboost as sb
 from structboost import _config
+from structboost.datasets import make_hmm_sequences
 
 
 def _run(code, **env):
@@ -78,7 +79,7 @@ def test_default_threads_reach_the_engine_when_openmp_spins(monkeypatch):
     monkeypatch.setattr(_config, "OPENMP_PASSIVE", False)
     monkeypatch.setattr(_config, "_LAST_COUNT", [-float("inf"), None])
     monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 1)
-    X, y, lengths = sb.datasets.make_hmm_sequences(20, random_state=0)
+    X, y, lengths = make_hmm_sequences(20, random_state=0)
     clf = sb.XGBCRFClassifier(n_estimators=2).fit(X, y, lengths=lengths)
     config = json.loads(clf.booster_.save_config())["learner"]["generic_param"]
     assert config["nthread"] == "1"
@@ -87,7 +88,7 @@ def test_default_threads_reach_the_engine_when_openmp_spins(monkeypatch):
 
 def test_passive_default_leaves_the_engine_its_own_count(monkeypatch):
     monkeypatch.setattr(_config, "OPENMP_PASSIVE", True)
-    X, y, lengths = sb.datasets.make_hmm_sequences(20, random_state=0)
+    X, y, lengths = make_hmm_sequences(20, random_state=0)
     clf = sb.XGBCRFClassifier(n_estimators=2).fit(X, y, lengths=lengths)
     config = json.loads(clf.booster_.save_config())["learner"]["generic_param"]
     assert config["nthread"] == "0"  # XGBoost's "every core"

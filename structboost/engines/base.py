@@ -8,6 +8,7 @@ object; everything else happens here and in
 
 import weakref
 from abc import ABC, abstractmethod
+from typing import Any
 
 from ..objectives.chain import SequenceBatch
 from ..sequences import check_lengths, sequence_weights
@@ -49,7 +50,7 @@ class EngineObjective(ABC):
     #: and H handed to the engine (see :meth:`NodeObjective.grad_hess
     #: <structboost.objectives.base.NodeObjective.grad_hess>`); none: fresh
     #: float64 rows.
-    grad_layout = {}
+    grad_layout: dict[str, Any] = {}
 
     def __init__(self, crf):
         self.crf = crf

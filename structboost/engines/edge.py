@@ -16,23 +16,26 @@ work as for node-only models.
 """
 
 import weakref
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 import xgboost as xgb
 
+from .._typing import ArrayLike
 from ..objectives.chain import SequenceBatch
 from ..objectives.edge import EdgeCRFObjective, edge_positions, edge_potentials, edge_row_counts
 from ..objectives.params import EDGE_PARAMS, ObjectiveSpec, fill_doc
 from ..sequences import offsets_from_lengths, resolve_lengths
 from ..transitions.chain import TransitionParams
 from .xgboost import XGBCRFObjective, booster_margins, load_state
+from .validate import check_feature_count
 
 EDGE_STATE_KEY = "structboost_edge_crf"
 #: Name of the appended previous-label column.
 PREV_LABEL = "prev_label"
-_EDGE_DATA = weakref.WeakKeyDictionary()
+_EDGE_DATA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def edge_features(X, lengths, num_labels, categorical=True):
@@ -82,9 +85,17 @@ def edge_features(X, lengths, num_labels, categorical=True):
 
 
 def edge_dmatrix(
-    X, label=None, lengths=None, *, num_labels, groups=None, weight=None, feature_names=None,
-    categorical=True, **kwargs,
-):  # fmt: skip
+    X: Any,
+    label: ArrayLike | None = None,
+    lengths: ArrayLike | None = None,
+    *,
+    num_labels: int,
+    groups: ArrayLike | None = None,
+    weight: ArrayLike | None = None,
+    feature_names: list[str] | None = None,
+    categorical: bool = True,
+    **kwargs: Any,
+) -> xgb.DMatrix:
     """Build the edge-row DMatrix of boosted transitions and register its sequences.
 
     Parameters
@@ -185,7 +196,9 @@ class XGBEdgeCRFObjective(XGBCRFObjective):
 
 
 @fill_doc(*EDGE_PARAMS)
-def edge_crf_objective(num_labels, spec=None, **params):
+def edge_crf_objective(
+    num_labels: int, spec: ObjectiveSpec | None = None, **params: Any
+) -> XGBEdgeCRFObjective:
     """Build a CRF objective with boosted, input-dependent transitions for ``xgboost.train``.
 
     Parameters
@@ -253,6 +266,7 @@ def edge_inputs(booster, data, groups, lengths):
     else:
         n = data.shape[0]
         lengths = resolve_lengths(n, groups=groups, lengths=lengths)
+        check_feature_count(data.shape[1], booster.num_features() - 1)
         names, types = booster.feature_names, booster.feature_types
         dmat = edge_dmatrix(
             data, lengths=lengths, num_labels=num_labels,
@@ -260,6 +274,7 @@ def edge_inputs(booster, data, groups, lengths):
             categorical=types is None or types[-1] == "c",
         )  # fmt: skip
         labels = None
+    check_feature_count(dmat.num_col(), booster.num_features(), "the edge DMatrix")
     margins = np.asarray(booster_margins(booster, dmat), dtype=np.float64).reshape(-1, num_labels)
     unary, trans = edge_potentials(margins, offsets_from_lengths(lengths), num_labels)
     trans += masks.transitions

@@ -16,14 +16,18 @@ of exactly the rounds the booster keeps.
 """
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import lightgbm as lgb
 
+from .._io import atomic_write_text
 from .base import EngineObjective, build_batch
 from ..objectives.params import LINEAR_PARAMS, ObjectiveSpec, fill_doc
 from ..objectives.chain import CRFObjective
-from .state import STATE_KEY, TransitionHistory, state_dict
+from .state import STATE_KEY, TransitionHistory, parse_state, state_dict
+from .validate import check_lightgbm_text
 
 MODEL_KEY = "lgb_model"
 
@@ -40,7 +44,7 @@ _SAFE_DEFAULTS = {
 }
 
 
-def lgb_params(num_labels, **overrides):
+def lgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     """Parameters a CRF objective needs in LightGBM, with safe defaults.
 
     Parameters
@@ -121,14 +125,20 @@ def booster_document(booster):
     }
 
 
-def booster_from_document(doc, where):
+def booster_from_document(doc, where, num_features=None):
     """Inverse of :func:`booster_document`: the booster with its validated transitions.
+
+    The CRF state and LightGBM's model text are both checked
+    (:func:`structboost.engines.validate.check_lightgbm_text`) before
+    LightGBM reads the text.
 
     Parameters
     ----------
     doc : dict
     where : str
         The file, for the messages.
+    num_features : int, optional
+        The feature count the model must have (an estimator's ``n_features_in``).
     """
     if not isinstance(doc, dict) or not isinstance(doc.get(MODEL_KEY), str) or STATE_KEY not in doc:
         raise ValueError(
@@ -137,25 +147,28 @@ def booster_from_document(doc, where):
             "transitions."
         )
     try:
+        num_labels = parse_state(doc[STATE_KEY])[0]
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    check_lightgbm_text(doc[MODEL_KEY], where, num_features=num_features, num_labels=num_labels)
+    try:
         booster = lgb.Booster(model_str=doc[MODEL_KEY])
     except lgb.basic.LightGBMError as err:
         raise ValueError(f"{where}: LightGBM cannot read the model it holds ({err}).") from None
-    history = TransitionHistory.from_state(doc[STATE_KEY], booster.current_iteration())
-    if history.num_labels != booster.num_model_per_iteration():
-        raise ValueError(
-            f"{where} is corrupt: the CRF has {history.num_labels} labels but the model "
-            f"grows {booster.num_model_per_iteration()} trees per round."
-        )
+    try:
+        history = TransitionHistory.from_state(doc[STATE_KEY], booster.current_iteration())
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
     setattr(booster, STATE_KEY, history)
     return booster
 
 
-def save_lgb_model(booster, path):
+def save_lgb_model(booster: lgb.Booster, path: str | os.PathLike[str]) -> None:
     """Save a LightGBM booster together with its CRF transitions.
 
     The file is JSON: ``{"lgb_model": booster.model_to_string(...),
     "structboost_crf": state}``, holding the rounds the booster predicts with
-    (see :func:`kept_rounds`).
+    (see :func:`kept_rounds`); it replaces ``path`` only once complete.
 
     Parameters
     ----------
@@ -163,10 +176,10 @@ def save_lgb_model(booster, path):
         Trained with :func:`lgb_crf_objective` and its callback (or loaded).
     path : str or os.PathLike
     """
-    Path(path).write_text(json.dumps(booster_document(booster)), encoding="utf-8")
+    atomic_write_text(path, json.dumps(booster_document(booster)))
 
 
-def load_lgb_model(path):
+def load_lgb_model(path: str | os.PathLike[str]) -> lgb.Booster:
     """Load a booster saved by :func:`save_lgb_model`.
 
     Returns
@@ -288,7 +301,9 @@ class LGBCRFObjective(EngineObjective):
 
 
 @fill_doc(*LINEAR_PARAMS)
-def lgb_crf_objective(num_labels, spec=None, **params):
+def lgb_crf_objective(
+    num_labels: int, spec: ObjectiveSpec | None = None, **params: Any
+) -> LGBCRFObjective:
     """Build a chain-CRF objective for ``lightgbm.train``.
 
     Parameters

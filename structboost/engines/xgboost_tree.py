@@ -13,10 +13,12 @@ The typed edge potentials are stored on the booster as the JSON attribute
 """
 
 import weakref
+from typing import Any
 
 import numpy as np
 import xgboost as xgb
 
+from .._typing import ArrayLike
 from ..sequences import resolve_lengths
 from ..objectives.params import TREE_PARAMS, TREE_SOLVERS, ObjectiveSpec, fill_doc
 from ..objectives.tree import TreeCRFObjective, TreeLabelBatch
@@ -24,10 +26,12 @@ from ..transitions.tree import TreeTransitionParams
 from .xgboost import XGBCRFObjective, dmatrix_lengths
 
 TREE_STATE_KEY = "structboost_tree_crf"
-_STRUCTURES = weakref.WeakKeyDictionary()
+_STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def register_tree(dmat, parents, edge_types=None):
+def register_tree(
+    dmat: xgb.DMatrix, parents: ArrayLike, edge_types: ArrayLike | None = None
+) -> xgb.DMatrix:
     """Attach tree structure to a grouped DMatrix.
 
     Parameters
@@ -57,8 +61,17 @@ def register_tree(dmat, parents, edge_types=None):
     return dmat
 
 
-def tree_dmatrix(X, label=None, lengths=None, parents=None, edge_types=None, *, groups=None,
-                 weight=None, **kwargs):  # fmt: skip
+def tree_dmatrix(
+    X: Any,
+    label: ArrayLike | None = None,
+    lengths: ArrayLike | None = None,
+    parents: ArrayLike | None = None,
+    edge_types: ArrayLike | None = None,
+    *,
+    groups: ArrayLike | None = None,
+    weight: ArrayLike | None = None,
+    **kwargs: Any,
+) -> xgb.DMatrix:
     """Build a DMatrix of tree instances and register its structure.
 
     Parameters
@@ -137,7 +150,9 @@ class XGBTreeCRFObjective(XGBCRFObjective):
 
 
 @fill_doc(*TREE_PARAMS, solvers=TREE_SOLVERS)
-def tree_crf_objective(num_labels, n_edge_types=1, spec=None, **params):
+def tree_crf_objective(
+    num_labels: int, n_edge_types: int = 1, spec: ObjectiveSpec | None = None, **params: Any
+) -> XGBTreeCRFObjective:
     """Build a tree-CRF objective for ``xgboost.train``.
 
     Parameters

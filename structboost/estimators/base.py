@@ -22,6 +22,14 @@
   :class:`~structboost.objectives.params.ObjectiveSpec` from them. Every
   other name an engine knows (``gamma``, ``reg_lambda``, ...) keeps the
   engine's meaning.
+- Early stopping as scikit-learn's ``HistGradientBoostingClassifier``:
+  ``early_stopping="auto"`` holds out ``validation_fraction`` of the
+  training *sequences* (drawn with ``random_state``) when there are more
+  than :data:`AUTO_EARLY_STOPPING_ROWS` rows and stops after
+  ``n_iter_no_change`` rounds without progress; ``n_estimators=None`` is
+  then a bound of :data:`ROUNDS_STOPPED` rounds. An ``eval_set`` or
+  ``early_stopping_rounds`` keeps XGBoost's behaviour (see
+  :meth:`BoostedCRFClassifier._stopping`).
 - ``eval_metric`` and ``callbacks`` are constructor parameters with the
   meaning of XGBoost's scikit-learn wrapper: metric names (``"crf-nll"``,
   ``"crf-error"``, the objective's own names) or callables ``f(y_true,
@@ -33,24 +41,43 @@
   each its default.
 - Fitted: ``booster_`` (also ``get_booster()``), ``classes_``,
   ``n_classes_``, ``evals_result_``, ``best_iteration_`` (an int: the
-  0-based last round the model uses), ``best_score_`` (with an
-  ``eval_set``), ``feature_importances_``; predictions are ``predict``,
-  ``predict_proba`` (= ``predict_marginals``) and ``predict_log_likelihood``.
+  last round the model uses, in the engine's numbering: 0-based on
+  XGBoost, 1-based on LightGBM), ``best_score_`` (with an ``eval_set``),
+  their XGBoost names ``best_iteration`` (0-based everywhere) and
+  ``best_score``, ``validation_sequences_``, ``feature_importances_``;
+  predictions are ``predict``, ``predict_proba`` (= ``predict_marginals``)
+  and ``predict_log_likelihood``.
 """
 
 import contextlib
+import math
+import numbers
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pandas as pd
 import xgboost as xgb
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 from threadpoolctl import threadpool_limits
 
 from .. import _config
 from ..objectives.params import METRICS, ObjectiveSpec, metric_name
+from ..sequences import check_values
+from .checks import BOOSTING, check_params
 from .inputs import SequenceInputs
+
+#: ``early_stopping="auto"`` holds out validation sequences when the training
+#: set has more rows than this (scikit-learn's HistGradientBoosting threshold).
+AUTO_EARLY_STOPPING_ROWS = 10_000
+#: ``n_estimators=None``: the upper bound when early stopping ends the fit,
+#: and the fixed number of rounds otherwise (XGBoost's default).
+ROUNDS_STOPPED, ROUNDS_FIXED = 1000, 100
+#: Name of the held-out sequences in ``evals_result_``.
+HELD_OUT_NAME = "validation"
 
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
@@ -111,6 +138,66 @@ def evaluate_metrics(crf, metrics, margins, batch):
     return [(name, crf.evaluate(margins, batch, metric)[1]) for name, metric in metrics]
 
 
+class Stopping(NamedTuple):
+    """How one ``fit`` ends (see :meth:`BoostedCRFClassifier._stopping`).
+
+    Attributes
+    ----------
+    rounds : int
+        Most boosting rounds.
+    patience : int or None
+        Rounds without improvement before the fit stops; None never stops early.
+    held_out : (v,) int64 ndarray or None
+        Training sequences held out as the validation set, 0-based positions
+        in row order, sorted; None when the fit holds none out.
+    """
+
+    rounds: int
+    patience: int | None
+    held_out: np.ndarray | None
+
+
+def _take_rows(X, rows):
+    """Rows ``rows`` (int array) of an array, sparse matrix or DataFrame (None stays None)."""
+    if X is None:
+        return None
+    if isinstance(X, pd.DataFrame):
+        return X.iloc[rows].reset_index(drop=True)
+    return np.asarray(X)[rows] if isinstance(X, (list, tuple)) else X[rows]
+
+
+def split_sequences(held_out, lengths, per_row, per_sequence=()):
+    """The kept and the held-out parts of a training set, whole sequences each.
+
+    Parameters
+    ----------
+    held_out : (v,) int array
+        Positions of the held-out sequences.
+    lengths : (m,) int array
+    per_row : tuple
+        Arrays, sparse matrices or DataFrames with one row per position, or None.
+    per_sequence : tuple
+        Arrays with one entry per sequence, or None.
+
+    Returns
+    -------
+    kept, held : tuple
+        Each ``(lengths, *per_row, *per_sequence)`` of its sequences.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    held = np.zeros(len(lengths), dtype=bool)
+    held[held_out] = True
+    rows = np.repeat(held, lengths)
+    return tuple(
+        (lengths[seqs], *(_take_rows(a, np.flatnonzero(r)) for a in per_row),
+         *(None if a is None else np.asarray(a)[seqs] for a in per_sequence))
+        for seqs, r in ((~held, ~rows), (held, rows))
+    )  # fmt: skip
+
+
+_Self = TypeVar("_Self", bound="BoostedCRFClassifier")
+
+
 class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
     """Base of the boosted CRF estimators (see the module notes).
 
@@ -118,9 +205,19 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
     ``_gain_importance()`` (total split gain per feature).
     """
 
-    def __init__(self, **kwargs):
+    # Accepted values of the estimator-level parameters, checked once at fit.
+    _param_checks = BOOSTING
+
+    def __init__(
+        self,
+        **kwargs: Any,
+    ) -> None:
         for key, value in kwargs.items():
             setattr(self, key, value)
+
+    def _check_params(self):
+        """A ValueError naming the first parameter outside :attr:`_param_checks`."""
+        check_params(self, self._param_checks)
 
     # -- parameters -------------------------------------------------------
     def _engine_kwargs(self):
@@ -132,13 +229,19 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
             if key not in named and not key.startswith("_") and not key.endswith("_")
         }
 
-    def get_params(self, deep=True):
+    def get_params(
+        self,
+        deep: bool = True,
+    ) -> dict[str, Any]:
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)
         params.update(self._engine_kwargs())
         return params
 
-    def set_params(self, **params):
+    def set_params(
+        self: _Self,
+        **params: Any,
+    ) -> _Self:
         """Set parameters; names outside the signature become engine parameters."""
         named = set(self._get_param_names())
         extra = {k: params.pop(k) for k in list(params) if k not in named and "__" not in k}
@@ -179,6 +282,133 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
             nthread=self._threads(),
             **route,
         )
+
+    # -- weights ------------------------------------------------------------
+    def _class_weighted(self, seq_weight, codes, lengths, classes):
+        """Sequence weights ``(m,)`` times each sequence's mean ``class_weight`` of its labels.
+
+        A CRF's likelihood is a sum over sequences, so a weight applies to a
+        whole sequence: per-row weights in G and H would make them the
+        gradient of no function, which the adaptive step, the transition
+        solver and early stopping all measure. ``class_weight`` (a dict
+        ``{label: weight}`` or ``"balanced"``, as in scikit-learn) therefore
+        weighs every sequence by the mean class weight of its labels, on top
+        of ``sample_weight``.
+
+        Parameters
+        ----------
+        seq_weight : (m,) array-like or None
+        codes : (n,) int array
+            Label indices into ``classes``.
+        lengths : (m,) int array
+        classes : (K,) ndarray
+
+        Returns
+        -------
+        (m,) float64 ndarray, or ``seq_weight`` when ``class_weight`` is None
+        """
+        class_weight = self.class_weight
+        if class_weight is None:
+            return seq_weight
+        if not (isinstance(class_weight, dict) or class_weight == "balanced"):
+            raise ValueError(
+                f"class_weight must be None, 'balanced' or a dict {{label: weight}}; got "
+                f"{class_weight!r}."
+            )
+        unknown = [k for k in class_weight if k not in set(classes.tolist())] if isinstance(
+            class_weight, dict) else []  # fmt: skip
+        if unknown:
+            raise ValueError(
+                f"class_weight names labels not in y: {unknown}; known labels: "
+                f"{classes.tolist()}."
+            )
+        per_class = compute_class_weight(class_weight, classes=classes, y=classes[codes])
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        factor = np.add.reduceat(per_class[codes], starts) / lengths
+        return factor if seq_weight is None else np.asarray(seq_weight) * factor
+
+    # -- early stopping ---------------------------------------------------
+    def _stopping(self, lengths, has_eval_set):
+        """Rounds, patience and held-out sequences of one ``fit``.
+
+        ``early_stopping`` decides whether ``fit`` holds out
+        ``validation_fraction`` of the training sequences (drawn with
+        ``random_state``) and stops after ``n_iter_no_change`` rounds
+        without improvement on them: ``"auto"`` when the training set has
+        more than :data:`AUTO_EARLY_STOPPING_ROWS` rows and at least two
+        sequences, ``True`` always, ``False`` never. An ``eval_set`` or
+        ``early_stopping_rounds`` keeps XGBoost's behaviour instead (nothing
+        held out; ``early_stopping=True`` with an ``eval_set`` stops on it
+        with ``n_iter_no_change`` patience). ``n_estimators=None`` gives
+        :data:`ROUNDS_STOPPED` rounds at most when the patience is
+        ``n_iter_no_change``, :data:`ROUNDS_FIXED` otherwise.
+
+        Parameters
+        ----------
+        lengths : (m,) array-like of int
+            Rows per training sequence.
+        has_eval_set : bool
+
+        Returns
+        -------
+        Stopping
+        """
+        mode, patience = self.early_stopping, self.early_stopping_rounds
+        if not (isinstance(mode, bool) or mode == "auto"):
+            raise ValueError(f"early_stopping must be 'auto', True or False; got {mode!r}.")
+        if mode is False and patience is not None:
+            raise ValueError(
+                f"early_stopping=False but early_stopping_rounds={patience!r}: drop one of them."
+            )
+        held_out = None
+        automatic = False
+        if patience is not None and not has_eval_set:
+            raise ValueError(
+                "early_stopping_rounds needs an eval_set to watch: pass eval_set=, or drop "
+                "early_stopping_rounds and set early_stopping=True to hold out "
+                "validation_fraction of the training sequences."
+            )
+        if patience is None and mode is not False:
+            n_rows, m = int(np.sum(lengths)), len(lengths)
+            if has_eval_set:
+                automatic = mode is True
+            elif mode is True or (n_rows > AUTO_EARLY_STOPPING_ROWS and m >= 2):
+                held_out = self._held_out(m)
+                automatic = True
+            if automatic:
+                patience = self._patience()
+        rounds = self.n_estimators
+        if rounds is None:
+            rounds = ROUNDS_STOPPED if automatic else ROUNDS_FIXED
+        elif not isinstance(rounds, numbers.Integral) or isinstance(rounds, bool) or rounds < 1:
+            raise ValueError(f"n_estimators must be a positive int or None; got {rounds!r}.")
+        return Stopping(int(rounds), patience, held_out)
+
+    def _patience(self):
+        value = self.n_iter_no_change
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"n_iter_no_change must be a positive int; got {value!r}.")
+        return int(value)
+
+    def _held_out(self, m):
+        """Sorted positions ``(v,)`` of the ``validation_fraction`` of ``m`` sequences held out."""
+        fraction = self.validation_fraction
+        if not isinstance(fraction, numbers.Real) or not 0.0 < fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must be a float in (0, 1); got {fraction!r}."
+            )
+        n_held = math.ceil(fraction * m)
+        if m < 2 or n_held >= m:
+            raise ValueError(
+                f"early stopping holds out {n_held} of the {m} training sequences, which leaves "
+                "none to train on: give more sequences, lower validation_fraction, or set "
+                "early_stopping=False."
+            )
+        seed = getattr(self, "random_state", None)
+        if seed is None:  # XGBoost's and LightGBM's None is a fixed seed too
+            seed = getattr(self, "seed", 0) or 0
+        order = check_random_state(seed).permutation(m)
+        return np.sort(order[:n_held]).astype(np.int64)
 
     # -- threads ----------------------------------------------------------
     def _threads(self):
@@ -233,6 +463,7 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
                 f"y has a missing label ({y[row]!r}) at row {row} ({int(missing.sum())} in "
                 "all): drop those rows or give them a label."
             )
+        check_values(y, "y", "label")
         check_classification_targets(y)
         if y.shape[0] != n_rows:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_rows} rows.")
@@ -250,26 +481,56 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         y = column_or_1d(np.asarray(y), warn=True)
         if y.shape[0] != n_rows:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_rows} rows.")
-        codes = np.minimum(np.searchsorted(classes, y), len(classes) - 1)
-        unseen = classes[codes] != y
+        # A dict lookup compares by equality and hash: any dtype, no sorting of mixed types.
+        index = {label: i for i, label in enumerate(classes.tolist())}
+        values = y.tolist()
+        codes = np.fromiter((index.get(v, -1) for v in values), dtype=np.int64, count=len(values))
+        unseen = codes < 0
         if unseen.any():
+            row = int(np.flatnonzero(unseen)[0])
             raise ValueError(
-                f"y contains labels not seen in fit, e.g. {y[np.flatnonzero(unseen)[0]].tolist()!r}; "
-                f"known labels: {classes.tolist()}."
+                f"y contains labels not seen in fit, e.g. {values[row]!r}; known labels: "
+                f"{classes.tolist()} (first unseen at row {row}, {int(unseen.sum())} in all)."
             )
         return codes
 
     # -- fitted attributes --------------------------------------------------
-    def _set_fitted(self, classes, booster, evals_result, metrics):
+    def _set_fitted(self, classes, booster, evals_result, metrics, held_out=None):
         self.classes_ = classes
+        self.validation_sequences_ = (
+            np.zeros(0, dtype=np.int64) if held_out is None else np.asarray(held_out, np.int64)
+        )
         self.booster_ = booster
         self.evals_result_ = evals_result
-        self.best_iteration_ = self._kept_rounds() - 1
+        self._set_best_iteration()
         if evals_result:  # as XGBoost: the stopping metric on the last eval set, kept round
             last = evals_result[list(evals_result)[-1]]
-            self.best_score_ = float(last[metrics[-1][0]][self.best_iteration_])
+            self.best_score_ = float(last[metrics[-1][0]][self.best_iteration])
         elif hasattr(self, "best_score_"):
             del self.best_score_
+
+    #: The engine's number of its first round in ``best_iteration_`` (XGBoost's
+    #: 0, LightGBM's 1); ``best_iteration`` counts from 0 on every estimator.
+    _FIRST_ROUND = 0
+
+    def _set_best_iteration(self):
+        self.best_iteration_ = self._kept_rounds() - 1 + self._FIRST_ROUND
+
+    @property
+    def best_iteration(self):
+        """XGBoost's name: the 0-based index of the last round the model uses.
+
+        ``best_iteration + 1`` rounds are kept; ``best_iteration_`` is the
+        same round in the engine's numbering (LightGBM counts from 1).
+        """
+        check_is_fitted(self)
+        return self.best_iteration_ - self._FIRST_ROUND
+
+    @property
+    def best_score(self):
+        """XGBoost's name of ``best_score_`` (only with an evaluation set)."""
+        check_is_fitted(self)
+        return self.best_score_
 
     @property
     def n_classes_(self):
@@ -277,7 +538,9 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return len(self.classes_)
 
-    def get_booster(self):
+    def get_booster(
+        self,
+    ) -> Any:
         """The trained engine model (``booster_``), as XGBoost's ``get_booster``."""
         check_is_fitted(self)
         return self.booster_
@@ -322,7 +585,7 @@ class XGBoostTraining:
     ``learning_rate``, ``max_depth``, ``early_stopping_rounds`` and ``callbacks``.
     """
 
-    def _xgb_train(self, params, obj, dtrain, dvalid, verbose, names, metrics):
+    def _xgb_train(self, params, obj, dtrain, dvalid, verbose, names, metrics, stopping):
         """``xgboost.train`` with the CRF objective, metric and transition callback.
 
         Parameters
@@ -339,6 +602,8 @@ class XGBoostTraining:
             Names of the evaluation sets in ``evals_result``.
         metrics : list of (str, str or callable)
             From :func:`eval_metrics`; the last drives early stopping.
+        stopping : Stopping
+            Rounds and patience (from :meth:`BoostedCRFClassifier._stopping`).
 
         Returns
         -------
@@ -349,11 +614,11 @@ class XGBoostTraining:
         booster = xgb.train(
             params,
             dtrain,
-            num_boost_round=self.n_estimators,
+            num_boost_round=stopping.rounds,
             obj=obj,
             custom_metric=lambda predt, d: evaluate_metrics(obj.crf, metrics, predt, obj.batch(d)),
             evals=list(zip(dvalid, names)),
-            early_stopping_rounds=self.early_stopping_rounds,
+            early_stopping_rounds=stopping.patience,
             evals_result=evals_result,
             verbose_eval=verbose,
             callbacks=[obj.callback(), *(self.callbacks or ())],

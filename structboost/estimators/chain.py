@@ -52,291 +52,30 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 ``(n_i, K)`` arrays.
 """
 
+from collections.abc import Sequence
+from typing import Any
 import inspect
 
 import numpy as np
 import pandas as pd
 import xgboost as xgb
-from sklearn.base import clone
-from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
 from ..engines.model_io import field
-from ..engines.predict import predict as _viterbi
-from ..engines.predict import predict_marginals as _marginals
-from ..engines.predict import sequence_log_likelihood as _log_likelihood
 from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
-from ..engines.xgboost import crf_objective, xgb_params
+from ..engines.xgboost import booster_from_json, crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
-from ..objectives.constraints import resolve as resolve_constraints
 from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from .._extras import require
-from .inputs import ChainInputs, flatten_y, kind, nest
-from .model_file import ModelFile
-from .base import (
-    BoostedCRFClassifier,
-    ChainTransitions,
-    XGBoostTraining,
-    eval_metrics,
-    evaluate_metrics,
-)
-
-
-class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassifier):
-    """What both chain estimators share: input checks, base models, fit, predict.
-
-    Subclasses implement ``_train`` (returns the booster and the metric
-    history; data tuples end with the base margin ``(n, K)`` or None),
-    ``_kept_rounds``, ``_engine_data`` (features as the engine
-    predicts from them), ``_load_state``, ``_gain_importance`` and the
-    model-file pair ``_engine_document`` / ``_booster_from_document``
-    (see :class:`~structboost.estimators.model_file.ModelFile`).
-    """
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        tags.input_tags.allow_nan = True
-        return tags
-
-    # -- input ------------------------------------------------------------
-    def _base_margin(self, X, base_X, n_classes):
-        """Node scores ``(n, K)`` of the fitted base model on ``base_X`` (default ``X``) or None."""
-        if self.base_model_ is None:
-            if base_X is not None:
-                raise ValueError(
-                    "base_X is the input of base_model, but base_model is None: set "
-                    "base_model= or drop base_X."
-                )
-            return None
-        inputs = X if base_X is None else base_X
-        margin = np.asarray(self.base_model_.decision_function(inputs), dtype=np.float64)
-        if margin.shape != (X.shape[0], n_classes):
-            raise ValueError(
-                f"the base model scored {margin.shape} but needs one score per row of X and "
-                f"class: ({X.shape[0]}, {n_classes}). Give base_X one row per row of X."
-            )
-        return margin
-
-    def _start_transitions(self, obj):
-        """Start the objective's transitions from the base model's, when it has them."""
-        params = getattr(self.base_model_, "transitions_", None)
-        if params is not None and obj.crf.uses_transitions:
-            obj.crf.start_from(params)
-
-    # -- fit --------------------------------------------------------------
-    def fit(
-        self,
-        X,
-        y,
-        *,
-        groups=None,
-        lengths=None,
-        sample_weight=None,
-        eval_set=None,
-        base_X=None,
-        verbose=False,
-    ):
-        """Train on labelled sequences.
-
-        Parameters
-        ----------
-        X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d), or list
-            One row per position; the rows of a sequence contiguous. Or one
-            entry per sequence: 2-D arrays ``(n_i, d)`` or lists of feature
-            dicts (sklearn-crfsuite's input).
-        y : array-like, shape (n,), or list of label lists
-            Labels of any hashable type.
-        groups : array-like of shape (n,) or str, optional
-            Per-row sequence id, or the name of the DataFrame column holding it.
-            Not needed with ``sequence_column`` or a list of sequences; with
-            no boundaries at all every row is its own sequence (a warning).
-        lengths : array-like of int, shape (m,), optional
-            Rows per sequence (instead of ``groups``).
-        sample_weight : array-like, shape (n,), optional
-            Per-row weights; equal within each sequence (a CRF weighs
-            sequences).
-        eval_set : list of tuple or dict, optional
-            ``(X, y, groups)`` or ``(X, y, lengths)`` tuples, ``(X, y)`` when
-            ``X`` carries its boundaries, or dicts (see
-            :func:`structboost.estimators.inputs.eval_entry`); the
-            ``eval_metric`` values are recorded in ``evals_result_`` and the
-            last one drives early stopping. With ``base_model`` and ``base_X``,
-            entries must be dicts with a ``"base_X"`` key.
-        base_X : array-like or scipy sparse matrix, shape (n, p), optional
-            Input of ``base_model`` (e.g. sparse lexical features while the
-            trees see dense ones); ``X`` by default.
-        verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
-
-        Returns
-        -------
-        self
-        """
-        self._require_engine()
-        X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
-        classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y,
-                                           X.shape[0])  # fmt: skip
-        metrics = eval_metrics(self.eval_metric)
-        self.constraints_ = resolve_constraints(
-            self.allowed_transitions, len(classes), labels=classes
-        )
-        spec = self._objective_spec(
-            metrics, allowed_transitions=self.constraints_, **self._route()
-        )
-        seq_weight = self._sequence_weights(sample_weight, lengths)
-        self.base_model_ = None
-        if self.base_model is not None:
-            inputs = X if base_X is None else base_X
-            self.base_model_ = clone(self.base_model).fit(
-                inputs, codes, lengths, sample_weight=seq_weight
-            )
-        train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
-        evals, names = self._eval_data(eval_set, classes, base_X)
-        if self.early_stopping_rounds is not None and not evals:
-            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
-        booster, evals_result = self._train(
-            train, evals, spec, len(classes), verbose, names, metrics
-        )
-        self._set_fitted(classes, booster, evals_result, metrics)
-        return self
-
-    # -- predict ----------------------------------------------------------
-    def _data(self, X, groups, lengths, base_X):
-        """Engine data, lengths ``(m,)``, base margin ``(n, K)`` (or None), nested flag."""
-        check_is_fitted(self)
-        X, lengths, nested = self._check_X(X, groups, lengths, reset=False)
-        margin = self._base_margin(X, base_X, len(self.classes_))
-        return self._engine_data(X), lengths, margin, nested
-
-    def predict(self, X, *, groups=None, lengths=None, decode="viterbi", base_X=None):
-        """Predicted labels, in the original label values.
-
-        Parameters
-        ----------
-        X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d), or list
-            As in :meth:`fit`.
-        groups : array-like of shape (n,) or str, optional
-        lengths : array-like of int, shape (m,), optional
-        decode : {"viterbi", "marginal"}
-            The most probable sequence, or each position's most probable
-            label (see :func:`structboost.engines.predict`).
-        base_X : array-like or scipy sparse matrix, shape (n, p), optional
-            Input of the base model, when ``fit`` was given one.
-
-        Returns
-        -------
-        (n,) ndarray of ``classes_`` values, or a list of label lists when
-        ``X`` was a list of sequences
-        """
-        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
-        with self._thread_limits():
-            codes = _viterbi(
-                self.booster_,
-                data,
-                lengths=lengths,
-                decode=decode,
-                base_margin=margin,
-                allowed_transitions=self.constraints_,
-            )
-        labels = self.classes_[codes]
-        return nest(labels, lengths) if nested else labels
-
-    def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
-        """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
-
-        Parameters are those of :meth:`predict`.
-
-        Returns
-        -------
-        (n, n_classes) ndarray, or a list of ``(n_i, n_classes)`` arrays when
-        ``X`` was a list of sequences
-        """
-        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
-        with self._thread_limits():
-            marginals = _marginals(
-                self.booster_,
-                data,
-                lengths=lengths,
-                base_margin=margin,
-                allowed_transitions=self.constraints_,
-            )
-        return nest(marginals, lengths, as_lists=False) if nested else marginals
-
-    def predict_proba(self, X, *, groups=None, lengths=None, base_X=None):
-        """scikit-learn's name for :meth:`predict_marginals` (rows sum to 1, ``classes_`` order)."""
-        return self.predict_marginals(X, groups=groups, lengths=lengths, base_X=base_X)
-
-    def predict_log_likelihood(self, X, y, *, groups=None, lengths=None, base_X=None):
-        """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
-        codes = self._encode(flatten_y(y, lengths) if nested else y,
-                             int(lengths.sum()), self.classes_)  # fmt: skip
-        with self._thread_limits():
-            return _log_likelihood(
-                self.booster_,
-                data,
-                codes,
-                lengths=lengths,
-                base_margin=margin,
-                allowed_transitions=self.constraints_,
-            )
-
-    def score(self, X, y, *, groups=None, lengths=None, sample_weight=None, base_X=None):
-        """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
-        predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
-        if kind(X) is not None:
-            lengths = np.array([len(p) for p in predicted])
-            predicted = np.asarray([label for seq in predicted for label in seq])
-            y = flatten_y(y, lengths)
-        return accuracy_score(y, predicted, sample_weight=sample_weight)
-
-
-# Docs of what both chain estimators share (filled in by ``fill_doc``).
-_SHARED_PARAMS = """
-sequence_column : str, optional
-    Name of the DataFrame column holding the per-row sequence id: every
-    call reads the boundaries from it (never a feature), so the data
-    carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
-eval_metric : str, callable or list of them, optional
-    What ``evals_result_`` records on every ``eval_set`` entry, as in
-    XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
-    log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
-    or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
-    ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
-    ``__name__``); the last one drives early stopping.
-"""
-_SHARED_ATTRIBUTES = """
-best_iteration_ : int
-    0-based index of the last round the model uses.
-evals_result_ : dict
-    ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
-    or the entry's ``"name"``).
-best_score_ : float
-    The stopping metric on the last ``eval_set`` entry at
-    ``best_iteration_`` (only with an ``eval_set``).
-n_classes_ : int
-boundaries_ : {"sequences", "rows"}
-    ``"rows"`` when ``fit`` got no boundaries (every row its own
-    sequence; later calls may then omit them too).
-id_column_ : str or None
-    The DataFrame column that held the sequence ids in ``fit``.
-vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
-    The vocabulary of feature-dict input.
-transitions_ : pandas.DataFrame
-feature_importances_ : ndarray, shape (n_features_in_,)
-base_model_ : estimator or None
-    The fitted clone of ``base_model``.
-n_features_in_ : int
-feature_names_in_ : ndarray of str
-    Only when ``X`` was a DataFrame.
-"""
+from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
+from .checks import LIGHTGBM
+from .base import XGBoostTraining, evaluate_metrics
+from .chain_base import _CRFClassifier
 
 
 @fill_doc(
     "mode", "hessian_bound", "step", "transition_solver", "reg_transitions", "transitions_from",
-    shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
+    shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost.
@@ -344,8 +83,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds.
+    n_estimators : int, optional
+        Most boosting rounds; None: 1000 when automatic early stopping
+        ends the fit (see ``early_stopping``), 100 otherwise.
     learning_rate : float
         XGBoost's ``eta``.
     max_depth : int
@@ -378,7 +118,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         XGBoost's meaning. ``n_jobs`` sets the threads of XGBoost and of the
         objective's numba kernels (None: each its default). With
         ``device="cuda"`` the CRF objective runs on the GPU as well
-        (``crf_objective(..., device="cuda")``, needs ``structboost[gpu]``).
+        (``crf_objective(..., device="cuda")``, needs ``structboost-crf[gpu]``).
 
     Attributes
     ----------
@@ -393,23 +133,27 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     def __init__(
         self,
         *,
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
-        learning_rate=0.3,
-        max_depth=6,
-        early_stopping_rounds=None,
-        base_model=None,
-        allowed_transitions=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        transitions_from=DEFAULTS["transitions_from"],
-        **kwargs,
-    ):
+        mode: str = DEFAULTS['mode'],
+        hessian_bound: str | float = DEFAULTS['hessian_bound'],
+        step: str = DEFAULTS['step'],
+        transition_solver: str = DEFAULTS['transition_solver'],
+        reg_transitions: float = DEFAULTS['reg_transitions'],
+        n_estimators: int | None = None,
+        learning_rate: float = 0.3,
+        max_depth: int = 6,
+        early_stopping_rounds: int | None = None,
+        early_stopping: str | bool = 'auto',
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        class_weight: Any = None,
+        base_model: Any = None,
+        allowed_transitions: Any = None,
+        sequence_column: str | None = None,
+        eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        transitions_from: str = DEFAULTS['transitions_from'],
+        **kwargs: Any,
+    ) -> None:
         self.mode = mode
         self.hessian_bound = hessian_bound
         self.step = step
@@ -419,6 +163,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
@@ -471,7 +219,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     def _route(self):
         return {"transitions_from": self.transitions_from}
 
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         if self._boosted_transitions:
             if self.base_model is not None:
                 raise ValueError(
@@ -481,7 +229,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
                 )
             obj = edge_crf_objective(n_classes, spec)
         else:
-            # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
+            # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
             obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
             self._start_transitions(obj)
         params = xgb_params(
@@ -492,7 +240,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         )
         dvalid = [self._dmatrix(*e, num_labels=n_classes) for e in evals]
         dtrain = self._dmatrix(*train, num_labels=n_classes)
-        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics)
+        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics, stopping)
 
     def _load_state(self):
         if self._boosted_transitions:
@@ -503,17 +251,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return {"xgboost_json": self.booster_.save_raw("json").decode("utf-8")}
 
     @staticmethod
-    def _booster_from_document(doc, where):
+    def _booster_from_document(doc, where, num_features, num_labels, params):
         model = field(doc, "xgboost_json", str, where)
-        booster = xgb.Booster()
-        try:
-            booster.load_model(bytearray(model.encode("utf-8")))
-        except xgb.core.XGBoostError as err:
-            message = str(err).splitlines()[0]
-            raise ValueError(
-                f"{where}: XGBoost cannot read the model it holds ({message})."
-            ) from None
-        return booster
+        edge = params.get("transitions_from", "linear") == "input"  # + previous-label column
+        return booster_from_json(model, where, num_features + edge, num_labels)
 
     def _gain_importance(self):
         gain = super()._gain_importance()
@@ -544,7 +285,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
 
 @fill_doc(
     "mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
-    shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
+    shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class LGBMCRFClassifier(_CRFClassifier):
     """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.LGBMModel``).
@@ -552,8 +293,10 @@ class LGBMCRFClassifier(_CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds (each grows one tree per class).
+    n_estimators : int, optional
+        Most boosting rounds (each grows one tree per class); None: 1000
+        when automatic early stopping ends the fit (see ``early_stopping``),
+        100 otherwise.
     learning_rate : float
     max_depth : int
         ``-1`` for no limit.
@@ -575,7 +318,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
         ``random_state``, ...), with LightGBM's meaning. ``n_jobs`` sets
         the threads of LightGBM and of the objective's numba kernels (None:
-        each its default). Needs ``pip install "structboost[lightgbm]"``. The safe defaults of
+        each its default). Needs ``pip install "structboost-crf[lightgbm]"``. The safe defaults of
         :func:`structboost.lightgbm.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
@@ -592,23 +335,27 @@ class LGBMCRFClassifier(_CRFClassifier):
     def __init__(
         self,
         *,
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
-        learning_rate=0.1,
-        max_depth=-1,
-        num_leaves=31,
-        early_stopping_rounds=None,
-        base_model=None,
-        allowed_transitions=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        **kwargs,
-    ):
+        mode: str = DEFAULTS['mode'],
+        hessian_bound: str | float = DEFAULTS['hessian_bound'],
+        step: str = DEFAULTS['step'],
+        transition_solver: str = DEFAULTS['transition_solver'],
+        reg_transitions: float = DEFAULTS['reg_transitions'],
+        n_estimators: int | None = None,
+        learning_rate: float = 0.1,
+        max_depth: int = -1,
+        num_leaves: int = 31,
+        early_stopping_rounds: int | None = None,
+        early_stopping: str | bool = 'auto',
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        class_weight: Any = None,
+        base_model: Any = None,
+        allowed_transitions: Any = None,
+        sequence_column: str | None = None,
+        eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.mode = mode
         self.hessian_bound = hessian_bound
         self.step = step
@@ -619,12 +366,19 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.max_depth = max_depth
         self.num_leaves = num_leaves
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
         self.eval_metric = eval_metric
         self.callbacks = callbacks
         super().__init__(**kwargs)
+
+    _param_checks = LIGHTGBM
+    _FIRST_ROUND = 1  # LightGBM's best_iteration_ counts rounds from 1
 
     def _engine_data(self, X):
         return X
@@ -635,7 +389,7 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _route(self):
         return {}
 
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics):
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         import lightgbm as lgb
 
         from ..engines.base import build_batch
@@ -654,15 +408,13 @@ class LGBMCRFClassifier(_CRFClassifier):
         if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
             params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")
         model = lgb.LGBMModel(
-            objective=obj.sklearn_objective, n_estimators=self.n_estimators, **params
+            objective=obj.sklearn_objective, n_estimators=stopping.rounds, **params
         )
         callbacks = [obj.callback(), *(self.callbacks or ())]
         if verbose:
             callbacks.append(lgb.log_evaluation(int(verbose)))
-        if self.early_stopping_rounds is not None:
-            stop = lgb.early_stopping(
-                self.early_stopping_rounds, first_metric_only=True, verbose=False
-            )
+        if stopping.patience is not None:
+            stop = lgb.early_stopping(stopping.patience, first_metric_only=True, verbose=False)
             callbacks.append(stop)
         fit = {
             "sample_weight": self._row_weights(seq_weight, lengths),
@@ -721,10 +473,10 @@ class LGBMCRFClassifier(_CRFClassifier):
         return booster_document(self.booster_)
 
     @staticmethod
-    def _booster_from_document(doc, where):
+    def _booster_from_document(doc, where, num_features, num_labels, params):
         from ..engines.lightgbm import booster_from_document
 
-        return booster_from_document(doc, where)
+        return booster_from_document(doc, where, num_features=num_features)
 
     def _gain_importance(self):
         return self.booster_.feature_importance(importance_type="gain")

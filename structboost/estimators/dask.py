@@ -52,7 +52,9 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
     max_depth : int
     early_stopping_rounds : int, optional
         Stop when the global CRF negative log-likelihood on the last
-        ``eval_set`` entry has not improved for this many rounds.
+        ``eval_set`` entry has not improved for this many rounds. There is
+        no automatic early stopping (``early_stopping``) here: holding out
+        sequences would reshuffle the partitions; give an ``eval_set``.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``n_jobs``, ...).
 
@@ -67,7 +69,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
     evals_result_ : dict
         Global CRF metric per round for each ``eval_set`` entry (``validation_i``).
     transitions_ : pandas.DataFrame
-    feature_importances_ : ndarray, shape (n_features_in_,)
+    feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
     """
 
@@ -119,7 +121,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         codes = _map_rows(y, lambda v: self._encode(v, len(v), self.classes_), np.int64)
         return engine.sequence_dmatrix(self.client, X, codes, groups=groups)
 
-    def fit(self, X, y, *, groups, eval_set=None, verbose=False):
+    def fit(self, X, y, *, groups, eval_set=None, verbose=True):
         """Train on labelled sequences held by the cluster.
 
         Parameters
@@ -135,12 +137,14 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
             Dask collections as for ``X``, ``y``, ``groups``; the global CRF
             metric is recorded in ``evals_result_`` and drives early stopping.
         verbose : bool or int
-            XGBoost's ``verbose_eval``.
+            XGBoost's ``verbose_eval`` (default ``True``, as
+            ``xgboost.dask.DaskXGBClassifier.fit``).
 
         Returns
         -------
         self
         """
+        self._check_params()
         if isinstance(y, dd.Series):
             classes = np.sort(y.unique().compute().to_numpy())
         else:

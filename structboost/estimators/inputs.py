@@ -43,6 +43,35 @@ def kind(X):
     return None
 
 
+def vectorizer_document(vectorizer):
+    """JSON-ready ``{"feature_names": [...]}`` of the DictVectorizer :func:`flatten_X` fits."""
+    return {"feature_names": [str(name) for name in vectorizer.feature_names_]}
+
+
+def vectorizer_from_document(doc, n_features, where):
+    """Inverse of :func:`vectorizer_document`: a fitted DictVectorizer of ``n_features`` names.
+
+    Raises
+    ------
+    ValueError
+        Naming ``where`` unless ``doc`` holds ``n_features`` distinct strings.
+    """
+    names = doc.get("feature_names") if isinstance(doc, dict) else None
+    if (
+        not isinstance(names, list)
+        or len(names) != n_features
+        or not all(isinstance(n, str) for n in names)
+        or len(set(names)) != len(names)
+    ):
+        raise ValueError(
+            f"{where} is damaged: the vectorizer must hold {n_features} distinct feature names."
+        )
+    vectorizer = DictVectorizer(dtype=np.float32)
+    vectorizer.feature_names_ = list(names)
+    vectorizer.vocabulary_ = {name: i for i, name in enumerate(names)}
+    return vectorizer
+
+
 def flatten_X(X, vectorizer=None):
     """Flat rows and lengths ``(m,)`` of per-sequence input.
 
@@ -271,6 +300,11 @@ class ChainInputs:
 
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
         """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
+        if isinstance(X, (list, tuple)) and X and isinstance(X[0], dict):
+            raise ValueError(
+                f"{where} is one sequence of feature dicts: pass a list of sequences "
+                f"([{where}]) or call predict_single for one."
+            )
         if kind(X) is None:
             return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
         if groups is not None or lengths is not None:

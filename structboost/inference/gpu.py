@@ -1,6 +1,6 @@
 """Linear-chain CRF inference on a CUDA GPU: device posteriors and numpy-facing functions.
 
-The optional GPU path (``pip install structboost[gpu]``): the kernels of
+The optional GPU path (``pip install structboost-crf[gpu]``): the kernels of
 :mod:`structboost.inference._cuda_chain` (numba.cuda) behind numpy-facing
 functions with the signatures and outputs of :mod:`structboost.inference.chain`
 (:func:`forward_backward`, :func:`viterbi`, :func:`gamma`; one shared

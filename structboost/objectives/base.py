@@ -21,11 +21,14 @@ Hessian), so no row loses all weight.
 import contextlib
 import numbers
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from .. import _config
+from .._typing import Floats
 from ..sequences import sequence_blocks
 from ..transitions.base import identity
 from ..transitions.chain import FIRST_NEED, refit
@@ -184,7 +187,10 @@ class NodeObjective:
     """
 
     #: The transition solvers this structure supports.
-    solvers = SOLVERS
+    solvers: tuple[str, ...] = SOLVERS
+    # Each structure's subclass defines these (``evaluate`` calls them).
+    sequence_nll: Callable[[Any, Any], Floats]
+    decode: Callable[[Any, Any], Any]
     allreduce = staticmethod(identity)
     _buffers = None  # float32 G and H handed to an engine (see grad_hess)
 
@@ -207,7 +213,7 @@ class NodeObjective:
     def mode(self):
         return self.spec.mode
 
-    def threads(self):
+    def threads(self) -> contextlib.AbstractContextManager[None]:
         """Context: numba on ``spec.nthread`` threads and BLAS on one (see :class:`ObjectiveSpec`)."""
         return _threads(self.spec.nthread)
 
@@ -220,7 +226,7 @@ class NodeObjective:
         state["_buffers"] = None  # the engine's G and H, rebuilt on the next round
         return state
 
-    def margin_rows(self, margins):
+    def margin_rows(self, margins: Any) -> np.ndarray:
         """``(n, K)`` float32 or float64 margins as given (no copy), or a clear error.
 
         The engines' own layouts pass unchanged (XGBoost's float32 rows,
@@ -241,11 +247,13 @@ class NodeObjective:
         check_margin_values(m, "the margin", DIVERGED)
         return m
 
-    def check_margins(self, margins):
+    def check_margins(self, margins: Any) -> Floats:
         """``(n, K)`` C-contiguous float64 margins, or a clear error."""
         return np.ascontiguousarray(self.margin_rows(margins), dtype=np.float64)
 
-    def grad_hess(self, margins, batch, dtype=np.float64, order="C"):
+    def grad_hess(
+        self, margins: Any, batch: Any, dtype: Any = np.float64, order: str = "C"
+    ) -> tuple[Any, Any]:
         """Refit the transitions, then return the node gradient and Hessian.
 
         Parameters
@@ -381,7 +389,9 @@ class NodeObjective:
         self.timings["gamma"] += t2 - t1 - inference[0]
         return grad, hess
 
-    def evaluate(self, margins, batch, metric=None):
+    def evaluate(
+        self, margins: Any, batch: Any, metric: str | None = None
+    ) -> tuple[str, float]:
         """Weighted metric of one dataset under the current transitions.
 
         Parameters

@@ -7,13 +7,16 @@ weighting live in :class:`~.base.NodeObjective`.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from .._typing import Floats, Ints
 from ..inference.chain import forward_backward, map_labels, path_scores
 from ..sequences import check_labels, check_lengths, offsets_from_lengths
 from ..transitions.chain import TransitionParams, TransitionProblem, observed_counts
 from .base import NodeObjective, check_sequence_weights, row_blocks
+from .params import ObjectiveSpec
 from .constraints import resolve as resolve_constraints
 
 
@@ -69,7 +72,12 @@ class CRFObjective(NodeObjective):
     constraints : Constraints or None
     """
 
-    def __init__(self, num_labels, spec=None, **params):
+    def __init__(
+        self,
+        num_labels: int,
+        spec: ObjectiveSpec | None = None,
+        **params: Any,
+    ) -> None:
         super().__init__(num_labels, spec, **params)
         self.spec.check_route("linear", type(self).__name__)
         self._resolve_constraints()
@@ -80,7 +88,7 @@ class CRFObjective(NodeObjective):
         self._workspace = None
         self.start_from(self.params)
 
-    def start_from(self, params):
+    def start_from(self, params: TransitionParams) -> None:
         """Continue from a copy of ``params`` (TransitionParams), the constraints applied."""
         self.params = params.copy() if self.constraints is None else self.constraints.apply(params)
 
@@ -107,12 +115,14 @@ class CRFObjective(NodeObjective):
         self._workspace = problem.workspace  # kept across rounds
         return problem
 
-    def grad_hess(self, margins, batch, dtype=np.float64, order="C"):
+    def grad_hess(
+        self, margins: Any, batch: Any, dtype: Any = np.float64, order: str = "C"
+    ) -> tuple[Any, Any]:
         """As :meth:`NodeObjective.grad_hess`, after checking the labels against the constraints."""
         self._check_allowed(batch)
         return super().grad_hess(margins, batch, dtype, order)
 
-    def sequence_nll(self, margins, batch):
+    def sequence_nll(self, margins: Any, batch: Any) -> Floats:
         """Per-sequence negative log-likelihood ``(m,)`` under the current transitions.
 
         ``margins (n, K)`` are read as :meth:`grad_hess` reads them: block by
@@ -126,13 +136,13 @@ class CRFObjective(NodeObjective):
         log_z = self._problem(u, batch).evaluate(p).log_z
         return log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
 
-    def marginals(self, margins, batch):
+    def marginals(self, margins: Any, batch: Any) -> Floats:
         """Node marginals ``(n, K)`` under the current transitions."""
         p = self.params
         u = self.check_margins(margins)
         return forward_backward(u, batch.lengths, p.transitions, p.start, p.end)[1]
 
-    def decode(self, margins, batch):
+    def decode(self, margins: Any, batch: Any) -> Ints:
         """Viterbi labels ``(n,)`` of the sequences of ``batch``, block by block (see :meth:`sequence_nll`)."""
         u = self.margin_rows(margins)
         p = self.params

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._typing import ArrayLike
 from ..text.tags import as_tags, check_scheme, scheme_moves, sentence_offsets
 from ..transitions.chain import TransitionParams
 
@@ -214,7 +215,7 @@ def from_masks(transitions, start=None, end=None):
     return Constraints(trans, start, end)
 
 
-def allowed_transitions(labels, scheme):
+def allowed_transitions(labels: ArrayLike, scheme: str) -> Constraints:
     """Allowed moves of a chunk tagging scheme.
 
     Parameters

@@ -14,6 +14,7 @@ in ``fit``.
 import dataclasses
 import numbers
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -285,7 +286,7 @@ def _real(name, value, what):
 
 
 #: Defaults of the objective's parameters (also the estimators' and the CLI's).
-DEFAULTS = {f.name: f.default for f in fields(ObjectiveSpec)}
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ObjectiveSpec)}
 #: The fields a linear-transition factory documents (``transitions_from`` picks the factory).
 LINEAR_PARAMS = tuple(name for name in DEFAULTS if name != "transitions_from")
 #: The fields a tree CRF takes (no constraints: they are for chains).

@@ -9,7 +9,6 @@ edge to the parent; every type has its own ``(K, K)`` potential, refit every
 round by :class:`~structboost.transitions.tree.TreeTransitionProblem`.
 """
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,7 +69,7 @@ class TreeLabelBatch:
 
     def with_potentials(self, unary, transitions):
         """The structure with node potentials ``(n, K)`` and edge potentials set."""
-        return dataclasses.replace(self.structure, unary=unary, transitions=transitions)
+        return self.structure._replace(unary=unary, transitions=transitions)
 
 
 class TreeCRFObjective(NodeObjective):

@@ -31,10 +31,12 @@ whose gradient is (expected - observed) transition, start and end counts plus
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import _config
+from .._typing import Floats
 from ..inference.chain import Workspace, posterior
 from ..sequences import sequence_blocks
 from .. import majorize
@@ -73,7 +75,7 @@ class TransitionParams:
     def num_labels(self):
         return self.start.shape[0]
 
-    def to_vector(self):
+    def to_vector(self) -> Floats:
         """``(K*K + 2K,)`` vector ``[transitions.ravel(), start, end]``."""
         return np.concatenate((self.transitions.ravel(), self.start, self.end))
 
@@ -87,10 +89,10 @@ class TransitionParams:
             np.ascontiguousarray(vec[kk + k :]),
         )
 
-    def copy(self):
+    def copy(self) -> "TransitionParams":
         return TransitionParams(self.transitions.copy(), self.start.copy(), self.end.copy())
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; floats round-trip exactly through :func:`json.dumps`."""
         return {
             "transitions": self.transitions.tolist(),

@@ -33,6 +33,7 @@ WITH_ENGINE_MEANING = {
     "eval_metric": "the metrics recorded on eval_set (the CRF's own names or callables)",
     "callbacks": "the engine's training callbacks",
     "random_state": "the engine's seed",
+    "class_weight": "LightGBM's per-class weights ({label: w} or 'balanced'), on sequences",
 }
 ESTIMATORS = sorted(
     {
