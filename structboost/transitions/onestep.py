@@ -1,0 +1,199 @@
+"""The transition step of a one-pass round: ``O(K^2)`` work on the sums of the round's own pass.
+
+A boosting round runs the forward-backward pass over its margins once. The
+pass is at ``(F_r, theta_r)``: this round's node scores and the transitions
+the last round's step led to. It yields the node gradient and Hessian the
+engine fits this round's trees to, and the summed expected counts (for
+Newton also their curvature bound), from which :class:`OneStep` takes the
+step ``S_r`` that the *next* round's pass applies first:
+``theta_(r+1) = theta_r + S_r``. The transitions and the trees thus step
+together from the same pass, as in Algorithm 1 of Chen et al. (2015), and
+``theta`` lags the node scores by one round; no converged refit is needed
+every round, as the node scores move again the next round anyway.
+
+``"newton"``
+    The diagonal bound step of Theorem 4.2 (as
+    :meth:`~.base.PenalisedProblem.newton_step`) without its halving
+    search, which needs passes: scaled by ``damping`` instead.
+``"lbfgs"``
+    :data:`DAMPING` times the quasi-Newton step of the curvature pairs,
+    at most :data:`GROWTH` times as long as the last step. Its pairs come
+    from consecutive rounds, ``s = S_(r-1)`` and ``y`` the change of the
+    penalised gradient between the two passes (kept only when the data
+    term's share of it has positive curvature along ``s``). The first
+    round refits before its pass (the objective's refit round); a later
+    round left without pairs (after a reset) runs the refit
+    (:meth:`~.base.PenalisedProblem.lbfgs`) from its pass and takes
+    :data:`DAMPING` times its step; either's pairs start the memory again.
+
+Both halve their steps because the trees and the transitions step from the
+same pass: each corrects much of the same misfit, and full steps in both
+overshoot on strongly coupled chains (measured in benchmarks/README.md).
+
+Every round checks the last step with the pass it runs anyway: the change
+of the penalised NLL along ``S_(r-1)`` is, by the trapezoid rule (exact for
+a quadratic in ``theta``), ``(g_(r-1) + g_r) . S_(r-1) / 2`` with ``g`` the
+penalised gradients of the two passes (the node step's effect on ``g``
+enters too). A step that raised it halves Newton's ``damping`` (a step
+that lowered it doubles it back, up to 1) and clears the L-BFGS pairs.
+"""
+
+import numpy as np
+
+from .base import CURVATURE, GRADIENT
+
+#: Solvers whose round, by default, takes its step from its own pass
+#: (``"majorize"`` needs a pass of its own to build its bound).
+ONE_PASS_SOLVERS = ("lbfgs", "newton")
+#: Fraction of the L-BFGS step taken (see the module notes).
+DAMPING = 0.5
+#: An L-BFGS step is at most this many times as long as the last one (a
+#: trust radius: pairs of consecutive rounds also see the node step's effect).
+GROWTH = 2.0
+
+
+class OneStep:
+    """The lagging transition step, carried from round to round.
+
+    Parameters
+    ----------
+    solver : {"lbfgs", "newton"}
+    refit_iter : int
+        Iterations of the refit that a round without pairs runs (``"lbfgs"``).
+    memory : LBFGSMemory
+        The L-BFGS pairs (the objective's).
+
+    Attributes
+    ----------
+    damping : float
+        Newton's step multiplier, in ``(0, 1]``.
+    refits : int
+        Rounds whose step came from a refit, with passes of their own.
+    """
+
+    def __init__(self, solver, refit_iter, memory):
+        if solver not in ONE_PASS_SOLVERS:
+            raise ValueError(f"one-pass rounds take {ONE_PASS_SOLVERS}; got {solver!r}.")
+        self.solver = solver
+        self.refit_iter = int(refit_iter)
+        self.memory = memory
+        self.damping = 1.0
+        self.refits = 0
+        self._base = None  # full parameter vector the pending step applies to
+        self._free = None  # its free mask
+        self._step = None  # (d,) pending step of the free entries
+        self._grad = None  # (d,) summed gradient of the data term at the base
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for key in ("_base", "_free", "_step", "_grad"):
+            state[key] = None  # a copy starts with a refit round
+        return state
+
+    @property
+    def need(self):
+        """What the round's pass must sum (:data:`~.base.GRADIENT` or :data:`~.base.CURVATURE`)."""
+        return CURVATURE if self.solver == "newton" else GRADIENT
+
+    @property
+    def moved(self):
+        """Whether this round's pass is at other transitions than the last round's."""
+        return self._step is not None and bool(self._step.any())
+
+    def params(self, problem, current):
+        """The parameters of this round's pass, or None when the round must refit first.
+
+        ``current`` (of ``problem.param_type``) must be the base the last
+        round recorded, over the same free entries; the pending step is
+        then applied to it.
+        """
+        free = problem.free
+        if self._base is None or not np.array_equal(current.to_vector(), self._base):
+            return None
+        if (free is None) != (self._free is None) or (
+            free is not None and not np.array_equal(free, self._free)
+        ):
+            return None
+        if self._step is None:
+            return current
+        return problem._params(problem._free_part(self._base) + self._step)
+
+    def local_sums(self, problem, params):
+        """This worker's sums of the round's pass: ``[expected - counts, curvature]``, free entries.
+
+        The data term's gradient (and, for Newton, its curvature bound),
+        read from the problem's cached evaluation at ``params`` (no pass).
+        """
+        ev = problem.evaluate(params, self.need)
+        parts = [problem._free_part(ev.expected - problem.counts)]
+        if self.need >= CURVATURE:
+            parts.append(problem._free_part(ev.curvature))
+        return np.concatenate(parts)
+
+    def finish(self, problem, params, summed):
+        """Take the next step from the round's sums; record it for the next round.
+
+        Parameters
+        ----------
+        problem : PenalisedProblem
+            This round's (its cached evaluation is at ``params``).
+        params
+            The parameters of this round's pass (of ``problem.param_type``).
+        summed : (d,) or (2d,) float64
+            :meth:`local_sums`, summed over the workers.
+        """
+        x = problem._free_part(params.to_vector())
+        d = x.shape[0]
+        data_grad = summed[:d]
+        grad = data_grad + problem.reg * x
+        rose = False
+        if self.moved:  # the trapezoid change of the penalised NLL along the last step
+            old = self._grad + problem.reg * (x - self._step)
+            rose = 0.5 * float((old + grad) @ self._step) > 0.0
+        if self.solver == "newton":
+            self.damping = 0.5 * self.damping if rose else min(1.0, 2.0 * self.damping)
+            bound = problem.newton_scale * summed[d:] + problem.reg + 1e-12
+            step = -self.damping * grad / bound
+        else:
+            step = self._lbfgs_step(problem, params, x, grad, data_grad, rose)
+        self.record(params, problem.free, step, data_grad)
+
+    def _lbfgs_step(self, problem, params, x, grad, data_grad, rose):
+        """The ``"lbfgs"`` step ``(d,)`` of :meth:`finish`."""
+        memory = self.memory
+        moved = self.moved
+        if rose:
+            memory.clear()
+        elif moved and float(self._step @ (data_grad - self._grad)) > 0.0:
+            # (the data term is convex in theta: a pair without positive curvature
+            # there is the node step's doing)
+            memory.push(self._step, data_grad - self._grad + problem.reg * self._step)
+        step = memory.direction(grad) if memory.pairs else None
+        if step is not None and not float(grad @ step) < 0.0:
+            memory.clear()
+            step = None
+        if step is None and grad.any():  # no pairs: the converged refit, from this pass
+            new = problem.lbfgs(params, self.refit_iter, memory)
+            step = DAMPING * (problem._free_part(new.to_vector()) - x)
+            self.refits += 1
+        elif step is None:
+            step = np.zeros_like(x)
+        else:
+            step *= DAMPING
+            norm = float(np.linalg.norm(step))
+            radius = GROWTH * float(np.linalg.norm(self._step)) if moved else np.inf
+            if norm > radius:
+                step *= radius / norm
+        memory.end(x + step)
+        return step
+
+    def record(self, params, free, step=None, grad=None):
+        """Keep ``params`` as the next round's base, with its pending ``step`` of the free entries.
+
+        Without ``step`` (a refit round) the next round's pass is at
+        ``params``; ``grad`` is the summed data gradient there, if known.
+        """
+        self._base = params.to_vector()
+        self._free = None if free is None else np.array(free, dtype=bool)
+        self._step = step
+        self._grad = grad
