@@ -108,6 +108,13 @@ def _timed(items, clock):
         yield item
 
 
+def _node_score(margins, batch, rows_w=None):
+    """Weighted sum of the labels' node scores in ``margins (n, K)`` (float)."""
+    if rows_w is None:
+        rows_w = np.repeat(batch.seq_weight, np.diff(batch.offsets))
+    return float(rows_w @ margins[np.arange(margins.shape[0]), batch.labels])
+
+
 def row_blocks(offsets, shape):
     """The ``(rows, sequences)`` slices of the blocks a round over ``shape = (n, K)`` takes.
 
@@ -197,8 +204,8 @@ class NodeObjective:
         self.transition_iter = (
             DEFAULT_ITER[transitions] if transition_iter is None else int(transition_iter)
         )
-        # None: rounds of one pass where the solver allows (see transitions.onestep)
-        self.one_pass = transition_iter is None and transitions in ONE_PASS_SOLVERS
+        # 1: rounds of one pass where the solver allows (see transitions.onestep)
+        self.one_pass = transition_iter == 1 and transitions in ONE_PASS_SOLVERS
         self.hess_floor = float(hess_floor)
         self.nthread = _config.check_nthread(nthread)
         self.step = step
@@ -399,7 +406,9 @@ class NodeObjective:
         if not self.one_pass:
             return None
         if self._one_step is None:
-            self._one_step = OneStep(self.transitions, self.transition_iter, self._lbfgs_memory)
+            self._one_step = OneStep(
+                self.transitions, DEFAULT_ITER[self.transitions], self._lbfgs_memory
+            )
         return self._one_step
 
     def _grad_hess(self, u, batch, out):
@@ -421,9 +430,8 @@ class NodeObjective:
                     self.params, FIRST_NEED[solver], rates=solver == "newton"
                 ).log_z
                 scale = self.step_scale.update(u, before, batch, self.allreduce)
-            self.params = refit(
-                problem, self.params, solver, self.transition_iter, self._lbfgs_memory
-            )
+            iters = DEFAULT_ITER[solver] if steps is not None else self.transition_iter
+            self.params = refit(problem, self.params, solver, iters, self._lbfgs_memory)
             if steps is not None:  # the next round steps from its own pass
                 steps.record(self.params, problem.free)
                 steps.refits += 1
@@ -461,16 +469,18 @@ class NodeObjective:
         blocks = _timed(self._node_blocks(u, batch, problem, steps.need), inference)
         self._write_blocks(blocks, batch, out, None if secant else 1.0, log_z, gamma_rows, raw)
         t1 = time.process_time()
-        local = steps.local_sums(problem, self.params)
+        rows_w = np.repeat(batch.seq_weight, np.diff(batch.offsets))
+        local = steps.local_sums(problem, self.params, _node_score(u, batch, rows_w))
         moved = steps.moved
         own = None
         if measured is not None:
             own = secant.local_sums(u, log_z, batch, out[0] if moved else None, measured)
+            own[0] -= steps.path_change(problem)  # the weighted NLL's change
         summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
         if secant is not None:
-            scale = secant.fit(None if own is None else summed[:4], moved)
-            row_w = np.repeat(batch.seq_weight, np.diff(batch.offsets))
-            self._scale_hess(raw, gamma_rows, scale, row_w, out[1])
+            scale = secant.fit(None if own is None else summed[:4], moved,
+                               steps.explained(summed[4:]))
+            self._scale_hess(raw, gamma_rows, scale, rows_w, out[1])
         t2 = time.process_time()
         steps.finish(problem, self.params, summed[4:])
         if secant is not None:

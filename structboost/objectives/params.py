@@ -85,11 +85,16 @@ _DOCS = {
     ),
     "transition_iter": (
         "transition_iter : int, optional",
-        "Solver iterations per round (default "
-        + ", ".join(f"{v} for {k}" for k, v in DEFAULT_ITER.items())
-        + ");",
-        "L-BFGS stops earlier once its next step is predicted to gain little",
-        "(:mod:`structboost.transitions.lbfgs`).",
+        "None: every round refits the transitions before its pass, with "
+        + ", ".join(f"{v} iteration(s) of {k}" for k, v in DEFAULT_ITER.items())
+        + "",
+        "(L-BFGS stops earlier once its next step is predicted to gain",
+        "little, :mod:`structboost.transitions.lbfgs`; a Newton step is halved",
+        "until it descends), several passes a round. ``1`` with ``\"lbfgs\"``",
+        "or ``\"newton\"``: one step a round from the round's own pass, most",
+        "rounds one pass in all (:mod:`structboost.transitions.onestep`);",
+        "another count: that many iterations of the refit; 0 keeps the",
+        "transitions fixed.",
     ),
     "allowed_transitions": (
         "allowed_transitions : Constraints or (K, K) bool array-like, optional",

@@ -159,7 +159,7 @@ class SecantScale:
                 model += float(np.vdot(hess[a:a + BLOCK], d * d))
         return [slope, model]
 
-    def fit(self, sums, moved=False):
+    def fit(self, sums, moved=False, explained=0.0):
         """Fit the scale to the summed secant ``[change, slope, model, new_slope]``; None keeps it.
 
         At fixed transitions the curvature along the trees' step is the
@@ -175,7 +175,9 @@ class SecantScale:
         if sums is not None:
             change, slope, model, new_slope = sums
             if model > 0.0:
-                curvature = new_slope - slope if moved else 2.0 * (change - slope)
+                curvature = 2.0 * (change - explained - slope)
+                if moved:
+                    curvature = max(curvature, new_slope - slope)
                 tau = max(curvature / model, 0.0)
                 self.scale = float(np.clip(self.scale * tau, self.scale / MAX_SHRINK, 1.0))
                 self.scale = max(self.scale, MIN_SCALE)

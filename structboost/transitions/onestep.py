@@ -30,12 +30,14 @@ Both halve their steps because the trees and the transitions step from the
 same pass: each corrects much of the same misfit, and full steps in both
 overshoot on strongly coupled chains (measured in benchmarks/README.md).
 
-Every round checks the last step with the pass it runs anyway: the change
-of the penalised NLL along ``S_(r-1)`` is, by the trapezoid rule (exact for
-a quadratic in ``theta``), ``(g_(r-1) + g_r) . S_(r-1) / 2`` with ``g`` the
-penalised gradients of the two passes (the node step's effect on ``g``
-enters too). A step that raised it halves Newton's ``damping`` (a step
-that lowered it doubles it back, up to 1) and clears the L-BFGS pairs.
+Every round checks the last round's steps with the pass it runs anyway: the
+penalised NLL must not have risen, nor its change along ``S_(r-1)``, which
+the trapezoid rule (exact for a quadratic in ``theta``) gives as
+``(g_(r-1) + g_r) . S_(r-1) / 2`` with ``g`` the penalised gradients of the
+two passes. After a rise the transitions hold for a round (so that the
+adaptive step's next secant is at fixed transitions) and Newton's
+``damping`` halves (it doubles back after each good round, up to 1); a rise
+along the transition step clears the L-BFGS pairs too.
 """
 
 import numpy as np
@@ -50,6 +52,12 @@ DAMPING = 0.5
 #: An L-BFGS step is at most this many times as long as the last one (a
 #: trust radius: pairs of consecutive rounds also see the node step's effect).
 GROWTH = 2.0
+#: Rounds that refit before their pass, at the start of training, where the
+#: transitions move most and steps from a lagging pass overshoot.
+WARMUP = 10
+#: A round refits before its pass when the last pass predicted its transition
+#: step to gain more than this fraction of what the last round gained.
+LAG = 0.05
 
 
 class OneStep:
@@ -79,14 +87,17 @@ class OneStep:
         self.memory = memory
         self.damping = 1.0
         self.refits = 0
+        self.rounds = 0
         self._base = None  # full parameter vector the pending step applies to
         self._free = None  # its free mask
         self._step = None  # (d,) pending step of the free entries
         self._grad = None  # (d,) summed gradient of the data term at the base
+        self._nll = None  # the penalised NLL the last round's pass saw
+        self._refit = False  # the next round refits first
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for key in ("_base", "_free", "_step", "_grad"):
+        for key in ("_base", "_free", "_step", "_grad", "_nll", "_refit"):
             state[key] = None  # a copy starts with a refit round
         return state
 
@@ -100,6 +111,28 @@ class OneStep:
         """Whether this round's pass is at other transitions than the last round's."""
         return self._step is not None and bool(self._step.any())
 
+    def path_change(self, problem):
+        """This worker's ``counts . S`` of the pending step ``S`` (0 without one).
+
+        The labels' transition scores rise by it: the weighted NLL changes by
+        minus this besides the change of ``seq_weight @ log_z`` and of the
+        labels' node scores.
+        """
+        return float(problem._free_part(problem.counts) @ self._step) if self.moved else 0.0
+
+    def explained(self, summed):
+        """``(g_(r-1) + g_r) . S / 2``: the data NLL change the pending step ``S`` explains.
+
+        By the trapezoid rule with the data term's gradients ``g`` of the
+        two passes (``summed``: :meth:`local_sums` of this round's, summed
+        over the workers); exact for a quadratic, up to the cross term of
+        the node and the transition steps. 0 without a step.
+        """
+        if not self.moved or self._grad is None:
+            return 0.0
+        grad = summed[1 : 1 + self._step.shape[0]]
+        return 0.5 * float((self._grad + grad) @ self._step)
+
     def params(self, problem, current):
         """The parameters of this round's pass, or None when the round must refit first.
 
@@ -108,7 +141,9 @@ class OneStep:
         then applied to it.
         """
         free = problem.free
-        if self._base is None or not np.array_equal(current.to_vector(), self._base):
+        if self.rounds < WARMUP or self._refit or self._base is None:
+            return None
+        if not np.array_equal(current.to_vector(), self._base):
             return None
         if (free is None) != (self._free is None) or (
             free is not None and not np.array_equal(free, self._free)
@@ -118,14 +153,21 @@ class OneStep:
             return current
         return problem._params(problem._free_part(self._base) + self._step)
 
-    def local_sums(self, problem, params):
-        """This worker's sums of the round's pass: ``[expected - counts, curvature]``, free entries.
+    def local_sums(self, problem, params, node_score):
+        """This worker's sums of the round's pass: ``[nll, expected - counts, curvature]``.
 
-        The data term's gradient (and, for Newton, its curvature bound),
-        read from the problem's cached evaluation at ``params`` (no pass).
+        Its weighted NLL (``node_score``: the weighted sum of the labels'
+        node scores; None, as on every worker, leaves the NLL unchecked),
+        the data term's gradient in the free entries (and, for Newton, their
+        curvature bound), read from the problem's cached evaluation at
+        ``params`` (no pass).
         """
         ev = problem.evaluate(params, self.need)
-        parts = [problem._free_part(ev.expected - problem.counts)]
+        x = problem._free_part(params.to_vector())
+        nll = np.nan
+        if node_score is not None:
+            nll = problem.seq_weight @ ev.log_z - problem._free_part(problem.counts) @ x - node_score
+        parts = [[nll], problem._free_part(ev.expected - problem.counts)]
         if self.need >= CURVATURE:
             parts.append(problem._free_part(ev.curvature))
         return np.concatenate(parts)
@@ -139,32 +181,46 @@ class OneStep:
             This round's (its cached evaluation is at ``params``).
         params
             The parameters of this round's pass (of ``problem.param_type``).
-        summed : (d,) or (2d,) float64
+        summed : (1 + d,) or (1 + 2d,) float64
             :meth:`local_sums`, summed over the workers.
         """
         x = problem._free_part(params.to_vector())
         d = x.shape[0]
+        nll, summed = float(summed[0]) + 0.5 * problem.reg * float(x @ x), summed[1:]
         data_grad = summed[:d]
         grad = data_grad + problem.reg * x
-        rose = False
-        if self.moved:  # the trapezoid change of the penalised NLL along the last step
+        # the last round's steps raised the penalised NLL, or the trapezoid rule
+        # says the transitions' did
+        rose = self._nll is not None and nll > self._nll  # (NaN: unchecked)
+        if self.moved:
             old = self._grad + problem.reg * (x - self._step)
-            rose = 0.5 * float((old + grad) @ self._step) > 0.0
-        if self.solver == "newton":
-            self.damping = 0.5 * self.damping if rose else min(1.0, 2.0 * self.damping)
+            if 0.5 * float((old + grad) @ self._step) > 0.0:  # the transitions' own doing
+                rose = True
+                self.memory.clear()
+        gain = self._nll - nll if self._nll is not None else np.nan
+        self._nll = nll
+        if rose:  # hold the transitions a round: the next secant is at fixed transitions
+            self.damping *= 0.5
+            step = np.zeros_like(x)
+        elif self.solver == "newton":
+            self.damping = min(1.0, 2.0 * self.damping)
             bound = problem.newton_scale * summed[d:] + problem.reg + 1e-12
             step = -self.damping * grad / bound
         else:
-            step = self._lbfgs_step(problem, params, x, grad, data_grad, rose)
+            step = self._lbfgs_step(problem, params, x, grad, data_grad)
         self.record(params, problem.free, step, data_grad)
+        if self.solver == "lbfgs":  # refit before the next pass after a rise, or when the
+            # transitions lag: their step predicts more than LAG of the round's gain
+            predicted = -0.5 * float(grad @ step)
+            self._refit = rose or (gain == gain and predicted > LAG * gain)  # (NaN: unchecked)
+            if self._refit:  # the refit starts at params, continuing the pairs
+                self.memory.end(x)
 
-    def _lbfgs_step(self, problem, params, x, grad, data_grad, rose):
+    def _lbfgs_step(self, problem, params, x, grad, data_grad):
         """The ``"lbfgs"`` step ``(d,)`` of :meth:`finish`."""
         memory = self.memory
         moved = self.moved
-        if rose:
-            memory.clear()
-        elif moved and float(self._step @ (data_grad - self._grad)) > 0.0:
+        if moved and float(self._step @ (data_grad - self._grad)) > 0.0:
             # (the data term is convex in theta: a pair without positive curvature
             # there is the node step's doing)
             memory.push(self._step, data_grad - self._grad + problem.reg * self._step)
@@ -194,6 +250,8 @@ class OneStep:
         ``params``; ``grad`` is the summed data gradient there, if known.
         """
         self._base = params.to_vector()
+        self.rounds += 1
+        self._refit = False
         self._free = None if free is None else np.array(free, dtype=bool)
         self._step = step
         self._grad = grad
