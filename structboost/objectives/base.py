@@ -252,7 +252,7 @@ class NodeObjective:
         return np.ascontiguousarray(self.margin_rows(margins), dtype=np.float64)
 
     def grad_hess(self, margins, batch, dtype=np.float64, order="C"):
-        """Refit the transitions, then return the node gradient and Hessian.
+        """Refit the transitions (or, in a one-pass round, step them), then return the node G and H.
 
         Parameters
         ----------

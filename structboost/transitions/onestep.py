@@ -14,21 +14,29 @@ every round, as the node scores move again the next round anyway.
 ``"newton"``
     The diagonal bound step of Theorem 4.2 (as
     :meth:`~.base.PenalisedProblem.newton_step`) without its halving
-    search, which needs passes: scaled by ``damping`` instead.
+    search, which needs passes: scaled by ``damping`` instead. With
+    ``step="bound"`` such rounds never raise the NLL at learning rates up to
+    1: the NLL is jointly convex in the node scores and the transitions, so
+    ``f(u + d, t + S) <= (f(u + 2d, t) + f(u, t + 2S)) / 2``, and twice either
+    bound step does not raise ``f``.
 ``"lbfgs"``
     :data:`DAMPING` times the quasi-Newton step of the curvature pairs,
     at most :data:`GROWTH` times as long as the last step. Its pairs come
     from consecutive rounds, ``s = S_(r-1)`` and ``y`` the change of the
     penalised gradient between the two passes (kept only when the data
-    term's share of it has positive curvature along ``s``). The first
-    round refits before its pass (the objective's refit round); a later
-    round left without pairs (after a reset) runs the refit
-    (:meth:`~.base.PenalisedProblem.lbfgs`) from its pass and takes
-    :data:`DAMPING` times its step; either's pairs start the memory again.
+    term's share of it has positive curvature along ``s``). A round left
+    without pairs runs the refit (:meth:`~.base.PenalisedProblem.lbfgs`)
+    from its pass and takes :data:`DAMPING` times its step.
 
-Both halve their steps because the trees and the transitions step from the
-same pass: each corrects much of the same misfit, and full steps in both
-overshoot on strongly coupled chains (measured in benchmarks/README.md).
+A round refits before its pass instead (the objective's refit round, as
+with ``transition_iter`` other than 1): the first :data:`WARMUP` rounds,
+where the transitions move most, and, for L-BFGS, a round after a rise of
+the NLL or whose transitions lag (the last pass predicted their step to gain
+more than :data:`LAG` of what the round gained). The trees and the
+transitions stepping together from one pass each correct much of the same
+misfit: full steps in both overshoot on strongly coupled chains, and the
+refit rounds are what keeps training at learning rate 1 stable (measured
+in benchmarks/README.md).
 
 Every round checks the last round's steps with the pass it runs anyway: the
 penalised NLL must not have risen, nor its change along ``S_(r-1)``, which
@@ -44,7 +52,7 @@ import numpy as np
 
 from .base import CURVATURE, GRADIENT
 
-#: Solvers whose round, by default, takes its step from its own pass
+#: Solvers whose rounds can take their step from their own pass
 #: (``"majorize"`` needs a pass of its own to build its bound).
 ONE_PASS_SOLVERS = ("lbfgs", "newton")
 #: Fraction of the L-BFGS step taken (see the module notes).
