@@ -4,16 +4,20 @@ Runs ``XGBCRFClassifier`` (max_depth 6, 60 rounds) on the first ``--words``
 OCR words, first with ``n_jobs=None`` (XGBoost, numba and BLAS each take
 every core) and then with ``n_jobs=1`` (the one thread setting), while one
 other process spins on a core (``--busy 0`` for an idle machine).
+``--preload xgboost`` imports XGBoost (and with it its OpenMP runtime)
+before structboost, as a script that starts with ``import xgboost`` does:
+structboost can then no longer ask that runtime to wait passively, and the
+default thread count is the cores idle at the start of the fit.
 
     python benchmarks/busy_threads.py --data /path/to/ocr --words 2000
+    python benchmarks/busy_threads.py --data /path/to/ocr --preload xgboost
 """
 
 import argparse
+import importlib
 import multiprocessing
+import os
 import time
-
-from structboost import XGBCRFClassifier
-from structboost.datasets import load_ocr
 
 
 def _spin():
@@ -27,7 +31,17 @@ def main():
     parser.add_argument("--words", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--busy", type=int, default=1, help="spinning processes beside")
+    parser.add_argument("--preload", default=None,
+                        help="a module to import before structboost (e.g. xgboost)")
     args = parser.parse_args()
+    if args.preload:
+        importlib.import_module(args.preload)
+    from structboost import XGBCRFClassifier, _config
+    from structboost.datasets import load_ocr
+
+    print(f"OpenMP waits passively: {_config.OPENMP_PASSIVE} "
+          f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}); load {os.getloadavg()}",
+          flush=True)
     data = load_ocr(args.data)
     lengths = data.lengths[: args.words]
     n = int(lengths.sum())

@@ -17,20 +17,37 @@ alike):
 * ``stream``: one pass writing five and reading one ``(n, K)`` float64 array
   (what the sweeps must move at least), for the memory-traffic floor.
 
+A second table sets the pass (``messages``, both sweeps on a reused
+workspace) against the arithmetic limit: a pass is ``4 n K^2`` flops (a
+vector-matrix product forward and one backward per position), and the
+bound is that work at the rate of one BLAS product ``(n, K) @ (K, K)`` in
+float64 on the same core (``2 n K^2`` flops), so ``bound = 2 x`` that
+product's time; the ratio is pass / bound. With ``--baseline PATH`` (a
+checkout of another revision, e.g. ``git worktree add /tmp/base main``)
+that checkout's package is loaded beside this one and its pass is timed in
+the same loop (old vs new, calls alternating). With ``--threads 2`` the
+``prange`` driver is timed too, in wall time at one and at two threads, to
+see that it scales.
+
 Usage::
 
-    NUMBA_NUM_THREADS=1 python benchmarks/chain_kernels.py --data-dir ../shared/data/ocr
+    NUMBA_NUM_THREADS=2 python benchmarks/chain_kernels.py --data-dir ../shared/data/ocr \
+        --baseline /tmp/base
 
-Prints a Markdown table for benchmarks/README.md.
+Prints Markdown tables for benchmarks/README.md.
 """
 
 import argparse
+import importlib.util
 import os
 import platform
+import sys
 import time
+from pathlib import Path
 
 import numba
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from structboost import inference
 from structboost.datasets import load_ocr
@@ -85,12 +102,83 @@ def parts(lengths, k):
     }
 
 
+def load_baseline(path):
+    """The ``structboost`` package of another checkout, imported as ``structboost_baseline``."""
+    init = Path(path) / "structboost" / "__init__.py"
+    if not init.is_file():
+        raise ValueError(f"--baseline {path}: no structboost/__init__.py there; pass a checkout.")
+    spec = importlib.util.spec_from_file_location(
+        "structboost_baseline", init, submodule_search_locations=[str(init.parent)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def best_times(calls, repeat, threads):
+    """Seconds of each call (best of ``repeat``, calls alternating) at numba ``threads``.
+
+    CPU time of the calling thread on one thread; wall time on more (their
+    point is the scaling).
+    """
+    numba.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    best = dict.fromkeys(calls, np.inf)
+    for fn in calls.values():
+        fn()
+    for _ in range(repeat):
+        for name, fn in calls.items():
+            t0 = clock()
+            fn()
+            best[name] = min(best[name], clock() - t0)
+    return best
+
+
+def limit_table(lengths, k, repeat, threads, baseline):
+    """Rows of the pass against the matmul-rate bound at ``k`` labels (see the module notes)."""
+    u, trans, z = random_chain(lengths, k)
+    n = u.shape[0]
+    offsets = offsets_from_lengths(lengths)
+    product = np.empty((n, k))
+    sides = {"this checkout": chain}
+    if baseline is not None:
+        sides = {"baseline": baseline.inference.chain, **sides}
+    calls = {"matmul": lambda: np.matmul(u, trans, out=product)}
+    for side, mod in sides.items():
+        ws = mod.Workspace(n, k, len(lengths)).load(u, offsets)
+        kern = sys.modules[mod.__name__.rsplit(".", 1)[0] + "._chain"]
+        emat, emax = kern.exp_tables(trans[None])
+        calls[side] = lambda ws=ws, kern=kern, e=(emat, emax): kern.messages(
+            ws, *e, z, z, False, False
+        )
+        calls[side + ", prange"] = lambda ws=ws, kern=kern, e=(emat, emax): kern.messages(
+            ws, *e, z, z, False, True
+        )
+    serial = {name: fn for name, fn in calls.items() if "prange" not in name}
+    best = best_times(serial, repeat, 1)
+    bound = 2.0 * best.pop("matmul")
+    rate = 4.0 * n * k * k / bound / 1e9
+    rows = [f"| matmul bound: 4nK^2 at {rate:.1f} GFLOP/s | {bound * 1e3:.1f} | 1.00 |"]
+    rows += [f"| pass, {side}, 1 thread | {t * 1e3:.1f} | {t / bound:.2f} |" for side, t in best.items()]
+    if threads > 1:
+        par = {name: fn for name, fn in calls.items() if "prange" in name}
+        for n_threads in (1, threads):
+            for name, t in best_times(par, repeat, n_threads).items():
+                label = name.replace("prange", f"prange driver, {n_threads} thread(s), wall")
+                rows.append(f"| pass, {label} | {t * 1e3:.1f} | {t / bound:.2f} |")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", required=True, help="folder holding letters.npz (OCR)")
     ap.add_argument("--labels", default="26,9", help="comma-separated K")
     ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--baseline", help="a checkout of another revision to time beside this one")
+    ap.add_argument("--threads", type=int, default=1, help="numba threads of the prange row")
     args = ap.parse_args()
+    baseline = None if args.baseline is None else load_baseline(args.baseline)
     numba.set_num_threads(1)
     lengths = np.asarray(load_ocr(args.data_dir).lengths, dtype=np.int64)
     print(
@@ -118,6 +206,15 @@ def main():
             cells.setdefault(name, []).append(f"{sec * 1e3:.1f}")
     for name, row in cells.items():
         print(f"| {name} | " + " | ".join(row) + " |")
+    for k in ks:
+        print()
+        print(f"Pass against the matmul-rate bound, K = {k} (CPU ms, best of {args.repeat}; "
+              f"load average {os.getloadavg()[0]:.1f}):")
+        print()
+        print("| what | ms | / bound |")
+        print("|---|---|---|")
+        with threadpool_limits(1):
+            print("\n".join(limit_table(lengths, k, args.repeat, args.threads, baseline)))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ early on the CRF negative log-likelihood of ``eng.testa`` after
 ``--patience`` rounds without improvement. By default they train and decode
 under the constraints of ``--scheme`` (``allowed_transitions``: no ``O``
 followed by ``I-PER`` in IOB2, ...) with the Newton transition step;
-``--allowed-transitions none`` and ``--transitions`` change that.
+``--allowed-transitions none`` and ``--transition-solver`` change that.
 
 Measurements
 ------------
@@ -100,7 +100,7 @@ def parse_args(argv=None):
                    "--scheme: only well-formed tag sequences), 'none', or a scheme name")
     p.add_argument("--step", default="bound", choices=("bound", "adaptive"),
                    help="GBCRF step size of the tree estimators")
-    p.add_argument("--transitions", default="newton", choices=("lbfgs", "newton", "majorize"),
+    p.add_argument("--transition-solver", default="newton", choices=("lbfgs", "newton", "majorize"),
                    help="transition solver of the tree estimators")
     p.add_argument("--multi-output", action="store_true",
                    help="one multi-output tree per round (multi_strategy=multi_output_tree)")
@@ -203,9 +203,9 @@ def tree_estimator(method, args):
         learning_rate=args.eta,
         max_depth=args.max_depth,
         early_stopping_rounds=args.patience,
-        transitions=args.transitions,
+        transition_solver=args.transition_solver,
         step=args.step,
-        nthread=args.threads,
+        n_jobs=args.threads,
         **options,
     )
 
@@ -312,7 +312,7 @@ def result_rows(result, args, summary):
                 "threads": args.threads,
                 "max_sentences": args.max_sentences,
                 "allowed_transitions": args.allowed_transitions,
-                "transitions": args.transitions,
+                "transition_solver": args.transition_solver,
                 "step": args.step,
                 "multi_output": args.multi_output,
             })

@@ -4,8 +4,8 @@ Two chain CRFs with the same trees and the same GBCRF objective (mixing gamma):
 
 - ``linear``: :func:`structboost.crf_objective`, trees on the node potentials
   and one K x K transition table refit by L-BFGS every round;
-- ``input``: :func:`structboost.edge_crf_objective` on
-  :func:`structboost.edge_dmatrix` rows, trees on ``F^v(u, X_t)``
+- ``input``: :func:`structboost.xgboost.edge_crf_objective` on
+  :func:`structboost.xgboost.edge_dmatrix` rows, trees on ``F^v(u, X_t)``
   (Dietterich et al. 2008), Hessian ``gamma^(e) p (1 - p)`` (Chen et al.'s
   edge bound); ``input-treecrf`` is the same with the unit Hessian.
 
@@ -48,6 +48,7 @@ import numpy as np
 import xgboost as xgb
 
 import structboost as sb
+import structboost.xgboost as sbx
 from structboost.datasets import load_ocr, ocr_split
 from structboost.inference.chain import map_labels, posterior
 from structboost.objectives.chain import SequenceBatch
@@ -74,7 +75,7 @@ OCR_CONFIG = {"max_depth": 6, "eta": 0.5, "multi_strategy": "multi_output_tree"}
 def objective(method, k):
     if method == "linear":
         return sb.crf_objective(k)
-    return sb.edge_crf_objective(k, mode="treecrf" if method == "input-treecrf" else "gbcrf")
+    return sbx.edge_crf_objective(k, mode="treecrf" if method == "input-treecrf" else "gbcrf")
 
 
 def dmatrix(method, X, y, lengths, k, config):
@@ -82,7 +83,7 @@ def dmatrix(method, X, y, lengths, k, config):
     if method == "linear":
         return xgb.DMatrix(X, label=y, group=lengths)
     categorical = config.get("multi_strategy") != "multi_output_tree"
-    return sb.edge_dmatrix(X, y, lengths, num_labels=k, categorical=categorical)
+    return sbx.edge_dmatrix(X, y, lengths, num_labels=k, categorical=categorical)
 
 
 def decode_both(obj, margins, batch):

@@ -19,7 +19,7 @@ same margins, and the transfer costs of one round (XGBoost's
 ``predict(output_margin=True)`` of the training matrix, which includes its
 device-to-host copy, and our host-to-device copy of the margins).
 
-Needs a CUDA GPU, ``structboost[gpu]`` and CuPy for ``--device cuda``;
+Needs a CUDA GPU, ``structboost-crf[gpu]`` and CuPy for ``--device cuda``;
 ``--device cpu`` runs only rows 1 and 3 and the CPU kernel (a smoke test on
 machines without a GPU; use small ``--rows``). Prints Markdown tables for
 benchmarks/README.md.

@@ -59,7 +59,7 @@ import structboost as sb
 from structboost.datasets import load_ocr
 from structboost.estimators.latent import SOLVERS, LatentLogLinearClassifier
 from structboost.estimators.linear import LinearChainProblem
-from structboost.transitions.majorize import fit_majorize
+from structboost.majorize import fit_majorize
 
 from solvers import first_words  # noqa: E402 (benchmarks/ is on the path of a script run)
 

@@ -116,9 +116,9 @@ def rounds_table(X, y, lengths, k, args):
         ("treecrf, lbfgs", {"mode": "treecrf"}),
         ("gbcrf, lbfgs (default)", {"mode": "gbcrf"}),
         ("gbcrf, lbfgs 2 iterations", {"mode": "gbcrf", "transition_iter": 2}),
-        ("gbcrf, newton", {"mode": "gbcrf", "transitions": "newton"}),
+        ("gbcrf, newton", {"mode": "gbcrf", "transition_solver": "newton"}),
         ("gbcrf, lbfgs one pass", {"mode": "gbcrf", "transition_iter": 1}),
-        ("gbcrf, newton one pass", {"mode": "gbcrf", "transitions": "newton",
+        ("gbcrf, newton one pass", {"mode": "gbcrf", "transition_solver": "newton",
                                     "transition_iter": 1}),
     ]
     print(
@@ -166,7 +166,7 @@ def steps_table(X, y, lengths, k, threads):
     print("|---|---|---|---|")
     runs = [("newton", 1), ("lbfgs", 5), ("lbfgs", 2), ("lbfgs", 1)]
     for (solver, iters), step in itertools.product(runs, ("bound", "adaptive")):
-        obj = CRFObjective(k, transitions=solver, transition_iter=iters, nthread=threads,
+        obj = CRFObjective(k, transition_solver=solver, transition_iter=iters, nthread=threads,
                            step=step)
         for _ in range(7):
             obj.grad_hess(u, batch)
@@ -261,7 +261,7 @@ def rss_child(mode, rows, threads):
         dtrain, obj = xgb.DMatrix(X, label=y), None
     else:
         step = "bound" if "bound" in options else "adaptive"
-        obj = sb.crf_objective(k, transitions=solver, step=step, nthread=threads)
+        obj = sb.crf_objective(k, transition_solver=solver, step=step, nthread=threads)
         params = sb.xgb_params(k, **tree)
         dtrain = xgb.DMatrix(X, label=y, group=lengths)
     evals = [(dtrain, "train")] if "eval" in options else ()

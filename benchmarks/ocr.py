@@ -80,8 +80,8 @@ PRESETS = {
         "max_depth": 6,
         "eta": 0.5,
         "window": 0,
-        "gamma": "mixing",
-        "transitions": "lbfgs",
+        "hessian_bound": "mixing",
+        "transition_solver": "lbfgs",
     },
     # The winner of the fold-0 lever study (benchmarks/README.md), to use with
     # ``--methods gbcrf-mo`` (one multi-output tree per round): the Newton
@@ -93,8 +93,8 @@ PRESETS = {
         "eta": 0.3,
         "patience": 40,
         "window": 0,
-        "gamma": "mixing",
-        "transitions": "newton",
+        "hessian_bound": "mixing",
+        "transition_solver": "newton",
     },
 }
 TREE_METHODS = ("native", "logitboost", "treecrf", "gbcrf", "gbcrf-mo")
@@ -219,11 +219,12 @@ def crf_settings(method, args):
         return {"mode": "logitboost"}, {}
     kw = {
         "mode": "treecrf" if method == "treecrf" else "gbcrf",
-        "transitions": args.transitions,
+        "transition_solver": args.transition_solver,
         "reg_transitions": args.reg_transitions,
     }
     if method != "treecrf":
-        kw["gamma"] = float(args.gamma) if args.gamma[0].isdigit() else args.gamma
+        bound = args.hessian_bound
+        kw["hessian_bound"] = float(bound) if bound[0].isdigit() else bound
         kw["step"] = args.step
     extra = {"multi_strategy": "multi_output_tree"} if method == "gbcrf-mo" else {}
     return kw, extra
@@ -238,7 +239,7 @@ def train_structboost(
     training NLL (Figure 1a); ``make_callbacks(obj)`` adds callbacks.
     """
     kw, extra = crf_settings(method, args)
-    obj = sb.crf_objective(K, metric="error" if not evals_train else "nll", **kw)
+    obj = sb.crf_objective(K, metric="crf-error" if not evals_train else "crf-nll", **kw)
     X, y, lengths = parts["train"]
     dtrain = xgb.DMatrix(X, label=y, group=lengths)
     params = sb.xgb_params(K, **{**tree_params(args), **extra})
@@ -337,9 +338,9 @@ def config_label(method, args):
     if args.subsample < 1 or args.colsample < 1:
         label += f",sub={args.subsample},col={args.colsample}"
     if method in ("treecrf", "gbcrf", "gbcrf-mo"):
-        label += f",trans={args.transitions},reg_t={args.reg_transitions}"
+        label += f",solver={args.transition_solver},reg_t={args.reg_transitions}"
     if method in ("gbcrf", "gbcrf-mo"):
-        label += f",gamma={args.gamma},step={args.step}"
+        label += f",bound={args.hessian_bound},step={args.step}"
     return label
 
 
@@ -567,8 +568,8 @@ def parse_args(argv=None):
     ap.add_argument("--multi-output", action="store_true",
                     help="one multi-output tree per round for every tree method (native too)")
     ap.add_argument("--window-fill", choices=("nan", "zero"), default="nan")
-    ap.add_argument("--gamma", help="mixing, exact, length or a number")
-    ap.add_argument("--transitions", choices=("lbfgs", "newton"))
+    ap.add_argument("--hessian-bound", help="mixing, exact, length or a number")
+    ap.add_argument("--transition-solver", choices=("lbfgs", "newton"))
     ap.add_argument("--step", choices=("bound", "adaptive"), default="bound",
                     help="GBCRF step size (crf_objective's step)")
     ap.add_argument("--reg-transitions", type=float, default=1.0)

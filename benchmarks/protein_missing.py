@@ -41,7 +41,7 @@ from protein_qs import DECODES, RESULTS, hits, load_part, machine_line, train, w
 STRATEGIES = ("native", "impute", "indicator")
 RATES = (0.05, 0.10, 0.20, 0.40)
 RESIDUE = {"residue": list(range(20))}
-DEFAULT_CONFIG = '{"crf": {"transitions": "newton"}, "eta": 1.0, "max_depth": 2, "min_child_weight": 1.0}'
+DEFAULT_CONFIG = '{"crf": {"transition_solver": "newton"}, "eta": 1.0, "max_depth": 2, "min_child_weight": 1.0}'
 
 
 def with_missing(X, rate, seed):

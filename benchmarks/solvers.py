@@ -62,7 +62,7 @@ from threadpoolctl import threadpool_limits
 import structboost as sb
 from structboost.datasets import load_ocr, ocr_split
 from structboost.estimators.linear import LinearChainProblem
-from structboost.transitions.majorize import ChainCRFTerm, fit_majorize
+from structboost.majorize import ChainCRFTerm, fit_majorize
 from structboost.objectives import base as objective_base
 from structboost.transitions import base as transition_base
 from structboost.transitions.chain import TransitionProblem, refit
@@ -300,7 +300,7 @@ def training_rounds(X, y, lengths, k, counter, args):
     logs = {}
     for name, (solver, refit_with) in ROUND_SOLVERS.items():
         objective_base.refit = refit_with
-        obj = sb.crf_objective(k, transitions=solver, nthread=args.threads)
+        obj = sb.crf_objective(k, transition_solver=solver, nthread=args.threads)
         dtrain = xgb.DMatrix(X, label=y, group=lengths)
         log = RoundLog(obj, counter)
         xgb.train(sb.xgb_params(k, max_depth=6, eta=0.3, nthread=args.threads), dtrain,

@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from structboost import predict_marginals
+from structboost import LGBMCRFClassifier, XGBCRFClassifier, predict_marginals
 from structboost.datasets import make_hmm_sequences
-from structboost.engines.lightgbm import load_lgb_model, save_lgb_model
-from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from structboost.lightgbm import load_lgb_model, save_lgb_model
 
 
 def sticky_frame(n_sequences=150, seed=0):
@@ -57,7 +56,7 @@ def main():
         )
         seconds = time.perf_counter() - t0
         acc = est.score(frame[test], labels[test], groups="sentence_id")
-        print(f"\n{name}: {est.best_iteration_ + 1} rounds kept, {seconds:.1f} s, "
+        print(f"\n{name}: {est.best_iteration + 1} rounds kept, {seconds:.1f} s, "
               f"test token accuracy {acc:.3f}")
         print("transition scores (row label followed by column label):")
         print(est.transitions_.round(2).to_string())

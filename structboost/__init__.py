@@ -1,84 +1,63 @@
 """structboost: conditional random field objectives for XGBoost and LightGBM.
 
 Each training row is one position of one sequence; the engine's K outputs
-per row are the CRF node potentials. See :func:`crf_objective`.
+per row are the CRF node potentials. Three doors:
+
+- scikit-learn estimators: :class:`XGBCRFClassifier`,
+  :class:`LGBMCRFClassifier`, :class:`TreeCRFClassifier`,
+  :class:`ESSTreeCRFClassifier`, :class:`LinearChainCRF`,
+  :class:`LatentLogLinearClassifier`;
+- raw boosters: :func:`crf_objective` and :func:`xgb_params` for
+  ``xgboost.train``, :func:`predict`, :func:`predict_marginals` and
+  :func:`sequence_log_likelihood` for XGBoost and LightGBM boosters;
+  engine-specific functions in :mod:`structboost.xgboost` (boosted
+  transitions, tree CRFs) and :mod:`structboost.lightgbm`;
+- research: :mod:`structboost.inference` (exact inference, numpy in and
+  out), :mod:`structboost.majorize` (the Jebara & Choromanska bound),
+  :mod:`structboost.objectives`, :mod:`structboost.transitions`.
 """
 
 import logging
 
-from . import _compile_log, datasets, features, inference, metrics
-from .engines.edge import edge_crf_objective, edge_dmatrix
-from .engines.predict import (
-    predict,
-    predict_marginals,
-    predict_tree,
-    predict_tree_marginals,
-    sequence_log_likelihood,
-    tree_log_likelihood,
-)
+from . import _config
+
+# Before anything loads an OpenMP runtime (XGBoost, scikit-learn, numba):
+# their idle threads wait without spinning unless the user chose otherwise.
+_config.request_passive_openmp()
+
+from ._extras import require_xgboost
+
+require_xgboost()  # before the imports below need it
+
+from . import _compile_log, inference
+from .engines.predict import predict, predict_marginals, sequence_log_likelihood
 from .engines.xgboost import crf_objective, xgb_params
-from .engines.xgboost_tree import register_tree, tree_crf_objective, tree_dmatrix
 from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from .estimators.crfsuite import LGBMSequenceCRF, XGBSequenceCRF
 from .estimators.latent import LatentLogLinearClassifier
 from .estimators.linear import LinearChainCRF
-from .estimators.multilabel import ESSTreeCRFClassifier, read_arff_multilabel
+from .estimators.multilabel import ESSTreeCRFClassifier
 from .estimators.tree import TreeCRFClassifier
-from .objectives.chain import CRFObjective
 from .objectives.constraints import allowed_transitions
-from .text.lexical import TokenFeatures
-from .transitions.chain import TransitionParams
 from ._version import __version__
-
-# LightGBM is optional (the ``lightgbm`` extra): its functions load on first use.
-_LIGHTGBM_NAMES = ("lgb_crf_objective", "lgb_params", "load_lgb_model", "save_lgb_model")
-
-
-def __getattr__(name):
-    if name in _LIGHTGBM_NAMES:
-        from ._extras import require
-
-        require("lightgbm", "lightgbm", f"structboost.{name}")
-        from .engines import lightgbm
-
-        return getattr(lightgbm, name)
-    raise AttributeError(f"module 'structboost' has no attribute {name!r}")
-
-
 
 # A library logs and lets the application decide: silent unless configured
 # (the ``structboost`` command logs at INFO).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
-    "CRFObjective",
     "ESSTreeCRFClassifier",
     "LGBMCRFClassifier",
+    "LGBMSequenceCRF",
     "LatentLogLinearClassifier",
     "LinearChainCRF",
-    "TokenFeatures",
     "TreeCRFClassifier",
-    "TransitionParams",
     "XGBCRFClassifier",
+    "XGBSequenceCRF",
     "__version__",
     "allowed_transitions",
     "crf_objective",
-    "datasets",
-    "edge_crf_objective",
-    "edge_dmatrix",
-    "features",
     "inference",
-    "lgb_crf_objective",
-    "lgb_params",
-    "load_lgb_model",
-    "metrics",
-    "predict_tree",
-    "predict_tree_marginals",
-    "read_arff_multilabel",
-    "register_tree",
-    "save_lgb_model",
-    "tree_crf_objective",
-    "tree_dmatrix",
-    "tree_log_likelihood",
     "predict",
     "predict_marginals",
     "sequence_log_likelihood",

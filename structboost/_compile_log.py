@@ -1,19 +1,30 @@
-"""One ``logging`` INFO line, with its time, the first time a process compiles kernels.
+"""``logging`` INFO lines on the time structboost's numba kernels take to compile.
 
 numba compiles a kernel on its first call for each argument signature and
 caches the result on disk; a cache hit emits no compile event. The first
-time this process really compiles structboost kernels (outermost compile
-of a structboost function, callees included), the ``structboost`` logger
-says how long it took. ``structboost warmup`` compiles them all ahead.
+time this process compiles structboost kernels, the ``structboost`` logger
+says so as it starts (a first fit waits seconds, not milliseconds). Each
+fit or prediction marked with :func:`reports` (and each ``xgboost.train``
+run with the objective's callback) that waited for compiling then logs, as
+it ends, how long it waited in all: every kernel it compiled, callees
+included, which is what its caller really waited for.
 """
 
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from numba.core import event
 
+from . import _config
+
 logger = logging.getLogger("structboost")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def _is_ours(ev):
@@ -22,38 +33,97 @@ def _is_ours(ev):
     return module.split(".")[0] == "structboost"
 
 
-class FirstCompile(event.Listener):
-    """Times the first outermost compile of structboost kernels in this process.
+class CompileClock(event.Listener):
+    """Adds up the outermost compiles of structboost kernels in this process.
 
     Attributes
     ----------
-    seconds : float or None
-        How long it took, once it has ended.
+    seconds : float
+        Wall-clock seconds spent compiling structboost kernels so far
+        (nested compiles of callees counted once, in their caller's).
+    announced : bool
+        Whether the first compile has been logged.
     """
 
     def __init__(self):
         self._local = threading.local()
-        self.seconds = None
+        self._lock = threading.Lock()
+        self.seconds = 0.0
+        self.announced = False
 
     def on_start(self, ev):
-        if self.seconds is None and _is_ours(ev):
-            depth = getattr(self._local, "depth", 0)
-            if depth == 0:
-                self._local.t0 = time.perf_counter()
-            self._local.depth = depth + 1
+        if not _is_ours(ev):
+            return
+        depth = getattr(self._local, "depth", 0)
+        if depth == 0:
+            self._local.t0 = time.perf_counter()
+        self._local.depth = depth + 1
+        with self._lock:
+            if self.announced:
+                return
+            self.announced = True
+        where = "on disk"
+        if _config.CACHE_FALLBACK:
+            where = (
+                f"in {_config.CACHE_FALLBACK}, since neither the package's folder nor the "
+                "home folder is writable; set NUMBA_CACHE_DIR to keep them elsewhere"
+            )
+        logger.info(
+            "numba is compiling structboost's kernels for new argument types (once: they "
+            "are cached %s for later runs; `structboost warmup` compiles those of a default "
+            "fit and predict ahead of time)", where,
+        )  # fmt: skip
 
     def on_end(self, ev):
-        if self.seconds is None and _is_ours(ev) and getattr(self._local, "depth", 0):
+        if _is_ours(ev) and getattr(self._local, "depth", 0):
             self._local.depth -= 1
             if self._local.depth == 0:
-                self.seconds = time.perf_counter() - self._local.t0
-                logger.info(
-                    "compiled structboost's numba kernels for a new signature in %.1f s "
-                    "(cached on disk for later runs; `structboost warmup` compiles the "
-                    "common ones ahead of time)",
-                    self.seconds,
-                )
+                spent = time.perf_counter() - self._local.t0
+                with self._lock:
+                    self.seconds += spent
 
 
-LISTENER = FirstCompile()
-event.register("numba:compile", LISTENER)
+CLOCK = CompileClock()
+event.register("numba:compile", CLOCK)
+_active = threading.local()
+
+
+def log_wait(what, since):
+    """Log how long ``what`` waited for compiling since ``CLOCK.seconds`` was ``since``.
+
+    Silent when nothing compiled, and inside a call marked with
+    :func:`reports` (the outermost one reports).
+    """
+    spent = CLOCK.seconds - since
+    if spent > 0 and not getattr(_active, "on", False):
+        logger.info(
+            "%s waited %.1f s for numba to compile structboost's kernels (cached on disk "
+            "for later runs)", what, spent,
+        )  # fmt: skip
+
+
+def reports(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Decorate a function so that it logs the compile time it waited for, if any.
+
+    Parameters
+    ----------
+    what : str
+        Names the call in the line, e.g. ``"fit"``.
+    """
+
+    def decorate(func: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(func)
+        def timed(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            if getattr(_active, "on", False):
+                return func(*args, **kwargs)
+            since = CLOCK.seconds
+            _active.on = True
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _active.on = False
+                log_wait(what, since)
+
+        return timed
+
+    return decorate

@@ -11,19 +11,90 @@ transitions are legal input.
 ``SERIAL_ROWS`` rows run the serial kernels on the calling thread (no thread
 pool is woken for a 10-sequence fit), larger ones the ``prange`` kernels on
 ``nthread`` threads (numba's default when None).
+
+The OpenMP wait policy: an OpenMP runtime (XGBoost's, scikit-learn's,
+LightGBM's and numba's ``omp`` threading layer each load one) keeps its idle
+threads spinning by default. On a machine whose cores are busy with other
+work, a thread team that spins between the many short parallel regions of a
+boosting round takes the cores its own other threads wait for: a fit with
+every core then ran 10-70x slower than with one thread (measured with XGBoost
+alone as well as with structboost, ``benchmarks/busy_threads.py``).
+:func:`request_passive_openmp` runs when structboost is imported: unless the
+user chose a policy, it sets ``OMP_WAIT_POLICY=PASSIVE`` for the runtimes
+that load afterwards (they read it once, when they load). When one was
+loaded before (``import sklearn`` or ``import xgboost`` first) and spins,
+:func:`default_threads` gives the estimators' ``n_jobs=None`` the cores that
+are idle at the start of the fit instead of all of them.
+
+numba caches compiled kernels next to the package or, failing that, in the
+user's cache folder. On a read-only install with no writable home folder
+(common in containers) it has neither, and ``cache=True`` would make the
+import fail: :func:`cache_fallback` then points numba's cache at a folder
+of the temporary directory (``CACHE_FALLBACK``), which the first compile's
+log line names.
 """
 
 import contextlib
+import os
+import sys
+import tempfile
+import time
+from typing import Any
 
 import numba
+from numba.core import config as _numba_config
+from numba.core.caching import FunctionCache
+
+
+def _private_folder(path):
+    """``path`` as a folder only this user can write, or None if it cannot be one."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return None
+    owner = getattr(os, "getuid", lambda: st.st_uid)()
+    private = st.st_uid == owner and not st.st_mode & 0o022
+    return path if private and os.path.isdir(path) and not os.path.islink(path) else None
+
+
+def cache_fallback():
+    """Give numba a cache folder when it has none for structboost's files.
+
+    Returns
+    -------
+    str or None
+        The temporary cache folder now in ``NUMBA_CACHE_DIR``, or None when
+        numba can cache next to the package, in the user's cache folder or
+        in a ``NUMBA_CACHE_DIR`` already set.
+    """
+
+    def probe():  # a function of this package's source folder
+        pass
+
+    try:
+        FunctionCache(probe)
+        return None
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        pass
+    user = getattr(os, "getuid", lambda: "")()
+    shared = os.path.join(tempfile.gettempdir(), f"structboost-numba-cache-{user}")
+    # Another user's (or a link planted there) is not trusted: numba's cache holds code.
+    folder = _private_folder(shared) or tempfile.mkdtemp(prefix="structboost-numba-cache-")
+    os.environ["NUMBA_CACHE_DIR"] = folder
+    _numba_config.reload_config()
+    return folder
+
 
 FASTMATH = {"reassoc", "contract", "arcp"}
 CACHE = True
-KERNEL = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
-PARALLEL = {**KERNEL, "parallel": True}
+#: The temporary folder numba caches in when it had no other (None: it had).
+CACHE_FALLBACK = cache_fallback()
+KERNEL: dict[str, Any] = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
+PARALLEL: dict[str, Any] = {**KERNEL, "parallel": True}
 #: For kernels whose every value is finite by construction: lets LLVM
 #: vectorise min/max reductions.
-FINITE = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
+FINITE: dict[str, Any] = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
 #: Batches with fewer rows than this run the serial kernels.
 SERIAL_ROWS = 8192
 #: Rows x labels of a batch that the chain objective's round takes as one
@@ -58,6 +129,114 @@ def check_nthread(nthread):
     if int(nthread) != nthread or nthread < 1:
         raise ValueError(f"nthread must be None or a positive integer; got {nthread!r}.")
     return int(nthread)
+
+
+#: Environment variables through which a user chooses the OpenMP wait policy.
+_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+#: Python modules whose import loads an OpenMP runtime (where /proc is missing).
+_OPENMP_MODULES = ("xgboost", "lightgbm", "sklearn", "torch")
+#: Whether every OpenMP runtime of this process waits without spinning
+#: (set by :func:`request_passive_openmp`).
+OPENMP_PASSIVE = False
+
+
+def _openmp_loaded():
+    """Whether an OpenMP runtime is loaded in this process already."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            text = maps.read()
+    except OSError:
+        return any(name in sys.modules for name in _OPENMP_MODULES)
+    return any(lib in text for lib in ("libgomp", "libomp", "libiomp"))
+
+
+def _passive(environ):
+    """Whether the user's variables make OpenMP threads wait without spinning."""
+    if environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive":
+        return True
+    return environ.get("GOMP_SPINCOUNT", "").strip() == "0" or (
+        environ.get("KMP_BLOCKTIME", "").strip() == "0"
+    )
+
+
+def request_passive_openmp(environ=None, loaded=None):
+    """Ask the OpenMP runtimes loaded from now on to wait without spinning.
+
+    Sets ``OMP_WAIT_POLICY=PASSIVE`` unless the user set ``OMP_WAIT_POLICY``,
+    ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME`` (their choice stands) or a
+    runtime is loaded already (it read its policy when it loaded).
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        The environment to read and change (``os.environ``).
+    loaded : bool, optional
+        Whether an OpenMP runtime is loaded (found out when None).
+
+    Returns
+    -------
+    bool
+        Whether OpenMP threads wait passively (also :data:`OPENMP_PASSIVE`).
+    """
+    global OPENMP_PASSIVE
+    environ = os.environ if environ is None else environ
+    if any(name in environ for name in _WAIT_VARIABLES):
+        OPENMP_PASSIVE = _passive(environ)
+    elif _openmp_loaded() if loaded is None else loaded:
+        OPENMP_PASSIVE = False
+    else:
+        environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        OPENMP_PASSIVE = True
+    return OPENMP_PASSIVE
+
+
+def _cpu_times():
+    """``(idle, total)`` clock ticks of every CPU of the machine (``/proc/stat``)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])
+
+
+def idle_cores(window=0.05):
+    """Cores of this process's CPU set that sat idle over ``window`` seconds.
+
+    Returns
+    -------
+    int or None
+        At least 1; None where the machine does not say (no ``/proc/stat``).
+    """
+    try:
+        idle0, total0 = _cpu_times()
+        time.sleep(window)
+        idle1, total1 = _cpu_times()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    idle = (idle1 - idle0) / (total1 - total0) * (os.cpu_count() or 1)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return int(max(1, min(usable or 1, round(idle))))
+
+
+def default_threads():
+    """Threads of a fit whose estimator has ``n_jobs=None``.
+
+    None (each engine's default: every core) while OpenMP waits passively;
+    otherwise a spinning runtime was loaded before structboost, and the fit
+    takes the cores idle at its start (:func:`idle_cores`), so that it never
+    fights busy cores for its own threads.
+    """
+    if OPENMP_PASSIVE:
+        return None
+    now = time.monotonic()
+    if now - _LAST_COUNT[0] > _COUNT_LIFETIME:  # one count serves every part of one fit
+        _LAST_COUNT[:] = [now, idle_cores()]
+    return _LAST_COUNT[1]
+
+
+#: Seconds a count of idle cores serves (the calls of one fit ask in turn).
+_COUNT_LIFETIME = 1.0
+_LAST_COUNT = [-float("inf"), None]
 
 
 def parallel(n_rows):

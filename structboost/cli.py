@@ -12,7 +12,9 @@ lines otherwise, so log files hold no carriage returns.
 """
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -20,8 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ._io import atomic_open
 from ._version import __version__
 from ._extras import require
+from .inference.chain import GAMMA_METHODS
 from .objectives.params import DEFAULTS, MODES, SOLVERS, STEPS
 
 logger = logging.getLogger("structboost.cli")
@@ -69,14 +73,12 @@ def _progress_callback(name, total, every, stream=None):
 
 
 def demo(args):
-    """Train LogitBoost, TreeCRF and GBCRF on sticky synthetic HMM data."""
+    """Train GBCRF, TreeCRF and LogitBoost with the library's defaults on sticky HMM data."""
     require("matplotlib", "plot", "structboost demo (its plot)")
-    import xgboost as xgb
-
-    from .engines.predict import predict, sequence_log_likelihood
     from .datasets import make_hmm_sequences
+    from .estimators.chain import XGBCRFClassifier
     from .metrics import sequence_accuracy, token_accuracy
-    from .engines.xgboost import crf_objective, xgb_params
+    from .sequences import offsets_from_lengths
 
     X, y, lengths = make_hmm_sequences(
         n_sequences=args.sequences,
@@ -86,56 +88,74 @@ def demo(args):
         window=1,
         random_state=args.seed,
     )
-    m_train = int(0.7 * len(lengths))
-    cut = int(lengths[:m_train].sum())
-    dtrain = xgb.DMatrix(X[:cut], label=y[:cut], group=lengths[:m_train])
-    dtest = xgb.DMatrix(X[cut:], label=y[cut:], group=lengths[m_train:])
-    y_test, len_test = y[cut:], lengths[m_train:]
+    # 60% training, 20% validation (early stopping), 20% test sequences.
+    cuts = [0, int(0.6 * len(lengths)), int(0.8 * len(lengths)), len(lengths)]
+    rows = offsets_from_lengths(lengths)[cuts]
+    train, valid, test = (
+        {"X": X[r0:r1], "y": y[r0:r1], "lengths": lengths[s0:s1]}
+        for r0, r1, s0, s1 in zip(rows[:-1], rows[1:], cuts[:-1], cuts[1:])
+    )
+    defaults = XGBCRFClassifier()
     logger.info(
         f"Synthetic HMM (Dietterich et al. 2008, s.7.3): 3 labels, P(stay)={args.stay}, "
-        f"emission {args.emission}, window 1; {m_train} training and "
-        f"{len(len_test)} test sequences ({cut} / {len(y_test)} rows); max_depth "
-        f"{args.max_depth}, {args.rounds} rounds."
+        f"emission {args.emission}, window 1; {len(train['lengths'])} training, "
+        f"{len(valid['lengths'])} validation and {len(test['lengths'])} test sequences; "
+        f"every mode with the library's defaults (learning_rate {defaults.learning_rate}, "
+        f"max_depth {defaults.max_depth}), at most {args.rounds} rounds, early stopping "
+        f"after {args.early_stopping}."
     )
-    curves, rows = {}, []
+    fits = {
+        "eval_set": [{**train, "name": "train"}, {**valid, "name": "valid"}],
+        **train,
+    }
+    # One round and a prediction per mode first, on the same data, so that
+    # numba's compile (once per process, or never with a warm cache) is not timed.
+    logger.info("warming up: one round per mode compiles the kernels the timings use ...")
     for mode in MODES:
-        obj = crf_objective(3, mode=mode)
-        eta = args.gbcrf_eta if mode == "gbcrf" else args.eta
-        log = {}
-        t0 = time.perf_counter()
-        booster = xgb.train(
-            xgb_params(3, max_depth=args.max_depth, eta=eta),
-            dtrain,
-            num_boost_round=args.rounds,
-            obj=obj,
-            custom_metric=obj.metric,
-            evals=[(dtrain, "train")],
-            evals_result=log,
-            verbose_eval=False,
-            callbacks=[obj.callback(), _progress_callback(mode, args.rounds, 5)],
+        clf = XGBCRFClassifier(mode=mode, n_estimators=1).fit(**fits, verbose=False)
+        clf.predict_log_likelihood(**test)
+        clf.predict(test["X"], lengths=test["lengths"])
+    curves, results = {}, []
+    for mode in MODES:
+        clf = XGBCRFClassifier(
+            mode=mode,
+            n_estimators=args.rounds,
+            early_stopping_rounds=args.early_stopping,
+            callbacks=[_progress_callback(mode, args.rounds, 5)],
         )
+        t0 = time.perf_counter()
+        clf.fit(**fits, verbose=False)  # the progress callback reports instead
         seconds = time.perf_counter() - t0
-        pred = predict(booster, dtest)
-        rows.append(
+        pred = clf.predict(test["X"], lengths=test["lengths"])
+        results.append(
             (
                 mode,
-                eta,
-                token_accuracy(y_test, pred),
-                sequence_accuracy(y_test, pred, len_test),
-                -float(np.mean(sequence_log_likelihood(booster, dtest))),
+                clf.best_iteration_ + 1,
+                token_accuracy(test["y"], pred),
+                sequence_accuracy(test["y"], pred, test["lengths"]),
+                -float(np.mean(clf.predict_log_likelihood(**test))),
                 seconds,
             )
         )
-        curves[mode] = log["train"]["crf-nll"]
+        curves[mode] = clf.evals_result_["train"]["crf-nll"]
     print()
-    print(f"{'mode':<12}{'eta':>5}{'token acc':>10}{'seq acc':>10}{'test NLL':>10}{'seconds':>10}")
-    for mode, eta, tok, seq, nll, sec in rows:
-        print(f"{mode:<12}{eta:>5}{tok:>10.4f}{seq:>10.4f}{nll:>10.3f}{sec:>10.2f}")
+    print(f"{'mode':<12}{'rounds':>7}{'token acc':>10}{'seq acc':>10}{'test NLL':>10}", end="")
+    print(f"{'fit s':>8}")
+    for mode, kept, tok, seq, nll, sec in results:
+        print(f"{mode:<12}{kept:>7}{tok:>10.4f}{seq:>10.4f}{nll:>10.3f}{sec:>8.2f}")
+    print(
+        "\nEach mode trained with the library's defaults on the same sequences, stopped "
+        "early on the validation NLL (rounds: those kept). Accuracies are of the Viterbi "
+        "path on the test sequences; test NLL is the mean negative log-likelihood per test "
+        "sequence (lower is better; the CRF objective the modes minimise); fit s is the "
+        "training time after a warm-up that compiled the kernels. logitboost has no "
+        "transitions."
+    )
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="structboost-demo-"))
     out.mkdir(parents=True, exist_ok=True)
     png = out / "demo_training_nll.png"
     _plot_curves(curves, png)
-    print(f"\nTraining NLL per round written to {png}")
+    print(f"Training NLL per round written to {png}")
     return 0
 
 
@@ -164,7 +184,8 @@ def _plot_curves(curves, path):
     ax.set_title("Sticky synthetic HMM")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_open(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
     plt.close(fig)
 
 
@@ -202,6 +223,14 @@ def _check_tags(frame, path, columns, scheme):
         raise
 
 
+def _hessian_bound(text):
+    """``--hessian-bound``: a bound's name, or a number (checked by the objective's spec)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def train(args):
     """Fit a :class:`~structboost.tagging.ChunkTagger` on a token file and save it."""
     from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
@@ -209,6 +238,7 @@ def train(args):
     from .tagging import ChunkTagger
 
     columns = _columns(args.columns)
+    _check_output(args.model, "--model", {"--train": args.train, "--dev": args.dev})
     frame = _read(args.train, columns, "--train", args.encoding)
     _check_tags(frame, args.train, columns, args.scheme)
     dev = None
@@ -217,13 +247,19 @@ def train(args):
         _check_tags(dev, args.dev, columns, args.scheme)
     extra = tuple(c for c in columns if c not in ("token", "tag"))
     engine = {"xgboost": XGBCRFClassifier, "lightgbm": LGBMCRFClassifier}[args.engine]
+    # --learning-rate and --max-depth default to the estimator's own defaults
+    engine_defaults = {
+        k: v for k, v in (("learning_rate", args.learning_rate), ("max_depth", args.max_depth))
+        if v is not None
+    }  # fmt: skip
     classifier = engine(
         mode=args.mode,
+        hessian_bound=args.hessian_bound,
         step=args.step,
-        transitions=args.transitions,
+        transition_solver=args.transition_solver,
+        reg_transitions=args.reg_transitions,
         n_estimators=args.rounds,
-        learning_rate=args.learning_rate,
-        max_depth=args.max_depth,
+        **engine_defaults,
         early_stopping_rounds=args.early_stopping if dev is not None else None,
         n_jobs=args.threads,
     )
@@ -244,7 +280,7 @@ def train(args):
     logger.info(
         "trained in %.1f s: %d features, %d rounds kept, tags %s",
         time.perf_counter() - t0, tagger.features_.n_features_out_,
-        clf.best_iteration_ + 1, list(tagger.classes_),
+        clf.best_iteration + 1, list(tagger.classes_),
     )  # fmt: skip
     tagger.save(args.model)
     logger.info("model written to %s", args.model)
@@ -263,14 +299,56 @@ def _load(args):
     return load_tagger(args.model)
 
 
+def _same_file(a, b):
+    """Whether two paths name one file (or would: equal once resolved)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _check_output(path, flag, inputs):
+    """Refuse an output path that is an input or cannot be written, before any work.
+
+    Parameters
+    ----------
+    path : str
+        The output file.
+    flag : str
+        Its option, for the messages.
+    inputs : dict
+        Option -> path (or None) of every file the command reads.
+    """
+    for name, given in inputs.items():
+        if given is not None and _same_file(path, given):
+            raise ValueError(
+                f"{flag} {path} is also the {name} file: writing it would destroy the input. "
+                f"Choose another {flag} path."
+            )
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{flag} {path} is a folder: give a file name.")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(f"{flag} {path}: the folder {folder} does not exist; create it first.")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: cannot write in {folder} ({err.strerror}).") from None
+
+
 def predict(args):
     """Tag a token file; write it back with the predicted tags as the last column."""
+    if args.output != "-":
+        _check_output(args.output, "--output", {"--input": args.input, "--model": args.model})
     tagger = _load(args)
     columns = _columns(args.columns, need_tag=False)
     frame = _read(args.input, columns, "--input", args.encoding)
     frame["predicted"] = tagger.predict(frame)
-    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
-    try:
+    with contextlib.nullcontext(sys.stdout) if args.output == "-" else atomic_open(
+        args.output
+    ) as out:
         previous = None
         fields = [*columns, "predicted"]
         for row in frame[["sentence", *fields]].itertuples(index=False):
@@ -279,9 +357,6 @@ def predict(args):
             previous = row[0]
             out.write(" ".join(map(str, row[1:])) + "\n")
         out.write("\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
     if args.output != "-":
         logger.info("%d tokens tagged, written to %s", len(frame), args.output)
     return 0
@@ -328,48 +403,71 @@ def _add_file_options(p):
         "--columns",
         default="token,pos,chunk,tag",
         help="names of the columns of every token line, comma separated; must include token "
-        "and tag (default: CoNLL-2003)",
+        "and tag (the default is CoNLL-2003's four)",
     )
     p.add_argument(
         "--encoding",
         default="utf-8",
-        help="text encoding of the token files (default utf-8; a byte-order mark is skipped; "
-        "German CoNLL-2003: latin-1)",
+        help="text encoding of the token files (a byte-order mark is skipped; German "
+        "CoNLL-2003: latin-1)",
     )
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default (except None and False), help text or not."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        hidden = (None, False, argparse.SUPPRESS)
+        if "%(default)" in text or any(action.default is value for value in hidden):
+            return text
+        return f"{text} (default: %(default)s)" if action.option_strings else text
+
+
+def _global_options(parser, default):
+    """The options that may stand before or after the subcommand."""
+    parser.add_argument(
+        "--log-level", default=default, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="what the structboost logger reports on standard error",
+    )  # fmt: skip
 
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="structboost", description="CRF objectives for gradient-boosted trees."
+        prog="structboost",
+        description="CRF objectives for gradient-boosted trees.",
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"structboost {__version__}")
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="what the structboost logger reports on standard error (default: INFO)",
-    )  # fmt: skip
-    sub = parser.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="train the three modes on synthetic HMM data")
+    _global_options(parser, "INFO")
+    # After the subcommand the same options override those before it, if given.
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, argparse.SUPPRESS)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+
+    def sub(name, help):
+        return subparsers.add_parser(
+            name, help=help, description=help, parents=[common], formatter_class=_HelpFormatter
+        )
+
+    d = sub("demo", "train the three modes on synthetic HMM data")
     d.add_argument("--sequences", type=int, default=300, help="number of sequences")
     d.add_argument("--stay", type=float, default=0.95, help="P(label repeats)")
     d.add_argument("--emission", type=float, default=0.5, help="P(symbol from own block)")
-    d.add_argument("--rounds", type=int, default=30)
-    d.add_argument("--max-depth", type=int, default=3)
-    d.add_argument("--eta", type=float, default=0.5, help="learning rate of logitboost and treecrf")
+    d.add_argument("--rounds", type=int, default=100, help="most boosting rounds of each mode")
     d.add_argument(
-        "--gbcrf-eta", type=float, default=1.0, help="learning rate of gbcrf (<= 1 is monotone)"
+        "--early-stopping", type=int, default=10, help="patience on the validation NLL (rounds)"
     )
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
     d.add_argument(
         "--out", default=None, help="folder for the PNG (default: a new temporary folder)"
     )
     d.set_defaults(func=demo)
 
-    w = sub.add_parser(
-        "warmup", help="compile and cache the numba kernels now (the first run is slow)"
-    )
+    w = sub("warmup", "compile and cache the numba kernels of a default fit and predict now")
     w.set_defaults(func=warmup)
 
-    t = sub.add_parser("train", help="train a chunk tagger on a token file")
+    t = sub("train", "train a chunk tagger on a token file")
     _add_file_options(t)
     t.add_argument("--train", required=True, help="training token file")
     t.add_argument("--dev", help="development token file (early stopping and a report)")
@@ -379,14 +477,30 @@ def build_parser():
     t.add_argument(
         "--unconstrained", action="store_true", help="allow ill-formed tag sequences"
     )
-    t.add_argument("--engine", choices=["xgboost", "lightgbm"], default="xgboost")
-    t.add_argument("--mode", choices=MODES, default=DEFAULTS["mode"])
+    t.add_argument(
+        "--engine", choices=["xgboost", "lightgbm"], default="xgboost", help="boosting library"
+    )
+    # The objective's options and their defaults are the library's (ObjectiveSpec).
+    t.add_argument("--mode", choices=MODES, default=DEFAULTS["mode"], help="CRF objective")
+    t.add_argument(
+        "--hessian-bound", type=_hessian_bound, default=DEFAULTS["hessian_bound"],
+        help=f"GBCRF's Hessian bound: {', '.join(GAMMA_METHODS)} or a positive number",
+    )  # fmt: skip
     t.add_argument("--step", choices=STEPS, default=DEFAULTS["step"], help="GBCRF step size")
-    # The CoNLL benchmark measured the Newton step better and cheaper on NER.
-    t.add_argument("--transitions", choices=SOLVERS, default="newton")
+    t.add_argument(
+        "--transition-solver", choices=SOLVERS, default=DEFAULTS["transition_solver"],
+        help="solver refitting the transitions every round (newton: one cheaper step)",
+    )  # fmt: skip
+    t.add_argument(
+        "--reg-transitions", type=float, default=DEFAULTS["reg_transitions"],
+        help="L2 penalty on the transition scores",
+    )  # fmt: skip
     t.add_argument("--rounds", type=int, default=300, help="boosting rounds (at most)")
-    t.add_argument("--learning-rate", type=float, default=0.5)
-    t.add_argument("--max-depth", type=int, default=6)
+    t.add_argument(
+        "--learning-rate", type=float, default=None,
+        help="learning rate (default: the engine estimator's)",
+    )  # fmt: skip
+    t.add_argument("--max-depth", type=int, default=None, help="(default: the estimator's)")
     t.add_argument(
         "--early-stopping", type=int, default=20, help="patience on --dev (rounds)"
     )
@@ -394,19 +508,20 @@ def build_parser():
     t.add_argument("--min-count", type=int, default=2, help="vocabulary threshold")
     t.add_argument(
         "--threads", type=int, default=None,
-        help="threads for the engine, the numba kernels and BLAS (default: all cores)",
+        help="threads of the engine and the numba kernels (the estimator's n_jobs; "
+        "default: all cores)",
     )  # fmt: skip
     t.add_argument("--verbose", type=int, default=10, help="print metrics every N rounds")
     t.set_defaults(func=train)
 
-    p = sub.add_parser("predict", help="tag a token file with a trained model")
+    p = sub("predict", "tag a token file with a trained model")
     _add_file_options(p)
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="model file written by `train`")
     p.add_argument("--input", required=True, help="token file (a tag column is kept if named)")
     p.add_argument("--output", default="-", help="output file ('-': standard output)")
     p.set_defaults(func=predict)
 
-    e = sub.add_parser("evaluate", help="span F1 report (conlleval layout)")
+    e = sub("evaluate", "span F1 report (conlleval layout)")
     _add_file_options(e)
     e.add_argument("--predictions", help="file written by `predict` (gold and predicted tags)")
     e.add_argument("--model", help="model to run on --input instead")

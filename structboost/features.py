@@ -183,12 +183,13 @@ def window_sources(lengths, half_width):
 
 
 class SlidingWindow(TransformerMixin, BaseEstimator):
-    """Features of the positions ``t - w .. t + w`` side by side, per sequence.
+    """Features of the positions ``t - w`` to ``t + w`` side by side, per sequence.
 
     Row ``t`` of the output holds the input rows ``t - w, ..., t + w`` of its
     own sequence, offset by offset: output column ``j * d + c`` is input
-    feature ``c`` at offset ``j - w``, named ``"<name>[<offset>]"`` (``x3[-1]``,
-    ``x3[+0]``, ``x3[+1]``) so that feature importances stay readable. A
+    feature ``c`` at offset ``j - w``, named ``"<name>(t<offset>)"`` (``x3(t-1)``,
+    ``x3(t)``, ``x3(t+1)``) so that feature importances stay readable (no
+    brackets: XGBoost and LightGBM reject them in feature names). A
     window never reaches into a neighbouring sequence: positions outside the
     sequence take ``fill``.
 
@@ -332,8 +333,8 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         """
         names = _default_names(self, input_features)
         return np.asarray(
-            [f"{name}[{shift:+d}]" for shift in range(-self.half_width, self.half_width + 1)
-             for name in names],
+            [f"{name}(t{shift:+d})" if shift else f"{name}(t)"
+             for shift in range(-self.half_width, self.half_width + 1) for name in names],
             dtype=object,
         )
 

@@ -1,5 +1,14 @@
 """Sequence-labelling metrics: token and sequence accuracy, CoNLL span scores.
 
+Every function takes the labels either flat, sequences concatenated
+(``(n,)``, with ``lengths`` where sentences matter), or as the estimators
+return them for a list of sequences: a list of label lists, whose lengths
+are then the sentence boundaries. The ``flat_*`` functions are
+sklearn-crfsuite's (``sklearn_crfsuite.metrics``): scikit-learn's token
+metrics on the concatenated labels, with its keyword arguments, so
+``make_scorer(flat_f1_score, average="weighted", labels=labels)`` scores a
+model selection over sequences.
+
 Span scores follow the CoNLL evaluation script ``conlleval``: a predicted
 chunk counts as correct only when its start, end and type all match a true
 chunk, and chunks are read from the tags with conlleval's rules (see
@@ -11,6 +20,7 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
+from sklearn import metrics as _sk
 
 from .text.tags import as_tags, check_scheme, sentence_offsets, span_arrays
 from .sequences import check_lengths, offsets_from_lengths
@@ -21,7 +31,39 @@ __all__ = [
     "extract_spans",
     "span_prf",
     "span_report",
+    "flat_accuracy_score",
+    "flat_precision_score",
+    "flat_recall_score",
+    "flat_f1_score",
+    "flat_fbeta_score",
+    "flat_classification_report",
+    "sequence_accuracy_score",
 ]
+
+
+def _unnest(y):
+    """Flat labels ``(n,)`` and lengths ``(m,)`` of a list of label lists, else ``(y, None)``."""
+    if not isinstance(y, (list, tuple)) or not y or isinstance(y[0], (str, bytes)):
+        return y, None
+    if np.ndim(y[0]) != 1:
+        return y, None
+    lengths = np.array([len(seq) for seq in y], dtype=np.int64)
+    return np.asarray([label for seq in y for label in seq]), lengths
+
+
+def _flat(y_true, y_pred, lengths=None):
+    """Flat ``y_true``, ``y_pred`` and the lengths: those of nested labels, else ``lengths``."""
+    true, true_lengths = _unnest(y_true)
+    pred, pred_lengths = _unnest(y_pred)
+    found = [x for x in (true_lengths, pred_lengths, lengths) if x is not None]
+    for other in found[1:]:
+        other = np.asarray(other)
+        if other.shape != found[0].shape or (other != found[0]).any():
+            raise ValueError(
+                "y_true, y_pred and lengths disagree on the sequences: give one label list "
+                "per sequence with one label per token in each (or flat labels and lengths)."
+            )
+    return true, pred, found[0] if found else None
 
 
 def _paired(y_true, y_pred):
@@ -47,32 +89,38 @@ def token_accuracy(y_true, y_pred):
 
     Parameters
     ----------
-    y_true, y_pred : array-like, shape (n,)
+    y_true, y_pred : array-like, shape (n,), or list of label lists
         Labels of any comparable type (ints, tag strings).
 
     Returns
     -------
     accuracy : float
     """
-    true, pred = _paired(y_true, y_pred)
+    true, pred, _ = _flat(y_true, y_pred)
+    true, pred = _paired(true, pred)
     return float(np.mean(true == pred))
 
 
-def sequence_accuracy(y_true, y_pred, lengths):
+def sequence_accuracy(y_true, y_pred, lengths=None):
     """Fraction of sequences whose every label is right.
 
     Parameters
     ----------
-    y_true, y_pred : array-like, shape (n,)
-        Labels, sequences concatenated.
-    lengths : array-like of int, shape (m,)
-        Rows per sequence, in row order.
+    y_true, y_pred : array-like, shape (n,), or list of label lists
+        Labels, sequences concatenated (or one list per sequence).
+    lengths : array-like of int, shape (m,), optional
+        Rows per sequence, in row order; needed for flat labels.
 
     Returns
     -------
     accuracy : float
     """
-    true, pred = _paired(y_true, y_pred)
+    true, pred, lengths = _flat(y_true, y_pred, lengths)
+    if lengths is None:
+        raise ValueError(
+            "sequence_accuracy needs the sequences: pass lengths= or one label list per sequence."
+        )
+    true, pred = _paired(true, pred)
     lengths = check_lengths(lengths, true.size)
     wrong = np.add.reduceat((true != pred).astype(np.int64), offsets_from_lengths(lengths)[:-1])
     return float(np.mean(wrong == 0))
@@ -90,8 +138,10 @@ def extract_spans(tags, scheme="iob2", lengths=None, tag_names=None):
 
     Parameters
     ----------
-    tags : array-like, shape (n,)
-        ``"O"`` or ``"P-TYPE"`` with a prefix legal in ``scheme``.
+    tags : array-like, shape (n,), or list of tag lists
+        ``"O"`` or ``"P-TYPE"`` with a prefix legal in ``scheme``; a list of
+        tag lists gives the sentences (positions still index the
+        concatenation).
     scheme : {"iob2", "iob1", "bioes"}
         Decides which prefixes are legal (``B``, ``I``; plus ``E``, ``S`` in
         BIOES).
@@ -113,6 +163,7 @@ def extract_spans(tags, scheme="iob2", lengths=None, tag_names=None):
     [('PER', 0, 2), ('PER', 2, 3), ('LOC', 4, 5)]
     """
     scheme = check_scheme(scheme)
+    tags, _, lengths = _flat(tags, None, lengths)
     tags = as_tags(tags, tag_names)
     starts, ends, types = span_arrays(tags, scheme, sentence_offsets(lengths, tags.size))
     return list(zip(types.tolist(), starts.tolist(), ends.tolist()))
@@ -138,10 +189,12 @@ def span_prf(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
 
     Parameters
     ----------
-    y_true, y_pred : array-like, shape (n,)
-        Tags (or integer codes with ``tag_names``), sentences concatenated.
+    y_true, y_pred : array-like, shape (n,), or list of tag lists
+        Tags (or integer codes with ``tag_names``), sentences concatenated,
+        or one list per sentence (the estimators' output for a list of
+        sequences).
     lengths : array-like of int, shape (m,), optional
-        Tokens per sentence. ``None``: one sentence.
+        Tokens per sentence. ``None``: one sentence, or the lists' lengths.
     scheme : {"iob2", "iob1", "bioes"}
     tag_names : sequence of str, optional
         Decode integer labels as ``tag_names[label]``.
@@ -154,6 +207,7 @@ def span_prf(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
         ``support`` (true chunks), ``predicted`` and ``correct`` (chunk counts).
     """
     scheme = check_scheme(scheme)
+    y_true, y_pred, lengths = _flat(y_true, y_pred, lengths)
     true, pred = _paired(as_tags(y_true, tag_names), as_tags(y_pred, tag_names))
     offsets = sentence_offsets(lengths, true.size)
     true_spans = set(zip(*(a.tolist() for a in span_arrays(true, scheme, offsets))))
@@ -193,6 +247,7 @@ def span_report(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
         chunk type ending with the number of predicted chunks of that type.
     """
     scheme = check_scheme(scheme)
+    y_true, y_pred, lengths = _flat(y_true, y_pred, lengths)
     true = as_tags(y_true, tag_names)
     pred = as_tags(y_pred, tag_names)
     table = span_prf(true, pred, lengths, scheme)
@@ -211,3 +266,52 @@ def span_report(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
             f"{int(row['predicted'])}"
         )
     return "\n".join(lines) + "\n"
+
+
+# -- sklearn-crfsuite's names: scikit-learn's token metrics on concatenated labels -----
+def _token_metric(metric):
+    """sklearn-crfsuite's ``flat_<name>``: ``metric`` of the concatenated labels."""
+
+    def flat(y_true, y_pred, **kwargs):
+        true, pred, _ = _flat(y_true, y_pred)
+        return metric(*_paired(true, pred), **kwargs)
+
+    flat.__name__ = f"flat_{metric.__name__}"
+    flat.__qualname__ = flat.__name__
+    flat.__doc__ = f"""scikit-learn's ``{metric.__name__}`` of every token, as sklearn-crfsuite's.
+
+    Parameters
+    ----------
+    y_true, y_pred : list of label lists, or array-like of shape (n,)
+        One label list per sequence (what the estimators' ``predict``
+        returns for a list of sequences), or the labels concatenated.
+    **kwargs
+        ``sklearn.metrics.{metric.__name__}``'s (``labels=``, ``average=``, ...).
+
+    Returns
+    -------
+    float, or the report for ``flat_classification_report``
+    """
+    return flat
+
+
+flat_accuracy_score = _token_metric(_sk.accuracy_score)
+flat_precision_score = _token_metric(_sk.precision_score)
+flat_recall_score = _token_metric(_sk.recall_score)
+flat_f1_score = _token_metric(_sk.f1_score)
+flat_fbeta_score = _token_metric(_sk.fbeta_score)
+flat_classification_report = _token_metric(_sk.classification_report)
+
+
+def sequence_accuracy_score(y_true, y_pred):
+    """sklearn-crfsuite's name of :func:`sequence_accuracy` for lists of label lists.
+
+    Parameters
+    ----------
+    y_true, y_pred : list of label lists
+
+    Returns
+    -------
+    accuracy : float
+    """
+    return sequence_accuracy(y_true, y_pred)

@@ -100,6 +100,57 @@ def sequence_blocks(offsets, max_rows):
     return np.asarray(bounds, dtype=np.int64)
 
 
+def _kind(value):
+    """The comparable family of one value: numbers, strings, bytes, or its own type."""
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, float, np.number)):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    return type(value).__name__
+
+
+def _missing(values):
+    """Bool mask ``(n,)`` of None, NaN and NaT entries of a 1-D array."""
+    if values.dtype.kind == "f":
+        return np.isnan(values)
+    if values.dtype.kind in "mM":
+        return np.isnat(values)
+    if values.dtype.kind == "O":
+        return np.array([v is None or (isinstance(v, (float, np.floating)) and v != v)
+                         or (isinstance(v, (np.datetime64, np.timedelta64)) and np.isnat(v))
+                         for v in values.tolist()], dtype=bool)  # fmt: skip
+    return np.zeros(values.shape, dtype=bool)
+
+
+def check_values(values, name, what):
+    """Refuse missing (None, NaN, NaT) or mixed-type entries of a 1-D array.
+
+    Ids and labels are compared and sorted: NaN equals nothing (a NaN
+    sequence id would start a new sequence on every row) and values of
+    different types do not sort. ``name`` (the argument) and ``what`` (one
+    entry) go into the message.
+    """
+    missing = _missing(values)
+    if missing.any():
+        row = int(np.flatnonzero(missing)[0])
+        raise ValueError(
+            f"{name} has a missing {what} ({values.tolist()[row]!r}) at row {row} "
+            f"({int(missing.sum())} in all): give every row a {what}."
+        )
+    if values.dtype.kind == "O":
+        items = values.tolist()
+        kinds = [_kind(v) for v in items]
+        odd = next((i for i, k in enumerate(kinds) if k != kinds[0]), None)
+        if odd is not None:
+            raise ValueError(
+                f"{name} mixes {what} types: row 0 holds {items[0]!r} ({kinds[0]}) but row "
+                f"{odd} holds {items[odd]!r} ({kinds[odd]}); convert them to one type (e.g. all "
+                "str)."
+            )
+
+
 def lengths_from_groups(groups):
     """Turn a per-row sequence id into lengths.
 
@@ -119,6 +170,7 @@ def lengths_from_groups(groups):
         raise ValueError(f"groups must be 1-D (one sequence id per row); got shape {ids.shape}.")
     if ids.size == 0:
         return np.zeros(0, dtype=np.int64)
+    check_values(ids, "groups", "sequence id")
     change = np.flatnonzero(ids[1:] != ids[:-1]) + 1
     starts = np.concatenate(([0], change))
     firsts = ids[starts]

@@ -31,7 +31,9 @@ from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
 __all__ = ["ChunkTagger", "load_tagger"]
 
 _FILE_FORMAT = "structboost-chunk-tagger"
-_FILE_VERSION = 2
+# Version 3: the classifier's parameters hessian_bound and transition_solver
+# (were gamma and transitions).
+_FILE_VERSION = 3
 _FILE_HINT = "train one with `structboost train --format conll`"
 _CLASSIFIERS = {cls.__name__: cls for cls in (XGBCRFClassifier, LGBMCRFClassifier)}
 _SETTINGS = ("scheme", "model_scheme", "constrained", "tag_column")

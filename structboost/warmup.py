@@ -2,12 +2,14 @@
 
 numba compiles each kernel on its first call per argument signature, then
 loads it from its on-disk cache (next to the package) in later processes.
-:func:`warmup` makes those first calls on tiny data: every chain mode and
-transition solver, with and without allowed transitions, serial and
-parallel (``prange``) batches, prediction, tree CRFs and the lexical
-features, so later runs start at once.
+:func:`warmup` makes those first calls on tiny data: a default fit,
+``predict`` and ``predict_proba`` of the estimators (XGBoost, and LightGBM
+when installed) on serial and parallel (``prange``) batches, every chain
+mode and transition solver, with and without allowed transitions, tree CRFs
+and the lexical features, so later runs start at once.
 """
 
+import importlib.util
 import time
 
 import numpy as np
@@ -16,9 +18,10 @@ import xgboost as xgb
 
 from . import _config
 from .datasets import make_hmm_sequences
-from .engines.predict import predict, predict_marginals, sequence_log_likelihood
+from .engines.predict import predict, predict_marginals, predict_tree, sequence_log_likelihood
 from .engines.xgboost import crf_objective, xgb_params
-from .engines.xgboost_tree import predict_tree, tree_crf_objective, tree_dmatrix
+from .engines.xgboost_tree import tree_crf_objective, tree_dmatrix
+from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
 from .objectives.params import MODES, SOLVERS
 from .text.lexical import TokenFeatures
 
@@ -30,7 +33,9 @@ def _chain(n_sequences, mask):
     for mode in MODES:
         for solver in SOLVERS if mode != "logitboost" else SOLVERS[:1]:
             allowed = mask if mode != "logitboost" else None
-            obj = crf_objective(3, mode=mode, transitions=solver, allowed_transitions=allowed)
+            obj = crf_objective(
+                3, mode=mode, transition_solver=solver, allowed_transitions=allowed
+            )
             booster = xgb.train(
                 xgb_params(3, max_depth=2, nthread=1), dtrain, num_boost_round=2, obj=obj,
                 custom_metric=obj.metric, evals=[(dtrain, "train")], verbose_eval=False,
@@ -41,6 +46,18 @@ def _chain(n_sequences, mask):
     predict_marginals(booster, dtrain, allowed_transitions=mask)
     sequence_log_likelihood(booster, dtrain, allowed_transitions=mask)
     return len(y)
+
+
+def _estimators(n_sequences):
+    """A default fit (two rounds), ``predict`` and ``predict_proba`` of each estimator."""
+    X, y, lengths = make_hmm_sequences(n_sequences=n_sequences, length=(5, 15), random_state=0)
+    engines = [XGBCRFClassifier]
+    if importlib.util.find_spec("lightgbm") is not None:
+        engines.append(LGBMCRFClassifier)
+    for engine in engines:
+        clf = engine(n_estimators=2).fit(X, y, lengths=lengths, verbose=False)
+        clf.predict(X, lengths=lengths)
+        clf.predict_proba(X, lengths=lengths)
 
 
 def _tree():
@@ -76,16 +93,19 @@ def warmup(log=print):
     """
     start = time.perf_counter()
     allowed = np.ones((3, 3), dtype=bool)  # the constrained (free-mask) code paths
+    # Batches of at least SERIAL_ROWS rows run the parallel kernels.
+    large = _config.SERIAL_ROWS // 5
     steps = [
+        ("default fit and predict, serial batches", lambda: _estimators(30)),
+        ("default fit and predict, parallel batches", lambda: _estimators(large)),
         ("chain CRFs, serial batches", lambda: _chain(30, None)),
         ("chain CRFs with allowed transitions", lambda: _chain(30, allowed)),
-        # Batches of at least SERIAL_ROWS rows run the parallel kernels.
-        ("chain CRFs, parallel batches", lambda: _chain(_config.SERIAL_ROWS // 5, None)),
+        ("chain CRFs, parallel batches", lambda: _chain(large, None)),
         ("tree CRFs", _tree),
         ("lexical features", _lexical),
     ]
     for name, step in steps:
         t0 = time.perf_counter()
         step()
-        log(f"  {name:<38} {time.perf_counter() - t0:6.1f} s")
+        log(f"  {name:<42} {time.perf_counter() - t0:6.1f} s")
     return time.perf_counter() - start

@@ -1,25 +1,21 @@
 """Reference implementations of Jebara & Choromanska (2012) used only as test oracles.
 
 - :class:`LogLinearTerm`: Algorithm 1 summed over enumerable log-linear problems
-  (a ``BoundTerm`` for :func:`structboost.transitions.majorize.fit_majorize`);
+  (a ``BoundTerm`` for :func:`structboost.majorize.fit_majorize`);
 - :func:`junction_chain_bound`: Algorithm 3 on one chain with arbitrary node and
-  edge features, ``O(T K^2 d^2)``; :func:`structboost.transitions.majorize.chain_bound` and
-  :func:`~structboost.transitions.majorize.linear_chain_bound` must reproduce it with
+  edge features, ``O(T K^2 d^2)``; :func:`structboost.majorize.chain_bound` and
+  :func:`~structboost.majorize.linear_chain_bound` must reproduce it with
   indicator features.
 """
 
 import numpy as np
 
-from structboost.transitions.majorize import (
-    LowRankCurvature,
-    QuadraticBound,
-    _as_float_array,
+from structboost.majorize import LowRankCurvature, QuadraticBound
+from structboost.majorize._checks import as_float_array, check_finite, check_weights
+from structboost.majorize.chain import _check_curvature, _multiplicity
+from structboost.majorize.partition import (
     _check_base_scores,
-    _check_curvature,
-    _check_finite,
-    _check_weights,
     _curvature_weights,
-    _multiplicity,
     _partition_factors,
     _running_mean_operator,
     _stacked_matmul,
@@ -50,8 +46,8 @@ class LogLinearTerm:
     """
 
     def __init__(self, features, observed, base_scores=None, weights=None):
-        features = _as_float_array("features", features, 3)
-        _check_finite("features", features)
+        features = as_float_array("features", features, 3)
+        check_finite("features", features)
         t, n, d = features.shape
         observed = np.asarray(observed)
         if observed.shape != (t,) or not np.issubdtype(observed.dtype, np.integer):
@@ -66,7 +62,7 @@ class LogLinearTerm:
             )
         self.features = features
         self.base_scores = base_scores
-        self.weights = _check_weights(weights, t, "problem")
+        self.weights = check_weights(weights, t, "problem")
         self.dim = d
         self.observed_features = self.weights @ features[rows, observed]
         self.observed_score = float(self.weights @ base_scores[rows, observed])
@@ -78,7 +74,7 @@ class LogLinearTerm:
         -------
         QuadraticBound
         """
-        theta = _as_float_array("theta", theta, 1)
+        theta = as_float_array("theta", theta, 1)
         log_z, mu, factors = _partition_factors(self.features, theta, self.base_scores)
         factors = (np.sqrt(self.weights)[:, None, None] * factors).reshape(-1, self.dim)
         if rank is None:
@@ -192,20 +188,20 @@ def junction_chain_bound(
     ``K^T`` labellings; ``sigma`` differs but is a valid bound. Cost
     ``O(T K^2 d^2)``.
     """
-    node_features = _as_float_array("node_features", node_features, 3)
+    node_features = as_float_array("node_features", node_features, 3)
     length, k, d = node_features.shape
     _check_curvature(curvature, k, length)
-    edge_features = _as_float_array("edge_features", edge_features, 4)
+    edge_features = as_float_array("edge_features", edge_features, 4)
     if edge_features.shape != (length - 1, k, k, d):
         raise ValueError(
             f"edge_features must have shape {(length - 1, k, k, d)}, got {edge_features.shape}."
         )
-    theta = _as_float_array("theta", theta, 1)
+    theta = as_float_array("theta", theta, 1)
     if theta.shape != (d,):
         raise ValueError(f"theta must have shape ({d},), got {theta.shape}.")
-    _check_finite("node_features", node_features)
-    _check_finite("edge_features", edge_features)
-    _check_finite("theta", theta)
+    check_finite("node_features", node_features)
+    check_finite("edge_features", edge_features)
+    check_finite("theta", theta)
     log_node = _check_base_scores("node_scores", node_scores, (length, k)) + node_features @ theta
     log_edge = _check_base_scores("edge_scores", edge_scores, (length - 1, k, k)) + edge_features @ theta
     sigma = np.zeros((d, d))

@@ -79,9 +79,9 @@ def test_sparse_input_formats_and_fill_rule():
 def test_feature_names_by_offset():
     window = SlidingWindow(half_width=1).fit(np.zeros((2, 4)))
     names = window.get_feature_names_out()
-    assert list(names[:4]) == ["x0[-1]", "x1[-1]", "x2[-1]", "x3[-1]"]
-    assert names[4 + 3] == "x3[+0]" and names[-1] == "x3[+1]"
-    assert list(window.get_feature_names_out(["a", "b", "c", "d"])[4:6]) == ["a[+0]", "b[+0]"]
+    assert list(names[:4]) == ["x0(t-1)", "x1(t-1)", "x2(t-1)", "x3(t-1)"]
+    assert names[4 + 3] == "x3(t)" and names[-1] == "x3(t+1)"
+    assert list(window.get_feature_names_out(["a", "b", "c", "d"])[4:6]) == ["a(t)", "b(t)"]
     with pytest.raises(ValueError, match="4 features"):
         window.get_feature_names_out(["a"])
 
@@ -98,7 +98,7 @@ def test_pandas_keeps_names_index_and_dtypes():
     out = SlidingWindow(half_width=1).fit_transform(df, lengths=[2, 2])
     assert isinstance(out, pd.DataFrame)
     assert list(out.index) == [10, 11, 12, 13]
-    assert list(out.columns[3:6]) == ["hydro[+0]", "charge[+0]", "aromatic[+0]"]
+    assert list(out.columns[3:6]) == ["hydro(t)", "charge(t)", "aromatic(t)"]
     expected = naive_window(df.to_numpy(dtype=np.float64), [2, 2], 1, np.nan)
     np.testing.assert_array_equal(out.to_numpy(dtype=np.float64), expected)
     # Integer data with a fill it can hold keeps its dtype; NaN makes it float.
@@ -278,3 +278,12 @@ def test_decode_rejects_unknown_value(booster):
     model, X, lengths = booster
     with pytest.raises(ValueError, match="decode must be one of"):
         sb.predict(model, X, lengths=lengths, decode="posterior")
+
+
+@pytest.mark.parametrize("engine", ["XGBCRFClassifier", "LGBMCRFClassifier"])
+def test_windowed_dataframe_names_are_accepted_by_the_engines(engine):
+    X, y, lengths = make_hmm_sequences(n_sequences=20, length=(3, 8), random_state=0)
+    frame = pd.DataFrame(X[:, :3], columns=["a", "b", "c"])
+    windowed = SlidingWindow(half_width=1).fit_transform(frame, lengths=lengths)
+    clf = getattr(sb, engine)(n_estimators=2, n_jobs=1).fit(windowed, y, lengths=lengths)
+    assert clf.predict(windowed, lengths=lengths).shape == y.shape

@@ -111,8 +111,8 @@ def test_accuracy_errors():
         token_accuracy([0, 1, 2], [0, 1])
     with pytest.raises(ValueError, match="empty"):
         token_accuracy([], [])
-    with pytest.raises(ValueError, match="1-D"):
-        token_accuracy([[0, 1]], [[0, 1]])
+    with pytest.raises(ValueError, match="1-D"):  # a list of label lists is sequences
+        token_accuracy(np.array([[0, 1]]), np.array([[0, 1]]))
     with pytest.raises(ValueError, match="sum to 5"):
         sequence_accuracy([0, 1, 2], [0, 1, 2], [2, 3])
     with pytest.raises(ValueError, match="at least one"):

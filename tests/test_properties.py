@@ -123,7 +123,7 @@ def test_objective_gradient_and_hessian(crf, mode, seed):
     grad, hess = obj.grad_hess(unary, SequenceBatch.build(labels, lengths, k, weights))
     row_w = np.repeat(weights, lengths)
     np.testing.assert_allclose(grad.sum(axis=1), 0.0, atol=1e-10)
-    assert np.all(hess >= obj.hess_floor * row_w[:, None] * (1 - 1e-12))
+    assert np.all(hess >= obj.spec.hess_floor * row_w[:, None] * (1 - 1e-12))
     if mode != "logitboost":
         p = obj.params
         _, marg = inference.forward_backward(unary, lengths, p.transitions, p.start, p.end)

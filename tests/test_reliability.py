@@ -18,6 +18,7 @@ import xgboost as xgb
 from test_tagging import write_conll
 
 import structboost as sb
+import structboost.lightgbm as sbl
 from structboost.cli import main
 from structboost.datasets import make_hmm_sequences, read_conll
 from structboost.text.lexical import TokenFeatures
@@ -221,20 +222,20 @@ def test_state_that_is_not_a_json_object_raises(booster, hmm):
 
 def test_tampered_lightgbm_file_raises(hmm, tmp_path):
     X, y, lengths, _ = hmm
-    obj = sb.lgb_crf_objective(3)
+    obj = sbl.lgb_crf_objective(3)
     dtrain = lgb.Dataset(X, label=y, group=lengths)
-    booster = lgb.train(sb.lgb_params(3, objective=obj, min_data_in_leaf=2), dtrain, 2,
+    booster = lgb.train(sbl.lgb_params(3, objective=obj, min_data_in_leaf=2), dtrain, 2,
                         callbacks=[obj.callback()])  # fmt: skip
     path = tmp_path / "m.json"
-    sb.save_lgb_model(booster, path)
+    sbl.save_lgb_model(booster, path)
     for change, message in (TAMPERED["start of length 50"], TAMPERED["bogus mode"]):
         _damage(path, lambda d: d["structboost_crf"].update(change))
         with pytest.raises(ValueError, match=message):
-            sb.load_lgb_model(path)
-        sb.save_lgb_model(booster, path)
+            sbl.load_lgb_model(path)
+        sbl.save_lgb_model(booster, path)
     _damage(path, lambda d: d["structboost_crf"].update(rounds=5))
     with pytest.raises(ValueError, match="belong to 5 rounds but the model has 2"):
-        sb.load_lgb_model(path)
+        sbl.load_lgb_model(path)
 
 
 def test_tree_state_is_validated(booster, hmm):
@@ -268,8 +269,8 @@ def test_nan_margins_at_predict_time_name_the_row_not_the_constraints(booster, h
 
 def test_non_finite_transitions_in_memory_are_caught(hmm):
     X, y, lengths, _ = hmm
-    obj = sb.lgb_crf_objective(3)
-    booster = lgb.train(sb.lgb_params(3, objective=obj, min_data_in_leaf=2),
+    obj = sbl.lgb_crf_objective(3)
+    booster = lgb.train(sbl.lgb_params(3, objective=obj, min_data_in_leaf=2),
                         lgb.Dataset(X, label=y, group=lengths), 1,
                         callbacks=[obj.callback()])  # fmt: skip
     booster.structboost_crf[0].start[0] = np.nan
@@ -280,7 +281,7 @@ def test_non_finite_transitions_in_memory_are_caught(hmm):
 def test_diverged_training_margins_are_reported_as_divergence():
     batch = SequenceBatch.build([0, 1, 2, 0], [4], 3)
     margins = np.zeros((4, 3))
-    margins[2, 0] = 3.6e16  # where gamma=1.0 with eta=1 on protein ended up
+    margins[2, 0] = 3.6e16  # where hessian_bound=1.0 with eta=1 on protein ended up
     with pytest.raises(ValueError, match=r"row 2, label 0 is 3.6e\+16 .*training has diverged"):
         CRFObjective(3).grad_hess(margins, batch)
 
@@ -333,8 +334,8 @@ def test_continuing_an_early_stopped_booster_uses_every_round(hmm):
 def test_lightgbm_continued_training(hmm):
     X, y, lengths, _ = hmm
     dtrain = lgb.Dataset(X, label=y, group=lengths, free_raw_data=False)
-    obj = sb.lgb_crf_objective(3)
-    params = sb.lgb_params(3, objective=obj, min_data_in_leaf=2)
+    obj = sbl.lgb_crf_objective(3)
+    params = sbl.lgb_params(3, objective=obj, min_data_in_leaf=2)
     first = lgb.train(params, dtrain, 2, callbacks=[obj.callback()])
     more = lgb.train(params, dtrain, 2, init_model=first, callbacks=[obj.callback()])
     assert more.current_iteration() == 4

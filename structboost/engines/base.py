@@ -8,9 +8,9 @@ object; everything else happens here and in
 
 import weakref
 from abc import ABC, abstractmethod
+from typing import Any
 
 from ..objectives.chain import SequenceBatch
-from ..objectives.params import METRICS
 from ..sequences import check_lengths, sequence_weights
 
 
@@ -42,27 +42,28 @@ class EngineObjective(ABC):
     Parameters
     ----------
     crf : CRFObjective
-        The engine-agnostic objective (mode, gamma, solver, timings).
-    metric : {"nll", "error"}
-        What :meth:`evaluate` reports.
+        The engine-agnostic objective (its ``spec``, the transitions, timings);
+        :meth:`evaluate` reports ``crf.spec.metric``.
     """
 
     #: Keywords of ``crf.grad_hess`` for the dtype and memory order of the G
     #: and H handed to the engine (see :meth:`NodeObjective.grad_hess
     #: <structboost.objectives.base.NodeObjective.grad_hess>`); none: fresh
     #: float64 rows.
-    grad_layout = {}
+    grad_layout: dict[str, Any] = {}
 
-    def __init__(self, crf, metric="nll"):
-        if metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
+    def __init__(self, crf):
         self.crf = crf
-        self.metric_name = metric
         self._batches = weakref.WeakKeyDictionary()
 
     @property
     def num_labels(self):
         return self.crf.num_labels
+
+    @property
+    def spec(self):
+        """The objective's :class:`~structboost.objectives.params.ObjectiveSpec`."""
+        return self.crf.spec
 
     @property
     def params(self):
@@ -87,4 +88,4 @@ class EngineObjective(ABC):
 
     def evaluate(self, preds, data):
         """``(name, value)`` of the CRF metric on an engine data object."""
-        return self.crf.evaluate(preds, self.batch(data), self.metric_name)
+        return self.crf.evaluate(preds, self.batch(data))

@@ -71,8 +71,8 @@ class DaskXGBCRFObjective(XGBCRFObjective):
     batch without sequences. Build one with :func:`distributed_objective`.
     """
 
-    def __init__(self, crf, metric="nll"):
-        super().__init__(crf, metric)
+    def __init__(self, crf):
+        super().__init__(crf)
         crf.allreduce = allreduce_sum
 
     def __getstate__(self):
@@ -110,7 +110,12 @@ def distributed_objective(obj):
             f"distributed training needs a chain-CRF objective from structboost.crf_objective; "
             f"got {type(obj).__name__}."
         )
-    return DaskXGBCRFObjective(copy.deepcopy(obj.crf), metric=obj.metric_name)
+    if callable(obj.spec.metric):
+        raise ValueError(
+            "a callable metric sees one worker's rows only: distributed training reports "
+            'metric="crf-nll" or "crf-error", summed over the workers.'
+        )
+    return DaskXGBCRFObjective(copy.deepcopy(obj.crf))
 
 
 # -- sequences and partitions ---------------------------------------------------------------

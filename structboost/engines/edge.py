@@ -16,23 +16,26 @@ work as for node-only models.
 """
 
 import weakref
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 import xgboost as xgb
 
+from .._typing import ArrayLike
 from ..objectives.chain import SequenceBatch
 from ..objectives.edge import EdgeCRFObjective, edge_positions, edge_potentials, edge_row_counts
-from ..objectives.params import DEFAULTS, fill_doc
+from ..objectives.params import EDGE_PARAMS, ObjectiveSpec, fill_doc
 from ..sequences import offsets_from_lengths, resolve_lengths
 from ..transitions.chain import TransitionParams
 from .xgboost import XGBCRFObjective, booster_margins, load_state
+from .validate import check_feature_count
 
 EDGE_STATE_KEY = "structboost_edge_crf"
 #: Name of the appended previous-label column.
 PREV_LABEL = "prev_label"
-_EDGE_DATA = weakref.WeakKeyDictionary()
+_EDGE_DATA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def edge_features(X, lengths, num_labels, categorical=True):
@@ -82,9 +85,17 @@ def edge_features(X, lengths, num_labels, categorical=True):
 
 
 def edge_dmatrix(
-    X, label=None, lengths=None, *, num_labels, groups=None, weight=None, feature_names=None,
-    categorical=True, **kwargs,
-):  # fmt: skip
+    X: Any,
+    label: ArrayLike | None = None,
+    lengths: ArrayLike | None = None,
+    *,
+    num_labels: int,
+    groups: ArrayLike | None = None,
+    weight: ArrayLike | None = None,
+    feature_names: list[str] | None = None,
+    categorical: bool = True,
+    **kwargs: Any,
+) -> xgb.DMatrix:
     """Build the edge-row DMatrix of boosted transitions and register its sequences.
 
     Parameters
@@ -154,9 +165,9 @@ def registered(dmat, num_labels):
     entry = _EDGE_DATA.get(dmat)
     if entry is None:
         raise ValueError(
-            "this DMatrix was not built by structboost.edge_dmatrix: a model with boosted "
+            "this DMatrix was not built by structboost.xgboost.edge_dmatrix: a model with boosted "
             "transitions scores edge rows; build the data with "
-            f"structboost.edge_dmatrix(X, y, lengths, num_labels={num_labels})."
+            f"structboost.xgboost.edge_dmatrix(X, y, lengths, num_labels={num_labels})."
         )
     lengths, labels, k = entry
     if k != num_labels:
@@ -184,16 +195,10 @@ class XGBEdgeCRFObjective(XGBCRFObjective):
         return SequenceBatch.build(labels, lengths, self.num_labels, dmat.get_weight())
 
 
-@fill_doc("gamma", "metric", "allowed_transitions", "nthread")
+@fill_doc(*EDGE_PARAMS)
 def edge_crf_objective(
-    num_labels,
-    mode=DEFAULTS["mode"],
-    gamma=DEFAULTS["gamma"],
-    metric=DEFAULTS["metric"],
-    allowed_transitions=None,
-    nthread=None,
-    hess_floor=DEFAULTS["hess_floor"],
-):
+    num_labels: int, spec: ObjectiveSpec | None = None, **params: Any
+) -> XGBEdgeCRFObjective:
     """Build a CRF objective with boosted, input-dependent transitions for ``xgboost.train``.
 
     Parameters
@@ -201,22 +206,25 @@ def edge_crf_objective(
     num_labels : int
         Number of labels K; the booster needs ``num_target=K`` (see
         :func:`structboost.xgb_params`).
-    mode : {"gbcrf", "treecrf"}, default "gbcrf"
-        Hessian ``gamma p (1 - p)`` with the edge bound of Chen et al.'s
-        Theorem 4.2, or Dietterich et al.'s unit Hessian.
+    spec : ObjectiveSpec, optional
+        The objective's settings, with ``transitions_from="input"`` (the
+        default here); the keywords below change them. Modes ``"gbcrf"``
+        (Hessian ``gamma p (1 - p)`` with the edge bound of Chen et al.'s
+        Theorem 4.2) and ``"treecrf"`` (Dietterich et al.'s unit Hessian);
+        a setting of the transition solver (``step``,
+        ``transition_solver``, ``reg_transitions``, ``transition_iter``)
+        raises: nothing is refit here.
     {objective_params}
-    hess_floor : float
-        Smallest Hessian per row and label before weighting.
 
     Returns
     -------
     XGBEdgeCRFObjective
     """
-    crf = EdgeCRFObjective(
-        num_labels, mode=mode, gamma=gamma, hess_floor=hess_floor,
-        allowed_transitions=allowed_transitions, nthread=nthread,
-    )  # fmt: skip
-    return XGBEdgeCRFObjective(crf, metric=metric)
+    if spec is None:
+        params.setdefault("transitions_from", "input")
+    spec = ObjectiveSpec.build(spec, **params)
+    spec.check_route("input", "edge_crf_objective")
+    return XGBEdgeCRFObjective(EdgeCRFObjective(num_labels, spec))
 
 
 def is_edge_model(booster):
@@ -258,6 +266,7 @@ def edge_inputs(booster, data, groups, lengths):
     else:
         n = data.shape[0]
         lengths = resolve_lengths(n, groups=groups, lengths=lengths)
+        check_feature_count(data.shape[1], booster.num_features() - 1)
         names, types = booster.feature_names, booster.feature_types
         dmat = edge_dmatrix(
             data, lengths=lengths, num_labels=num_labels,
@@ -265,6 +274,7 @@ def edge_inputs(booster, data, groups, lengths):
             categorical=types is None or types[-1] == "c",
         )  # fmt: skip
         labels = None
+    check_feature_count(dmat.num_col(), booster.num_features(), "the edge DMatrix")
     margins = np.asarray(booster_margins(booster, dmat), dtype=np.float64).reshape(-1, num_labels)
     unary, trans = edge_potentials(margins, offsets_from_lengths(lengths), num_labels)
     trans += masks.transitions

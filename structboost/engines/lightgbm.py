@@ -16,14 +16,18 @@ of exactly the rounds the booster keeps.
 """
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import lightgbm as lgb
 
+from .._io import atomic_write_text
 from .base import EngineObjective, build_batch
-from ..objectives.params import DEFAULTS, fill_doc
+from ..objectives.params import LINEAR_PARAMS, ObjectiveSpec, fill_doc
 from ..objectives.chain import CRFObjective
-from .state import STATE_KEY, TransitionHistory, state_dict
+from .state import STATE_KEY, TransitionHistory, parse_state, state_dict
+from .validate import check_lightgbm_text
 
 MODEL_KEY = "lgb_model"
 
@@ -40,7 +44,7 @@ _SAFE_DEFAULTS = {
 }
 
 
-def lgb_params(num_labels, **overrides):
+def lgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     """Parameters a CRF objective needs in LightGBM, with safe defaults.
 
     Parameters
@@ -93,8 +97,8 @@ def _history(booster):
     if not isinstance(history, TransitionHistory):
         raise ValueError(
             "this booster carries no CRF transitions: train it with "
-            "callbacks=[obj.callback()] (obj = structboost.lgb_crf_objective(...)), load it "
-            "with structboost.load_lgb_model, or unpickle it (a plain LightGBM model file "
+            "callbacks=[obj.callback()] (obj = structboost.lightgbm.lgb_crf_objective(...)), load it "
+            "with structboost.lightgbm.load_lgb_model, or unpickle it (a plain LightGBM model file "
             "holds no transitions)."
         )
     return history
@@ -121,41 +125,50 @@ def booster_document(booster):
     }
 
 
-def booster_from_document(doc, where):
+def booster_from_document(doc, where, num_features=None):
     """Inverse of :func:`booster_document`: the booster with its validated transitions.
+
+    The CRF state and LightGBM's model text are both checked
+    (:func:`structboost.engines.validate.check_lightgbm_text`) before
+    LightGBM reads the text.
 
     Parameters
     ----------
     doc : dict
     where : str
         The file, for the messages.
+    num_features : int, optional
+        The feature count the model must have (an estimator's ``n_features_in``).
     """
     if not isinstance(doc, dict) or not isinstance(doc.get(MODEL_KEY), str) or STATE_KEY not in doc:
         raise ValueError(
-            f"{where} is not a file written by structboost.save_lgb_model (a JSON object with "
+            f"{where} is not a file written by structboost.lightgbm.save_lgb_model (a JSON object with "
             f"{MODEL_KEY!r} and {STATE_KEY!r}); a plain LightGBM model file holds no "
             "transitions."
         )
     try:
+        num_labels = parse_state(doc[STATE_KEY])[0]
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    check_lightgbm_text(doc[MODEL_KEY], where, num_features=num_features, num_labels=num_labels)
+    try:
         booster = lgb.Booster(model_str=doc[MODEL_KEY])
     except lgb.basic.LightGBMError as err:
         raise ValueError(f"{where}: LightGBM cannot read the model it holds ({err}).") from None
-    history = TransitionHistory.from_state(doc[STATE_KEY], booster.current_iteration())
-    if history.num_labels != booster.num_model_per_iteration():
-        raise ValueError(
-            f"{where} is corrupt: the CRF has {history.num_labels} labels but the model "
-            f"grows {booster.num_model_per_iteration()} trees per round."
-        )
+    try:
+        history = TransitionHistory.from_state(doc[STATE_KEY], booster.current_iteration())
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
     setattr(booster, STATE_KEY, history)
     return booster
 
 
-def save_lgb_model(booster, path):
+def save_lgb_model(booster: lgb.Booster, path: str | os.PathLike[str]) -> None:
     """Save a LightGBM booster together with its CRF transitions.
 
     The file is JSON: ``{"lgb_model": booster.model_to_string(...),
     "structboost_crf": state}``, holding the rounds the booster predicts with
-    (see :func:`kept_rounds`).
+    (see :func:`kept_rounds`); it replaces ``path`` only once complete.
 
     Parameters
     ----------
@@ -163,10 +176,10 @@ def save_lgb_model(booster, path):
         Trained with :func:`lgb_crf_objective` and its callback (or loaded).
     path : str or os.PathLike
     """
-    Path(path).write_text(json.dumps(booster_document(booster)), encoding="utf-8")
+    atomic_write_text(path, json.dumps(booster_document(booster)))
 
 
-def load_lgb_model(path):
+def load_lgb_model(path: str | os.PathLike[str]) -> lgb.Booster:
     """Load a booster saved by :func:`save_lgb_model`.
 
     Returns
@@ -228,8 +241,7 @@ class LGBCRFObjective(EngineObjective):
     Attributes
     ----------
     crf : CRFObjective
-        The engine-agnostic objective (mode, gamma, solver, timings).
-    metric_name : {"nll", "error"}
+        The engine-agnostic objective (its ``spec``, the transitions, timings).
     """
 
     # Booster.__boost flattens multiclass gradients class-major, then casts them to
@@ -281,26 +293,17 @@ class LGBCRFObjective(EngineObjective):
     def sklearn_metric(self, y_true, y_pred, weight, group):
         """The metric in the signature of LightGBM's scikit-learn ``eval_metric``."""
         batch = self._sklearn_batch(y_true, weight, group)
-        return (*self.crf.evaluate(y_pred, batch, self.metric_name), False)
+        return (*self.crf.evaluate(y_pred, batch), False)
 
     def callback(self):
         """A :class:`LGBTransitionRecorder` to pass in ``callbacks=``."""
         return LGBTransitionRecorder(self)
 
 
-@fill_doc('mode', 'gamma', 'step', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions', 'nthread')
+@fill_doc(*LINEAR_PARAMS)
 def lgb_crf_objective(
-    num_labels,
-    mode=DEFAULTS["mode"],
-    gamma=DEFAULTS["gamma"],
-    step=DEFAULTS["step"],
-    transitions=DEFAULTS["transitions"],
-    reg_transitions=DEFAULTS["reg_transitions"],
-    metric=DEFAULTS["metric"],
-    allowed_transitions=None,
-    nthread=None,
-    **kwargs,
-):
+    num_labels: int, spec: ObjectiveSpec | None = None, **params: Any
+) -> LGBCRFObjective:
     """Build a chain-CRF objective for ``lightgbm.train``.
 
     Parameters
@@ -308,10 +311,10 @@ def lgb_crf_objective(
     num_labels : int
         Number of labels K; the booster needs ``num_class=K``
         (see :func:`lgb_params`).
+    spec : ObjectiveSpec, optional
+        The objective's settings; the keywords below change them (they
+        build one :class:`~structboost.objectives.params.ObjectiveSpec`).
     {objective_params}
-    **kwargs
-        ``transition_iter``, ``hess_floor``: see
-        :class:`~structboost.objectives.chain.CRFObjective`.
 
     Returns
     -------
@@ -328,15 +331,6 @@ def lgb_crf_objective(
     ...     valid_sets=[dvalid], feval=obj.metric,
     ...     callbacks=[obj.callback(), lightgbm.early_stopping(10)])
     """
-    crf = CRFObjective(
-        num_labels,
-        mode=mode,
-        gamma=gamma,
-        step=step,
-        transitions=transitions,
-        reg_transitions=reg_transitions,
-        allowed_transitions=allowed_transitions,
-        nthread=nthread,
-        **kwargs,
-    )
-    return LGBCRFObjective(crf, metric=metric)
+    spec = ObjectiveSpec.build(spec, **params)
+    spec.check_route("linear", "lgb_crf_objective")
+    return LGBCRFObjective(CRFObjective(num_labels, spec))

@@ -18,8 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .._io import atomic_write_text
+
 def write_document(path, kind, version, body):
     """Write ``{"format": kind, "version": version, **body}`` as JSON to ``path``.
+
+    The file is replaced only once the new one is complete (see
+    :mod:`structboost._io`): a failed write keeps the previous file.
 
     Parameters
     ----------
@@ -31,7 +36,7 @@ def write_document(path, kind, version, body):
         JSON-ready content (``-inf`` is written as ``-Infinity``).
     """
     doc = {"format": kind, "version": version, **body}
-    Path(path).write_text(json.dumps(doc), encoding="utf-8")
+    atomic_write_text(path, json.dumps(doc))
 
 
 def read_document(path, kind, version, hint):
@@ -116,6 +121,8 @@ def decode_labels(doc, where):
         for v in values
     ):
         raise ValueError(f"{where} is damaged: labels must be a list of {dtype} values.")
+    if dtype == "int" and values and not -(2**63) <= min(values) <= max(values) < 2**63:
+        raise ValueError(f"{where} is damaged: an int label is beyond 64 bits.")
     labels = np.asarray(values, dtype=dtypes[dtype])
     if labels.size < 2 or not np.array_equal(np.unique(labels), labels):
         raise ValueError(f"{where} is damaged: labels must be at least 2, distinct and sorted.")

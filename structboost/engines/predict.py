@@ -4,7 +4,7 @@ Chains (:func:`predict`, :func:`predict_marginals`,
 :func:`sequence_log_likelihood`: XGBoost or LightGBM boosters) and trees
 (:func:`predict_tree`, :func:`predict_tree_marginals`,
 :func:`tree_log_likelihood`: XGBoost boosters trained with
-:func:`structboost.tree_crf_objective`).
+:func:`structboost.xgboost.tree_crf_objective`).
 
 The booster supplies the node potentials (its raw margins) and carries the
 transition parameters it was trained with; the sequence boundaries come from
@@ -13,17 +13,21 @@ the data (a grouped ``xgboost.DMatrix`` or ``lightgbm.Dataset``) or from
 """
 
 import sys
+from typing import Any
 
 import numpy as np
 
-from ..inference import _tree
+from .._compile_log import reports
+from .._typing import ArrayLike, Floats, Ints
 from ..inference.chain import map_labels, path_scores, posterior
-from ..inference.tree import check_tree
+from ..inference.tree import check_tree, label_scores
+from ..inference.tree import map_labels as tree_map_labels
 from ..inference.tree import posterior as tree_posterior
 from ..objectives.base import DIVERGED, check_margin_values
 from ..objectives.constraints import resolve as resolve_constraints
 from ..sequences import check_labels, offsets_from_lengths, resolve_lengths
 from ..transitions.tree import TreeTransitionParams
+from .validate import check_feature_count, check_xgboost_booster
 
 DECODINGS = ("viterbi", "marginal")
 
@@ -34,6 +38,7 @@ def _xgboost_inputs(booster, data, groups, lengths):
     from .edge import edge_inputs, is_edge_model
     from .xgboost import booster_margins, dmatrix_lengths, load_state
 
+    check_xgboost_booster(booster)
     if is_edge_model(booster):
         return edge_inputs(booster, data, groups, lengths)
     if isinstance(data, xgb.DMatrix):
@@ -46,6 +51,7 @@ def _xgboost_inputs(booster, data, groups, lengths):
         labels = None
     lengths = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
     num_labels, _, params = load_state(booster)
+    check_feature_count(dmat.num_col(), booster.num_features())
     return booster_margins(booster, dmat), lengths, params, num_labels, labels
 
 
@@ -70,6 +76,7 @@ def _lightgbm_inputs(booster, data, groups, lengths):
     num_labels, _, params = load_state(booster)
     n_rows = data.shape[0]
     lengths = resolve_lengths(n_rows, groups=groups, lengths=lengths)
+    check_feature_count(data.shape[1] if len(data.shape) > 1 else 1, booster.num_feature())
     return booster_margins(booster, data), lengths, params, num_labels, labels
 
 
@@ -99,7 +106,7 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
         raise ValueError(
             f"cannot predict with a {type(model).__name__}: pass an xgboost.Booster trained "
             "with structboost.crf_objective or a lightgbm.Booster trained with "
-            "structboost.lgb_crf_objective."
+            "structboost.lightgbm.lgb_crf_objective."
         )
     margins, lengths, params, num_labels, labels = inputs
     if len(margins) == 0:
@@ -139,28 +146,29 @@ def _constrained(params, allowed_transitions):
     return params if constraints is None else constraints.apply(params)
 
 
+@reports("predict")
 def predict(
-    model,
-    data,
+    model: Any,
+    data: Any,
     *,
-    groups=None,
-    lengths=None,
-    decode="viterbi",
-    base_margin=None,
-    allowed_transitions=None,
-):
+    groups: ArrayLike | None = None,
+    lengths: ArrayLike | None = None,
+    decode: str = "viterbi",
+    base_margin: ArrayLike | None = None,
+    allowed_transitions: Any = None,
+) -> Ints:
     """Predicted labels of every sequence.
 
     Parameters
     ----------
     model : xgboost.Booster or lightgbm.Booster
         Trained with :func:`structboost.crf_objective` /
-        :func:`structboost.lgb_crf_objective` and its callback, or loaded
-        (``Booster(model_file=...)``, :func:`structboost.load_lgb_model`, pickle).
+        :func:`structboost.lightgbm.lgb_crf_objective` and its callback, or loaded
+        (``Booster(model_file=...)``, :func:`structboost.lightgbm.load_lgb_model`, pickle).
     data : xgboost.DMatrix, lightgbm.Dataset or array-like (n, d)
         A DMatrix or Dataset with groups, or features (numpy, pandas, scipy
         sparse) with ``groups``/``lengths``. For a model with boosted
-        transitions, a DMatrix must come from :func:`structboost.edge_dmatrix`.
+        transitions, a DMatrix must come from :func:`structboost.xgboost.edge_dmatrix`.
     groups : (n,) array-like, optional
         Per-row sequence id (rows of a sequence contiguous).
     lengths : (m,) array-like, optional
@@ -201,9 +209,16 @@ def predict(
     return map_labels(u, offsets, p.transitions, p.start, p.end)
 
 
+@reports("predict_marginals")
 def predict_marginals(
-    model, data, *, groups=None, lengths=None, base_margin=None, allowed_transitions=None
-):
+    model: Any,
+    data: Any,
+    *,
+    groups: ArrayLike | None = None,
+    lengths: ArrayLike | None = None,
+    base_margin: ArrayLike | None = None,
+    allowed_transitions: Any = None,
+) -> Floats:
     """Posterior marginals ``P(y_t = k | x)``, shape ``(n, K)``.
 
     Parameters are as in :func:`predict`.
@@ -215,16 +230,17 @@ def predict_marginals(
     return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
 
 
+@reports("sequence_log_likelihood")
 def sequence_log_likelihood(
-    model,
-    data,
-    labels=None,
+    model: Any,
+    data: Any,
+    labels: ArrayLike | None = None,
     *,
-    groups=None,
-    lengths=None,
-    base_margin=None,
-    allowed_transitions=None,
-):
+    groups: ArrayLike | None = None,
+    lengths: ArrayLike | None = None,
+    base_margin: ArrayLike | None = None,
+    allowed_transitions: Any = None,
+) -> Floats:
     """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``.
 
     ``labels`` default to the ones stored in a DMatrix or Dataset; the other
@@ -237,7 +253,7 @@ def sequence_log_likelihood(
     p = _constrained(p, allowed_transitions)
     if labels is None:
         labels = stored
-    if labels is None or len(labels) == 0:
+    if labels is None or np.size(labels) == 0:
         raise ValueError("no labels: pass labels= or a DMatrix/Dataset built with label=.")
     y = check_labels(labels, u.shape[1], u.shape[0])
     post = posterior(u, offsets, p.transitions, p.start, p.end)
@@ -253,8 +269,10 @@ def _tree_inputs(booster, X, lengths, parents, edge_types, groups):
     num_labels, _, params = load_state(
         booster, TREE_STATE_KEY, TreeTransitionParams, "tree_crf_objective"
     )
+    check_xgboost_booster(booster)
     dmat = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(X)
     lens = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
+    check_feature_count(dmat.num_col(), booster.num_features())
     margins = np.asarray(booster_margins(booster, dmat)).reshape(dmat.num_row(), -1)
     if margins.shape[1] != num_labels:
         raise ValueError(
@@ -264,7 +282,15 @@ def _tree_inputs(booster, X, lengths, parents, edge_types, groups):
     return check_tree(margins, lens, parents, params.transitions, edge_types)
 
 
-def predict_tree(booster, X, lengths=None, parents=None, edge_types=None, *, groups=None):
+def predict_tree(
+    booster: Any,
+    X: Any,
+    lengths: ArrayLike | None = None,
+    parents: ArrayLike | None = None,
+    edge_types: ArrayLike | None = None,
+    *,
+    groups: ArrayLike | None = None,
+) -> Ints:
     """MAP labelling of every tree, flat ``(n,)``.
 
     Parameters
@@ -277,20 +303,33 @@ def predict_tree(booster, X, lengths=None, parents=None, edge_types=None, *, gro
     parents : (n,) array-like of int
     edge_types : (n,) array-like of int, optional
     """
-    b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
-    labels, _ = _tree.viterbi(b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions)
-    return labels
+    return tree_map_labels(_tree_inputs(booster, X, lengths, parents, edge_types, groups))
 
 
-def predict_tree_marginals(booster, X, lengths=None, parents=None, edge_types=None, *, groups=None):
+def predict_tree_marginals(
+    booster: Any,
+    X: Any,
+    lengths: ArrayLike | None = None,
+    parents: ArrayLike | None = None,
+    edge_types: ArrayLike | None = None,
+    *,
+    groups: ArrayLike | None = None,
+) -> Floats:
     """Node marginals ``P(y_v = k | x)``, shape ``(n, K)``; arguments as :func:`predict_tree`."""
     return tree_posterior(_tree_inputs(booster, X, lengths, parents, edge_types, groups)).marginals()
 
 
-def tree_log_likelihood(booster, X, labels, lengths=None, parents=None, edge_types=None, *,
-                        groups=None):  # fmt: skip
+def tree_log_likelihood(
+    booster: Any,
+    X: Any,
+    labels: ArrayLike,
+    lengths: ArrayLike | None = None,
+    parents: ArrayLike | None = None,
+    edge_types: ArrayLike | None = None,
+    *,
+    groups: ArrayLike | None = None,
+) -> Floats:
     """``log P(y | x)`` of every tree, shape ``(m,)``; arguments as :func:`predict_tree`."""
     b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
     y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])
-    scores = _tree.label_scores(b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, y)
-    return scores - tree_posterior(b).log_z
+    return label_scores(b, y) - tree_posterior(b).log_z

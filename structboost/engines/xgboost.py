@@ -15,15 +15,19 @@ recorded transitions is refused.
 """
 
 import json
+from typing import Any
 
 import numpy as np
 import xgboost as xgb
 
+from .. import _compile_log
+from .._extras import require_gpu
 from ..objectives.chain import CRFObjective, SequenceBatch
-from ..objectives.params import DEFAULTS, fill_doc
+from ..objectives.params import LINEAR_PARAMS, ObjectiveSpec, fill_doc
 from ..transitions.chain import TransitionParams
 from .base import EngineObjective
 from .state import STATE_KEY, TransitionHistory, parse_params, parse_state, state_dict
+from .validate import check_xgboost_json, mark_checked
 
 
 def _check_device(device):
@@ -41,7 +45,7 @@ HISTORY_SUFFIX = "_history"
 _VECTOR_INTERCEPT = tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (3, 1)
 
 
-def xgb_params(num_labels, **overrides):
+def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     """Parameters a CRF objective needs in XGBoost.
 
     Parameters
@@ -70,6 +74,39 @@ def xgb_params(num_labels, **overrides):
     }
     params.update(overrides)
     return params
+
+
+def booster_from_json(model, where, num_features=None, num_labels=None):
+    """A booster from XGBoost's JSON model, checked completely before XGBoost reads it.
+
+    Parameters
+    ----------
+    model : str
+        ``booster.save_raw("json")`` decoded.
+    where : str
+        The file it came from, for the messages.
+    num_features, num_labels : int, optional
+        The feature and output counts the model must have
+        (see :func:`structboost.engines.validate.check_xgboost_json`).
+
+    Returns
+    -------
+    xgboost.Booster
+
+    Raises
+    ------
+    ValueError
+        Naming ``where`` and the damaged field.
+    """
+    check_xgboost_json(model, where, num_features, num_labels)
+    booster = xgb.Booster()
+    try:
+        booster.load_model(bytearray(model.encode("utf-8")))
+    except xgb.core.XGBoostError as err:
+        message = str(err).splitlines()[0]
+        raise ValueError(f"{where}: XGBoost cannot read the model it holds ({message}).") from None
+    mark_checked(booster)
+    return booster
 
 
 def dmatrix_lengths(dmat):
@@ -187,8 +224,10 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         self.objective = objective
         self.history = TransitionHistory(objective.num_labels, objective.crf.mode)
         self._first_round = 0
+        self._compiled_before = 0.0
 
     def before_training(self, model):
+        self._compiled_before = _compile_log.CLOCK.seconds
         self._first_round = model.num_boosted_rounds()
         if self._first_round:
             self._resume(model)
@@ -224,6 +263,7 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         key = self.objective.state_key
         save_state(model, self.objective.crf, self.history.for_rounds(rounds), key, rounds)
         save_history(model, self.history, key)
+        _compile_log.log_wait("xgboost.train", self._compiled_before)
         return model
 
 
@@ -241,12 +281,11 @@ class XGBCRFObjective(EngineObjective):
     Attributes
     ----------
     crf : CRFObjective
-        The engine-agnostic objective (mode, gamma, solver, timings).
-    metric_name : {"nll", "error"}
+        The engine-agnostic objective (its ``spec``, the transitions, timings).
     """
 
     state_key = STATE_KEY
-    param_type = TransitionParams
+    param_type: type = TransitionParams
     # XGBoost stores gradients as float32 pairs (GradientPair, include/xgboost/base.h)
     # and casts what it is given (CustomGradHessOp, include/xgboost/gradient.h).
     grad_layout = {"dtype": np.float32}
@@ -273,20 +312,10 @@ class XGBCRFObjective(EngineObjective):
         return TransitionRecorder(self)
 
 
-@fill_doc('mode', 'gamma', 'step', 'transitions', 'reg_transitions', 'metric', 'allowed_transitions', 'nthread')
+@fill_doc(*LINEAR_PARAMS)
 def crf_objective(
-    num_labels,
-    mode=DEFAULTS["mode"],
-    gamma=DEFAULTS["gamma"],
-    step=DEFAULTS["step"],
-    transitions=DEFAULTS["transitions"],
-    reg_transitions=DEFAULTS["reg_transitions"],
-    metric=DEFAULTS["metric"],
-    allowed_transitions=None,
-    nthread=None,
-    device="cpu",
-    **kwargs,
-):
+    num_labels: int, spec: ObjectiveSpec | None = None, *, device: str = "cpu", **params: Any
+) -> "XGBCRFObjective":
     """Build a chain-CRF objective for ``xgboost.train``.
 
     Parameters
@@ -294,33 +323,25 @@ def crf_objective(
     num_labels : int
         Number of labels K; the booster needs ``num_target=K``
         (see :func:`xgb_params`).
-    {objective_params}
+    spec : ObjectiveSpec, optional
+        The objective's settings; the keywords below change them (they
+        build one :class:`~structboost.objectives.params.ObjectiveSpec`).
     device : {"cpu", "cuda"}
         Where the objective's round runs. ``"cuda"`` (needs
-        ``structboost[gpu]`` and a CUDA GPU; pair it with XGBoost's
+        ``structboost-crf[gpu]`` and a CUDA GPU; pair it with XGBoost's
         ``device="cuda"``) refits the transitions and computes G and H with
         the kernels of :mod:`structboost.objectives.gpu` and hands XGBoost
         device arrays; the metric's inference and Viterbi run there too.
-    **kwargs
-        ``transition_iter``, ``hess_floor``: see
-        :class:`~structboost.objectives.chain.CRFObjective`.
+    {objective_params}
 
     Returns
     -------
     XGBCRFObjective
     """
+    spec = ObjectiveSpec.build(spec, **params)
+    spec.check_route("linear", "crf_objective")
     cls = CRFObjective
     if _check_device(device) == "cuda":
+        require_gpu(f"crf_objective(device={device!r})")
         from ..objectives.gpu import DeviceCRFObjective as cls
-    crf = cls(
-        num_labels,
-        mode=mode,
-        gamma=gamma,
-        step=step,
-        transitions=transitions,
-        reg_transitions=reg_transitions,
-        allowed_transitions=allowed_transitions,
-        nthread=nthread,
-        **kwargs,
-    )
-    return XGBCRFObjective(crf, metric=metric)
+    return XGBCRFObjective(cls(num_labels, spec))

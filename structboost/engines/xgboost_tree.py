@@ -13,21 +13,25 @@ The typed edge potentials are stored on the booster as the JSON attribute
 """
 
 import weakref
+from typing import Any
 
 import numpy as np
 import xgboost as xgb
 
+from .._typing import ArrayLike
 from ..sequences import resolve_lengths
-from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
+from ..objectives.params import TREE_PARAMS, TREE_SOLVERS, ObjectiveSpec, fill_doc
 from ..objectives.tree import TreeCRFObjective, TreeLabelBatch
 from ..transitions.tree import TreeTransitionParams
 from .xgboost import XGBCRFObjective, dmatrix_lengths
 
 TREE_STATE_KEY = "structboost_tree_crf"
-_STRUCTURES = weakref.WeakKeyDictionary()
+_STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def register_tree(dmat, parents, edge_types=None):
+def register_tree(
+    dmat: xgb.DMatrix, parents: ArrayLike, edge_types: ArrayLike | None = None
+) -> xgb.DMatrix:
     """Attach tree structure to a grouped DMatrix.
 
     Parameters
@@ -57,8 +61,17 @@ def register_tree(dmat, parents, edge_types=None):
     return dmat
 
 
-def tree_dmatrix(X, label=None, lengths=None, parents=None, edge_types=None, *, groups=None,
-                 weight=None, **kwargs):  # fmt: skip
+def tree_dmatrix(
+    X: Any,
+    label: ArrayLike | None = None,
+    lengths: ArrayLike | None = None,
+    parents: ArrayLike | None = None,
+    edge_types: ArrayLike | None = None,
+    *,
+    groups: ArrayLike | None = None,
+    weight: ArrayLike | None = None,
+    **kwargs: Any,
+) -> xgb.DMatrix:
     """Build a DMatrix of tree instances and register its structure.
 
     Parameters
@@ -93,8 +106,8 @@ def tree_structure(dmat):
     if entry is None:
         raise ValueError(
             "this DMatrix has no tree structure: build it with "
-            "structboost.tree_dmatrix(X, y, lengths, parents, edge_types) or call "
-            "structboost.register_tree(dmat, parents, edge_types) first."
+            "structboost.xgboost.tree_dmatrix(X, y, lengths, parents, edge_types) or call "
+            "structboost.xgboost.register_tree(dmat, parents, edge_types) first."
         )
     return entry
 
@@ -136,18 +149,10 @@ class XGBTreeCRFObjective(XGBCRFObjective):
         )
 
 
-@fill_doc('mode', 'gamma', 'step', 'transitions', 'reg_transitions', 'metric', solvers=TREE_SOLVERS)
+@fill_doc(*TREE_PARAMS, solvers=TREE_SOLVERS)
 def tree_crf_objective(
-    num_labels,
-    n_edge_types=1,
-    mode=DEFAULTS["mode"],
-    gamma=DEFAULTS["gamma"],
-    step=DEFAULTS["step"],
-    transitions=DEFAULTS["transitions"],
-    reg_transitions=DEFAULTS["reg_transitions"],
-    metric=DEFAULTS["metric"],
-    **kwargs,
-):
+    num_labels: int, n_edge_types: int = 1, spec: ObjectiveSpec | None = None, **params: Any
+) -> XGBTreeCRFObjective:
     """Build a tree-CRF objective for ``xgboost.train``.
 
     Parameters
@@ -157,25 +162,18 @@ def tree_crf_objective(
         (:func:`structboost.xgb_params`).
     n_edge_types : int
         Edge types, each with its own ``(K, K)`` potential.
+    spec : ObjectiveSpec, optional
+        The objective's settings; the keywords below change them (they
+        build one :class:`~structboost.objectives.params.ObjectiveSpec`).
     {objective_params}
-    **kwargs
-        ``transition_iter``, ``hess_floor``.
 
     Returns
     -------
     XGBTreeCRFObjective
     """
-    crf = TreeCRFObjective(
-        num_labels,
-        n_edge_types,
-        mode=mode,
-        gamma=gamma,
-        step=step,
-        transitions=transitions,
-        reg_transitions=reg_transitions,
-        **kwargs,
-    )
-    return XGBTreeCRFObjective(crf, metric=metric)
+    spec = ObjectiveSpec.build(spec, **params)
+    spec.check_route("linear", "tree_crf_objective")
+    return XGBTreeCRFObjective(TreeCRFObjective(num_labels, n_edge_types, spec))
 
 
 __all__ = [

@@ -16,46 +16,76 @@
   (``(X, y)`` when ``X`` carries its boundaries) or dicts with the same names
   as ``fit``'s arguments and an optional ``"name"``; their metric history is
   ``evals_result_[name]`` (``"validation_i"`` by default).
+- The objective's parameters (``mode``, ``hessian_bound``, ``step``,
+  ``transition_solver``, ``reg_transitions``, ...) are flat constructor
+  parameters; ``fit`` builds one
+  :class:`~structboost.objectives.params.ObjectiveSpec` from them. Every
+  other name an engine knows (``gamma``, ``reg_lambda``, ...) keeps the
+  engine's meaning.
+- Early stopping as scikit-learn's ``HistGradientBoostingClassifier``:
+  ``early_stopping="auto"`` holds out ``validation_fraction`` of the
+  training *sequences* (drawn with ``random_state``) when there are more
+  than :data:`AUTO_EARLY_STOPPING_ROWS` rows and stops after
+  ``n_iter_no_change`` rounds without progress; ``n_estimators=None`` is
+  then a bound of :data:`ROUNDS_STOPPED` rounds. An ``eval_set`` or
+  ``early_stopping_rounds`` keeps XGBoost's behaviour (see
+  :meth:`BoostedCRFClassifier._stopping`).
 - ``eval_metric`` and ``callbacks`` are constructor parameters with the
   meaning of XGBoost's scikit-learn wrapper: metric names (``"crf-nll"``,
-  ``"crf-error"``) or callables ``f(y_true, y_proba)``, the last one driving
-  early stopping; callbacks run after the transition recorder.
-- Threads: ``n_jobs`` (or the engine's ``nthread`` / ``num_threads``) is
-  the one setting: the engine, the objective's numba kernels
-  (``nthread``) and BLAS all get it; None leaves each its default.
+  ``"crf-error"``, the objective's own names) or callables ``f(y_true,
+  y_proba)``, the last one driving early stopping; callbacks run after the
+  transition recorder.
+- Threads: ``n_jobs`` is the one setting (the engine's ``nthread`` /
+  ``num_threads`` are refused): the engine gets it, and the objective's
+  numba kernels get it as the spec's ``nthread`` each round; None leaves
+  each its default.
 - Fitted: ``booster_`` (also ``get_booster()``), ``classes_``,
   ``n_classes_``, ``evals_result_``, ``best_iteration_`` (an int: the
-  0-based last round the model uses), ``best_score_`` (with an
-  ``eval_set``), ``feature_importances_``; predictions are ``predict``,
-  ``predict_proba`` (= ``predict_marginals``) and ``predict_log_likelihood``.
+  last round the model uses, in the engine's numbering: 0-based on
+  XGBoost, 1-based on LightGBM), ``best_score_`` (with an ``eval_set``),
+  their XGBoost names ``best_iteration`` (0-based everywhere) and
+  ``best_score``, ``validation_sequences_``, ``feature_importances_``;
+  predictions are ``predict``, ``predict_proba`` (= ``predict_marginals``)
+  and ``predict_log_likelihood``.
 """
 
 import contextlib
-import warnings
+import math
+import numbers
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pandas as pd
 import xgboost as xgb
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 from threadpoolctl import threadpool_limits
 
 from .. import _config
-from ..inference.chain import forward_backward
-from ..sequences import resolve_lengths
+from ..objectives.params import METRICS, ObjectiveSpec, metric_name
+from ..sequences import check_values
+from .checks import BOOSTING, check_params
+from .inputs import SequenceInputs
+
+#: ``early_stopping="auto"`` holds out validation sequences when the training
+#: set has more rows than this (scikit-learn's HistGradientBoosting threshold).
+AUTO_EARLY_STOPPING_ROWS = 10_000
+#: ``n_estimators=None``: the upper bound when early stopping ends the fit,
+#: and the fixed number of rounds otherwise (XGBoost's default).
+ROUNDS_STOPPED, ROUNDS_FIXED = 1000, 100
+#: Name of the held-out sequences in ``evals_result_``.
+HELD_OUT_NAME = "validation"
 
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
-# The objective's parameters every estimator has (declared in objectives.params).
-OBJECTIVE_PARAMS = ("mode", "gamma", "step", "transitions", "reg_transitions")
-# Engine names of the thread count, in the order they are read.
-_THREAD_PARAMS = ("n_jobs", "nthread", "num_threads")
-# eval_metric names and the objective's metric each one is.
-_METRIC_NAMES = {"crf-nll": "nll", "nll": "nll", "crf-error": "error", "error": "error"}
+# Engine spellings of the thread count that the estimators refuse (n_jobs is the one).
+_ENGINE_THREADS = ("nthread", "num_threads")
 
 
-def eval_metrics(eval_metric, allow_callables=True):
+def eval_metrics(eval_metric):
     """``eval_metric`` as a list of ``(name, metric)``; the last drives early stopping.
 
     Parameters
@@ -65,13 +95,12 @@ def eval_metrics(eval_metric, allow_callables=True):
         callables ``f(y_true, y_proba[, sample_weight=])`` as in XGBoost's
         scikit-learn wrapper: ``y_true`` ``(n,)`` label indices, ``y_proba``
         ``(n, K)`` posterior marginals; lower is better. None: ``"crf-nll"``.
-    allow_callables : bool
-        False where the estimator has no marginals to hand a callable.
 
     Returns
     -------
     list of (str, str or callable)
-        The name in ``evals_result_`` and the objective's metric name or the callable.
+        The name in ``evals_result_`` and the objective's metric (a name
+        of :data:`~structboost.objectives.params.METRICS` or the callable).
     """
     if eval_metric is None:
         items = ["crf-nll"]
@@ -81,13 +110,10 @@ def eval_metrics(eval_metric, allow_callables=True):
         items = list(eval_metric)
     metrics = []
     for item in items:
-        if isinstance(item, str) and item in _METRIC_NAMES:
-            metrics.append((f"crf-{_METRIC_NAMES[item]}", _METRIC_NAMES[item]))
-        elif callable(item) and allow_callables:
-            metrics.append((getattr(item, "__name__", type(item).__name__), item))
+        if (isinstance(item, str) and item in METRICS) or callable(item):
+            metrics.append((metric_name(item), item))
         else:
-            allowed = "'crf-nll', 'crf-error'" + (" or a callable f(y_true, y_proba)"
-                                                  if allow_callables else "")
+            allowed = "'crf-nll', 'crf-error' or a callable f(y_true, y_proba)"
             raise ValueError(
                 f"eval_metric {item!r} is not a CRF metric: use {allowed}. The engine's "
                 "built-in metrics would read the CRF margins as class scores, which they "
@@ -103,102 +129,95 @@ def evaluate_metrics(crf, metrics, margins, batch):
 
     Parameters
     ----------
-    crf : CRFObjective
+    crf : NodeObjective
         Holds the current transitions.
     metrics : list of (str, str or callable)
     margins : (n, K) array-like
-    batch : SequenceBatch
+    batch : SequenceBatch or TreeLabelBatch
     """
-    results, marginals = [], None
-    for name, metric in metrics:
-        if isinstance(metric, str):
-            results.append((name, crf.evaluate(margins, batch, metric)[1]))
-            continue
-        if marginals is None:
-            p = crf.params
-            lengths = batch.lengths
-            marginals = forward_backward(crf.check_margins(margins), lengths, p.transitions,
-                                         p.start, p.end)[1]  # fmt: skip
-            weight = np.repeat(batch.seq_weight, lengths)
-        if (weight == 1).all():
-            value = metric(batch.labels, marginals)
-        else:
-            value = metric(batch.labels, marginals, sample_weight=weight)
-        results.append((name, float(value)))
-    return results
+    return [(name, crf.evaluate(margins, batch, metric)[1]) for name, metric in metrics]
 
 
-def eval_entry(item, index, n_rows, structure=()):
-    """One ``eval_set`` entry as a dict.
+class Stopping(NamedTuple):
+    """How one ``fit`` ends (see :meth:`BoostedCRFClassifier._stopping`).
+
+    Attributes
+    ----------
+    rounds : int
+        Most boosting rounds.
+    patience : int or None
+        Rounds without improvement before the fit stops; None never stops early.
+    held_out : (v,) int64 ndarray or None
+        Training sequences held out as the validation set, 0-based positions
+        in row order, sorted; None when the fit holds none out.
+    """
+
+    rounds: int
+    patience: int | None
+    held_out: np.ndarray | None
+
+
+def _take_rows(X, rows):
+    """Rows ``rows`` (int array) of an array, sparse matrix or DataFrame (None stays None)."""
+    if X is None:
+        return None
+    if isinstance(X, pd.DataFrame):
+        return X.iloc[rows].reset_index(drop=True)
+    return np.asarray(X)[rows] if isinstance(X, (list, tuple)) else X[rows]
+
+
+def split_sequences(held_out, lengths, per_row, per_sequence=()):
+    """The kept and the held-out parts of a training set, whole sequences each.
 
     Parameters
     ----------
-    item : tuple or dict
-        ``(X, y, groups_or_lengths, *structure)``, ``(X, y)`` when ``X``
-        carries its boundaries (a list of sequences, or a DataFrame with the
-        ``sequence_column``), or a dict with keys ``"X"``, ``"y"``,
-        ``"groups"`` or ``"lengths"``, the ``structure`` names, and
-        optionally ``"sample_weight"``, ``"base_X"`` and ``"name"`` (its key
-        in ``evals_result_``). A third tuple element with one entry per row
-        of ``X`` (or a column name) is ``groups``, anything else ``lengths``.
-    index : int
-        Position in ``eval_set`` (for error messages).
-    n_rows : callable
-        Rows of an ``X``.
-    structure : tuple of str
-        Names of the further per-row arrays the estimator needs
-        (trees: ``("parents", "edge_types")``, the last one optional).
+    held_out : (v,) int array
+        Positions of the held-out sequences.
+    lengths : (m,) int array
+    per_row : tuple
+        Arrays, sparse matrices or DataFrames with one row per position, or None.
+    per_sequence : tuple
+        Arrays with one entry per sequence, or None.
 
     Returns
     -------
-    dict
-        Keys ``X``, ``y``, ``groups``, ``lengths``, ``sample_weight``,
-        ``base_X``, ``name`` and the ``structure`` names (None when absent;
-        ``name`` defaults to ``"validation_{index}"``).
+    kept, held : tuple
+        Each ``(lengths, *per_row, *per_sequence)`` of its sequences.
     """
-    keys = ("X", "y", "groups", "lengths", "sample_weight", "base_X", "name") + tuple(structure)
-    default_name = f"validation_{index}"
-    if isinstance(item, dict):
-        unknown = set(item) - set(keys)
-        if unknown or "X" not in item or "y" not in item:
-            raise ValueError(
-                f"eval_set[{index}] must have keys 'X', 'y' and 'groups' or 'lengths' "
-                f"(optional: {list(keys[4:])}); got {sorted(item)}."
-            )
-        entry = {key: item.get(key) for key in keys}
-        entry["name"] = str(entry["name"] or default_name)
-        return entry
-    required = 2 if not structure else 3 + len(structure) - 1
-    if not isinstance(item, (tuple, list)) or not required <= len(item) <= 3 + len(structure):
-        tail = "".join(f", {name}" for name in structure)
-        raise ValueError(
-            f"eval_set[{index}] must be an (X, y, groups{tail}) or (X, y, lengths{tail}) "
-            "tuple, (X, y) when X carries its boundaries, or a dict; a CRF needs the "
-            "sequence boundaries of every evaluation set."
-        )
-    X, y, *rest = item
-    third = rest.pop(0) if rest else None
-    entry = dict.fromkeys(keys)
-    entry.update(X=X, y=y, name=default_name, **dict(zip(structure, rest)))
-    if third is None:
-        pass
-    elif isinstance(third, str) or len(third) == n_rows(X):
-        entry["groups"] = third
-    else:
-        entry["lengths"] = third
-    return entry
+    lengths = np.asarray(lengths, dtype=np.int64)
+    held = np.zeros(len(lengths), dtype=bool)
+    held[held_out] = True
+    rows = np.repeat(held, lengths)
+    return tuple(
+        (lengths[seqs], *(_take_rows(a, np.flatnonzero(r)) for a in per_row),
+         *(None if a is None else np.asarray(a)[seqs] for a in per_sequence))
+        for seqs, r in ((~held, ~rows), (held, rows))
+    )  # fmt: skip
 
 
-class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
+_Self = TypeVar("_Self", bound="BoostedCRFClassifier")
+
+
+class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
     """Base of the boosted CRF estimators (see the module notes).
 
     Subclasses implement ``_kept_rounds()`` (rounds the model uses) and
     ``_gain_importance()`` (total split gain per feature).
     """
 
-    def __init__(self, **kwargs):
+    # Accepted values of the estimator-level parameters, checked once at fit.
+    _param_checks = BOOSTING
+
+    def __init__(
+        self,
+        **kwargs: Any,
+    ) -> None:
         for key, value in kwargs.items():
             setattr(self, key, value)
+
+    def _check_params(self):
+        """A ValueError naming the first parameter outside :attr:`_param_checks`."""
+        check_params(self, self._param_checks)
 
     # -- parameters -------------------------------------------------------
     def _engine_kwargs(self):
@@ -210,13 +229,19 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
             if key not in named and not key.startswith("_") and not key.endswith("_")
         }
 
-    def get_params(self, deep=True):
+    def get_params(
+        self,
+        deep: bool = True,
+    ) -> dict[str, Any]:
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)
         params.update(self._engine_kwargs())
         return params
 
-    def set_params(self, **params):
+    def set_params(
+        self: _Self,
+        **params: Any,
+    ) -> _Self:
         """Set parameters; names outside the signature become engine parameters."""
         named = set(self._get_param_names())
         extra = {k: params.pop(k) for k in list(params) if k not in named and "__" not in k}
@@ -225,118 +250,203 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
             setattr(self, key, value)
         return self
 
-    def _objective_kwargs(self):
-        """The objective's parameters, after refusing engine parameters that clash with them."""
+    def _objective_spec(self, metrics, **route):
+        """The objective's spec, built once from the parameters (see the module notes).
+
+        Parameters
+        ----------
+        metrics : list of (str, str or callable)
+            From :func:`eval_metrics`: the last one is the spec's metric.
+        **route
+            Fields the estimator sets itself (``allowed_transitions``,
+            ``transitions_from``).
+
+        Returns
+        -------
+        ObjectiveSpec
+        """
         reserved = sorted(set(self._engine_kwargs()) & set(_RESERVED))
         if reserved:
             raise ValueError(
                 f"{reserved} are set by {type(self).__name__} for the CRF objective: remove "
-                "them from the parameters (use mode=, gamma=, step=, transitions=, eval_metric= "
-                "instead)."
+                "them from the parameters (use mode=, hessian_bound=, step=, "
+                "transition_solver=, eval_metric= instead)."
             )
-        return {name: getattr(self, name) for name in OBJECTIVE_PARAMS}
+        return ObjectiveSpec(
+            mode=self.mode,
+            hessian_bound=self.hessian_bound,
+            step=self.step,
+            transition_solver=self.transition_solver,
+            reg_transitions=self.reg_transitions,
+            metric=metrics[-1][1],
+            nthread=self._threads(),
+            **route,
+        )
+
+    # -- weights ------------------------------------------------------------
+    def _class_weighted(self, seq_weight, codes, lengths, classes):
+        """Sequence weights ``(m,)`` times each sequence's mean ``class_weight`` of its labels.
+
+        A CRF's likelihood is a sum over sequences, so a weight applies to a
+        whole sequence: per-row weights in G and H would make them the
+        gradient of no function, which the adaptive step, the transition
+        solver and early stopping all measure. ``class_weight`` (a dict
+        ``{label: weight}`` or ``"balanced"``, as in scikit-learn) therefore
+        weighs every sequence by the mean class weight of its labels, on top
+        of ``sample_weight``.
+
+        Parameters
+        ----------
+        seq_weight : (m,) array-like or None
+        codes : (n,) int array
+            Label indices into ``classes``.
+        lengths : (m,) int array
+        classes : (K,) ndarray
+
+        Returns
+        -------
+        (m,) float64 ndarray, or ``seq_weight`` when ``class_weight`` is None
+        """
+        class_weight = self.class_weight
+        if class_weight is None:
+            return seq_weight
+        if not (isinstance(class_weight, dict) or class_weight == "balanced"):
+            raise ValueError(
+                f"class_weight must be None, 'balanced' or a dict {{label: weight}}; got "
+                f"{class_weight!r}."
+            )
+        unknown = [k for k in class_weight if k not in set(classes.tolist())] if isinstance(
+            class_weight, dict) else []  # fmt: skip
+        if unknown:
+            raise ValueError(
+                f"class_weight names labels not in y: {unknown}; known labels: "
+                f"{classes.tolist()}."
+            )
+        per_class = compute_class_weight(class_weight, classes=classes, y=classes[codes])
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        factor = np.add.reduceat(per_class[codes], starts) / lengths
+        return factor if seq_weight is None else np.asarray(seq_weight) * factor
+
+    # -- early stopping ---------------------------------------------------
+    def _stopping(self, lengths, has_eval_set):
+        """Rounds, patience and held-out sequences of one ``fit``.
+
+        ``early_stopping`` decides whether ``fit`` holds out
+        ``validation_fraction`` of the training sequences (drawn with
+        ``random_state``) and stops after ``n_iter_no_change`` rounds
+        without improvement on them: ``"auto"`` when the training set has
+        more than :data:`AUTO_EARLY_STOPPING_ROWS` rows and at least two
+        sequences, ``True`` always, ``False`` never. An ``eval_set`` or
+        ``early_stopping_rounds`` keeps XGBoost's behaviour instead (nothing
+        held out; ``early_stopping=True`` with an ``eval_set`` stops on it
+        with ``n_iter_no_change`` patience). ``n_estimators=None`` gives
+        :data:`ROUNDS_STOPPED` rounds at most when the patience is
+        ``n_iter_no_change``, :data:`ROUNDS_FIXED` otherwise.
+
+        Parameters
+        ----------
+        lengths : (m,) array-like of int
+            Rows per training sequence.
+        has_eval_set : bool
+
+        Returns
+        -------
+        Stopping
+        """
+        mode, patience = self.early_stopping, self.early_stopping_rounds
+        if not (isinstance(mode, bool) or mode == "auto"):
+            raise ValueError(f"early_stopping must be 'auto', True or False; got {mode!r}.")
+        if mode is False and patience is not None:
+            raise ValueError(
+                f"early_stopping=False but early_stopping_rounds={patience!r}: drop one of them."
+            )
+        held_out = None
+        automatic = False
+        if patience is not None and not has_eval_set:
+            raise ValueError(
+                "early_stopping_rounds needs an eval_set to watch: pass eval_set=, or drop "
+                "early_stopping_rounds and set early_stopping=True to hold out "
+                "validation_fraction of the training sequences."
+            )
+        if patience is None and mode is not False:
+            n_rows, m = int(np.sum(lengths)), len(lengths)
+            if has_eval_set:
+                automatic = mode is True
+            elif mode is True or (n_rows > AUTO_EARLY_STOPPING_ROWS and m >= 2):
+                held_out = self._held_out(m)
+                automatic = True
+            if automatic:
+                patience = self._patience()
+        rounds = self.n_estimators
+        if rounds is None:
+            rounds = ROUNDS_STOPPED if automatic else ROUNDS_FIXED
+        elif not isinstance(rounds, numbers.Integral) or isinstance(rounds, bool) or rounds < 1:
+            raise ValueError(f"n_estimators must be a positive int or None; got {rounds!r}.")
+        return Stopping(int(rounds), patience, held_out)
+
+    def _patience(self):
+        value = self.n_iter_no_change
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"n_iter_no_change must be a positive int; got {value!r}.")
+        return int(value)
+
+    def _held_out(self, m):
+        """Sorted positions ``(v,)`` of the ``validation_fraction`` of ``m`` sequences held out."""
+        fraction = self.validation_fraction
+        if not isinstance(fraction, numbers.Real) or not 0.0 < fraction < 1.0:
+            raise ValueError(
+                f"validation_fraction must be a float in (0, 1); got {fraction!r}."
+            )
+        n_held = math.ceil(fraction * m)
+        if m < 2 or n_held >= m:
+            raise ValueError(
+                f"early stopping holds out {n_held} of the {m} training sequences, which leaves "
+                "none to train on: give more sequences, lower validation_fraction, or set "
+                "early_stopping=False."
+            )
+        seed = getattr(self, "random_state", None)
+        if seed is None:  # XGBoost's and LightGBM's None is a fixed seed too
+            seed = getattr(self, "seed", 0) or 0
+        order = check_random_state(seed).permutation(m)
+        return np.sort(order[:n_held]).astype(np.int64)
 
     # -- threads ----------------------------------------------------------
     def _threads(self):
-        """The one thread count (``n_jobs``, else ``nthread`` / ``num_threads``); None: defaults."""
+        """The one thread count, ``n_jobs``.
+
+        None or <= 0: :func:`structboost._config.default_threads` (None, each
+        engine's default, unless a spinning OpenMP runtime was loaded before
+        structboost: then the cores idle when the fit starts).
+        """
         engine = self._engine_kwargs()
-        value = next((engine[k] for k in _THREAD_PARAMS if engine.get(k) is not None), None)
-        return None if value is None or value <= 0 else int(value)
+        refused = [k for k in _ENGINE_THREADS if k in engine]
+        if refused:
+            raise ValueError(
+                f"{type(self).__name__} takes its thread count as n_jobs; got {refused}: "
+                f"pass n_jobs={engine[refused[0]]!r} instead."
+            )
+        value = engine.get("n_jobs")
+        if value is None or value <= 0:
+            return _config.default_threads()
+        return int(value)
+
+    def _engine_params(self):
+        """The engine keyword arguments, with the thread count of :meth:`_threads`."""
+        engine = self._engine_kwargs()
+        threads = self._threads()
+        if threads is not None:
+            engine["n_jobs"] = threads
+        return engine
 
     @contextlib.contextmanager
     def _thread_limits(self):
-        """numba kernels and BLAS on :meth:`_threads` threads inside the block."""
+        """numba kernels and BLAS on :meth:`_threads` threads inside the block (prediction)."""
         n = self._threads()
         if n is None:
             yield
             return
         with threadpool_limits(limits=n, user_api="blas"), _config.threads(n):
             yield
-
-    # -- input --------------------------------------------------------------
-    def _validate(self, X, reset):
-        """Validated features (DataFrames keep their columns; arrays may be sparse or hold NaN)."""
-        if isinstance(X, pd.DataFrame):
-            validate_data(self, X, reset=reset, skip_check_array=True)
-            return X
-        return validate_data(
-            self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
-        )
-
-    def _boundaries(self, X, groups, lengths, *, reset, where="X"):
-        """Validated features without the id column, and lengths ``(m,)``.
-
-        Boundaries come from ``groups`` (ids, or a column name), ``lengths``
-        or the ``sequence_column``; with none of them ``fit`` reads every row
-        as one sequence and later calls do so only for such a model.
-        """
-        column = groups if isinstance(groups, str) else None
-        if column is None and getattr(self, "sequence_column", None) is not None:
-            column = self.sequence_column
-            if groups is not None or lengths is not None:
-                raise ValueError(
-                    f"sequence_column={column!r} gives the sequence boundaries already: drop "
-                    "groups= and lengths=, or set sequence_column=None."
-                )
-            if not isinstance(X, pd.DataFrame):
-                raise ValueError(
-                    f"sequence_column={column!r} reads the sequence ids from a DataFrame "
-                    f"column, but {where} is {type(X).__name__}: pass a DataFrame, or "
-                    "groups=/lengths= with sequence_column=None."
-                )
-        if column is not None:
-            if not isinstance(X, pd.DataFrame):
-                raise ValueError(
-                    f"groups={column!r} names a column, but {where} is not a pandas "
-                    "DataFrame: pass the per-row sequence ids instead."
-                )
-            if column not in X.columns:
-                raise ValueError(
-                    f"{where} has no column {column!r} to read the sequence ids from."
-                )
-            X, groups = X.drop(columns=column), X[column].to_numpy()
-        elif not reset:
-            self._check_id_column(X, groups, lengths)
-        X = self._validate(X, reset)
-        n_rows = X.shape[0]
-        given = groups is not None or lengths is not None
-        if reset:
-            self.id_column_ = column
-            self.boundaries_ = "sequences" if given else "rows"
-        if not given:
-            if getattr(self, "boundaries_", "sequences") != "rows":
-                raise ValueError(
-                    f"{type(self).__name__} was fitted on sequences, so {where} needs their "
-                    "boundaries: pass groups= (a per-row sequence id, or the name of the "
-                    "DataFrame column holding it) or lengths= (rows per sequence), or set "
-                    "sequence_column= to read them from a DataFrame column on every call."
-                )
-            if reset:
-                warnings.warn(
-                    f"{type(self).__name__}.fit got no sequence boundaries, so every row is "
-                    "its own sequence and the transitions learn nothing. Pass groups= or "
-                    "lengths=, set sequence_column=, or give X as a list of sequences.",
-                    UserWarning,
-                    stacklevel=3,
-                )
-            lengths = np.ones(n_rows, dtype=np.int64)
-        return X, resolve_lengths(n_rows, groups=groups, lengths=lengths)
-
-    def _check_id_column(self, X, groups, lengths):
-        """A clear error when the column that held the ids in ``fit`` is still in ``X``."""
-        column = getattr(self, "id_column_", None)
-        if column is None or not isinstance(X, pd.DataFrame) or column not in X.columns:
-            return
-        if column in getattr(self, "feature_names_in_", ()):
-            return
-        given = "groups=" if groups is not None else "lengths=" if lengths is not None else None
-        fix = f"drop it (the boundaries come from {given})" if given else (
-            f"pass groups={column!r} to read and drop it"
-        )
-        raise ValueError(
-            f"X still has the column {column!r} that held the sequence ids in fit; it is no "
-            f"feature: {fix}, or set sequence_column={column!r} to have it read on every call."
-        )
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "booster_")
@@ -353,6 +463,7 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
                 f"y has a missing label ({y[row]!r}) at row {row} ({int(missing.sum())} in "
                 "all): drop those rows or give them a label."
             )
+        check_values(y, "y", "label")
         check_classification_targets(y)
         if y.shape[0] != n_rows:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_rows} rows.")
@@ -370,26 +481,56 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         y = column_or_1d(np.asarray(y), warn=True)
         if y.shape[0] != n_rows:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_rows} rows.")
-        codes = np.minimum(np.searchsorted(classes, y), len(classes) - 1)
-        unseen = classes[codes] != y
+        # A dict lookup compares by equality and hash: any dtype, no sorting of mixed types.
+        index = {label: i for i, label in enumerate(classes.tolist())}
+        values = y.tolist()
+        codes = np.fromiter((index.get(v, -1) for v in values), dtype=np.int64, count=len(values))
+        unseen = codes < 0
         if unseen.any():
+            row = int(np.flatnonzero(unseen)[0])
             raise ValueError(
-                f"y contains labels not seen in fit, e.g. {y[np.flatnonzero(unseen)[0]].tolist()!r}; "
-                f"known labels: {classes.tolist()}."
+                f"y contains labels not seen in fit, e.g. {values[row]!r}; known labels: "
+                f"{classes.tolist()} (first unseen at row {row}, {int(unseen.sum())} in all)."
             )
         return codes
 
     # -- fitted attributes --------------------------------------------------
-    def _set_fitted(self, classes, booster, evals_result, metrics):
+    def _set_fitted(self, classes, booster, evals_result, metrics, held_out=None):
         self.classes_ = classes
+        self.validation_sequences_ = (
+            np.zeros(0, dtype=np.int64) if held_out is None else np.asarray(held_out, np.int64)
+        )
         self.booster_ = booster
         self.evals_result_ = evals_result
-        self.best_iteration_ = self._kept_rounds() - 1
+        self._set_best_iteration()
         if evals_result:  # as XGBoost: the stopping metric on the last eval set, kept round
             last = evals_result[list(evals_result)[-1]]
-            self.best_score_ = float(last[metrics[-1][0]][self.best_iteration_])
+            self.best_score_ = float(last[metrics[-1][0]][self.best_iteration])
         elif hasattr(self, "best_score_"):
             del self.best_score_
+
+    #: The engine's number of its first round in ``best_iteration_`` (XGBoost's
+    #: 0, LightGBM's 1); ``best_iteration`` counts from 0 on every estimator.
+    _FIRST_ROUND = 0
+
+    def _set_best_iteration(self):
+        self.best_iteration_ = self._kept_rounds() - 1 + self._FIRST_ROUND
+
+    @property
+    def best_iteration(self):
+        """XGBoost's name: the 0-based index of the last round the model uses.
+
+        ``best_iteration + 1`` rounds are kept; ``best_iteration_`` is the
+        same round in the engine's numbering (LightGBM counts from 1).
+        """
+        check_is_fitted(self)
+        return self.best_iteration_ - self._FIRST_ROUND
+
+    @property
+    def best_score(self):
+        """XGBoost's name of ``best_score_`` (only with an evaluation set)."""
+        check_is_fitted(self)
+        return self.best_score_
 
     @property
     def n_classes_(self):
@@ -397,7 +538,9 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return len(self.classes_)
 
-    def get_booster(self):
+    def get_booster(
+        self,
+    ) -> Any:
         """The trained engine model (``booster_``), as XGBoost's ``get_booster``."""
         check_is_fitted(self)
         return self.booster_
@@ -411,6 +554,30 @@ class BoostedCRFClassifier(ClassifierMixin, BaseEstimator):
         return gain / total if total > 0 else gain
 
 
+class ChainTransitions:
+    """The fitted ``transitions_`` table of the chain estimators.
+
+    Mixed into a :class:`BoostedCRFClassifier` whose ``_load_state()``
+    returns the booster's ``(num_labels, state, TransitionParams)``.
+    """
+
+    @property
+    def transitions_(self):
+        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``(n_classes, n_classes)``, index and columns ``classes_``.
+        """
+        check_is_fitted(self)
+        params = self._load_state()[2]
+        labels = pd.Index(self.classes_)
+        return pd.DataFrame(
+            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
+        )
+
+
 class XGBoostTraining:
     """The XGBoost training loop and booster queries of the XGBoost estimators.
 
@@ -418,7 +585,7 @@ class XGBoostTraining:
     ``learning_rate``, ``max_depth``, ``early_stopping_rounds`` and ``callbacks``.
     """
 
-    def _xgb_train(self, params, obj, dtrain, dvalid, verbose, names, metrics):
+    def _xgb_train(self, params, obj, dtrain, dvalid, verbose, names, metrics, stopping):
         """``xgboost.train`` with the CRF objective, metric and transition callback.
 
         Parameters
@@ -435,6 +602,8 @@ class XGBoostTraining:
             Names of the evaluation sets in ``evals_result``.
         metrics : list of (str, str or callable)
             From :func:`eval_metrics`; the last drives early stopping.
+        stopping : Stopping
+            Rounds and patience (from :meth:`BoostedCRFClassifier._stopping`).
 
         Returns
         -------
@@ -445,11 +614,11 @@ class XGBoostTraining:
         booster = xgb.train(
             params,
             dtrain,
-            num_boost_round=self.n_estimators,
+            num_boost_round=stopping.rounds,
             obj=obj,
             custom_metric=lambda predt, d: evaluate_metrics(obj.crf, metrics, predt, obj.batch(d)),
             evals=list(zip(dvalid, names)),
-            early_stopping_rounds=self.early_stopping_rounds,
+            early_stopping_rounds=stopping.patience,
             evals_result=evals_result,
             verbose_eval=verbose,
             callbacks=[obj.callback(), *(self.callbacks or ())],

@@ -27,12 +27,9 @@ sees sparse lexical features (:class:`structboost.text.lexical.TokenFeatures`)
 and the trees dense ones. The same recipe with ``xgboost.train`` is in
 :class:`structboost.LinearChainCRF`.
 
-``save_model(path)`` writes a fitted estimator as one JSON file (the
-engine's model, the CRF state, the labels; see :mod:`structboost.engines.model_io`)
-and ``load_model(path)`` reads one back into an estimator, as XGBoost's
-estimators do; loading runs no code, unlike pickle and joblib, which keep
-working for Python objects. An estimator with a ``base_model`` is saved with
-pickle or joblib only.
+``save_model(path)`` writes a fitted estimator as one JSON file and
+``load_model(path)`` reads one back, running no code (see
+:mod:`structboost.estimators.model_file`).
 
 Inside scikit-learn's model selection, let the boundaries travel with a
 DataFrame (``sequence_column``)::
@@ -55,8 +52,9 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 ``(n_i, K)`` arrays.
 """
 
+from collections.abc import Sequence
+from typing import Any, TypeVar
 import inspect
-import json
 
 import numpy as np
 import pandas as pd
@@ -65,34 +63,45 @@ from sklearn.base import clone
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
-from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
+from .._compile_log import reports
+from .._typing import ArrayLike, Floats
+from ..engines.model_io import field
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
 from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
-from ..engines.xgboost import crf_objective, xgb_params
+from ..engines.xgboost import booster_from_json, crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
-from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
 from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
-from ..sequences import sequence_weights
 from .._extras import require
-from . import nested as _nested
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics, evaluate_metrics
+from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
+from .inputs import ChainInputs, flatten_y, kind, nest
+from .model_file import ModelFile
+from .checks import LIGHTGBM
+from .base import (
+    HELD_OUT_NAME,
+    BoostedCRFClassifier,
+    ChainTransitions,
+    XGBoostTraining,
+    eval_metrics,
+    evaluate_metrics,
+    split_sequences,
+)
 
-_FILE_FORMAT = "structboost-crf-classifier"
-_FILE_VERSION = 1
-_FILE_HINT = "write one with the estimator's save_model(path)"
+
+_Self = TypeVar("_Self", bound="_CRFClassifier")
 
 
-class _CRFClassifier(BoostedCRFClassifier):
+class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassifier):
     """What both chain estimators share: input checks, base models, fit, predict.
 
     Subclasses implement ``_train`` (returns the booster and the metric
     history; data tuples end with the base margin ``(n, K)`` or None),
     ``_kept_rounds``, ``_engine_data`` (features as the engine
     predicts from them), ``_load_state``, ``_gain_importance`` and the
-    model-file pair ``_engine_document`` / ``_booster_from_document``.
+    model-file pair ``_engine_document`` / ``_booster_from_document``
+    (see :class:`~structboost.estimators.model_file.ModelFile`).
     """
 
     def __sklearn_tags__(self):
@@ -102,30 +111,6 @@ class _CRFClassifier(BoostedCRFClassifier):
         return tags
 
     # -- input ------------------------------------------------------------
-    def _check_X(self, X, groups, lengths, *, reset, where="X"):
-        """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
-        if _nested.kind(X) is None:
-            return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
-        if groups is not None or lengths is not None:
-            raise ValueError(
-                f"{where} is a list of sequences, which gives the boundaries already: drop "
-                "groups= and lengths=."
-            )
-        if reset:
-            self.vectorizer_ = None
-        elif _nested.kind(X) == "dicts" and getattr(self, "vectorizer_", None) is None:
-            raise ValueError(
-                f"{where} holds feature dicts, but fit got arrays: give the same kind of input."
-            )
-        rows, lengths, vectorizer = _nested.flatten_X(X, getattr(self, "vectorizer_", None))
-        if reset:
-            self.vectorizer_ = vectorizer
-        rows, lengths = self._boundaries(rows, None, lengths, reset=reset, where=where)
-        return rows, lengths, True
-
-    def _sequence_weights(self, sample_weight, lengths):
-        return None if sample_weight is None else sequence_weights(sample_weight, lengths)
-
     def _base_margin(self, X, base_X, n_classes):
         """Node scores ``(n, K)`` of the fitted base model on ``base_X`` (default ``X``) or None."""
         if self.base_model_ is None:
@@ -151,18 +136,12 @@ class _CRFClassifier(BoostedCRFClassifier):
             obj.crf.start_from(params)
 
     # -- fit --------------------------------------------------------------
+    @reports("fit")
     def fit(
-        self,
-        X,
-        y,
-        *,
-        groups=None,
-        lengths=None,
-        sample_weight=None,
-        eval_set=None,
-        base_X=None,
-        verbose=False,
-    ):
+        self: _Self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, sample_weight: ArrayLike | None = None,
+        eval_set: Sequence[Any] | None = None, base_X: Any = None, verbose: bool | int = True,
+    ) -> _Self:
         """Train on labelled sequences.
 
         Parameters
@@ -185,7 +164,7 @@ class _CRFClassifier(BoostedCRFClassifier):
         eval_set : list of tuple or dict, optional
             ``(X, y, groups)`` or ``(X, y, lengths)`` tuples, ``(X, y)`` when
             ``X`` carries its boundaries, or dicts (see
-            :func:`structboost.estimators.base.eval_entry`); the
+            :func:`structboost.estimators.inputs.eval_entry`); the
             ``eval_metric`` values are recorded in ``evals_result_`` and the
             last one drives early stopping. With ``base_model`` and ``base_X``,
             entries must be dicts with a ``"base_X"`` key.
@@ -193,24 +172,35 @@ class _CRFClassifier(BoostedCRFClassifier):
             Input of ``base_model`` (e.g. sparse lexical features while the
             trees see dense ones); ``X`` by default.
         verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
+            Print the metrics of the ``eval_set`` (or of the held-out
+            sequences of automatic early stopping) every round (``True``, the
+            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
+            ``False``: silent.
 
         Returns
         -------
         self
         """
         self._require_engine()
+        self._check_params()
         X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
-        classes, codes = self._fit_classes(_nested.flatten_y(y, lengths) if nested else y,
+        classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
         metrics = eval_metrics(self.eval_metric)
-        crf = self._objective_kwargs()
         self.constraints_ = resolve_constraints(
             self.allowed_transitions, len(classes), labels=classes
         )
-        crf["allowed_transitions"] = self.constraints_
-        seq_weight = self._sequence_weights(sample_weight, lengths)
+        spec = self._objective_spec(
+            metrics, allowed_transitions=self.constraints_, **self._route()
+        )
+        seq_weight = self._class_weighted(
+            self._sequence_weights(sample_weight, lengths), codes, lengths, classes
+        )
+        stopping = self._stopping(lengths, bool(eval_set))
+        if stopping.held_out is not None:
+            (lengths, X, codes, base_X, seq_weight), held = split_sequences(
+                stopping.held_out, lengths, (X, codes, base_X), (seq_weight,)
+            )
         self.base_model_ = None
         if self.base_model is not None:
             inputs = X if base_X is None else base_X
@@ -218,33 +208,16 @@ class _CRFClassifier(BoostedCRFClassifier):
                 inputs, codes, lengths, sample_weight=seq_weight
             )
         train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
-        evals = []
-        names = []
-        for i, item in enumerate(eval_set or ()):
-            e = eval_entry(item, i, lambda X: X.shape[0] if hasattr(X, "shape") else len(X))
-            if base_X is not None and e["base_X"] is None and self.base_model is not None:
-                raise ValueError(
-                    f"eval_set[{i}] has no base_X but fit got one: pass eval_set entries as "
-                    "dicts with a 'base_X' key."
-                )
-            Xe, le, nested_e = self._check_X(
-                e["X"], e["groups"], e["lengths"], reset=False, where=f"eval_set[{i}]"
-            )
-            ye = _nested.flatten_y(e["y"], le) if nested_e else e["y"]
-            codes_e = self._encode(ye, Xe.shape[0], classes)
-            margin_e = self._base_margin(Xe, e["base_X"], len(classes))
-            evals.append((Xe, codes_e, le, self._sequence_weights(e["sample_weight"], le), margin_e))
-            names.append(e["name"])
-        if len(set(names)) != len(names):
-            raise ValueError(f"eval_set names must differ; got {names}.")
-        if self.early_stopping_rounds is not None and not evals:
-            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
-        crf["nthread"] = self._threads()
-        with self._thread_limits():
-            booster, evals_result = self._train(
-                train, evals, crf, len(classes), verbose, names, metrics
-            )
-        self._set_fitted(classes, booster, evals_result, metrics)
+        evals, names = self._eval_data(eval_set, classes, base_X)
+        if stopping.held_out is not None:
+            lengths_h, Xh, codes_h, base_h, weight_h = held
+            margin_h = self._base_margin(Xh, base_h, len(classes))
+            evals.append((Xh, codes_h, lengths_h, weight_h, margin_h))
+            names.append(HELD_OUT_NAME)
+        booster, evals_result = self._train(
+            train, evals, spec, len(classes), verbose, names, metrics, stopping
+        )
+        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         return self
 
     # -- predict ----------------------------------------------------------
@@ -255,7 +228,10 @@ class _CRFClassifier(BoostedCRFClassifier):
         margin = self._base_margin(X, base_X, len(self.classes_))
         return self._engine_data(X), lengths, margin, nested
 
-    def predict(self, X, *, groups=None, lengths=None, decode="viterbi", base_X=None):
+    def predict(
+        self, X: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, decode: str = "viterbi", base_X: Any = None,
+    ) -> Any:
         """Predicted labels, in the original label values.
 
         Parameters
@@ -286,9 +262,31 @@ class _CRFClassifier(BoostedCRFClassifier):
                 allowed_transitions=self.constraints_,
             )
         labels = self.classes_[codes]
-        return _nested.nest(labels, lengths) if nested else labels
+        return nest(labels, lengths) if nested else labels
 
-    def predict_marginals(self, X, *, groups=None, lengths=None, base_X=None):
+    def predict_single(self, xseq: Any, *, decode: str = "viterbi", base_X: Any = None) -> Any:
+        """Labels of one sequence, as sklearn-crfsuite's ``predict_single``.
+
+        Parameters
+        ----------
+        xseq : list of dict or array-like of shape (n_i, d)
+            The sequence's feature dicts (one per position) or rows, the
+            same kind of input as ``fit`` got.
+        decode : {"viterbi", "marginal"}
+        base_X : array-like of shape (n_i, p), optional
+            The base model's input, when ``fit`` was given one.
+
+        Returns
+        -------
+        list
+            ``n_i`` labels (``classes_`` values).
+        """
+        return self.predict([xseq], decode=decode, base_X=base_X)[0]
+
+    def predict_marginals(
+        self, X: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, base_X: Any = None,
+    ) -> Any:
         """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
 
         Parameters are those of :meth:`predict`.
@@ -307,251 +305,50 @@ class _CRFClassifier(BoostedCRFClassifier):
                 base_margin=margin,
                 allowed_transitions=self.constraints_,
             )
-        return _nested.nest(marginals, lengths, as_lists=False) if nested else marginals
+        return nest(marginals, lengths, as_lists=False) if nested else marginals
 
-    def predict_proba(self, X, *, groups=None, lengths=None, base_X=None):
+    def predict_proba(
+        self, X: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, base_X: Any = None,
+    ) -> Any:
         """scikit-learn's name for :meth:`predict_marginals` (rows sum to 1, ``classes_`` order)."""
         return self.predict_marginals(X, groups=groups, lengths=lengths, base_X=base_X)
 
-    def predict_log_likelihood(self, X, y, *, groups=None, lengths=None, base_X=None):
+    def predict_log_likelihood(
+        self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, base_X: Any = None,
+    ) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
-        codes = self._encode(_nested.flatten_y(y, lengths) if nested else y,
-                             int(lengths.sum()), self.classes_)  # fmt: skip
+        data, lens, margin, nested = self._data(X, groups, lengths, base_X)
+        codes = self._encode(flatten_y(y, lens) if nested else y,
+                             int(lens.sum()), self.classes_)  # fmt: skip
         with self._thread_limits():
             return _log_likelihood(
                 self.booster_,
                 data,
                 codes,
-                lengths=lengths,
+                lengths=lens,
                 base_margin=margin,
                 allowed_transitions=self.constraints_,
             )
 
-    def score(self, X, y, *, groups=None, lengths=None, sample_weight=None, base_X=None):
+    def score(
+        self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None, sample_weight: ArrayLike | None = None,
+        base_X: Any = None,
+    ) -> float:
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
         predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
-        if _nested.kind(X) is not None:
+        if kind(X) is not None:
             lengths = np.array([len(p) for p in predicted])
             predicted = np.asarray([label for seq in predicted for label in seq])
-            y = _nested.flatten_y(y, lengths)
+            y = flatten_y(y, lengths)
         return accuracy_score(y, predicted, sample_weight=sample_weight)
-
-    # -- fitted attributes --------------------------------------------------
-    @property
-    def transitions_(self):
-        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
-
-        Returns
-        -------
-        pandas.DataFrame
-            ``(n_classes, n_classes)``, index and columns ``classes_``.
-        """
-        check_is_fitted(self)
-        params = self._load_state()[2]
-        labels = pd.Index(self.classes_)
-        return pd.DataFrame(
-            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
-        )
-
-
-    # -- model files ----------------------------------------------------------
-    def _json_params(self):
-        """The parameters as JSON values; a ValueError names one that has none."""
-        params = self.get_params(deep=False)
-        if params["base_model"] is not None:
-            raise ValueError(
-                "an estimator with a base_model cannot be written by save_model: pickle or "
-                "joblib it instead (and load only files you trust)."
-            )
-        allowed = params["allowed_transitions"]
-        if allowed is not None and not isinstance(allowed, str):
-            masks = self.constraints_
-            params["allowed_transitions"] = {k: v.tolist() for k, v in masks._asdict().items()}
-        for name, value in params.items():
-            try:
-                json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"parameter {name}={value!r} cannot be written to a JSON model file: set it "
-                    "to a number, string, list or dict, or pickle/joblib the estimator."
-                ) from None
-        return params
-
-    def to_document(self):
-        """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
-
-        Returns
-        -------
-        dict
-            ``estimator`` (class name), ``params``, ``classes``,
-            ``n_features_in``, ``feature_names_in``, ``evals_result`` and
-            ``engine`` (the engine's model and the CRF state).
-        """
-        check_is_fitted(self)
-        if getattr(self, "vectorizer_", None) is not None:
-            raise ValueError(
-                "an estimator fitted on lists of feature dicts keeps a DictVectorizer, which "
-                "save_model cannot write: pickle or joblib it instead (and load only files "
-                "you trust), or vectorise the dicts before fit."
-            )
-        names = getattr(self, "feature_names_in_", None)
-        return {
-            "estimator": type(self).__name__,
-            "params": self._json_params(),
-            "classes": encode_labels(self.classes_),
-            "n_features_in": int(self.n_features_in_),
-            "feature_names_in": None if names is None else [str(n) for n in names],
-            "evals_result": self.evals_result_,
-            "boundaries": getattr(self, "boundaries_", "sequences"),
-            "id_column": getattr(self, "id_column_", None),
-            "engine": self._engine_document(),
-        }
-
-    def save_model(self, path):
-        """Write the fitted estimator to ``path`` as JSON; read it with :meth:`load_model`.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-        """
-        write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
-
-    def load_model(self, path):
-        """Replace this estimator by the one saved in ``path`` (see :meth:`save_model`).
-
-        Reading parses and validates JSON; it runs no code.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-
-        Returns
-        -------
-        self
-        """
-        doc = read_document(path, _FILE_FORMAT, _FILE_VERSION, _FILE_HINT)
-        return self.from_document(doc, str(path))
-
-    def _checked_params(self, params, where):
-        """Saved parameters, with names an estimator can take and constraints rebuilt."""
-        named = set(self._get_param_names())
-        for name in params:
-            odd = name.startswith("_") or name.endswith("_") or not name.isidentifier()
-            if name not in named and (odd or hasattr(type(self), name)):
-                raise ValueError(f"{where} is damaged: it sets a parameter named {name!r}.")
-        allowed = params.get("allowed_transitions")
-        if isinstance(allowed, dict):
-            if set(allowed) != {"transitions", "start", "end"}:
-                raise ValueError(
-                    f"{where} is damaged: allowed_transitions has keys {sorted(allowed)}."
-                )
-            params["allowed_transitions"] = from_masks(**allowed)
-        return params
-
-    def from_document(self, doc, where="the model document"):
-        """Set this estimator from :meth:`to_document`'s dict, validated.
-
-        Parameters
-        ----------
-        doc : dict
-        where : str
-            Where the dict came from, for the messages.
-
-        Returns
-        -------
-        self
-        """
-        name = field(doc, "estimator", str, where)
-        if name != type(self).__name__:
-            raise ValueError(f"{where} holds a {name}: load it with {name}().load_model(path).")
-        params = self._checked_params(dict(field(doc, "params", dict, where)), where)
-        classes = decode_labels(field(doc, "classes", dict, where), where)
-        n_features = field(doc, "n_features_in", int, where)
-        names = doc.get("feature_names_in")
-        if names is not None and (
-            not isinstance(names, list)
-            or len(names) != n_features
-            or not all(isinstance(n, str) for n in names)
-        ):
-            raise ValueError(f"{where} is damaged: feature_names_in must be {n_features} names.")
-        evals_result = field(doc, "evals_result", dict, where)
-        booster = self._booster_from_document(field(doc, "engine", dict, where), where)
-        self.set_params(**params)
-        self.booster_ = booster
-        num_labels = self._load_state()[0]
-        if num_labels != len(classes) or n_features < 1:
-            del self.booster_
-            raise ValueError(
-                f"{where} is damaged: its CRF has {num_labels} labels for {len(classes)} "
-                f"classes and {n_features} input features."
-            )
-        self.classes_ = classes
-        self.constraints_ = resolve_constraints(
-            self.allowed_transitions, len(classes), labels=classes
-        )
-        self.n_features_in_ = n_features
-        if names is not None:
-            self.feature_names_in_ = np.asarray(names, dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
-        self.evals_result_ = evals_result
-        self.boundaries_ = doc.get("boundaries", "sequences")
-        self.id_column_ = doc.get("id_column")
-        if self.boundaries_ not in ("sequences", "rows") or not isinstance(
-            self.id_column_, (str, type(None))
-        ):
-            raise ValueError(f"{where} is damaged: boundaries or id_column are malformed.")
-        self.vectorizer_ = None
-        self.base_model_ = None
-        self.best_iteration_ = self._kept_rounds() - 1
-        return self
-
-
-# Docs of what both chain estimators share (filled in by ``fill_doc``).
-_SHARED_PARAMS = """
-sequence_column : str, optional
-    Name of the DataFrame column holding the per-row sequence id: every
-    call reads the boundaries from it (never a feature), so the data
-    carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
-eval_metric : str, callable or list of them, optional
-    What ``evals_result_`` records on every ``eval_set`` entry, as in
-    XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
-    log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
-    or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
-    ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
-    ``__name__``); the last one drives early stopping.
-"""
-_SHARED_ATTRIBUTES = """
-best_iteration_ : int
-    0-based index of the last round the model uses.
-evals_result_ : dict
-    ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
-    or the entry's ``"name"``).
-best_score_ : float
-    The stopping metric on the last ``eval_set`` entry at
-    ``best_iteration_`` (only with an ``eval_set``).
-n_classes_ : int
-boundaries_ : {"sequences", "rows"}
-    ``"rows"`` when ``fit`` got no boundaries (every row its own
-    sequence; later calls may then omit them too).
-id_column_ : str or None
-    The DataFrame column that held the sequence ids in ``fit``.
-vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
-    The vocabulary of feature-dict input.
-transitions_ : pandas.DataFrame
-feature_importances_ : ndarray, shape (n_features_in_,)
-base_model_ : estimator or None
-    The fitted clone of ``base_model``.
-n_features_in_ : int
-feature_names_in_ : ndarray of str
-    Only when ``X`` was a DataFrame.
-"""
 
 
 @fill_doc(
-    "mode", "gamma", "step", "transitions", "reg_transitions", "transitions_from",
-    shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
+    "mode", "hessian_bound", "step", "transition_solver", "reg_transitions", "transitions_from",
+    shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost.
@@ -559,8 +356,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds.
+    n_estimators : int, optional
+        Most boosting rounds; None: 1000 when automatic early stopping
+        ends the fit (see ``early_stopping``), 100 otherwise.
     learning_rate : float
         XGBoost's ``eta``.
     max_depth : int
@@ -589,11 +387,11 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         that stores the transitions (as ``XGBClassifier(callbacks=)``).
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
-        ``random_state``, ``multi_strategy``, ...). ``n_jobs`` (or
-        ``nthread``) sets the threads of XGBoost, of the objective's numba
-        kernels and of BLAS alike (None: each its default). With
+        ``random_state``, ``multi_strategy``, ``gamma``, ...), with
+        XGBoost's meaning. ``n_jobs`` sets the threads of XGBoost and of the
+        objective's numba kernels (None: each its default). With
         ``device="cuda"`` the CRF objective runs on the GPU as well
-        (``crf_objective(..., device="cuda")``, needs ``structboost[gpu]``).
+        (``crf_objective(..., device="cuda")``, needs ``structboost-crf[gpu]``).
 
     Attributes
     ----------
@@ -606,34 +404,31 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     """
 
     def __init__(
-        self,
-        *,
-        mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
-        step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
-        learning_rate=0.3,
-        max_depth=6,
-        early_stopping_rounds=None,
-        base_model=None,
-        allowed_transitions=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        transitions_from=DEFAULTS["transitions_from"],
-        **kwargs,
-    ):
+        self, *, mode: str = DEFAULTS["mode"],
+        hessian_bound: str | float = DEFAULTS["hessian_bound"], step: str = DEFAULTS["step"],
+        transition_solver: str = DEFAULTS["transition_solver"],
+        reg_transitions: float = DEFAULTS["reg_transitions"], n_estimators: int | None = None,
+        learning_rate: float = 0.3, max_depth: int = 6,
+        early_stopping_rounds: int | None = None, early_stopping: str | bool = "auto",
+        validation_fraction: float = 0.1, n_iter_no_change: int = 10, class_weight: Any = None,
+        base_model: Any = None, allowed_transitions: Any = None,
+        sequence_column: str | None = None, eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        transitions_from: str = DEFAULTS["transitions_from"], **kwargs: Any,
+    ) -> None:
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
@@ -658,7 +453,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return X if self._boosted_transitions else self._dmatrix(X)
 
     def _dmatrix(
-        self, X, labels=None, lengths=None, seq_weight=None, base_margin=None, num_labels=None
+        self, X, labels=None, lengths=None, seq_weight=None, base_margin=None, num_labels=None,
     ):
         """Training or evaluation DMatrix (edge rows of ``num_labels`` labels when boosted)."""
         names = getattr(self, "feature_names_in_", None)
@@ -683,7 +478,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             nthread=-1 if threads is None else threads,
         )
 
-    def _train(self, train, evals, crf, n_classes, verbose, names, metrics):
+    def _route(self):
+        return {"transitions_from": self.transitions_from}
+
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         if self._boosted_transitions:
             if self.base_model is not None:
                 raise ValueError(
@@ -691,25 +489,20 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
                     'with transitions_from="input" the trees score the transitions: drop '
                     'base_model or use transitions_from="linear".'
                 )
-            obj = edge_crf_objective(
-                n_classes, mode=crf["mode"], gamma=crf["gamma"],
-                allowed_transitions=crf["allowed_transitions"],
-            )  # fmt: skip
+            obj = edge_crf_objective(n_classes, spec)
         else:
-            # XGBoost's device="cuda" runs the objective's round on the GPU too (structboost[gpu]).
-            obj = crf_objective(
-                n_classes, device=self._engine_kwargs().get("device", "cpu"), **crf
-            )
+            # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
+            obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
             self._start_transitions(obj)
         params = xgb_params(
             n_classes,
             eta=self.learning_rate,
             max_depth=self.max_depth,
-            **self._engine_kwargs(),
+            **self._engine_params(),
         )
         dvalid = [self._dmatrix(*e, num_labels=n_classes) for e in evals]
         dtrain = self._dmatrix(*train, num_labels=n_classes)
-        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics)
+        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics, stopping)
 
     def _load_state(self):
         if self._boosted_transitions:
@@ -720,17 +513,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return {"xgboost_json": self.booster_.save_raw("json").decode("utf-8")}
 
     @staticmethod
-    def _booster_from_document(doc, where):
+    def _booster_from_document(doc, where, num_features, num_labels, params):
         model = field(doc, "xgboost_json", str, where)
-        booster = xgb.Booster()
-        try:
-            booster.load_model(bytearray(model.encode("utf-8")))
-        except xgb.core.XGBoostError as err:
-            message = str(err).splitlines()[0]
-            raise ValueError(
-                f"{where}: XGBoost cannot read the model it holds ({message})."
-            ) from None
-        return booster
+        edge = params.get("transitions_from", "linear") == "input"  # + previous-label column
+        return booster_from_json(model, where, num_features + edge, num_labels)
 
     def _gain_importance(self):
         gain = super()._gain_importance()
@@ -760,8 +546,8 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
 
 
 @fill_doc(
-    "mode", "gamma", "step", "transitions", "reg_transitions",
-    shared_params=_SHARED_PARAMS, shared_attributes=_SHARED_ATTRIBUTES,
+    "mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
+    shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class LGBMCRFClassifier(_CRFClassifier):
     """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.LGBMModel``).
@@ -769,8 +555,10 @@ class LGBMCRFClassifier(_CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds (each grows one tree per class).
+    n_estimators : int, optional
+        Most boosting rounds (each grows one tree per class); None: 1000
+        when automatic early stopping ends the fit (see ``early_stopping``),
+        100 otherwise.
     learning_rate : float
     max_depth : int
         ``-1`` for no limit.
@@ -790,10 +578,10 @@ class LGBMCRFClassifier(_CRFClassifier):
         transitions.
     **kwargs
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
-        ``random_state``, ...). ``n_jobs`` sets the threads of LightGBM, of
-        the objective's numba kernels and of BLAS alike (None: each its
-        default). Needs ``pip install "structboost[lightgbm]"``. The safe defaults of
-        :func:`structboost.lgb_params` apply (``min_child_weight=1``).
+        ``random_state``, ...), with LightGBM's meaning. ``n_jobs`` sets
+        the threads of LightGBM and of the objective's numba kernels (None:
+        each its default). Needs ``pip install "structboost-crf[lightgbm]"``. The safe defaults of
+        :func:`structboost.lightgbm.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
     ----------
@@ -802,40 +590,36 @@ class LGBMCRFClassifier(_CRFClassifier):
         ``allowed_transitions`` resolved against ``classes_``.
     booster_ : lightgbm.Booster
         Carries the transitions; :func:`structboost.engines.predict` and
-        :func:`structboost.save_lgb_model` accept it.
+        :func:`structboost.lightgbm.save_lgb_model` accept it.
     {shared_attributes}
     """
 
     def __init__(
-        self,
-        *,
-        mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
-        step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
-        learning_rate=0.1,
-        max_depth=-1,
-        num_leaves=31,
-        early_stopping_rounds=None,
-        base_model=None,
-        allowed_transitions=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        **kwargs,
-    ):
+        self, *, mode: str = DEFAULTS["mode"],
+        hessian_bound: str | float = DEFAULTS["hessian_bound"], step: str = DEFAULTS["step"],
+        transition_solver: str = DEFAULTS["transition_solver"],
+        reg_transitions: float = DEFAULTS["reg_transitions"], n_estimators: int | None = None,
+        learning_rate: float = 0.1, max_depth: int = -1, num_leaves: int = 31,
+        early_stopping_rounds: int | None = None, early_stopping: str | bool = "auto",
+        validation_fraction: float = 0.1, n_iter_no_change: int = 10, class_weight: Any = None,
+        base_model: Any = None, allowed_transitions: Any = None,
+        sequence_column: str | None = None, eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None, **kwargs: Any,
+    ) -> None:
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.num_leaves = num_leaves
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
@@ -843,40 +627,44 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.callbacks = callbacks
         super().__init__(**kwargs)
 
+    _param_checks = LIGHTGBM
+    _FIRST_ROUND = 1  # LightGBM's best_iteration_ counts rounds from 1
+
     def _engine_data(self, X):
         return X
 
     def _require_engine(self):
         require("lightgbm", "lightgbm", type(self).__name__)
 
-    def _train(self, train, evals, crf, n_classes, verbose, names, metrics):
+    def _route(self):
+        return {}
+
+    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         import lightgbm as lgb
 
         from ..engines.base import build_batch
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
 
         X, y, lengths, seq_weight, init_score = train
-        obj = lgb_crf_objective(n_classes, **crf)
+        obj = lgb_crf_objective(n_classes, spec)
         self._start_transitions(obj)
         params = lgb_params(
             n_classes,
             learning_rate=self.learning_rate,
             max_depth=self.max_depth,
             num_leaves=self.num_leaves,
-            **self._engine_kwargs(),
+            **self._engine_params(),
         )
         if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
             params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")
         model = lgb.LGBMModel(
-            objective=obj.sklearn_objective, n_estimators=self.n_estimators, **params
+            objective=obj.sklearn_objective, n_estimators=stopping.rounds, **params
         )
         callbacks = [obj.callback(), *(self.callbacks or ())]
         if verbose:
             callbacks.append(lgb.log_evaluation(int(verbose)))
-        if self.early_stopping_rounds is not None:
-            stop = lgb.early_stopping(
-                self.early_stopping_rounds, first_metric_only=True, verbose=False
-            )
+        if stopping.patience is not None:
+            stop = lgb.early_stopping(stopping.patience, first_metric_only=True, verbose=False)
             callbacks.append(stop)
         fit = {
             "sample_weight": self._row_weights(seq_weight, lengths),
@@ -935,10 +723,10 @@ class LGBMCRFClassifier(_CRFClassifier):
         return booster_document(self.booster_)
 
     @staticmethod
-    def _booster_from_document(doc, where):
+    def _booster_from_document(doc, where, num_features, num_labels, params):
         from ..engines.lightgbm import booster_from_document
 
-        return booster_from_document(doc, where)
+        return booster_from_document(doc, where, num_features=num_features)
 
     def _gain_importance(self):
         return self.booster_.feature_importance(importance_type="gain")

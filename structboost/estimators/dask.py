@@ -20,8 +20,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..engines import dask as engine
 from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics
-from .chain import _CRFClassifier
+from .base import BoostedCRFClassifier, ChainTransitions, XGBoostTraining, eval_metrics
+from .inputs import eval_entry
 
 
 def _map_rows(collection, fn, dtype):
@@ -38,8 +38,8 @@ def _map_rows(collection, fn, dtype):
     )
 
 
-@fill_doc("mode", "gamma", "step", "transitions", "reg_transitions")
-class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
+@fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions")
+class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost on a Dask cluster.
 
     Parameters
@@ -52,9 +52,11 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     max_depth : int
     early_stopping_rounds : int, optional
         Stop when the global CRF negative log-likelihood on the last
-        ``eval_set`` entry has not improved for this many rounds.
+        ``eval_set`` entry has not improved for this many rounds. There is
+        no automatic early stopping (``early_stopping``) here: holding out
+        sequences would reshuffle the partitions; give an ``eval_set``.
     **kwargs
-        Any other XGBoost parameter (``min_child_weight``, ``nthread``, ...).
+        Any other XGBoost parameter (``min_child_weight``, ``n_jobs``, ...).
 
     Attributes
     ----------
@@ -67,7 +69,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     evals_result_ : dict
         Global CRF metric per round for each ``eval_set`` entry (``validation_i``).
     transitions_ : pandas.DataFrame
-    feature_importances_ : ndarray, shape (n_features_in_,)
+    feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
     """
 
@@ -75,9 +77,9 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         self,
         *,
         mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
+        hessian_bound=DEFAULTS["hessian_bound"],
         step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
+        transition_solver=DEFAULTS["transition_solver"],
         reg_transitions=DEFAULTS["reg_transitions"],
         n_estimators=100,
         learning_rate=0.3,
@@ -86,9 +88,9 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         **kwargs,
     ):
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
@@ -119,7 +121,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         codes = _map_rows(y, lambda v: self._encode(v, len(v), self.classes_), np.int64)
         return engine.sequence_dmatrix(self.client, X, codes, groups=groups)
 
-    def fit(self, X, y, *, groups, eval_set=None, verbose=False):
+    def fit(self, X, y, *, groups, eval_set=None, verbose=True):
         """Train on labelled sequences held by the cluster.
 
         Parameters
@@ -135,12 +137,14 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             Dask collections as for ``X``, ``y``, ``groups``; the global CRF
             metric is recorded in ``evals_result_`` and drives early stopping.
         verbose : bool or int
-            XGBoost's ``verbose_eval``.
+            XGBoost's ``verbose_eval`` (default ``True``, as
+            ``xgboost.dask.DaskXGBClassifier.fit``).
 
         Returns
         -------
         self
         """
+        self._check_params()
         if isinstance(y, dd.Series):
             classes = np.sort(y.unique().compute().to_numpy())
         else:
@@ -156,6 +160,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             evals.append((self._dmatrix(entry["X"], entry["y"], entry["groups"]), f"validation_{i}"))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
+        metrics = eval_metrics(None)
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
         )
@@ -163,14 +168,14 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             self.client,
             params,
             dtrain,
-            crf_objective(len(classes), **self._objective_kwargs()),
+            crf_objective(len(classes), self._objective_spec(metrics)),
             self.n_estimators,
             evals=evals,
             early_stopping_rounds=self.early_stopping_rounds,
             verbose_eval=verbose,
         )
         # The objective's metric (crf-nll) is the one the engine records and stops on.
-        self._set_fitted(classes, out["booster"], out["history"], eval_metrics(None))
+        self._set_fitted(classes, out["booster"], out["history"], metrics)
         return self
 
     def predict(self, X, *, groups, decode="viterbi"):
@@ -206,5 +211,3 @@ class DaskXGBCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
 
     def _load_state(self):
         return load_state(self.booster_)
-
-    transitions_ = _CRFClassifier.transitions_

@@ -26,12 +26,13 @@ not concave. :class:`LatentLogLinearClassifier` maximizes it by
 The denominator's features are ``f_(j, o) = e_o (x) x~_j`` over the
 ``n = C m`` outcomes ``o = (y, h)``, so Algorithm 1's curvature is
 ``sum_j M_j (x) x~_j x~_j^T`` with the ``n x n`` matrices ``M_j`` of
-:mod:`structboost.transitions.majorize`: ``O(t n^2 p^2)`` per bound, never a loop over
+:mod:`structboost.majorize`: ``O(t n^2 p^2)`` per bound, never a loop over
 outcomes.
 """
 
 import time
 import warnings
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy.optimize import minimize
@@ -42,7 +43,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..transitions import majorize
+from .. import majorize
+from .._typing import ArrayLike, Floats
 
 __all__ = ["LatentLogLinearClassifier", "LatentProblem", "SOLVERS"]
 
@@ -126,8 +128,7 @@ class LatentProblem:
             ``log_z`` the exact sum at ``theta``, ``mu`` its gradient and a
             dense curvature ``sum_j M_j (x) x~_j x~_j^T``, shape (d, d).
         """
-        log_z, prob, deviation, coefficient = majorize._running_mean_operator(self.scores(theta))
-        weights = majorize._curvature_weights(deviation, coefficient)  # shape (t, n, n)
+        log_z, prob, weights = majorize.outcome_curvature(self.scores(theta))  # weights (t, n, n)
         curvature = np.einsum("jab,jq,jr->aqbr", weights, self.inputs, self.inputs, optimize=True)
         mu = (prob.T @ self.inputs).ravel()
         return majorize.QuadraticBound(theta, float(log_z.sum()), mu, curvature.reshape(self.dim, self.dim))
@@ -166,6 +167,9 @@ class LatentProblem:
         return majorize.majorize_step(bound, features, self.reg)
 
 
+_Self = TypeVar("_Self", bound="LatentLogLinearClassifier")
+
+
 class LatentLogLinearClassifier(ClassifierMixin, BaseEstimator):
     """Latent log-linear classifier (mixture of Gaussian-gated logistic regressions).
 
@@ -202,10 +206,10 @@ class LatentLogLinearClassifier(ClassifierMixin, BaseEstimator):
         ``theta[y, h]`` without the biases.
     intercept_ : ndarray, shape (C, m)
         The biases ``nu[y, h]``.
-    history_ : ndarray, shape (n_iter_ + 1,)
+    history_ : ndarray, shape ``(n_iter_ + 1,)``
         Penalized latent log-likelihood ``l`` at the start and after every
         iteration (for EM: of the conditioned model).
-    history_seconds_ : ndarray, shape (n_iter_ + 1,)
+    history_seconds_ : ndarray, shape ``(n_iter_ + 1,)``
         Seconds since the start of :meth:`fit` when each value was reached.
     n_iter_ : int
     n_features_in_ : int
@@ -221,8 +225,15 @@ class LatentLogLinearClassifier(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(
-        self, n_hidden=2, solver="bound", reg=0.0, max_iter=100, tol=1e-6, init_scale=0.1, random_state=None
-    ):
+        self,
+        n_hidden: int = 2,
+        solver: str = "bound",
+        reg: float = 0.0,
+        max_iter: int = 100,
+        tol: float = 1e-06,
+        init_scale: float = 0.1,
+        random_state: Any = None,
+    ) -> None:
         self.n_hidden = n_hidden
         self.solver = solver
         self.reg = reg
@@ -245,7 +256,7 @@ class LatentLogLinearClassifier(ClassifierMixin, BaseEstimator):
         if not self.init_scale > 0:
             raise ValueError(f"init_scale must be > 0; got {self.init_scale!r}.")
 
-    def fit(self, X, y):
+    def fit(self: _Self, X: ArrayLike, y: ArrayLike) -> _Self:
         """Fit by the chosen solver.
 
         Parameters
@@ -286,20 +297,20 @@ class LatentLogLinearClassifier(ClassifierMixin, BaseEstimator):
         scores = np.einsum("tp,chp->tch", X, self.coef_) + self.intercept_
         return scores - logsumexp(scores, axis=(1, 2), keepdims=True)
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Floats:
         """``log p(y | x)``, shape (t, C), columns in the order of ``classes_``."""
         return logsumexp(self._joint_log_proba(X), axis=2)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Floats:
         """``p(y | x)``, shape (t, C), columns in the order of ``classes_``."""
         return np.exp(self.predict_log_proba(X))
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Most probable class of every row, shape (t,)."""
         log_proba = self.predict_log_proba(X)
         return self.classes_[np.argmax(log_proba, axis=1)]
 
-    def log_likelihood(self, X, y):
+    def log_likelihood(self, X: ArrayLike, y: ArrayLike) -> float:
         """Summed latent log-likelihood ``sum_j log p(y_j | x_j)`` (no penalty), a float.
 
         Labels unseen in training raise ``ValueError``.

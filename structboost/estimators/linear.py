@@ -11,7 +11,7 @@ log-likelihood::
 with ``theta = [[coef; intercept].ravel(), transitions.ravel(), start, end]``
 (``d = (p + 1) K + K^2 + 2K``), either by L-BFGS on the exact gradient or by
 the majorization steps of Jebara & Choromanska (2012) with the Algorithm 3
-bound of :func:`structboost.transitions.majorize.linear_chain_bound` (optionally streamed
+bound of :func:`structboost.majorize.linear_chain_bound` (optionally streamed
 at low rank, Algorithm 4; by default above ``LOW_RANK_DIM`` parameters).
 
 The fitted :meth:`LinearChainCRF.decision_function` gives node scores that a
@@ -20,6 +20,7 @@ setting of Chen et al. (2015).
 """
 
 import time
+from typing import Any, TypeVar
 
 import numpy as np
 import scipy.sparse
@@ -27,7 +28,8 @@ from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
 
 from .. import inference
-from ..transitions import majorize
+from .. import majorize
+from .._typing import ArrayLike, Floats, Ints
 from ..objectives.chain import SequenceBatch
 from ..transitions.chain import TransitionParams, TransitionProblem
 
@@ -63,7 +65,7 @@ def _with_ones(X):
 class LinearChainProblem:
     """Penalised NLL of a linear-chain CRF in all its parameters.
 
-    Implements the ``BoundTerm`` protocol of :func:`structboost.transitions.majorize.fit_majorize`.
+    Implements the ``BoundTerm`` protocol of :func:`structboost.majorize.fit_majorize`.
 
     Parameters
     ----------
@@ -156,7 +158,7 @@ class LinearChainProblem:
         theta : ndarray, shape (d,)
         rank : int, optional
             Stream the curvature at this rank plus a diagonal (Algorithm 4,
-            :func:`~structboost.transitions.majorize.linear_chain_bound`), never forming
+            :func:`~structboost.majorize.linear_chain_bound`), never forming
             the ``d x d`` matrix.
 
         Returns
@@ -178,6 +180,9 @@ class LinearChainProblem:
         return majorize.QuadraticBound(theta, float(b.seq_weight @ log_z), mu, curvature)
 
 
+_Self = TypeVar("_Self", bound="LinearChainCRF")
+
+
 class LinearChainCRF(BaseEstimator):
     """Linear-chain CRF with linear node scores, fit by L-BFGS or majorization.
 
@@ -188,9 +193,9 @@ class LinearChainCRF(BaseEstimator):
         ``"majorize"``: Jebara & Choromanska (2012) bound steps, monotone
         without a line search; ``O(K^2 d + K p d)`` per row and ``d^2``
         memory per step, ``d = (p + 1) K + K^2 + 2K``. Above
-        ``d = structboost.transitions.majorize.LOW_RANK_DIM`` (4096) parameters and with
+        ``d = structboost.majorize.LOW_RANK_DIM`` (4096) parameters and with
         ``reg > 0`` the curvature is streamed at rank
-        ``structboost.transitions.majorize.DEFAULT_RANK`` (32) unless ``rank`` is set.
+        ``structboost.majorize.DEFAULT_RANK`` (32) unless ``rank`` is set.
     reg : float
         L2 penalty on every parameter, on the summed (not averaged) NLL;
         ``> 0`` with ``rank``.
@@ -214,9 +219,9 @@ class LinearChainCRF(BaseEstimator):
     intercept_ : ndarray, shape (K,)
     transitions_ : TransitionParams
     num_labels_ : int
-    history_ : ndarray, shape (n_iter_ + 1,)
+    history_ : ndarray, shape ``(n_iter_ + 1,)``
         Penalised NLL at the start and after every iteration.
-    history_seconds_ : ndarray, shape (n_iter_ + 1,)
+    history_seconds_ : ndarray, shape ``(n_iter_ + 1,)``
         Seconds since the start of :meth:`fit` when each value was reached.
     n_iter_ : int
     rank_ : int or None
@@ -254,7 +259,15 @@ class LinearChainCRF(BaseEstimator):
     ``structboost.engines.predict(booster, X, lengths=..., base_margin=scores)``.
     """
 
-    def __init__(self, solver="lbfgs", reg=1.0, max_iter=100, tol=1e-7, rank=None, num_labels=None):
+    def __init__(
+        self,
+        solver: str = "lbfgs",
+        reg: float = 1.0,
+        max_iter: int = 100,
+        tol: float = 1e-07,
+        rank: int | None = None,
+        num_labels: int | None = None,
+    ) -> None:
         self.solver = solver
         self.reg = reg
         self.max_iter = max_iter
@@ -281,7 +294,13 @@ class LinearChainCRF(BaseEstimator):
                     "a low-rank curvature needs reg > 0; pass a positive reg or rank=None."
                 )
 
-    def fit(self, X, y, lengths, sample_weight=None):
+    def fit(
+        self: _Self,
+        X: Any,
+        y: ArrayLike,
+        lengths: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+    ) -> _Self:
         """Fit all parameters.
 
         Parameters
@@ -364,7 +383,7 @@ class LinearChainCRF(BaseEstimator):
             )
         return X
 
-    def decision_function(self, X):
+    def decision_function(self, X: Any) -> Floats:
         """Node scores ``X @ coef_ + intercept_``, shape (n, K).
 
         Usable as XGBoost ``base_margin`` or LightGBM ``init_score``
@@ -373,13 +392,13 @@ class LinearChainCRF(BaseEstimator):
         X = self._check_fitted(X)
         return np.asarray(X @ self.coef_) + self.intercept_
 
-    def predict(self, X, lengths):
+    def predict(self, X: Any, lengths: ArrayLike) -> Ints:
         """Viterbi labels ``(n,)`` of every sequence."""
         unary = self.decision_function(X)
         p = self.transitions_
         return inference.viterbi(unary, lengths, p.transitions, p.start, p.end)
 
-    def predict_marginals(self, X, lengths):
+    def predict_marginals(self, X: Any, lengths: ArrayLike) -> Floats:
         """Posterior marginals ``P(y_t = k | x)``, shape (n, K)."""
         unary = self.decision_function(X)
         p = self.transitions_

@@ -33,12 +33,16 @@ pair); ``"shared"`` uses one potential for every edge, which can only express
 one kind of association for all pairs.
 """
 
+import os
+from collections.abc import Sequence
+from typing import Any, TypeVar
 import gzip
 import xml.etree.ElementTree as ET
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from .._typing import ArrayLike, Floats, Ints
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ._spanning import maximum_spanning_parents
 from .base import BoostedCRFClassifier
@@ -112,7 +116,9 @@ def _label_names(labels, names):
     return tail
 
 
-def read_arff_multilabel(path, labels):
+def read_arff_multilabel(
+    path: str | os.PathLike[str], labels: int | str | os.PathLike[str]
+) -> tuple[Floats, Ints, list[str], list[str]]:
     """Read a MULAN multi-label ARFF file (dense or sparse, optionally gzipped).
 
     Parameters
@@ -431,7 +437,10 @@ def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
 # ----------------------------------------------------------------------------- estimator
 
 
-@fill_doc("mode", "gamma", "step", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
+_Self = TypeVar("_Self", bound="ESSTreeCRFClassifier")
+
+
+@fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions", solvers=TREE_SOLVERS)
 class ESSTreeCRFClassifier(BoostedCRFClassifier):
     """Multi-label classifier: a boosted CRF over a tree of labels.
 
@@ -441,11 +450,17 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         Evidence-specific trees, one Chow-Liu tree, or no edges (see the
         module docstring).
     {objective_params}
-    n_estimators, learning_rate, max_depth : int, float, int
-        Boosting of the node potentials (one booster for every label).
+    n_estimators, learning_rate, max_depth : int or None, float, int
+        Boosting of the node potentials (one booster for every label);
+        ``n_estimators=None``: 1000 rounds at most when automatic early
+        stopping ends the fit, 100 otherwise.
     early_stopping_rounds : int, optional
         Stop when the NLL on the last ``eval_set`` entry has not improved
         for this many rounds.
+    early_stopping, validation_fraction, n_iter_no_change
+        Automatic early stopping on held-out inputs, as in
+        :class:`structboost.TreeCRFClassifier` (the threshold counts label
+        nodes: inputs times labels); the structure learner sees every input.
     edge_typing : {"pair", "shared"}
         One ``2 x 2`` potential per ordered label pair, or one for all edges.
     pairwise : {"xgboost", "logistic"}
@@ -471,50 +486,62 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         Training mutual information of the label pairs.
     tree_ : (L,) ndarray
         Chow-Liu parents (``"chow-liu"`` only).
-    pairs_ : (P, 2) ndarray and pairwise_ : PairwiseLabelModels (``"ess"`` only)
+    pairs_ : (P, 2) ndarray
+        The label pairs (``"ess"`` only).
+    pairwise_ : PairwiseLabelModels
+        The pairwise models (``"ess"`` only).
     crf_ : TreeCRFClassifier
     booster_ : xgboost.Booster
         The CRF's booster (``crf_.booster_``).
     best_iteration_ : int
         0-based index of the last round the model uses.
     evals_result_ : dict
-        CRF metric per round for each ``eval_set`` entry (``validation_i``).
-    feature_importances_ : (n_features_in_,) ndarray
+        CRF metric per round for each ``eval_set`` entry (``validation_i``),
+        or for the held-out inputs (``"validation"``).
+    validation_sequences_ : (v,) int64 ndarray
+        Rows of ``X`` held out by automatic early stopping (empty when none).
+    feature_importances_ : ``(n_features_in_,)`` ndarray
         Total gain of the CRF's splits on each input feature.
     """
 
     def __init__(
         self,
         *,
-        structure="ess",
-        mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
-        step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=50,
-        learning_rate=0.3,
-        max_depth=4,
-        early_stopping_rounds=None,
-        edge_typing="pair",
-        pairwise="xgboost",
-        max_pairs=45,
-        pairwise_estimators=30,
-        pairwise_depth=3,
-        folds=2,
-        random_state=0,
-        **kwargs,
-    ):
+        structure: str = "ess",
+        mode: str = DEFAULTS["mode"],
+        hessian_bound: str | float = DEFAULTS["hessian_bound"],
+        step: str = DEFAULTS["step"],
+        transition_solver: str = DEFAULTS["transition_solver"],
+        reg_transitions: float = DEFAULTS["reg_transitions"],
+        n_estimators: int | None = None,
+        learning_rate: float = 0.3,
+        max_depth: int = 4,
+        early_stopping_rounds: int | None = None,
+        early_stopping: str | bool = "auto",
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        edge_typing: str = "pair",
+        pairwise: str = "xgboost",
+        max_pairs: int = 45,
+        pairwise_estimators: int = 30,
+        pairwise_depth: int = 3,
+        folds: int = 2,
+        random_state: Any = 0,
+        **kwargs: Any,
+    ) -> None:
         self.structure = structure
         self.mode = mode
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.max_depth = max_depth
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
         self.edge_typing = edge_typing
         self.pairwise = pairwise
         self.max_pairs = max_pairs
@@ -532,7 +559,11 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             order = order[: int(self.max_pairs)]
         return np.column_stack((i[order], j[order]))
 
-    def structures(self, X, joint=None):
+    def structures(
+        self,
+        X: Any,
+        joint: ArrayLike | None = None,
+    ) -> Ints:
         """Parents ``(n, L)`` of every input's label tree (``-1`` for roots)."""
         check_is_fitted(self, "n_labels_")
         n = np.shape(X)[0]
@@ -553,7 +584,14 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             "lengths": np.full(n, self.n_labels_),
         }
 
-    def fit(self, X, Y, *, eval_set=None, verbose=False):
+    def fit(
+        self: _Self,
+        X: Any,
+        Y: Any,
+        *,
+        eval_set: Sequence[Any] | None = None,
+        verbose: bool | int = True,
+    ) -> _Self:
         """Fit the structure learner and the boosted CRF.
 
         Parameters
@@ -564,13 +602,16 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             Evaluation sets; the CRF metric is recorded in ``evals_result_``
             and the last one drives early stopping.
         verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds.
+            Print the metrics of the ``eval_set`` (or of the held-out
+            sequences of automatic early stopping) every round (``True``, the
+            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
+            ``False``: silent.
 
         Returns
         -------
         self
         """
+        self._check_params()
         if self.structure not in STRUCTURES:
             raise ValueError(f"structure must be one of {STRUCTURES}; got {self.structure!r}.")
         if self.edge_typing not in EDGE_TYPINGS:
@@ -603,13 +644,20 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self.n_features_in_ = x.shape[1]
         parents = self.structures(x, joint)
         self.crf_ = TreeCRFClassifier(
-            **self._objective_kwargs(),
+            mode=self.mode,
+            hessian_bound=self.hessian_bound,
+            step=self.step,
+            transition_solver=self.transition_solver,
+            reg_transitions=self.reg_transitions,
             n_estimators=self.n_estimators,
             learning_rate=self.learning_rate,
             max_depth=self.max_depth,
             n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
             early_stopping_rounds=self.early_stopping_rounds,
-            **{"seed": self.random_state, **self._engine_kwargs()},
+            early_stopping=self.early_stopping,
+            validation_fraction=self.validation_fraction,
+            n_iter_no_change=self.n_iter_no_change,
+            **{"seed": self.random_state, **self._engine_params()},
         )
         evals = []
         for i, entry in enumerate(eval_set or ()):
@@ -627,6 +675,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self.booster_ = self.crf_.booster_
         self.evals_result_ = self.crf_.evals_result_
         self.best_iteration_ = self.crf_.best_iteration_
+        self.validation_sequences_ = self.crf_.validation_sequences_
         return self
 
     def _gain_importance(self):
@@ -637,18 +686,28 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         x = np.asarray(X, dtype=np.float64)
         return label_node_features(x, self.n_labels_), self._tree_args(x, self.structures(x))
 
-    def predict(self, X):
+    def predict(
+        self,
+        X: Any,
+    ) -> Any:
         """Most probable label set of every input (MAP on its tree), ``(n, L)`` 0/1."""
         rows, args = self._node_inputs(X)
         return self.crf_.predict(rows, **args).reshape(-1, self.n_labels_)
 
-    def predict_proba(self, X):
+    def predict_proba(
+        self,
+        X: Any,
+    ) -> Any:
         """Marginal probability of every label, ``(n, L)``."""
         rows, args = self._node_inputs(X)
         marg = self.crf_.predict_marginals(rows, **args)
         return marg[:, list(self.crf_.classes_).index(1)].reshape(-1, self.n_labels_)
 
-    def predict_log_likelihood(self, X, Y):
+    def predict_log_likelihood(
+        self,
+        X: Any,
+        Y: Any,
+    ) -> Floats:
         """``log P(Y | X)`` of every input's label set, ``(n,)``."""
         rows, args = self._node_inputs(X)
         return self.crf_.predict_log_likelihood(rows, check_label_matrix(Y).ravel(), **args)

@@ -9,15 +9,26 @@ The estimator speaks the dialect of the chain estimators
 parents[, edge_types])`` tuples or dicts.
 """
 
+from collections.abc import Sequence
+from typing import Any, TypeVar
 import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._typing import ArrayLike, Floats
 from ..engines.xgboost import xgb_params
 from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_likelihood
 from ..engines.xgboost_tree import tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..sequences import sequence_weights
-from .base import BoostedCRFClassifier, XGBoostTraining, eval_entry, eval_metrics
+from .base import (
+    HELD_OUT_NAME,
+    BoostedCRFClassifier,
+    XGBoostTraining,
+    eval_metrics,
+    split_sequences,
+)
+from ._docs import STOPPING_PARAMS
+from .inputs import eval_entry
 
 _STRUCTURE = ("parents", "edge_types")
 
@@ -30,15 +41,20 @@ def _edge_type_count(edge_types, given):
     return int(np.max(edge_types)) + 1 if len(edge_types) else 1
 
 
-@fill_doc("mode", "gamma", "step", "transitions", "reg_transitions", solvers=TREE_SOLVERS)
+_Self = TypeVar("_Self", bound="TreeCRFClassifier")
+
+
+@fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
+          solvers=TREE_SOLVERS, stopping_params=STOPPING_PARAMS)  # fmt: skip
 class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
 
     Parameters
     ----------
     {objective_params}
-    n_estimators : int
-        Boosting rounds.
+    n_estimators : int, optional
+        Most boosting rounds; None: 1000 when automatic early stopping ends
+        the fit (see ``early_stopping``), 100 otherwise.
     learning_rate : float
         XGBoost's ``eta``.
     max_depth : int
@@ -49,24 +65,26 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         Stop when the last ``eval_metric`` on the last ``eval_set`` entry
         has not improved for this many rounds; predictions then use the best
         round and its potentials.
+    {stopping_params}
     sequence_column : str, optional
         DataFrame column holding the per-row instance id, read on every call
         (never a feature); see :mod:`structboost.estimators.base`.
-    eval_metric : str or list of str, optional
-        ``"crf-nll"`` (default) and/or ``"crf-error"``, as in
+    eval_metric : str, callable or list of them, optional
+        ``"crf-nll"`` (default), ``"crf-error"`` or callables ``f(y_true,
+        y_proba[, sample_weight=])`` of the node marginals, as in
         :class:`structboost.XGBCRFClassifier`; the last drives early stopping.
     callbacks : list of xgboost.callback.TrainingCallback, optional
         Run after the one that stores the potentials.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``subsample``,
-        ``random_state``, ...). ``n_jobs`` (or ``nthread``) sets the threads
-        of XGBoost, the numba kernels and BLAS alike.
+        ``random_state``, ...). ``n_jobs`` sets the threads of XGBoost and
+        of the objective's numba kernels.
 
     Attributes
     ----------
     classes_ : (K,) ndarray
     booster_ : xgboost.Booster
-        Carries the edge potentials; :func:`structboost.predict_tree` accepts it.
+        Carries the edge potentials; :func:`structboost.xgboost.predict_tree` accepts it.
     n_edge_types_ : int
     best_iteration_ : int
         0-based index of the last round the model uses.
@@ -76,39 +94,50 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     best_score_ : float
         The stopping metric on the last ``eval_set`` entry at
         ``best_iteration_`` (only with an ``eval_set``).
+    validation_sequences_ : (v,) int64 ndarray
+        Positions of the training instances held out by automatic early
+        stopping (empty when none were).
     n_classes_ : int
-    feature_importances_ : ndarray, shape (n_features_in_,)
+    feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
     """
 
     def __init__(
         self,
         *,
-        mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
-        step=DEFAULTS["step"],
-        transitions=DEFAULTS["transitions"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
-        learning_rate=0.3,
-        max_depth=6,
-        n_edge_types=None,
-        early_stopping_rounds=None,
-        sequence_column=None,
-        eval_metric=None,
-        callbacks=None,
-        **kwargs,
-    ):
+        mode: str = DEFAULTS["mode"],
+        hessian_bound: str | float = DEFAULTS["hessian_bound"],
+        step: str = DEFAULTS["step"],
+        transition_solver: str = DEFAULTS["transition_solver"],
+        reg_transitions: float = DEFAULTS["reg_transitions"],
+        n_estimators: int | None = None,
+        learning_rate: float = 0.3,
+        max_depth: int = 6,
+        n_edge_types: int | None = None,
+        early_stopping_rounds: int | None = None,
+        early_stopping: str | bool = "auto",
+        validation_fraction: float = 0.1,
+        n_iter_no_change: int = 10,
+        class_weight: Any = None,
+        sequence_column: str | None = None,
+        eval_metric: Any = None,
+        callbacks: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.mode = mode
-        self.gamma = gamma
+        self.hessian_bound = hessian_bound
         self.step = step
-        self.transitions = transitions
+        self.transition_solver = transition_solver
         self.reg_transitions = reg_transitions
         self.n_estimators = n_estimators
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.n_edge_types = n_edge_types
         self.early_stopping_rounds = early_stopping_rounds
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.class_weight = class_weight
         self.sequence_column = sequence_column
         self.eval_metric = eval_metric
         self.callbacks = callbacks
@@ -123,8 +152,19 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         weight = None if sample_weight is None else sequence_weights(sample_weight, lengths)
         return tree_dmatrix(X, codes, lengths, parents, edge_types, weight=weight)
 
-    def fit(self, X, y, *, parents, edge_types=None, groups=None, lengths=None,
-            sample_weight=None, eval_set=None, verbose=False):  # fmt: skip
+    def fit(
+        self: _Self,
+        X: Any,
+        y: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+        eval_set: Sequence[Any] | None = None,
+        verbose: bool | int = True,
+    ) -> _Self:
         """Fit on tree instances.
 
         Parameters
@@ -145,21 +185,38 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             ``(X, y, groups_or_lengths, parents[, edge_types])`` tuples or
             dicts with those keys; the last one drives early stopping.
         verbose : bool or int
-            Print the ``eval_set`` metrics every round (``True``) or every
-            ``verbose`` rounds, as XGBoost's ``verbose_eval``.
+            Print the metrics of the ``eval_set`` (or of the held-out
+            sequences of automatic early stopping) every round (``True``, the
+            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
+            ``False``: silent.
 
         Returns
         -------
         self
         """
+        self._check_params()
         X, lengths = self._boundaries(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(y, X.shape[0])
-        metrics = eval_metrics(self.eval_metric, allow_callables=False)
-        crf = self._objective_kwargs()
+        metrics = eval_metrics(self.eval_metric)
         self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
-        obj = tree_crf_objective(len(classes), self.n_edge_types_, nthread=self._threads(), **crf)
-        dtrain = self._dmatrix(X, codes, lengths, parents, edge_types, sample_weight)
+        obj = tree_crf_objective(len(classes), self.n_edge_types_, self._objective_spec(metrics))
+        stopping = self._stopping(lengths, bool(eval_set))
+        seq_weight = self._class_weighted(
+            None if sample_weight is None else sequence_weights(sample_weight, lengths),
+            codes, lengths, classes,
+        )  # fmt: skip
+        if seq_weight is not None:
+            sample_weight = np.repeat(seq_weight, np.asarray(lengths))
+        train = (X, codes, lengths, parents, edge_types, sample_weight)
         dvalid, names = [], []
+        if stopping.held_out is not None:
+            parts = split_sequences(stopping.held_out, lengths, (X, codes, parents, edge_types,
+                                                                 sample_weight))  # fmt: skip
+            # (lengths, X, codes, ...) -> the _dmatrix order (X, codes, lengths, ...)
+            train, held = ((p[1], p[2], p[0], *p[3:]) for p in parts)
+            dvalid.append(self._dmatrix(*held))
+            names.append(HELD_OUT_NAME)
+        dtrain = self._dmatrix(*train)
         for i, item in enumerate(eval_set or ()):
             e = eval_entry(item, i, lambda X: np.shape(X)[0], _STRUCTURE)
             names.append(e["name"])
@@ -170,47 +227,86 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             dvalid.append(
                 self._dmatrix(Xe, codes_e, le, e["parents"], e["edge_types"], e["sample_weight"])
             )
-        if self.early_stopping_rounds is not None and not dvalid:
-            raise ValueError("early_stopping_rounds needs an eval_set to watch.")
         params = xgb_params(
-            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
+            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
         )
-        with self._thread_limits():
-            booster, evals_result = self._xgb_train(
-                params, obj, dtrain, dvalid, verbose, names, metrics
-            )
-        self._set_fitted(classes, booster, evals_result, metrics)
+        booster, evals_result = self._xgb_train(
+            params, obj, dtrain, dvalid, verbose, names, metrics, stopping
+        )
+        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         return self
 
     def _inputs(self, X, groups, lengths):
         check_is_fitted(self)
         return self._boundaries(X, groups, lengths, reset=False)
 
-    def predict(self, X, *, parents, edge_types=None, groups=None, lengths=None):
+    def predict(
+        self,
+        X: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+    ) -> Any:
         """MAP labelling of every tree, ``(n,)`` in the original labels."""
         X, lens = self._inputs(X, groups, lengths)
         return self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
 
-    def predict_marginals(self, X, *, parents, edge_types=None, groups=None, lengths=None):
+    def predict_marginals(
+        self,
+        X: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+    ) -> Any:
         """Node marginals ``(n, K)`` in ``classes_`` order."""
         X, lens = self._inputs(X, groups, lengths)
         return predict_tree_marginals(self.booster_, X, lens, parents, edge_types)
 
-    def predict_proba(self, X, *, parents, edge_types=None, groups=None, lengths=None):
+    def predict_proba(
+        self,
+        X: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+    ) -> Any:
         """scikit-learn's name for :meth:`predict_marginals`."""
         return self.predict_marginals(X, parents=parents, edge_types=edge_types, groups=groups,
                                       lengths=lengths)  # fmt: skip
 
-    def predict_log_likelihood(self, X, y, *, parents, edge_types=None, groups=None,
-                               lengths=None):  # fmt: skip
+    def predict_log_likelihood(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+    ) -> Floats:
         """``log P(y | x)`` of every instance, ``(m,)``."""
         X, lens = self._inputs(X, groups, lengths)
         codes = self._encode(y, X.shape[0], self.classes_)
         return tree_log_likelihood(self.booster_, X, codes, lens, parents, edge_types)
 
-    def score(self, X, y, *, parents, edge_types=None, groups=None, lengths=None,
-              sample_weight=None):  # fmt: skip
+    def score(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        parents: ArrayLike,
+        edge_types: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+        lengths: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+    ) -> float:
         """Node accuracy of the MAP labelling (weighted by ``sample_weight`` per row)."""
         pred = self.predict(X, parents=parents, edge_types=edge_types, groups=groups,
                             lengths=lengths)  # fmt: skip
-        return float(np.average(pred == np.asarray(y), weights=sample_weight))
+        weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        return float(np.average(pred == np.asarray(y), weights=weights))

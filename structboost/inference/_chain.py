@@ -16,7 +16,8 @@ sequence ``i``. Transition scores come as one array ``trans (P, K, K)``:
 also take ``emat, emax = exp_tables(trans)``: ``emat[p] = exp(trans[p] -
 emax[p])``. Nothing here validates input: :mod:`structboost.inference.chain`
 does that once. Each batch kernel comes as a ``prange`` driver and a serial one
-over the same per-sequence function; :mod:`structboost._config` picks.
+over the same per-sequence (the sweeps: per-chunk) function;
+:mod:`structboost._config` picks.
 
 Messages
 --------
@@ -59,6 +60,7 @@ bounds from its pairwise marginals.
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .._config import FINITE, KERNEL, PARALLEL, SAFE, TINY
@@ -201,6 +203,29 @@ def _fmin(typingctx, a, b):
     return sig, codegen
 
 
+@intrinsic
+def _prefetch(typingctx, arr, row, col):
+    """Prefetch, for writing, the cache line of ``arr[row, col]`` (a 2-d array).
+
+    LLVM's ``llvm.prefetch``: no effect on results. The sweeps' lanes write
+    rows far apart, more streams than the hardware prefetcher follows.
+    """
+    sig = types.void(arr, row, col)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(**FINITE)
 def _kept(m):
     """A row minimum, or 0 for a row with no finite entry (every label excluded)."""
@@ -274,180 +299,281 @@ def _rates(t, emat, emat_tt, p, alpha, beta, r, into, beta_scale, inv, pen, righ
     left[t] = _min_rate(emat, p, inv, pen, alpha, t - 1)
 
 
-@njit(**KERNEL)
-def _scaled_times_table(src, ts, scale, emat, p, dst, td):
-    """``dst[td] = src[ts] @ emat[p]`` after ``src[ts] *= scale`` (done in the same pass).
+#: Sequences per task of the sweeps: a chunk's sequences run in lockstep
+#: (:func:`_chunk_messages`), longest first, one vector lane each.
+_CHUNK = 32
+# Planes of the chunk's scratch ``buf (5, K, lanes)``: the incoming message,
+# alpha (forward) or its stored rows (backward), w, r and the marginals.
+_IN, _MSG, _W, _R, _MARG = 0, 1, 2, 3, 4
+# Rows of ``vec (5, lanes)``: sums, their inverses, overlaps, log Z's
+# running sum and running product of normalisers.
+_SUM, _INV, _OV, _ACC, _RUN = 0, 1, 2, 3, 4
+# Rows of ``idx (5, lanes)`` int64: sequence, first row, length, current row, table.
+_SEQ, _FIRST, _LEN, _ROW, _TAB = 0, 1, 2, 3, 4
 
-    The forward product: the normalisation of ``alpha[t - 1]`` is folded
-    into the loads of the product, so that it costs no pass of its own.
-    Four rows of the table per pass over ``dst[td]``: a third of the loads
-    and stores of ``dst`` that one row at a time costs (K = 26: 35% faster).
+
+@njit(**KERNEL)
+def _gather(src, idx, act, buf, q):
+    """``buf[q, a, s] = src[row_s, a]`` for the first ``act`` lanes."""
+    for s in range(act):
+        row = idx[_ROW, s]
+        for a in range(src.shape[1]):
+            buf[q, a, s] = src[row, a]
+
+
+@njit(**KERNEL)
+def _scatter(buf, q, idx, act, dst):
+    """``dst[row_s, a] = buf[q, a, s]`` for the first ``act`` lanes."""
+    for s in range(act):
+        row = idx[_ROW, s]
+        for a in range(dst.shape[1]):
+            dst[row, a] = buf[q, a, s]
+
+
+@njit(**KERNEL)
+def _lanes_times(buf, src, dst, mat, idx, act, vec):
+    """``buf[dst, b, s] = sum_a buf[src, a, s] mat[tab_s, a, b]``, ``vec[_SUM] =`` its sums.
+
+    For the first ``act`` lanes. One shared table: each entry is loaded once
+    for all lanes, and the lanes are the vector dimension (no horizontal
+    sums), four rows of the table per pass over ``buf[dst]``. Per-position
+    tables (``mat`` may be a transposed view) are read lane by lane.
     """
-    k = src.shape[1]
-    top = k - k % 4
+    k = mat.shape[1]
     for b in range(k):
-        dst[td, b] = 0.0
-    for a in range(0, top, 4):
-        x0 = src[ts, a] * scale
-        x1 = src[ts, a + 1] * scale
-        x2 = src[ts, a + 2] * scale
-        x3 = src[ts, a + 3] * scale
-        src[ts, a], src[ts, a + 1], src[ts, a + 2], src[ts, a + 3] = x0, x1, x2, x3
-        for b in range(k):
-            dst[td, b] += (x0 * emat[p, a, b] + x1 * emat[p, a + 1, b]
-                           + x2 * emat[p, a + 2, b] + x3 * emat[p, a + 3, b])
-    for a in range(top, k):
-        xa = src[ts, a] * scale
-        src[ts, a] = xa
-        for b in range(k):
-            dst[td, b] += xa * emat[p, a, b]
+        for s in range(act):
+            buf[dst, b, s] = 0.0
+    if mat.shape[0] == 1:
+        top = k - k % 4
+        for a in range(0, top, 4):
+            for b in range(k):
+                e0, e1, e2, e3 = mat[0, a, b], mat[0, a + 1, b], mat[0, a + 2, b], mat[0, a + 3, b]
+                for s in range(act):
+                    buf[dst, b, s] += (buf[src, a, s] * e0 + buf[src, a + 1, s] * e1
+                                       + buf[src, a + 2, s] * e2 + buf[src, a + 3, s] * e3)
+        for a in range(top, k):
+            for b in range(k):
+                e0 = mat[0, a, b]
+                for s in range(act):
+                    buf[dst, b, s] += buf[src, a, s] * e0
+    else:
+        for a in range(k):
+            for b in range(k):
+                for s in range(act):
+                    buf[dst, b, s] += buf[src, a, s] * mat[idx[_TAB, s], a, b]
+    for s in range(act):
+        vec[_SUM, s] = 0.0
+    for b in range(k):
+        for s in range(act):
+            vec[_SUM, s] += buf[dst, b, s]
 
 
 @njit(**KERNEL)
-def _table_times(emat, p, src, ts, dst, td):
-    """``dst[td] = emat[p] @ src[ts]`` (the backward product); returns ``dst[td].sum()``.
-
-    Four rows at a time, sharing the loads of ``src[ts]`` (K = 26: 40% faster).
-    """
-    k = src.shape[1]
-    top = k - k % 4
-    total = 0.0
-    for a in range(0, top, 4):
-        v0 = v1 = v2 = v3 = 0.0
-        for b in range(k):
-            xb = src[ts, b]
-            v0 += emat[p, a, b] * xb
-            v1 += emat[p, a + 1, b] * xb
-            v2 += emat[p, a + 2, b] * xb
-            v3 += emat[p, a + 3, b] * xb
-        dst[td, a], dst[td, a + 1], dst[td, a + 2], dst[td, a + 3] = v0, v1, v2, v3
-        total += (v0 + v1) + (v2 + v3)
-    for a in range(top, k):
-        v = 0.0
-        for b in range(k):
-            v += emat[p, a, b] * src[ts, b]
-        dst[td, a] = v
-        total += v
-    return total
+def _prefetch_rows(idx, act, step, dst):
+    """Prefetch the rows ``row_s + step`` of ``dst (n, K)`` of the first ``act`` lanes."""
+    last = dst.shape[1] - 1
+    for s in range(act):
+        row = idx[_ROW, s] + step
+        for a in range(0, last, 8):
+            _prefetch(dst, row, a)
+        _prefetch(dst, row, last)
 
 
 @njit(**KERNEL)
-def _sequence_messages(
-    i, w, row_max, offsets, emat, emat_tt, emax, start_e, start_max, end_e, end_max,
-    with_rates, log_z, alpha, beta, r, into, beta_scale, marg, overlap, right, left, lost,
-    inv, pen,
+def _set_rows(j, idx, act, n_tab):
+    """Point the first ``act`` lanes at their row ``j`` and its table."""
+    for s in range(act):
+        row = idx[_FIRST, s] + j
+        idx[_ROW, s] = row
+        idx[_TAB, s] = table(n_tab, row)
+
+
+@njit(**KERNEL)
+def _chunk_messages(
+    c, w, row_max, offsets, emat, emat_t, emax, start_e, start_max, end_e, end_max,
+    log_z, alpha, beta, r, into, beta_scale, marg, overlap, lost, buf, vec, idx,
 ):
-    """Both sweeps of sequence ``i`` (see :func:`messages`); returns early when lost.
+    """Both sweeps of the sequences of chunk ``c`` (see :func:`messages`), in lockstep.
 
-    ``inv, pen (K,)`` are scratch for the rates. Every row is addressed by
-    index (no slices, see :func:`_min_rate`). Each position costs one
-    product and one pass over its ``K`` labels forward, one product and two
-    passes backward: the normalisations ride on the products' loads and on
-    the marginals' pass, and ``log Z`` sums the logarithm of a running
-    product of the normalisers, taken when it leaves ``[LOG_LO, LOG_HI]``
-    (normalisers below ``LOG_LO`` are logged one by one).
+    The chunk's sequences, sorted longest first, are the lanes of the
+    scratch ``buf (5, K, lanes)``, ``vec (5, lanes)`` and ``idx (5, lanes)``
+    (lanes innermost), so that every pass over the labels and every product
+    runs over all lanes at once with no horizontal sums. At position ``j``
+    the lanes of the sequences longer than ``j`` are a prefix; the backward
+    sweep starts a lane with ``end`` at its last row. Each lane's arithmetic
+    is that of its sequence alone. A lane that the module notes' criterion
+    marks lost goes on computing (its rows are unspecified).
     """
-    lo, hi = offsets[i], offsets[i + 1]
+    m = offsets.shape[0] - 1
     k = w.shape[1]
     n_tab = emat.shape[0]
-    lost[i] = True
-    # Forward sweep; alpha[t] stays unnormalised until the product of t + 1
-    # scales it, and overlap[t] keeps its normaliser until the backward sweep.
-    acc = start_max
-    run = 1.0
-    s = 1.0
-    for t in range(lo, hi):
-        if t == lo:
-            for j in range(k):
-                into[t, j] = start_e[j]
-        else:
-            p = table(n_tab, t)
-            _scaled_times_table(alpha, t - 1, 1.0 / s, emat, p, into, t)
-            acc += emax[p]
-        s = 0.0
-        for j in range(k):
-            v = into[t, j] * w[t, j]
-            alpha[t, j] = v
-            s += v
-        if not s >= TINY:
-            return
-        overlap[t] = s
-        acc += row_max[t]
-        if s >= LOG_LO:
-            run *= s
-        else:
-            acc += np.log(s)
-        if not LOG_LO <= run <= LOG_HI:
-            acc += np.log(run)
-            run = 1.0
-    inv_s = 1.0 / s
-    s = 0.0
+    lo, hi = c * _CHUNK, min(m, (c + 1) * _CHUNK)
+    lanes = hi - lo
+    lengths = np.empty(lanes, dtype=np.int64)
+    for i in range(lo, hi):
+        lengths[i - lo] = offsets[i] - offsets[i + 1]  # negated: longest first
+    order = np.argsort(lengths, kind="mergesort")
+    for s in range(lanes):
+        i = lo + order[s]
+        idx[_SEQ, s] = i
+        idx[_FIRST, s] = offsets[i]
+        idx[_LEN, s] = offsets[i + 1] - offsets[i]
+        lost[i] = False
+        vec[_ACC, s] = start_max
+        vec[_RUN, s] = 1.0
+    top = idx[_LEN, 0]
     e_sum = 0.0
-    for j in range(k):
-        a = alpha[hi - 1, j] * inv_s
-        alpha[hi - 1, j] = a
-        s += a * end_e[j]
-        beta[hi - 1, j] = end_e[j]
-        e_sum += end_e[j]
-    if not s >= TINY:
-        return
-    log_z[i] = acc + np.log(run) + end_max + np.log(s)
-    # Backward sweep; beta[t] enters unnormalised, with its sum in bs.
-    bs = e_sum
-    right[hi - 1] = 0.0
-    left[lo] = 0.0
-    for t in range(hi - 1, lo - 1, -1):
-        if not bs >= TINY:
-            return
-        inv_b = 1.0 / bs
-        ov = 0.0
-        s = 0.0
-        for j in range(k):
-            b = beta[t, j] * inv_b
-            beta[t, j] = b
-            ov += alpha[t, j] * b
-            v = b * w[t, j]
-            r[t, j] = v
-            s += v
-        if not (overlap[t] * ov >= SAFE and bs * ov >= SAFE and s >= TINY):
-            return
-        beta_scale[t] = bs
-        overlap[t] = ov
-        inv_ov = 1.0 / ov
-        inv_s = 1.0 / s
-        for j in range(k):
-            r[t, j] *= inv_s
-            marg[t, j] = alpha[t, j] * beta[t, j] * inv_ov
-        if t < hi - 1 and with_rates:
-            p = table(n_tab, t + 1)
-            _rates(t + 1, emat, emat_tt, p, alpha, beta, r, into, beta_scale, inv, pen, right, left)
-        if t > lo:
-            bs = _table_times(emat, table(n_tab, t), r, t, beta, t - 1)
-    lost[i] = False
+    for a in range(k):
+        e_sum += end_e[a]
+    # Forward: buf[_IN] = alpha[t - 1] @ E_t, buf[_MSG] = alpha[t] (normalised).
+    act = lanes
+    for j in range(top):
+        while idx[_LEN, act - 1] <= j:
+            act -= 1
+        _set_rows(j, idx, act, n_tab)
+        _gather(w, idx, act, buf, _W)
+        if j == 0:
+            for a in range(k):
+                for s in range(act):
+                    buf[_IN, a, s] = start_e[a]
+        else:
+            _lanes_times(buf, _MSG, _IN, emat, idx, act, vec)
+        for s in range(act):
+            vec[_SUM, s] = 0.0
+        for a in range(k):
+            for s in range(act):
+                v = buf[_IN, a, s] * buf[_W, a, s]
+                buf[_MSG, a, s] = v
+                vec[_SUM, s] += v
+        for s in range(act):
+            vec[_INV, s] = 1.0 / vec[_SUM, s]
+        for a in range(k):
+            for s in range(act):
+                buf[_MSG, a, s] *= vec[_INV, s]
+        _scatter(buf, _IN, idx, act, into)
+        _scatter(buf, _MSG, idx, act, alpha)
+        if j + 1 < top:
+            _prefetch_rows(idx, act, 1, into)
+            _prefetch_rows(idx, act, 1, alpha)
+            _prefetch_rows(idx, act, 1, w)
+        for s in range(act):
+            row, i = idx[_ROW, s], idx[_SEQ, s]
+            sm = vec[_SUM, s]
+            if not sm >= TINY:
+                lost[i] = True
+            overlap[row] = sm
+            acc = vec[_ACC, s] + row_max[row] + (emax[idx[_TAB, s]] if j > 0 else 0.0)
+            run = vec[_RUN, s]
+            if sm >= LOG_LO:
+                run *= sm
+            else:
+                acc += np.log(sm)
+            if not LOG_LO <= run <= LOG_HI:
+                acc += np.log(run)
+                run = 1.0
+            vec[_ACC, s] = acc
+            vec[_RUN, s] = run
+            if j == idx[_LEN, s] - 1:
+                last = 0.0
+                for a in range(k):
+                    last += buf[_MSG, a, s] * end_e[a]
+                if not last >= TINY:
+                    lost[i] = True
+                log_z[i] = acc + np.log(run) + end_max + np.log(last)
+    # Backward: buf[_IN] = E_{t+1} @ r[t + 1] (or end) with its sums in vec[_SUM].
+    act = 0
+    for j in range(top - 1, -1, -1):
+        new = act
+        while act < lanes and idx[_LEN, act] > j:
+            act += 1
+        for s in range(new, act):
+            for a in range(k):
+                buf[_IN, a, s] = end_e[a]
+            vec[_SUM, s] = e_sum
+        _set_rows(j, idx, act, n_tab)
+        _gather(alpha, idx, act, buf, _MSG)
+        _gather(w, idx, act, buf, _W)
+        for s in range(act):
+            vec[_INV, s] = 1.0 / vec[_SUM, s]
+            vec[_OV, s] = 0.0
+        for a in range(k):
+            for s in range(act):
+                b = buf[_IN, a, s] * vec[_INV, s]
+                buf[_IN, a, s] = b
+                vec[_OV, s] += buf[_MSG, a, s] * b
+                buf[_R, a, s] = b * buf[_W, a, s]
+        for s in range(act):
+            row = idx[_ROW, s]
+            bs, ov = vec[_SUM, s], vec[_OV, s]
+            if not (bs >= TINY and overlap[row] * ov >= SAFE and bs * ov >= SAFE):
+                lost[idx[_SEQ, s]] = True
+            beta_scale[row] = bs
+            overlap[row] = ov
+            vec[_INV, s] = 1.0 / ov
+            vec[_SUM, s] = 0.0
+        for a in range(k):
+            for s in range(act):
+                buf[_MARG, a, s] = buf[_MSG, a, s] * buf[_IN, a, s] * vec[_INV, s]
+                vec[_SUM, s] += buf[_R, a, s]
+        for s in range(act):
+            if not vec[_SUM, s] >= TINY:
+                lost[idx[_SEQ, s]] = True
+            vec[_INV, s] = 1.0 / vec[_SUM, s]
+        for a in range(k):
+            for s in range(act):
+                buf[_R, a, s] *= vec[_INV, s]
+        _scatter(buf, _IN, idx, act, beta)
+        _scatter(buf, _R, idx, act, r)
+        _scatter(buf, _MARG, idx, act, marg)
+        if j > 0:
+            _prefetch_rows(idx, act, -1, beta)
+            _prefetch_rows(idx, act, -1, r)
+            _prefetch_rows(idx, act, -1, marg)
+            _lanes_times(buf, _R, _IN, emat_t, idx, act, vec)
 
 
-#: Sequences per task of the ``prange`` drivers (each task allocates its scratch once).
-_CHUNK = 64
+@njit(**KERNEL)
+def _chunk_pass(
+    c, offsets, emat, emat_tt, with_rates, alpha, beta, r, into, beta_scale, right, left, lost,
+    w, row_max, emat_t, emax, start_e, start_max, end_e, end_max, log_z, marg, overlap,
+    buf, vec, idx, inv, pen,
+):
+    """:func:`_chunk_messages` of chunk ``c``, then its rates while its rows are in cache."""
+    _chunk_messages(
+        c, w, row_max, offsets, emat, emat_t, emax, start_e, start_max, end_e, end_max, log_z,
+        alpha, beta, r, into, beta_scale, marg, overlap, lost, buf, vec, idx,
+    )
+    if with_rates:
+        for i in range(c * _CHUNK, min(offsets.shape[0] - 1, (c + 1) * _CHUNK)):
+            if not lost[i]:
+                _sequence_rates(
+                    i, offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left,
+                    inv, pen,
+                )
 
 
 @njit(**PARALLEL)
-def _messages_parallel(*args):
-    m = args[2].shape[0] - 1
-    k = args[0].shape[1]
-    for c in prange((m + _CHUNK - 1) // _CHUNK):
+def _messages_parallel(offsets, emat, *args):
+    k = emat.shape[1]
+    for c in prange((offsets.shape[0] + _CHUNK - 2) // _CHUNK):
+        buf = np.empty((5, k, _CHUNK))
+        vec = np.empty((5, _CHUNK))
+        idx = np.empty((5, _CHUNK), dtype=np.int64)
         inv = np.empty(k)
         pen = np.empty(k)
-        for i in range(c * _CHUNK, min(m, (c + 1) * _CHUNK)):
-            _sequence_messages(i, *args, inv, pen)
+        _chunk_pass(c, offsets, emat, *args, buf, vec, idx, inv, pen)
 
 
 @njit(**KERNEL)
-def _messages_serial(*args):
-    k = args[0].shape[1]
+def _messages_serial(offsets, emat, *args):
+    k = emat.shape[1]
+    buf = np.empty((5, k, _CHUNK))
+    vec = np.empty((5, _CHUNK))
+    idx = np.empty((5, _CHUNK), dtype=np.int64)
     inv = np.empty(k)
     pen = np.empty(k)
-    for i in range(args[2].shape[0] - 1):
-        _sequence_messages(i, *args, inv, pen)
+    for c in range((offsets.shape[0] + _CHUNK - 2) // _CHUNK):
+        _chunk_pass(c, offsets, emat, *args, buf, vec, idx, inv, pen)
 
 
 def shifted_exp(x):
@@ -470,7 +596,8 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
     start, end : (K,) float64
     with_rates : bool
         Fill ``right[t] = alpha_{t, t+1}`` (zero on last rows) and
-        ``left[t] = alpha_{t, t-1}`` (zero on first rows).
+        ``left[t] = alpha_{t, t-1}`` (zero on first rows), from the stored
+        messages of each chunk right after its sweeps.
     parallel : bool
 
     Notes
@@ -478,15 +605,20 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
     ``marg`` holds the node marginals, ``overlap[t] = alpha[t] @ beta[t]``
     (so that ``alpha[t] @ E @ r[t + 1] = beta_scale[t] * overlap[t]``).
     Rows of sequences with ``lost[i]`` set are unspecified: the caller
-    recomputes them in log space.
+    recomputes them in log space. The sweeps run the sequences
+    of a chunk in lockstep (:func:`_chunk_messages`).
     """
-    emat_tt = np.ascontiguousarray(emat.transpose(0, 2, 1)) if with_rates else emat
+    # The backward product is the forward one with the tables transposed.
+    emat_t = emat.transpose(0, 2, 1)
+    if emat.shape[0] == 1:
+        emat_t = np.ascontiguousarray(emat_t)
     start_e, s_max = shifted_exp(start)
     end_e, e_max = shifted_exp(end)
+    emat_tt = emat_t if emat.shape[0] == 1 or not with_rates else np.ascontiguousarray(emat_t)
     (_messages_parallel if parallel else _messages_serial)(
-        ws.w, ws.row_max, ws.offsets, emat, emat_tt, emax, start_e, s_max, end_e, e_max,
-        with_rates, ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg,
-        ws.overlap, ws.right, ws.left, ws.lost,
+        ws.offsets, emat, emat_tt, with_rates, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale,
+        ws.right, ws.left, ws.lost, ws.w, ws.row_max, emat_t, emax, start_e, s_max, end_e,
+        e_max, ws.log_z, ws.marg, ws.overlap,
     )
 
 

@@ -6,7 +6,12 @@ A batch of ``m`` instances is given as flat rows: instance ``i`` owns rows
 type ``etype[v]`` selecting ``transitions[etype[v]]``, whose entry ``[a, b]``
 scores parent label ``a`` with child label ``b``. Nothing here validates
 input: :mod:`structboost.inference.tree` does that once and builds the
-topological order with :func:`structure`.
+topological order with :func:`structure`. The kernels take the batch as one
+named structure ``tree`` (a :class:`structboost.inference.tree.TreeBatch`:
+``unary``, ``offsets``, ``gparent``, ``order``, ``child_ptr``,
+``child_idx``, ``edge_types``, ``transitions``) and the messages of
+:func:`messages` as another (a :class:`~structboost.inference.tree.TreeMessages`:
+``inside``, ``up``, ``outside``, ``down``).
 
 Messages are kept in log space, so margins of +-1e4 (or ``-inf`` transitions)
 stay finite, but the inner products run in scaled probability space: with
@@ -190,24 +195,26 @@ def _log_matvec(trans, emat, t_max, x, w, out):
 
 
 @njit(cache=CACHE)
-def messages(unary, offsets, order, gparent, child_ptr, child_idx, etype, transitions):
+def messages(tree):
     """Sum-product messages of every instance (see the module docstring).
 
     Parameters
     ----------
-    unary : (n, K) float64
-    offsets : (m + 1,) int64
-    order, gparent, child_ptr, child_idx : int64
-        From :func:`structure`.
-    etype : (n,) int64
-        Edge type of each non-root row.
-    transitions : (n_types, K, K) float64
+    tree : TreeBatch
+        ``unary (n, K)`` float64, ``offsets (m + 1,)`` int64; ``order``,
+        ``gparent``, ``child_ptr``, ``child_idx`` int64 from
+        :func:`structure`; ``edge_types (n,)`` int64, the type of each
+        non-root row's edge; ``transitions (n_types, K, K)`` float64.
 
     Returns
     -------
     log_z : (m,) float64
     inside, up, outside, down, belief : (n, K) float64
     """
+    unary, offsets, order, gparent = tree.unary, tree.offsets, tree.order, tree.gparent
+    child_ptr, child_idx, etype, transitions = (
+        tree.child_ptr, tree.child_idx, tree.edge_types, tree.transitions
+    )
     n, k = unary.shape
     n_inst = offsets.shape[0] - 1
     backward, emat, emat_back, t_max = _edge_tables(transitions)
@@ -300,14 +307,16 @@ def _conditional(trans, emat, t_max, x, lnorm, w, out):
 
 
 @njit(cache=CACHE)
-def edge_marginals(marginals, gparent, etype, transitions, inside, up):
-    """Joint marginals of every edge.
+def edge_marginals(marginals, tree, msgs):
+    """Joint marginals of every edge, from node ``marginals (n, K)`` and the messages.
 
     Returns
     -------
     (n, K, K) float64
         Row ``v`` holds ``P(y_parent(v) = a, y_v = b)``; zero for roots.
     """
+    gparent, etype, transitions = tree.gparent, tree.edge_types, tree.transitions
+    inside, up = msgs.inside, msgs.up
     n, k = marginals.shape
     _, emat, _, t_max = _edge_tables(transitions)
     out = np.zeros((n, k, k))
@@ -363,7 +372,7 @@ def _contraction(trans, emat_t, t_max, x, lnorm, w, rows, scale):
 
 
 @njit(cache=CACHE)
-def mixing_rates(gparent, etype, transitions, inside, up, outside, down):
+def mixing_rates(tree, msgs):
     """Contraction coefficients of Theorem 3.1 along both directions of every edge.
 
     Returns
@@ -374,6 +383,8 @@ def mixing_rates(gparent, etype, transitions, inside, up, outside, down):
     rate_up : (n,) float64
         ``alpha_{v, p} = 1 - sum_j min_i P(y_p = j | y_v = i)``; zero for roots.
     """
+    gparent, etype, transitions = tree.gparent, tree.edge_types, tree.transitions
+    inside, up, outside, down = msgs.inside, msgs.up, msgs.outside, msgs.down
     n, k = inside.shape
     backward, emat, emat_back, t_max = _edge_tables(transitions)
     rate_down = np.zeros(n)
@@ -395,7 +406,7 @@ def mixing_rates(gparent, etype, transitions, inside, up, outside, down):
 
 
 @njit(cache=CACHE)
-def mixing_bounds(offsets, order, gparent, child_ptr, rate_down, rate_up):
+def mixing_bounds(tree, rate_down, rate_up):
     """Node and edge bounds from the Eq. 17 messages of Chen et al. (2015).
 
     Node bound (Theorem 4.1): ``beta_{s->t} = alpha_{t,s} (1 + sum_{h in N(s),
@@ -417,6 +428,7 @@ def mixing_bounds(offsets, order, gparent, child_ptr, rate_down, rate_up):
     edge_gamma : (n,) float64
         Row ``v`` bounds the edge ``(parent(v), v)``; zero for roots.
     """
+    offsets, order, gparent, child_ptr = tree.offsets, tree.order, tree.gparent, tree.child_ptr
     n = gparent.shape[0]
     n_inst = offsets.shape[0] - 1
     beta_up = np.zeros(n)
@@ -493,9 +505,7 @@ def _visit(s, u, lo, step, given, p_t, rest, spread, came_from, stack, depth):
 
 
 @njit(cache=CACHE)
-def exact_gamma(
-    offsets, gparent, child_ptr, child_idx, etype, transitions, inside, up, outside, down, marginals
-):
+def exact_gamma(tree, msgs, marginals):
     """Smallest valid node bound, ``max_k sum_j |H_ij| / H_ii`` over node indicators.
 
     For ``i = (t, k)``, ``sum_j |H_ij| / H_ii = 2 (1 + sum_{s != t} TV_s / (1 - p_i))``
@@ -511,6 +521,11 @@ def exact_gamma(
     -------
     (n,) float64
     """
+    offsets, gparent, child_ptr, child_idx = (
+        tree.offsets, tree.gparent, tree.child_ptr, tree.child_idx
+    )
+    etype, transitions = tree.edge_types, tree.transitions
+    inside, up, outside, down = msgs.inside, msgs.up, msgs.outside, msgs.down
     n, k = marginals.shape
     n_inst = offsets.shape[0] - 1
     backward, emat, emat_back, t_max = _edge_tables(transitions)
@@ -577,7 +592,7 @@ def exact_gamma(
 
 
 @njit(cache=CACHE)
-def viterbi(unary, offsets, order, gparent, etype, transitions):
+def viterbi(tree):
     """Max-product labelling of every instance (ties go to the lowest label).
 
     Returns
@@ -587,6 +602,8 @@ def viterbi(unary, offsets, order, gparent, etype, transitions):
         Score of the returned labelling of each instance (``-inf`` when the
         transitions forbid every labelling).
     """
+    unary, offsets, order, gparent = tree.unary, tree.offsets, tree.order, tree.gparent
+    etype, transitions = tree.edge_types, tree.transitions
     n, k = unary.shape
     n_inst = offsets.shape[0] - 1
     score = unary.copy()
@@ -623,13 +640,15 @@ def viterbi(unary, offsets, order, gparent, etype, transitions):
 
 
 @njit(cache=CACHE)
-def label_scores(unary, offsets, gparent, etype, transitions, labels):
+def label_scores(tree, labels):
     """Score ``sum_v unary[v, y_v] + sum_{v non-root} T[type_v, y_p, y_v]`` per instance.
 
     Returns
     -------
     (m,) float64
     """
+    unary, offsets, gparent = tree.unary, tree.offsets, tree.gparent
+    etype, transitions = tree.edge_types, tree.transitions
     n_inst = offsets.shape[0] - 1
     out = np.zeros(n_inst)
     for i in range(n_inst):

@@ -29,6 +29,8 @@ from functools import cached_property
 
 import numpy as np
 
+from .._typing import ArrayLike, Floats, Ints
+
 from .. import _config
 from ..sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
 from . import _chain
@@ -50,7 +52,13 @@ def as_tables(transitions):
     return transitions[None] if transitions.ndim == 2 else transitions
 
 
-def check_chain(unary, lengths, transitions, start, end):
+def check_chain(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> tuple[Floats, Ints, Floats, Floats, Floats]:
     """Validate and convert the inputs shared by every chain function.
 
     Returns
@@ -387,6 +395,15 @@ class ChainPosterior:
         return out
 
 
+def _no_labelling(offsets, seq):
+    """The error for sequence ``seq``, which no label path is allowed to take."""
+    return ValueError(
+        f"sequence {seq} (length {int(offsets[seq + 1] - offsets[seq])}) has no allowed "
+        "labelling: the -inf transition/start/end scores (allowed_transitions) forbid "
+        "every label path of that length. Allow more moves."
+    )
+
+
 def _log_space_part(unary, offsets, sequences, trans, start, end):
     """Run :func:`structboost.inference._chain.log_space_posterior`; raise where nothing is allowed.
 
@@ -397,12 +414,7 @@ def _log_space_part(unary, offsets, sequences, trans, start, end):
     """
     log_z, marginals, pairwise = _chain.log_space_posterior(unary, offsets, sequences, trans, start, end)
     if not np.isfinite(log_z).all():
-        seq = int(sequences[np.flatnonzero(~np.isfinite(log_z))[0]])
-        raise ValueError(
-            f"sequence {seq} (length {int(offsets[seq + 1] - offsets[seq])}) has no allowed "
-            "labelling: the -inf transition/start/end scores (allowed_transitions) forbid "
-            "every label path of that length. Allow more moves."
-        )
+        raise _no_labelling(offsets, int(sequences[np.flatnonzero(~np.isfinite(log_z))[0]]))
     lengths = offsets[sequences + 1] - offsets[sequences]
     rows = np.repeat(offsets[sequences] - np.cumsum(lengths) + lengths, lengths) + np.arange(
         lengths.sum()
@@ -503,13 +515,32 @@ def path_scores(unary, offsets, labels, transitions, start, end):
 
 
 def map_labels(unary, offsets, transitions, start, end):
-    """Viterbi labels ``(n,)`` of validated arrays (see :func:`check_chain`)."""
-    return _chain.viterbi(
+    """Viterbi labels ``(n,)`` of validated arrays (see :func:`check_chain`).
+
+    Raises
+    ------
+    ValueError
+        Naming the first sequence with no allowed labelling (the best path
+        scores -inf), as :func:`posterior` does, instead of returning a path
+        that takes a forbidden move.
+    """
+    labels = _chain.viterbi(
         unary, offsets, as_tables(transitions), start, end, _config.parallel(unary.shape[0])
     )
+    if unary.shape[0]:
+        scores = path_scores(unary, offsets, labels, transitions, start, end)
+        if np.isneginf(scores).any():
+            raise _no_labelling(offsets, int(np.flatnonzero(np.isneginf(scores))[0]))
+    return labels
 
 
-def forward_backward(unary, lengths, transitions, start, end):
+def forward_backward(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> tuple[Floats, Floats]:
     """Log partition function and node marginals of every sequence.
 
     Parameters
@@ -531,7 +562,13 @@ def forward_backward(unary, lengths, transitions, start, end):
     return post.log_z, post.marginals()
 
 
-def edge_marginals(unary, lengths, transitions, start, end):
+def edge_marginals(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> Floats:
     """Pairwise marginals ``P(y_t = a, y_{t+1} = b | x)``.
 
     Returns
@@ -543,7 +580,13 @@ def edge_marginals(unary, lengths, transitions, start, end):
     return posterior(*check_chain(unary, lengths, transitions, start, end)).edge_marginals()
 
 
-def viterbi(unary, lengths, transitions, start, end):
+def viterbi(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> Ints:
     """Most probable labelling of every sequence.
 
     Returns
@@ -554,7 +597,14 @@ def viterbi(unary, lengths, transitions, start, end):
     return map_labels(*check_chain(unary, lengths, transitions, start, end))
 
 
-def gamma(unary, lengths, transitions, start, end, method="mixing"):
+def gamma(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+    method: str = "mixing",
+) -> Floats:
     """Per-position node bound gamma of Chen et al. (2015).
 
     Parameters
@@ -577,7 +627,13 @@ def gamma(unary, lengths, transitions, start, end, method="mixing"):
     return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).node_gamma(method)
 
 
-def edge_gamma(unary, lengths, transitions, start, end):
+def edge_gamma(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> Floats:
     """Per-edge bound gamma^(e) of Theorem 4.2 (Chen et al. 2015).
 
     Returns
@@ -589,7 +645,14 @@ def edge_gamma(unary, lengths, transitions, start, end):
     return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).edge_gamma()
 
 
-def sequence_nll(unary, lengths, labels, transitions, start, end):
+def sequence_nll(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    labels: ArrayLike,
+    transitions: ArrayLike,
+    start: ArrayLike,
+    end: ArrayLike,
+) -> Floats:
     """Negative log-likelihood ``log Z - score(labels)`` of every sequence.
 
     Returns

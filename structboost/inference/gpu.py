@@ -1,6 +1,6 @@
 """Linear-chain CRF inference on a CUDA GPU: device posteriors and numpy-facing functions.
 
-The optional GPU path (``pip install structboost[gpu]``): the kernels of
+The optional GPU path (``pip install structboost-crf[gpu]``): the kernels of
 :mod:`structboost.inference._cuda_chain` (numba.cuda) behind numpy-facing
 functions with the signatures and outputs of :mod:`structboost.inference.chain`
 (:func:`forward_backward`, :func:`viterbi`, :func:`gamma`; one shared
@@ -308,6 +308,49 @@ class DevicePosterior:
         """Per-edge bound ``(n,)`` of Theorem 4.2 as a device array; zero on last rows."""
         return self._gammas[1]
 
+    def weighted_sums(self, edge_weight, node_weight, with_curvature):
+        """Expected transition, start and end counts, summed on the device.
+
+        Rows of the log-space part (``log_space``) contribute nothing: the
+        caller adds them from ``log_space.pairwise`` on the host.
+
+        Parameters
+        ----------
+        edge_weight : (n,) float64 device array
+            Weight of the pair joining each row to the next (``d_row_weight``,
+            or the edge bound for the curvature).
+        node_weight : (n,) float64 device array
+            Weight of each first and last row in the curvature sums.
+        with_curvature : bool
+            Also sum the diagonal curvatures ``w p (1 - p)``.
+
+        Returns
+        -------
+        trans, trans_curv : (K, K) float64
+            Expected pair counts and their curvature (zeros without it).
+        ends : list of two (total (K,), curvature (K,)) pairs
+            Start-label and end-label counts.
+        """
+        st = self.structure
+        n, k = self.alpha.shape
+        coef = cuda.device_array((n, 3))
+        launch(kern.edge_weights, n, self.beta_scale, self.overlap, st.d_row_weight, edge_weight,
+               st.d_last, coef)
+        part = self.log_space
+        if part is not None:
+            set_rows(coef, part.rows, 0.0)
+        trans, trans_curv = zeros((k, k)), zeros((k, k))
+        kern.outer_sums[kern.outer_grid(n, k), (kern.TILE, kern.TILE)](
+            self.alpha, self.r, coef, self.d_emat, with_curvature, trans, trans_curv
+        )
+        ends = []
+        for d_rows in (st.d_first_rows, st.d_last_rows):
+            total, curv = zeros(k), zeros(k)
+            launch(kern.node_sums, k * -(-st.num_sequences // kern.CHUNK), self.marg, d_rows,
+                   st.d_seq_weight, node_weight, with_curvature, total, curv)
+            ends.append((total.copy_to_host(), curv.copy_to_host()))
+        return trans.copy_to_host(), trans_curv.copy_to_host(), ends
+
     def to_host(self):
         """The same posterior as a host :class:`~structboost.inference.chain.ChainPosterior`.
 
@@ -357,6 +400,51 @@ def gamma(unary, lengths, transitions, start, end, method="mixing"):
     du, offsets, trans, s, e = _host_chain(unary, lengths, transitions, start, end)
     post = DevicePosterior(du, DeviceStructure(offsets), trans, s, e)
     return post.node_gamma(method).copy_to_host()
+
+
+def softmax(w):
+    """Row-wise softmax of shifted exponentials ``w (n, K)`` (:class:`DeviceUnary`'s), on the device.
+
+    Returns
+    -------
+    (n, K) float64 device array
+    """
+    n, k = w.shape
+    p = cuda.device_array((n, k))
+    launch(kern.softmax_rows, n, w, p)
+    return p
+
+
+def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor):
+    """Node gradient and Hessian of one round from device marginals.
+
+    Parameters
+    ----------
+    p : (n, K) float64 device array
+        Node marginals.
+    labels : (n,) int64 device array
+    row_weight : (n,) float64 device array
+        Each row's sequence weight.
+    gamma : (n,) float64 device array
+        Per-row node bound (read only when ``mode`` is 2).
+    scale : float
+        Constant Hessian factor (``mode`` 0).
+    mode : int
+        The Hessian: ``scale p (1 - p)`` (0), ``1`` (1, TreeCRF) or
+        ``gamma p (1 - p)`` (2).
+    step : float
+        Step scale of the round.
+    hess_floor : float
+
+    Returns
+    -------
+    grad, hess : (n, K) float64 device arrays
+    """
+    n, k = p.shape
+    grad, hess = cuda.device_array((n, k)), cuda.device_array((n, k))
+    launch(kern.grad_hess, n, p, labels, row_weight, gamma, scale, mode, step, hess_floor,
+           grad, hess)
+    return grad, hess
 
 
 def viterbi_labels(unary, d_offsets, transitions, start, end):

@@ -19,8 +19,11 @@ float64 / int64 and calls the numba kernels of :mod:`structboost.inference._tree
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+
+from .._typing import ArrayLike, Floats, Ints
 
 from . import _tree
 from .chain import GAMMA_METHODS
@@ -84,12 +87,13 @@ def _check_parents(parents, lengths, offsets):
     return par
 
 
-@dataclass
-class TreeBatch:
+class TreeBatch(NamedTuple):
     """Validated, converted arrays of a batch of trees (see :func:`check_tree`).
 
     ``gparent`` holds global parent rows; ``order``, ``child_ptr`` and
     ``child_idx`` come from :func:`structboost.inference._tree.structure`.
+    The numba kernels take it whole (a named tuple of arrays); ``_replace``
+    swaps potentials.
     """
 
     unary: np.ndarray
@@ -154,6 +158,23 @@ def check_tree(unary, lengths, parents, transitions, edge_types=None):
     return TreeBatch(u, offsets, gparent, order, child_ptr, child_idx, types, trans)
 
 
+def map_labels(batch):
+    """MAP labels ``(n,)`` of a validated :class:`TreeBatch` (ties to the lowest label).
+
+    An instance whose transitions forbid every labelling gets arbitrary
+    labels; :func:`tree_viterbi` raises for it instead.
+    """
+    return _tree.viterbi(batch)[0]
+
+
+def label_scores(batch, labels):
+    """Score of the labelling ``labels (n,)`` of every instance of a :class:`TreeBatch`, ``(m,)``.
+
+    ``-inf`` for an instance whose labels use a forbidden pair.
+    """
+    return _tree.label_scores(batch, labels)
+
+
 def _raise_infeasible(log_score):
     dead = np.flatnonzero(log_score == -np.inf)
     if dead.size:
@@ -161,6 +182,15 @@ def _raise_infeasible(log_score):
             f"instance {int(dead[0])} has no labelling allowed by the transitions (every "
             "labelling scores -inf); relax the -inf entries of transitions."
         )
+
+
+class TreeMessages(NamedTuple):
+    """Log-space messages of a batch, ``(n, K)`` each (see :mod:`structboost.inference._tree`)."""
+
+    inside: np.ndarray
+    up: np.ndarray
+    outside: np.ndarray
+    down: np.ndarray
 
 
 @dataclass
@@ -173,10 +203,7 @@ class TreePosterior:
 
     batch: TreeBatch
     log_z: np.ndarray
-    inside: np.ndarray
-    up: np.ndarray
-    outside: np.ndarray
-    down: np.ndarray
+    messages: TreeMessages
     belief: np.ndarray
 
     def marginals(self):
@@ -187,17 +214,11 @@ class TreePosterior:
         """Joint marginals ``(n, K, K)``; row ``v`` joins ``parent(v)`` (first axis) and ``v``."""
         b = self.batch
         p = self.marginals() if marginals is None else marginals
-        return _tree.edge_marginals(p, b.gparent, b.edge_types, b.transitions, self.inside, self.up)
-
-    def _rates(self):
-        b = self.batch
-        return _tree.mixing_rates(
-            b.gparent, b.edge_types, b.transitions, self.inside, self.up, self.outside, self.down
-        )
+        return _tree.edge_marginals(p, self.batch, self.messages)
 
     def _mixing(self):
-        b = self.batch
-        return _tree.mixing_bounds(b.offsets, b.order, b.gparent, b.child_ptr, *self._rates())
+        rates = _tree.mixing_rates(self.batch, self.messages)
+        return _tree.mixing_bounds(self.batch, *rates)
 
     def node_gamma(self, method="mixing", marginals=None):
         """Per-node bound ``(n,)`` (Theorem 4.1, Corollary 4.1 or exact)."""
@@ -208,19 +229,7 @@ class TreePosterior:
             return np.repeat(2.0 * b.lengths, b.lengths).astype(np.float64)
         if method == "exact":
             p = self.marginals() if marginals is None else marginals
-            return _tree.exact_gamma(
-                b.offsets,
-                b.gparent,
-                b.child_ptr,
-                b.child_idx,
-                b.edge_types,
-                b.transitions,
-                self.inside,
-                self.up,
-                self.outside,
-                self.down,
-                p,
-            )
+            return _tree.exact_gamma(b, self.messages, p)
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
 
     def edge_gamma(self):
@@ -234,16 +243,18 @@ def posterior(batch):
     Raises ``ValueError`` when the transitions forbid every labelling of an
     instance.
     """
-    b = batch
-    out = _tree.messages(
-        b.unary, b.offsets, b.order, b.gparent, b.child_ptr, b.child_idx,
-        b.edge_types, b.transitions,
-    )  # fmt: skip
-    _raise_infeasible(out[0])
-    return TreePosterior(b, *out)
+    log_z, inside, up, outside, down, belief = _tree.messages(batch)
+    _raise_infeasible(log_z)
+    return TreePosterior(batch, log_z, TreeMessages(inside, up, outside, down), belief)
 
 
-def tree_forward_backward(unary, lengths, parents, transitions, edge_types=None):
+def tree_forward_backward(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> tuple[Floats, Floats]:
     """Log partition function and node marginals of every tree.
 
     Parameters
@@ -269,7 +280,13 @@ def tree_forward_backward(unary, lengths, parents, transitions, edge_types=None)
     return post.log_z, post.marginals()
 
 
-def tree_edge_marginals(unary, lengths, parents, transitions, edge_types=None):
+def tree_edge_marginals(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> Floats:
     """Joint marginals of every edge, ``P(y_parent(v) = a, y_v = b | x)``.
 
     Parameters are those of :func:`tree_forward_backward`.
@@ -282,7 +299,13 @@ def tree_edge_marginals(unary, lengths, parents, transitions, edge_types=None):
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_marginals()
 
 
-def tree_viterbi(unary, lengths, parents, transitions, edge_types=None):
+def tree_viterbi(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> Ints:
     """Most probable labelling of every tree (max-product).
 
     Parameters are those of :func:`tree_forward_backward`.
@@ -293,14 +316,19 @@ def tree_viterbi(unary, lengths, parents, transitions, edge_types=None):
         Flat MAP labels (ties go to the lowest label index).
     """
     b = check_tree(unary, lengths, parents, transitions, edge_types)
-    labels, best = _tree.viterbi(
-        b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions
-    )
+    labels, best = _tree.viterbi(b)
     _raise_infeasible(best)
     return labels
 
 
-def tree_gamma(unary, lengths, parents, transitions, edge_types=None, method="mixing"):
+def tree_gamma(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+    method: str = "mixing",
+) -> Floats:
     """Per-node bound gamma of Chen et al. (2015) on trees.
 
     Parameters
@@ -326,7 +354,13 @@ def tree_gamma(unary, lengths, parents, transitions, edge_types=None, method="mi
     )
 
 
-def tree_edge_gamma(unary, lengths, parents, transitions, edge_types=None):
+def tree_edge_gamma(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> Floats:
     """Per-edge bound gamma^(e) (Theorem 4.2 of Chen et al. 2015, made valid on trees).
 
     For the edge ``(t, t')`` every other edge contributes the product of the
@@ -345,7 +379,14 @@ def tree_edge_gamma(unary, lengths, parents, transitions, edge_types=None):
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_gamma()
 
 
-def tree_nll(unary, lengths, parents, labels, transitions, edge_types=None):
+def tree_nll(
+    unary: ArrayLike,
+    lengths: ArrayLike,
+    parents: ArrayLike,
+    labels: ArrayLike,
+    transitions: ArrayLike,
+    edge_types: ArrayLike | None = None,
+) -> Floats:
     """Negative log-likelihood ``log Z - score(labels)`` of every tree.
 
     Parameters
@@ -362,7 +403,4 @@ def tree_nll(unary, lengths, parents, labels, transitions, edge_types=None):
     """
     b = check_tree(unary, lengths, parents, transitions, edge_types)
     y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])
-    post = posterior(b)
-    return post.log_z - _tree.label_scores(
-        b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, y
-    )
+    return posterior(b).log_z - label_scores(b, y)

@@ -2,5 +2,5 @@
 
 One :class:`~.base.NodeObjective` holds the modes and the Hessian; the chain
 (:mod:`.chain`) and tree (:mod:`.tree`) objectives supply the structure;
-:mod:`.params` declares the modes, gamma methods, solvers and defaults once.
+:mod:`.params` declares the objective's settings once (:class:`~.params.ObjectiveSpec`).
 """

@@ -18,18 +18,23 @@ floored at ``hess_floor`` before weighting (as XGBoost floors its softmax
 Hessian), so no row loses all weight.
 """
 
+import contextlib
+import numbers
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from .. import _config
+from .._typing import Floats
 from ..sequences import sequence_blocks
 from ..transitions.base import CURVATURE, VALUE, identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
 from ..transitions.onestep import ONE_PASS_SOLVERS, OneStep
-from .params import DEFAULT_ITER, DEFAULTS, METRICS, SOLVERS, check_params, fill_doc
+from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, metric_name
 from .step import SecantScale, bound_factor
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
@@ -48,7 +53,7 @@ GH_ROWS = 4096
 MARGIN_LIMIT = 1e12
 DIVERGED = (
     "training has diverged: lower the learning rate (eta), raise min_child_weight or "
-    "reg_lambda, or use gamma='mixing' instead of a fixed gamma below the Hessian bound"
+    "reg_lambda, or use hessian_bound='mixing' instead of a fixed bound below the true one"
 )
 
 
@@ -127,6 +132,17 @@ def row_blocks(offsets, shape):
         yield slice(offsets[s0], offsets[s1]), slice(s0, s1)
 
 
+def _is_count(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+@contextlib.contextmanager
+def _threads(nthread):
+    """numba on ``nthread`` threads (None: unchanged) and BLAS on one, inside the block."""
+    with _BLAS.limit(limits=1, user_api="blas"), _config.threads(nthread):
+        yield
+
+
 def softmax(margins):
     """Row-wise softmax of ``(n, K)`` margins."""
     z = margins - margins.max(axis=1, keepdims=True)
@@ -135,10 +151,6 @@ def softmax(margins):
     return z
 
 
-@fill_doc(
-    "mode", "gamma", "step", "transitions", "reg_transitions", "transition_iter", "hess_floor",
-    "nthread",
-)
 class NodeObjective:
     """Mode, Hessian and weighting of a CRF boosting objective, for any structure.
 
@@ -157,10 +169,15 @@ class NodeObjective:
     ----------
     num_labels : int
         Number of labels K (the engine's number of outputs per row).
-    {objective_params}
+    spec : ObjectiveSpec, optional
+        The objective's settings (:class:`~structboost.objectives.params.ObjectiveSpec`).
+    **params
+        Fields of :class:`~structboost.objectives.params.ObjectiveSpec`
+        changed from ``spec`` (or from the defaults); the spec is built once.
 
     Attributes
     ----------
+    spec : ObjectiveSpec
     params
         The current transition parameters (all zero in ``"logitboost"`` mode).
     timings : dict
@@ -178,44 +195,39 @@ class NodeObjective:
     """
 
     #: The transition solvers this structure supports.
-    solvers = SOLVERS
+    solvers: tuple[str, ...] = SOLVERS
+    # Each structure's subclass defines these (``evaluate`` calls them).
+    sequence_nll: Callable[[Any, Any], Floats]
+    decode: Callable[[Any, Any], Any]
     allreduce = staticmethod(identity)
     _buffers = None  # float32 G and H handed to an engine (see grad_hess)
     _raw = None  # float64 p (1 - p) of a blocked one-pass round (see _one_pass)
 
-    def __init__(
-        self,
-        num_labels,
-        mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
-        transitions=DEFAULTS["transitions"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        transition_iter=None,
-        hess_floor=DEFAULTS["hess_floor"],
-        nthread=None,
-        step=DEFAULTS["step"],
-    ):
-        check_params(num_labels, mode, gamma, transitions, reg_transitions, self.solvers, step)
+    def __init__(self, num_labels, spec=None, **params):
+        if not _is_count(num_labels):
+            raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
+        self.spec = spec = ObjectiveSpec.build(spec, **params)
+        spec.check_solver(self.solvers, type(self).__name__)
         self.num_labels = int(num_labels)
-        self.mode = mode
-        self.gamma = gamma
-        self.transitions = transitions
-        self.reg_transitions = float(reg_transitions)
-        self.transition_iter = (
-            DEFAULT_ITER[transitions] if transition_iter is None else int(transition_iter)
+        self.step_scale = (
+            SecantScale() if spec.mode == "gbcrf" and spec.step == "adaptive" else None
         )
-        # 1: rounds of one pass where the solver allows (see transitions.onestep)
-        self.one_pass = transition_iter == 1 and transitions in ONE_PASS_SOLVERS
-        self.hess_floor = float(hess_floor)
-        self.nthread = _config.check_nthread(nthread)
-        self.step = step
-        self.step_scale = SecantScale() if mode == "gbcrf" and step == "adaptive" else None
+        # transition_iter=1: rounds of one pass where the solver allows (transitions.onestep)
+        self.one_pass = spec.transition_iter == 1 and spec.transition_solver in ONE_PASS_SOLVERS
         self.params = self._zero_params()
         # the L-BFGS refit's curvature pairs, carried from round to round
         # (a copied or pickled objective starts with none)
         self._lbfgs_memory = LBFGSMemory()
         self._one_step = None  # the one-pass rounds' transition step (made on first use)
         self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
+
+    @property
+    def mode(self):
+        return self.spec.mode
+
+    def threads(self) -> contextlib.AbstractContextManager[None]:
+        """Context: numba on ``spec.nthread`` threads and BLAS on one (see :class:`ObjectiveSpec`)."""
+        return _threads(self.spec.nthread)
 
     @property
     def uses_transitions(self):
@@ -226,7 +238,7 @@ class NodeObjective:
         state["_buffers"] = state["_raw"] = None  # buffers, rebuilt on the next round
         return state
 
-    def margin_rows(self, margins):
+    def margin_rows(self, margins: Any) -> np.ndarray:
         """``(n, K)`` float32 or float64 margins as given (no copy), or a clear error.
 
         The engines' own layouts pass unchanged (XGBoost's float32 rows,
@@ -247,12 +259,14 @@ class NodeObjective:
         check_margin_values(m, "the margin", DIVERGED)
         return m
 
-    def check_margins(self, margins):
+    def check_margins(self, margins: Any) -> Floats:
         """``(n, K)`` C-contiguous float64 margins, or a clear error."""
         return np.ascontiguousarray(self.margin_rows(margins), dtype=np.float64)
 
-    def grad_hess(self, margins, batch, dtype=np.float64, order="C"):
-        """Refit the transitions (or, in a one-pass round, step them), then return the node G and H.
+    def grad_hess(
+        self, margins: Any, batch: Any, dtype: Any = np.float64, order: str = "C"
+    ) -> tuple[Any, Any]:
+        """Refit the transitions (or, in a one-pass round, step them), then return G and H.
 
         Parameters
         ----------
@@ -285,7 +299,7 @@ class NodeObjective:
                 f'dtype must be float64 or float32, and order "C" or "F"; got {dtype}, '
                 f"{order!r}."
             )
-        with _BLAS.limit(limits=1, user_api="blas"), _config.threads(self.nthread):
+        with self.threads():
             return self._grad_hess(u, batch, self._outputs(u.shape, dtype, order))
 
     def _outputs(self, shape, dtype, order):
@@ -314,7 +328,7 @@ class NodeObjective:
 
     def _rates(self, need=VALUE):
         """Whether a pass that sums up to ``need`` computes the mixing rates in its sweep."""
-        return (self.mode == "gbcrf" and self.gamma == "mixing") or need >= CURVATURE
+        return (self.mode == "gbcrf" and self.spec.hessian_bound == "mixing") or need >= CURVATURE
 
     def _node_grad_hess(self, p, labels, gamma, scale, row_w, g, h):
         """Weighted G and H of some rows into ``g`` and ``h``, all ``(r, K)`` float64.
@@ -341,7 +355,7 @@ class NodeObjective:
             h *= 2.0
         else:
             h *= bound_factor(gamma, scale)[:, None]
-        np.maximum(h, self.hess_floor, out=h)
+        np.maximum(h, self.spec.hess_floor, out=h)
         h *= row_w
 
     def _scale_hess(self, raw, gamma, scale, row_w, hess):
@@ -373,11 +387,12 @@ class NodeObjective:
             if log_z is not None:
                 log_z[seqs] = post.log_z
             gamma = None
+            bound = self.spec.hessian_bound
             if self.mode == "gbcrf":
                 gamma = (
-                    post.node_gamma(self.gamma, marginals=p)
-                    if isinstance(self.gamma, str)
-                    else np.full(p.shape[0], float(self.gamma))
+                    post.node_gamma(bound, marginals=p)
+                    if isinstance(bound, str)
+                    else np.full(p.shape[0], bound)
                 )
                 if scale is None:
                     gamma_rows[rows] = gamma
@@ -407,7 +422,8 @@ class NodeObjective:
             return None
         if self._one_step is None:
             self._one_step = OneStep(
-                self.transitions, DEFAULT_ITER[self.transitions], self._lbfgs_memory
+                self.spec.transition_solver, DEFAULT_ITER[self.spec.transition_solver],
+                self._lbfgs_memory,
             )
         return self._one_step
 
@@ -423,14 +439,14 @@ class NodeObjective:
             self.params = params
             return self._one_pass(u, batch, out, problem, steps, t0)
         if problem is not None:  # the refit round: its passes, then one for G and H
-            solver = self.transitions
+            solver = self.spec.transition_solver
             if self.step_scale is not None:  # the NLL at the last round's transitions
                 # (the solver's first evaluation reuses this pass)
                 before = problem.evaluate(
                     self.params, FIRST_NEED[solver], rates=solver == "newton"
                 ).log_z
                 scale = self.step_scale.update(u, before, batch, self.allreduce)
-            iters = DEFAULT_ITER[solver] if steps is not None else self.transition_iter
+            iters = DEFAULT_ITER[solver] if steps is not None else self.spec.iterations
             self.params = refit(problem, self.params, solver, iters, self._lbfgs_memory)
             if steps is not None:  # the next round steps from its own pass
                 steps.record(self.params, problem.free)
@@ -491,7 +507,9 @@ class NodeObjective:
         self.timings["gamma"] += t2 - t0 - inference[0]
         return out
 
-    def evaluate(self, margins, batch, metric="nll"):
+    def evaluate(
+        self, margins: Any, batch: Any, metric: str | None = None
+    ) -> tuple[str, float]:
         """Weighted metric of one dataset under the current transitions.
 
         Parameters
@@ -499,22 +517,38 @@ class NodeObjective:
         margins : (n, K) array-like
         batch
             As for :meth:`grad_hess`.
-        metric : {"nll", "error"}
+        metric : {"crf-nll", "crf-error"} or callable, optional
+            None: ``spec.metric``. A callable gets ``(y_true (n,), y_proba
+            (n, K))`` (and ``sample_weight=`` ``(n,)`` when the weights are
+            not all one) and is evaluated on this process's rows.
 
         Returns
         -------
         (str, float)
-            ``("crf-nll", weighted mean NLL per sequence)`` or
-            ``("crf-error", weighted token error of the MAP labelling)``.
+            ``("crf-nll", weighted mean NLL per sequence)``,
+            ``("crf-error", weighted token error of the MAP labelling)`` or
+            the callable's ``__name__`` and value.
         """
+        metric = self.spec.metric if metric is None else metric
         w = batch.seq_weight
-        if metric == "nll":
-            name, ratio = "crf-nll", (w @ self.sequence_nll(margins, batch), w.sum())
-        elif metric == "error":
-            wrong = (self.decode(margins, batch) != batch.labels).astype(np.float64)
-            per_seq = np.add.reduceat(wrong, batch.offsets[:-1]) if len(w) else w
-            name, ratio = "crf-error", (w @ per_seq, w @ batch.lengths)
-        else:
-            raise ValueError(f"metric must be one of {METRICS}; got {metric!r}.")
+        with self.threads():
+            if callable(metric):
+                return metric_name(metric), self._callable_metric(metric, margins, batch)
+            if metric == "crf-nll":
+                ratio = (w @ self.sequence_nll(margins, batch), w.sum())
+            elif metric == "crf-error":
+                wrong = (self.decode(margins, batch) != batch.labels).astype(np.float64)
+                per_seq = np.add.reduceat(wrong, batch.offsets[:-1]) if len(w) else w
+                ratio = (w @ per_seq, w @ batch.lengths)
+            else:
+                ObjectiveSpec(metric=metric)  # raises, naming the choices
         numerator, denominator = self.allreduce(np.array(ratio, dtype=np.float64))
-        return name, float(numerator / denominator)
+        return metric, float(numerator / denominator)
+
+    def _callable_metric(self, metric, margins, batch):
+        """``metric(y_true, y_proba[, sample_weight=])`` with the node marginals ``(n, K)``."""
+        marginals = self.marginals(margins, batch)
+        weight = np.repeat(batch.seq_weight, batch.lengths)
+        if (weight == 1).all():
+            return float(metric(batch.labels, marginals))
+        return float(metric(batch.labels, marginals, sample_weight=weight))

@@ -7,15 +7,17 @@ weighting live in :class:`~.base.NodeObjective`.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from ..inference.chain import map_labels, path_scores
+from .._typing import Floats, Ints
+from ..inference.chain import forward_backward, map_labels, path_scores
 from ..sequences import check_labels, check_lengths, offsets_from_lengths
 from ..transitions.chain import TransitionParams, TransitionProblem, observed_counts
 from .base import NodeObjective, check_sequence_weights, row_blocks
+from .params import ObjectiveSpec
 from .constraints import resolve as resolve_constraints
-from .params import DEFAULTS
 
 
 @dataclass
@@ -54,20 +56,16 @@ class SequenceBatch:
 class CRFObjective(NodeObjective):
     """Gradient and Hessian of the chain-CRF negative log-likelihood.
 
-    Parameters are those of :class:`NodeObjective`, plus
-    ``allowed_transitions``; the transition parameters are a
-    :class:`~structboost.transitions.chain.TransitionParams` (K x K transitions,
-    start and end scores), and ``batch`` is a :class:`SequenceBatch`.
-
-    Parameters
-    ----------
-    allowed_transitions : Constraints or (K, K) bool array-like, optional
-        Moves the model may make (see :mod:`structboost.objectives.constraints`). The
-        forbidden transition, start and end scores stay at ``-inf`` through
-        training: the solvers never refit them, so training, the metric and
-        decoding all use the constrained model. Training labels must obey
-        the constraints. In ``"logitboost"`` mode, training ignores them
-        (positions are independent) but the metric and decoding do not.
+    Parameters are those of :class:`NodeObjective`; the transition
+    parameters are a :class:`~structboost.transitions.chain.TransitionParams`
+    (K x K transitions, start and end scores), and ``batch`` is a
+    :class:`SequenceBatch`. ``spec.allowed_transitions`` (see
+    :mod:`structboost.objectives.constraints`) keeps the forbidden
+    transition, start and end scores at ``-inf`` through training: the
+    solvers never refit them, so training, the metric and decoding all use
+    the constrained model. Training labels must obey the constraints. In
+    ``"logitboost"`` mode, training ignores them (positions are independent)
+    but the metric and decoding do not.
 
     Attributes
     ----------
@@ -76,26 +74,21 @@ class CRFObjective(NodeObjective):
 
     def __init__(
         self,
-        num_labels,
-        mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
-        transitions=DEFAULTS["transitions"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        transition_iter=None,
-        hess_floor=DEFAULTS["hess_floor"],
-        allowed_transitions=None,
-        nthread=None,
-        step=DEFAULTS["step"],
-    ):
-        super().__init__(
-            num_labels, mode, gamma, transitions, reg_transitions, transition_iter, hess_floor,
-            nthread, step,
-        )
-        self.constraints = resolve_constraints(allowed_transitions, self.num_labels)
+        num_labels: int,
+        spec: ObjectiveSpec | None = None,
+        **params: Any,
+    ) -> None:
+        super().__init__(num_labels, spec, **params)
+        self.spec.check_route("linear", type(self).__name__)
+        self._resolve_constraints()
+
+    def _resolve_constraints(self):
+        """Constraints from ``spec.allowed_transitions``; the parameters start from them."""
+        self.constraints = resolve_constraints(self.spec.allowed_transitions, self.num_labels)
         self._workspace = None
         self.start_from(self.params)
 
-    def start_from(self, params):
+    def start_from(self, params: TransitionParams) -> None:
         """Continue from a copy of ``params`` (TransitionParams), the constraints applied."""
         self.params = params.copy() if self.constraints is None else self.constraints.apply(params)
 
@@ -116,18 +109,20 @@ class CRFObjective(NodeObjective):
     def _problem(self, unary, batch):
         free = None if self.constraints is None else self.constraints.free_vector()
         problem = TransitionProblem(
-            unary, batch.offsets, batch.seq_weight, batch.counts, self.reg_transitions, free,
+            unary, batch.offsets, batch.seq_weight, batch.counts, self.spec.reg_transitions, free,
             workspace=self._workspace,
         )
         self._workspace = problem.workspace  # kept across rounds
         return problem
 
-    def grad_hess(self, margins, batch, dtype=np.float64, order="C"):
+    def grad_hess(
+        self, margins: Any, batch: Any, dtype: Any = np.float64, order: str = "C"
+    ) -> tuple[Any, Any]:
         """As :meth:`NodeObjective.grad_hess`, after checking the labels against the constraints."""
         self._check_allowed(batch)
         return super().grad_hess(margins, batch, dtype, order)
 
-    def sequence_nll(self, margins, batch):
+    def sequence_nll(self, margins: Any, batch: Any) -> Floats:
         """Per-sequence negative log-likelihood ``(m,)`` under the current transitions.
 
         ``margins (n, K)`` are read as :meth:`grad_hess` reads them: block by
@@ -141,7 +136,13 @@ class CRFObjective(NodeObjective):
         log_z = self._problem(u, batch).evaluate(p).log_z
         return log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start, p.end)
 
-    def decode(self, margins, batch):
+    def marginals(self, margins: Any, batch: Any) -> Floats:
+        """Node marginals ``(n, K)`` under the current transitions."""
+        p = self.params
+        u = self.check_margins(margins)
+        return forward_backward(u, batch.lengths, p.transitions, p.start, p.end)[1]
+
+    def decode(self, margins: Any, batch: Any) -> Ints:
         """Viterbi labels ``(n,)`` of the sequences of ``batch``, block by block (see :meth:`sequence_nll`)."""
         u = self.margin_rows(margins)
         p = self.params

@@ -9,7 +9,8 @@ Viterbi never outputs one and the marginals are those of the constrained
 model.
 
 :func:`allowed_transitions` builds the masks of a chunk tagging scheme from
-the tag names in label order (e.g. an estimator's ``classes_``):
+the tag names in label order (e.g. an estimator's ``classes_``; the rules
+are applied by :func:`structboost.text.tags.scheme_moves`):
 
 ===========  ==========================================================
 scheme       rules
@@ -33,7 +34,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..text.tags import SCHEME_PREFIXES, as_tags, check_scheme, parse_tags, sentence_offsets
+from .._typing import ArrayLike
+from ..text.tags import as_tags, check_scheme, scheme_moves, sentence_offsets
 from ..transitions.chain import TransitionParams
 
 
@@ -213,7 +215,7 @@ def from_masks(transitions, start=None, end=None):
     return Constraints(trans, start, end)
 
 
-def allowed_transitions(labels, scheme):
+def allowed_transitions(labels: ArrayLike, scheme: str) -> Constraints:
     """Allowed moves of a chunk tagging scheme.
 
     Parameters
@@ -252,28 +254,7 @@ def allowed_transitions(labels, scheme):
             f"allowed_transitions={key!r} needs tag names such as 'B-PER' or 'O' for the labels; "
             f"got {arr.dtype} labels {arr.tolist()[:5]}. Pass a (K, K) bool array instead."
         )
-    tags = as_tags(arr)
-    prefix, kind, _ = parse_tags(tags, key)
-    same = kind[:, None] == kind[None, :]
-    to = {p: prefix == p for p in ("O", *SCHEME_PREFIXES[key])}
-    frm = {p: m[:, None] for p, m in to.items()}
-    if key == "iob2":
-        inside = to["I"][None, :]
-        trans = ~inside | ((frm["B"] | frm["I"]) & same)
-        start = ~to["I"]
-        end = np.ones(tags.size, dtype=bool)
-    elif key == "iob1":
-        begin = to["B"][None, :]
-        trans = ~begin | ((frm["B"] | frm["I"]) & same)
-        start = ~to["B"]
-        end = np.ones(tags.size, dtype=bool)
-    else:
-        open_chunk = frm["B"] | frm["I"]
-        continues = (to["I"] | to["E"])[None, :]
-        trans = np.where(open_chunk, continues & same, ~continues)
-        start = to["O"] | to["B"] | to["S"]
-        end = to["O"] | to["E"] | to["S"]
-    return Constraints(np.ascontiguousarray(trans), start, end)
+    return Constraints(*scheme_moves(as_tags(arr), key))
 
 
 def valid_tags(tags, scheme, lengths=None):

@@ -30,7 +30,7 @@ the Dobrushin rates along the way (Chen et al. 2015, Corollary 3.1). Hence
   ``t - 1``), whose ``to_left`` term already counts ``e_0``;
 * first row: ``2 (1 + to_right[0]) + 2 [L > 1]``, the node bound plus the
   neighbouring edge ``e_1``;
-* ``gamma="length"``: ``2 L`` for every feature (each TV at most one).
+* ``hessian_bound="length"``: ``2 L`` for every feature (each TV at most one).
 
 ``tests/objectives/test_edge_objective.py`` checks both against the exact Hessian of
 brute-force enumeration.
@@ -40,12 +40,10 @@ import time
 
 import numpy as np
 
-from .. import _config
 from ..inference.chain import map_labels, path_scores, posterior
 from ..sequences import offsets_from_lengths
-from .base import _BLAS
+from .base import NodeObjective
 from .chain import CRFObjective
-from .params import DEFAULTS, EDGE_GAMMAS, EDGE_MODES, fill_doc
 
 
 def edge_layout(offsets, num_labels):
@@ -114,7 +112,7 @@ def edge_potentials(scores, offsets, num_labels):
         raise ValueError(
             f"the booster scored {scores.shape} but {len(offsets) - 1} sequences of "
             f"{int(offsets[-1])} positions have {n_rows} edge rows of {k} labels: "
-            "build the data with structboost.edge_dmatrix(..., num_labels=K)."
+            "build the data with structboost.xgboost.edge_dmatrix(..., num_labels=K)."
         )
     n = first_row.shape[0]
     unary = np.zeros((n, k))
@@ -125,7 +123,6 @@ def edge_potentials(scores, offsets, num_labels):
     return unary, transitions
 
 
-@fill_doc("gamma", "allowed_transitions", "hess_floor", "nthread")
 class EdgeCRFObjective(CRFObjective):
     """Gradient and Hessian of the chain-CRF NLL in the edge-row scores ``F^v(u, X_t)``.
 
@@ -139,34 +136,21 @@ class EdgeCRFObjective(CRFObjective):
     Parameters
     ----------
     num_labels : int
-    mode : {"gbcrf", "treecrf"}, default "gbcrf"
-        Hessian ``gamma p (1 - p)`` with the bounds of the module notes, or
-        the unit Hessian of Dietterich et al. (2008).
-    {objective_params}
+    spec : ObjectiveSpec, optional
+        With ``transitions_from="input"`` (the default here): modes
+        ``"gbcrf"`` (Hessian ``gamma p (1 - p)`` with the bounds of the
+        module notes) and ``"treecrf"`` (Dietterich et al.'s unit Hessian);
+        the spec refuses settings of the transition solver.
+    **params
+        Fields of the spec changed from ``spec`` (or from the defaults).
     """
 
-    def __init__(
-        self,
-        num_labels,
-        mode=DEFAULTS["mode"],
-        gamma=DEFAULTS["gamma"],
-        hess_floor=DEFAULTS["hess_floor"],
-        allowed_transitions=None,
-        nthread=None,
-    ):
-        if mode not in EDGE_MODES:
-            raise ValueError(
-                f"boosted transitions support mode in {EDGE_MODES}; got {mode!r} (\"logitboost\" "
-                "has no transitions: use structboost.crf_objective)."
-            )
-        if isinstance(gamma, str) and gamma not in EDGE_GAMMAS:
-            raise ValueError(
-                f"boosted transitions support gamma in {EDGE_GAMMAS} or a float; got {gamma!r}."
-            )
-        super().__init__(
-            num_labels, mode=mode, gamma=gamma, hess_floor=hess_floor,
-            allowed_transitions=allowed_transitions, nthread=nthread,
-        )  # fmt: skip
+    def __init__(self, num_labels, spec=None, **params):
+        if spec is None:
+            params.setdefault("transitions_from", "input")
+        NodeObjective.__init__(self, num_labels, spec, **params)
+        self.spec.check_route("input", type(self).__name__)
+        self._resolve_constraints()
 
     def potentials(self, margins, batch):
         """Node scores ``(n, K)`` and per-position transitions ``(n, K, K)``, constraints applied."""
@@ -182,7 +166,7 @@ class EdgeCRFObjective(CRFObjective):
     def grad_hess(self, margins, batch):
         """Gradient and Hessian ``(r, K)`` of the weighted NLL in the edge-row scores."""
         self._check_allowed(batch)
-        with _BLAS.limit(limits=1, user_api="blas"), _config.threads(self.nthread):
+        with self.threads():
             return self._edge_grad_hess(margins, batch)
 
     def _edge_grad_hess(self, margins, batch):
@@ -190,7 +174,9 @@ class EdgeCRFObjective(CRFObjective):
         k = self.num_labels
         offsets, y = batch.offsets, batch.labels
         first_row, is_first, n_rows = edge_layout(offsets, k)
-        post = self.posterior(margins, batch, rates=self.mode == "gbcrf" and self.gamma == "mixing")
+        post = self.posterior(
+            margins, batch, rates=self.mode == "gbcrf" and self.spec.hessian_bound == "mixing"
+        )
         p_node = post.marginals()
         pair = post.edge_marginals()
         t1 = time.process_time()
@@ -208,7 +194,7 @@ class EdgeCRFObjective(CRFObjective):
         else:
             hess = prob * (1.0 - prob)
             hess *= self._edge_gamma(post, batch, first_row, is_first)[:, None]
-        np.maximum(hess, self.hess_floor, out=hess)
+        np.maximum(hess, self.spec.hess_floor, out=hess)
         row_w = np.repeat(batch.seq_weight, edge_row_counts(batch.lengths, k))[:, None]
         grad *= row_w
         hess *= row_w
@@ -221,9 +207,10 @@ class EdgeCRFObjective(CRFObjective):
         k = self.num_labels
         lengths = batch.lengths
         counts = edge_row_counts(lengths, k)
-        if not isinstance(self.gamma, str):
-            return np.full(int(counts.sum()), float(self.gamma))
-        if self.gamma == "length":
+        bound = self.spec.hessian_bound
+        if not isinstance(bound, str):
+            return np.full(int(counts.sum()), bound)
+        if bound == "length":
             return np.repeat(2.0 * lengths, counts).astype(np.float64)
         per_position = np.empty(is_first.shape[0])
         edge = post.edge_gamma()
@@ -239,6 +226,10 @@ class EdgeCRFObjective(CRFObjective):
         p = self.params
         post = posterior(unary, batch.offsets, trans, p.start, p.end, rates=False)
         return post.log_z - path_scores(unary, batch.offsets, batch.labels, trans, p.start, p.end)
+
+    def marginals(self, margins, batch):
+        """Node marginals ``(n, K)`` of the positions."""
+        return self.posterior(margins, batch).marginals()
 
     def decode(self, margins, batch):
         """Viterbi labels ``(n,)`` of the edge-row scores."""

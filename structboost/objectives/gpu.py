@@ -10,15 +10,15 @@ import numpy as np
 
 from numba import cuda
 
-from ..inference import _cuda_chain as kern
 from ..inference.chain import path_scores
 from ..inference.gpu import (
     DevicePosterior,
     DeviceStructure,
     as_device,
     device_unary,
+    grad_hess,
     is_device_array,
-    launch,
+    softmax,
     viterbi_labels,
 )
 from ..transitions.chain import refit
@@ -37,23 +37,24 @@ class DeviceCRFObjective(CRFObjective):
     ``device="cuda"`` reads in place. ``nthread`` is accepted and ignored:
     the round's kernels run on the device, and its host parts (the solver
     over ``K^2 + 2K`` parameters, the log-space fallback) are serial.
-    ``transitions="majorize"`` is CPU-only (its ``O(K^4)`` bound is built on
+    ``transition_solver="majorize"`` is CPU-only (its ``O(K^4)`` bound is built on
     the host). ``timings`` are wall seconds here (the device works
     asynchronously, so CPU time would miss it).
 
     Parameters
     ----------
     num_labels : int
-    *args, **kwargs
+    spec : ObjectiveSpec, optional
+    **params
         As for :class:`~structboost.objectives.chain.CRFObjective`.
     """
 
-    def __init__(self, num_labels, *args, **kwargs):
-        super().__init__(num_labels, *args, **kwargs)
-        if self.transitions == "majorize":
+    def __init__(self, num_labels, spec=None, **params):
+        super().__init__(num_labels, spec, **params)
+        if self.spec.transition_solver == "majorize":
             raise ValueError(
-                'transitions="majorize" runs on the CPU only; use "lbfgs" or "newton" with '
-                'device="cuda", or device="cpu".'
+                'transition_solver="majorize" runs on the CPU only; use "lbfgs" or "newton" '
+                'with device="cuda", or device="cpu".'
             )
         self._structures = {}
 
@@ -91,15 +92,15 @@ class DeviceCRFObjective(CRFObjective):
         t0 = time.perf_counter()
         du = device_unary(margins, self.num_labels)
         st = self.structure(batch)
-        n, k = du.shape
         gamma = st.d_row_weight
+        spec = self.spec
         mode, scale, step = 0, 2.0, 1.0
         secant, u, steps = self.step_scale, None, None
         if secant is not None:  # the secant's sums run on host copies
             u = self._host_margins(margins)
         if self.uses_transitions:
             free = None if self.constraints is None else self.constraints.free_vector()
-            problem = DeviceTransitionProblem(du, st, batch.counts, self.reg_transitions, free)
+            problem = DeviceTransitionProblem(du, st, batch.counts, spec.reg_transitions, free)
             problem.allreduce = self.allreduce
             steps = self._steps()
             params = None if steps is None else steps.params(problem, self.params)
@@ -107,9 +108,11 @@ class DeviceCRFObjective(CRFObjective):
                 if secant is not None:
                     before = problem.posterior(self.params).log_z
                     step = secant.update(u, before, batch, self.allreduce)
-                iters = DEFAULT_ITER[self.transitions] if steps is not None else self.transition_iter
+                iters = spec.iterations
+                if steps is not None:  # the one-pass rounds' refit: the solver's default
+                    iters = DEFAULT_ITER[spec.transition_solver]
                 with _BLAS.limit(limits=1, user_api="blas"):
-                    self.params = refit(problem, self.params, self.transitions, iters,
+                    self.params = refit(problem, self.params, spec.transition_solver, iters,
                                         self._lbfgs_memory)
                 if steps is not None:
                     steps.record(self.params, problem.free)
@@ -122,20 +125,18 @@ class DeviceCRFObjective(CRFObjective):
             p = post.marginals_device()
             if self.mode == "treecrf":
                 mode = 1
-            elif isinstance(self.gamma, str):
+            elif isinstance(spec.hessian_bound, str):
                 mode = 2
-                gamma = post.node_gamma(self.gamma)
+                gamma = post.node_gamma(spec.hessian_bound)
             else:
-                scale = float(self.gamma)
+                scale = spec.hessian_bound
         else:
             t1 = t0
-            p = cuda.device_array((n, k))
-            launch(kern.softmax_rows, n, du.w, p)
-        grad, hess = cuda.device_array((n, k)), cuda.device_array((n, k))
-        args = (n, p, st.d_labels, st.d_row_weight, gamma, scale, mode)
+            p = softmax(du.w)
+        args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)
         if steps is not None:  # one pass: its sums and the secant's in one allreduce
             measured = None if secant is None else secant.measure(u)
-            launch(kern.grad_hess, *args, step, self.hess_floor, grad, hess)  # G; H waits
+            grad, _ = grad_hess(*args, step, spec.hess_floor)  # G; H waits for the scale
             host_grad = None if secant is None else grad.copy_to_host()
             node = None if u is None else _node_score(u, batch)
             with _BLAS.limit(limits=1, user_api="blas"):
@@ -150,7 +151,7 @@ class DeviceCRFObjective(CRFObjective):
                 step = secant.fit(None if own is None else summed[:4], steps.moved,
                                   steps.explained(summed[4:]))
             steps.finish(problem, self.params, summed[4:])
-        launch(kern.grad_hess, *args, step, self.hess_floor, grad, hess)
+        grad, hess = grad_hess(*args, step, spec.hess_floor)
         cuda.synchronize()
         if secant is not None:
             secant.remember(u, post.log_z, batch, grad.copy_to_host(), hess.copy_to_host())

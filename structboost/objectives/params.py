@@ -1,93 +1,108 @@
-"""The objective's parameters, declared once: choices, defaults and their docs.
+"""The objective's settings, declared once: :class:`ObjectiveSpec`.
 
 Every factory (:func:`structboost.crf_objective`,
-:func:`structboost.lgb_crf_objective`, :func:`structboost.tree_crf_objective`),
-objective class, estimator and CLI option takes its choices and defaults from
-here, and :func:`fill_doc` writes the numpydoc entries of those parameters
-into their docstrings, so the copies cannot drift.
+:func:`structboost.lightgbm.lgb_crf_objective`, :func:`structboost.xgboost.tree_crf_objective`,
+:func:`structboost.xgboost.edge_crf_objective`), objective class, estimator and CLI
+option takes its choices and defaults from the fields of
+:class:`ObjectiveSpec`; :func:`fill_doc` writes the numpydoc entries of those
+fields into their docstrings, so the copies cannot drift. Objectives and
+factories take one spec (or the flat keywords, from which they build one
+spec once); estimators keep flat scikit-learn parameters and build the spec
+in ``fit``.
 """
+
+import dataclasses
+import numbers
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
+from .. import _config
 from ..inference.chain import GAMMA_METHODS
 from ..transitions.chain import SOLVERS
 
 MODES = ("gbcrf", "treecrf", "logitboost")
 #: Transition solvers of tree CRFs (the majorization bound is for chains).
 TREE_SOLVERS = tuple(s for s in SOLVERS if s != "majorize")
-METRICS = ("nll", "error")
+#: The CRF metrics by name (a callable ``f(y_true, y_proba[, sample_weight=])`` is also a metric).
+METRICS = ("crf-nll", "crf-error")
 #: Where the transition scores come from: one linear K x K table, or trees on the input.
 TRANSITIONS_FROM = ("linear", "input")
-#: Modes and gamma methods of boosted, input-dependent transitions (:mod:`.edge`).
+#: Modes and Hessian bounds of boosted, input-dependent transitions (:mod:`.edge`).
 EDGE_MODES = ("gbcrf", "treecrf")
-EDGE_GAMMAS = ("mixing", "length")
+EDGE_BOUNDS = ("mixing", "length")
 #: Step sizes of GBCRF: the Hessian bound itself, or scaled to the measured curvature (:mod:`.step`).
 STEPS = ("bound", "adaptive")
 #: Solver iterations per boosting round when ``transition_iter`` is None.
 DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
-
-#: Defaults of the objective's parameters (also the estimators').
-DEFAULTS = {
-    "mode": "gbcrf",
-    "gamma": "mixing",
-    "step": "adaptive",
-    "transitions": "lbfgs",
-    "reg_transitions": 1.0,
-    "metric": "nll",
-    "hess_floor": 1e-16,
-    "transitions_from": "linear",
-}
+#: Keywords of earlier development versions and their names now.
+RENAMED = {"gamma": "hessian_bound", "transitions": "transition_solver"}
 
 
 def _choices(values):
     return "{" + ", ".join(f'"{v}"' for v in values) + "}"
 
 
-_DOCS = {
-    "mode": (
-        f"mode : {_choices(MODES)}, default \"{DEFAULTS['mode']}\"",
+def _setting(default, kind, *doc, choices=None):
+    """A field of :class:`ObjectiveSpec`: its default, numpydoc type, description and choices."""
+    return field(default=default, metadata={"kind": kind, "doc": doc, "choices": choices})
+
+
+@dataclass(frozen=True, eq=False)
+class ObjectiveSpec:
+    """The settings of a CRF boosting objective, validated once.
+
+    Build one with keywords (``ObjectiveSpec(mode="treecrf")``) or through
+    :meth:`build`; change one with :meth:`replace`. Every field is checked
+    on construction: a ``ValueError`` names the first invalid one.
+
+    Parameters
+    ----------
+    {objective_params}
+    """
+
+    mode: str = _setting(
+        "gbcrf", _choices(MODES),
         "Second-order GBCRF (Chen et al. 2015: Hessian ``gamma p (1 - p)``),",
         "first-order TreeCRF (Dietterich et al. 2008: unit Hessian) or",
         "LogitBoost (no transitions: XGBoost's ``multi:softprob``).",
-    ),
-    "gamma": (
-        f"gamma : {_choices(GAMMA_METHODS)} or float, default \"{DEFAULTS['gamma']}\"",
-        "Node bound of the GBCRF Hessian: the mixing-rate bound (Theorem 4.1,",
-        "O(nK^2)), the length bound (Corollary 4.1) or the exact smallest value",
-        "(quadratic in the length: for analysis); a float fixes it everywhere.",
-        "Not XGBoost's split ``gamma``.",
-    ),
-    "step": (
-        f"step : {_choices(STEPS)}, default \"{DEFAULTS['step']}\"",
+        choices=MODES,
+    )  # fmt: skip
+    hessian_bound: object = _setting(
+        "mixing", _choices(GAMMA_METHODS) + " or float",
+        "The paper's ``gamma``, the node bound of the GBCRF Hessian: the",
+        "mixing-rate bound (Theorem 4.1, O(nK^2)), the length bound",
+        "(Corollary 4.1) or the exact smallest value (quadratic in the length:",
+        "for analysis); a positive float fixes it everywhere. (XGBoost's split",
+        "``gamma`` keeps its name and meaning in the estimators.)",
+        choices=GAMMA_METHODS,
+    )  # fmt: skip
+    step: str = _setting(
+        "adaptive", _choices(STEPS),
         "GBCRF's step size: ``\"bound\"`` takes the Hessian ``gamma p (1 - p)``",
         "as it is (every step lowers the NLL, but is as small as the worst",
         "direction demands); ``\"adaptive\"`` scales the bound each round to",
         "the curvature measured along the last round's trees, never above the",
         "bound nor below LogitBoost's ``2 p (1 - p)`` (see",
-        ":mod:`structboost.objectives.step`).",
-        "Other modes ignore it.",
-    ),
-    "transitions": (
-        "transitions : {solvers}, default \"" + DEFAULTS["transitions"] + "\"",
+        ":mod:`structboost.objectives.step`). Other modes ignore it.",
+        choices=STEPS,
+    )  # fmt: skip
+    transition_solver: str = _setting(
+        "lbfgs", "{solvers}",
         "Solver refitting the transition, start and end scores every round:",
         "warm-started L-BFGS, one monotone diagonal Newton step with the edge",
         "bound (Theorem 4.2), or the Jebara & Choromanska quadratic bound",
         "(chains only).",
-    ),
-    "reg_transitions": (
-        f"reg_transitions : float, default {DEFAULTS['reg_transitions']}",
-        "L2 penalty on the transition, start and end scores.",
-    ),
-    "metric": (
-        f"metric : {_choices(METRICS)}, default \"{DEFAULTS['metric']}\"",
-        "What the objective's metric reports: the CRF negative log-likelihood",
-        "per sequence, or the token error of the Viterbi path.",
-    ),
-    "transition_iter": (
-        "transition_iter : int, optional",
+        choices=SOLVERS,
+    )  # fmt: skip
+    reg_transitions: float = _setting(
+        1.0, "float", "L2 penalty on the transition, start and end scores (>= 0)."
+    )
+    transition_iter: object = _setting(
+        None, "int",
         "None: every round refits the transitions before its pass, with "
-        + ", ".join(f"{v} iteration(s) of {k}" for k, v in DEFAULT_ITER.items())
-        + "",
+        + ", ".join(f"{v} iteration(s) of {k}" for k, v in DEFAULT_ITER.items()),
         "(L-BFGS stops earlier once its next step is predicted to gain",
         "little, :mod:`structboost.transitions.lbfgs`; a Newton step is halved",
         "until it descends), several passes a round. ``1`` with ``\"lbfgs\"``",
@@ -95,38 +110,204 @@ _DOCS = {
         "rounds one pass in all (:mod:`structboost.transitions.onestep`);",
         "another count: that many iterations of the refit; 0 keeps the",
         "transitions fixed.",
-    ),
-    "allowed_transitions": (
-        "allowed_transitions : Constraints or (K, K) bool array-like, optional",
+    )  # fmt: skip
+    hess_floor: float = _setting(
+        1e-16, "float", "Smallest Hessian per row and label before weighting (>= 0)."
+    )
+    allowed_transitions: object = _setting(
+        None, "Constraints or (K, K) bool array-like",
         "Moves the model may make (from tag names:",
         ":func:`structboost.allowed_transitions`). Forbidden transition, start",
         "and end scores stay at ``-inf`` and are never refit, so they travel",
         "with the model and decoding never makes a forbidden move. Training",
-        "labels must obey them.",
-    ),
-    "nthread": (
-        "nthread : int, optional",
+        "labels must obey them (checked against K by the objective).",
+    )  # fmt: skip
+    nthread: object = _setting(
+        None, "int",
         "Threads of the numba kernels while the objective runs (pass the",
         "engine's ``nthread``); None leaves numba's setting. BLAS runs on one",
         "thread meanwhile, so nothing oversubscribes. Batches of fewer than",
         "``structboost._config.SERIAL_ROWS`` rows always run serially.",
-    ),
-    "transitions_from": (
-        f"transitions_from : {_choices(TRANSITIONS_FROM)}, default \"{DEFAULTS['transitions_from']}\"",
+    )  # fmt: skip
+    metric: object = _setting(
+        "crf-nll", _choices(METRICS) + " or callable",
+        "What the objective's metric reports: the CRF negative log-likelihood",
+        "per sequence, the token error of the Viterbi path, or a callable",
+        "``f(y_true, y_proba[, sample_weight=])`` of the label indices ``(n,)``",
+        "and the posterior marginals ``(n, K)`` (lower is better).",
+        choices=METRICS,
+    )  # fmt: skip
+    transitions_from: str = _setting(
+        "linear", _choices(TRANSITIONS_FROM),
         "``\"linear\"``: one K x K transition table shared by every position,",
-        "refit by the ``transitions`` solver. ``\"input\"``: boosted,",
+        "refit by the ``transition_solver``. ``\"input\"``: boosted,",
         "input-dependent transitions ``F^v(u, X_t)`` (Dietterich et al. 2008):",
         "the trees score every position once per previous label (K times the",
         "rows; see :mod:`structboost.objectives.edge`); modes ``\"gbcrf\"``",
-        "(edge bound of Chen et al.'s Theorem 4.2) and ``\"treecrf\"``, gamma",
-        "``\"mixing\"``, ``\"length\"`` or a float; ``step``, ``transitions``",
-        "and ``reg_transitions`` are unused.",
-    ),
-    "hess_floor": (
-        f"hess_floor : float, default {DEFAULTS['hess_floor']}",
-        "Smallest Hessian per row and label before weighting.",
-    ),
-}
+        "(edge bound of Chen et al.'s Theorem 4.2) and ``\"treecrf\"``, Hessian",
+        "bound ``\"mixing\"``, ``\"length\"`` or a float; ``step``,",
+        "``transition_solver``, ``reg_transitions`` and ``transition_iter`` do",
+        "not apply and must keep their defaults.",
+        choices=TRANSITIONS_FROM,
+    )  # fmt: skip
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            choices = f.metadata["choices"]
+            if isinstance(value, str) and choices is not None:
+                if value not in choices:
+                    raise ValueError(f"{f.name} must be one of {choices}; got {value!r}.")
+                continue
+            if f.name == "hessian_bound":
+                value = _real(f.name, value, "a positive float or one of " + str(choices))
+                if not value > 0:
+                    raise ValueError(f"a fixed hessian_bound must be positive; got {value!r}.")
+            elif f.name == "metric":
+                if not callable(value):
+                    raise ValueError(
+                        f"metric must be one of {choices} or a callable f(y_true, y_proba); "
+                        f"got {value!r}."
+                    )
+            elif f.name in ("reg_transitions", "hess_floor"):
+                value = _real(f.name, value, "a finite float >= 0")
+                if value < 0:
+                    raise ValueError(f"{f.name} must be >= 0; got {value!r}.")
+            elif f.name == "transition_iter" and value is not None:
+                if not _is_int(value) or value < 0:
+                    raise ValueError(f"transition_iter must be None or an int >= 0; got {value!r}.")
+                value = int(value)
+            elif f.name == "nthread":
+                value = _config.check_nthread(value)
+            elif choices is not None:  # a non-string where only names are allowed
+                raise ValueError(f"{f.name} must be one of {choices}; got {value!r}.")
+            object.__setattr__(self, f.name, value)
+        if self.transitions_from == "input":
+            self._check_edge_route()
+
+    def _check_edge_route(self):
+        """Refuse what boosted, input-dependent transitions do not take."""
+        if self.mode not in EDGE_MODES:
+            raise ValueError(
+                f'transitions_from="input" supports mode in {EDGE_MODES}; got {self.mode!r} '
+                '("logitboost" has no transitions: use transitions_from="linear").'
+            )
+        if isinstance(self.hessian_bound, str) and self.hessian_bound not in EDGE_BOUNDS:
+            raise ValueError(
+                f'transitions_from="input" supports hessian_bound in {EDGE_BOUNDS} or a '
+                f"float; got {self.hessian_bound!r}."
+            )
+        for name in ("step", "transition_solver", "reg_transitions", "transition_iter"):
+            if getattr(self, name) != DEFAULTS[name]:
+                raise ValueError(
+                    f'{name}={getattr(self, name)!r} does not apply to transitions_from="input" '
+                    "(the trees score the transitions; nothing is refit): leave it at its "
+                    f'default {DEFAULTS[name]!r}, or use transitions_from="linear".'
+                )
+
+    @classmethod
+    def build(cls, spec=None, **params):
+        """A spec from ``spec`` (or the defaults) with the keywords ``params`` changed.
+
+        Parameters
+        ----------
+        spec : ObjectiveSpec, optional
+        **params
+            Fields of :class:`ObjectiveSpec`.
+
+        Returns
+        -------
+        ObjectiveSpec
+
+        Raises
+        ------
+        ValueError
+            A keyword that is no field (the old ``gamma=`` and ``transitions=``
+            name their new names) or an invalid value.
+        """
+        if spec is not None and not isinstance(spec, cls):
+            raise ValueError(f"spec must be an ObjectiveSpec; got {type(spec).__name__}.")
+        for old, new in RENAMED.items():
+            if old in params:
+                raise ValueError(
+                    f"{old}= is now called {new}= (the objective's {new.replace('_', ' ')}); "
+                    f"pass {new}={params[old]!r}."
+                )
+        unknown = sorted(set(params) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(
+                f"unknown objective parameter(s) {unknown}: the objective takes "
+                f"{sorted(DEFAULTS)}."
+            )
+        if spec is None:
+            return cls(**params)
+        return dataclasses.replace(spec, **params) if params else spec
+
+    def replace(self, **changes):
+        """A copy with ``changes`` applied (validated as by :meth:`build`)."""
+        return self.build(self, **changes)
+
+    @property
+    def iterations(self):
+        """Solver iterations per round: ``transition_iter``, else the solver's default."""
+        if self.transition_iter is None:
+            return DEFAULT_ITER[self.transition_solver]
+        return self.transition_iter
+
+    def check_solver(self, solvers, structure):
+        """Raise unless ``transition_solver`` is one of ``solvers`` (of ``structure``)."""
+        if self.transition_solver not in solvers:
+            raise ValueError(
+                f"transition_solver must be one of {solvers} for {structure}; got "
+                f"{self.transition_solver!r}."
+            )
+
+    def check_route(self, route, factory):
+        """Raise unless ``transitions_from`` is ``route`` (what ``factory`` builds)."""
+        if self.transitions_from != route:
+            other = "edge_crf_objective" if route == "linear" else "crf_objective"
+            raise ValueError(
+                f'{factory} builds transitions_from="{route}" objectives; got '
+                f"transitions_from={self.transitions_from!r}: use {other}."
+            )
+
+
+def metric_name(metric):
+    """The name a metric is recorded under: its own, or a callable's ``__name__``."""
+    if isinstance(metric, str):
+        return metric
+    return getattr(metric, "__name__", type(metric).__name__)
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(name, value, what):
+    """``value`` as a finite float, else a ``ValueError`` naming ``name``."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not np.isfinite(value):
+        raise ValueError(f"{name} must be {what}; got {value!r}.")
+    return float(value)
+
+
+#: Defaults of the objective's parameters (also the estimators' and the CLI's).
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(ObjectiveSpec)}
+#: The fields a linear-transition factory documents (``transitions_from`` picks the factory).
+LINEAR_PARAMS = tuple(name for name in DEFAULTS if name != "transitions_from")
+#: The fields a tree CRF takes (no constraints: they are for chains).
+TREE_PARAMS = tuple(name for name in LINEAR_PARAMS if name != "allowed_transitions")
+#: The fields of boosted, input-dependent transitions (the rest keep their defaults).
+EDGE_PARAMS = ("mode", "hessian_bound", "hess_floor", "metric", "allowed_transitions", "nthread")
+
+
+def _entry(f):
+    """The numpydoc lines of one field: the head, then the description."""
+    default = f.default
+    tail = "optional" if default is None else f"default {default!r}".replace("'", '"')
+    return (f"{f.name} : {f.metadata['kind']}, {tail}", *f.metadata["doc"])
+
+
+_DOCS = {f.name: _entry(f) for f in fields(ObjectiveSpec)}
 
 
 def param_docs(*names, solvers=SOLVERS, indent=4):
@@ -135,9 +316,7 @@ def param_docs(*names, solvers=SOLVERS, indent=4):
     Parameters
     ----------
     *names : str
-        Keys of the declaration (``"mode"``, ``"gamma"``, ``"transitions"``,
-        ``"reg_transitions"``, ``"metric"``, ``"transition_iter"``,
-        ``"allowed_transitions"``, ``"nthread"``, ``"hess_floor"``).
+        Fields of :class:`ObjectiveSpec`; none: all of them.
     solvers : tuple of str
         The solver choices to document (tree CRFs have no ``"majorize"``).
     indent : int
@@ -149,7 +328,7 @@ def param_docs(*names, solvers=SOLVERS, indent=4):
     """
     pad = " " * indent
     lines = []
-    for name in names:
+    for name in names or tuple(_DOCS):
         head, *body = _DOCS[name]
         lines.append(pad + head.replace("{solvers}", _choices(solvers)))
         lines.extend(pad + "    " + line for line in body)
@@ -160,12 +339,14 @@ def fill_doc(*names, solvers=SOLVERS, **sections):
     """Decorator filling placeholder lines of a docstring.
 
     The line ``{objective_params}`` becomes the entries of ``names`` (see
-    :func:`param_docs`); a line ``{key}`` becomes ``sections[key]``, text
-    written without indentation. Each placeholder's indentation is kept.
+    :func:`param_docs`; ``"all"`` alone: every field); a line ``{key}``
+    becomes ``sections[key]``, text written without indentation. Each
+    placeholder's indentation is kept.
     """
     texts = dict(sections)
     if names:
-        texts["objective_params"] = param_docs(*names, solvers=solvers, indent=0)
+        chosen = () if names == ("all",) else names
+        texts["objective_params"] = param_docs(*chosen, solvers=solvers, indent=0)
 
     def decorate(obj):
         doc = obj.__doc__
@@ -182,22 +363,4 @@ def fill_doc(*names, solvers=SOLVERS, **sections):
     return decorate
 
 
-def check_params(
-    num_labels, mode, gamma, transitions, reg_transitions, solvers=SOLVERS, step=DEFAULTS["step"]
-):
-    """Raise a ``ValueError`` naming the first invalid objective parameter."""
-    if int(num_labels) != num_labels or num_labels < 1:
-        raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}; got {mode!r}.")
-    if isinstance(gamma, str):
-        if gamma not in GAMMA_METHODS:
-            raise ValueError(f"gamma must be one of {GAMMA_METHODS} or a float; got {gamma!r}.")
-    elif not np.isfinite(gamma) or gamma <= 0:
-        raise ValueError(f"a fixed gamma must be a positive float; got {gamma!r}.")
-    if step not in STEPS:
-        raise ValueError(f"step must be one of {STEPS}; got {step!r}.")
-    if transitions not in solvers:
-        raise ValueError(f"transitions must be one of {solvers}; got {transitions!r}.")
-    if reg_transitions < 0:
-        raise ValueError(f"reg_transitions must be >= 0; got {reg_transitions!r}.")
+fill_doc("all")(ObjectiveSpec)

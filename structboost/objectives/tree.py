@@ -9,13 +9,11 @@ edge to the parent; every type has its own ``(K, K)`` potential, refit every
 round by :class:`~structboost.transitions.tree.TreeTransitionProblem`.
 """
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..inference import _tree
-from ..inference.tree import TreeBatch, check_tree, posterior
+from ..inference.tree import TreeBatch, check_tree, label_scores, map_labels, posterior
 from ..sequences import check_labels, check_lengths
 from ..transitions.tree import TreeTransitionParams, TreeTransitionProblem, tree_observed_counts
 from .base import NodeObjective, check_sequence_weights
@@ -71,7 +69,7 @@ class TreeLabelBatch:
 
     def with_potentials(self, unary, transitions):
         """The structure with node potentials ``(n, K)`` and edge potentials set."""
-        return dataclasses.replace(self.structure, unary=unary, transitions=transitions)
+        return self.structure._replace(unary=unary, transitions=transitions)
 
 
 class TreeCRFObjective(NodeObjective):
@@ -82,10 +80,11 @@ class TreeCRFObjective(NodeObjective):
     num_labels : int
     n_edge_types : int
         Number of edge types, each with its own ``(K, K)`` potential.
-    **kwargs
-        ``mode``, ``gamma``, ``transitions``, ``reg_transitions``,
-        ``transition_iter``, ``hess_floor``: see
-        :class:`~structboost.objectives.base.NodeObjective`.
+    spec : ObjectiveSpec, optional
+    **params
+        As for :class:`~structboost.objectives.base.NodeObjective`
+        (``transition_solver`` in ``"lbfgs"``, ``"newton"``; constraints are
+        for chains).
 
     Attributes
     ----------
@@ -94,11 +93,16 @@ class TreeCRFObjective(NodeObjective):
 
     solvers = TREE_SOLVERS
 
-    def __init__(self, num_labels, n_edge_types=1, **kwargs):
+    def __init__(self, num_labels, n_edge_types=1, spec=None, **params):
         if int(n_edge_types) != n_edge_types or n_edge_types < 1:
             raise ValueError(f"n_edge_types must be a positive integer; got {n_edge_types!r}.")
         self.n_edge_types = int(n_edge_types)
-        super().__init__(num_labels, **kwargs)
+        super().__init__(num_labels, spec, **params)
+        self.spec.check_route("linear", type(self).__name__)
+        if self.spec.allowed_transitions is not None:
+            raise ValueError(
+                "allowed_transitions constrains chains; a tree CRF takes none: leave it None."
+            )
 
     def _zero_params(self):
         return TreeTransitionParams.zeros(self.num_labels, self.n_edge_types)
@@ -118,7 +122,7 @@ class TreeCRFObjective(NodeObjective):
             batch.with_potentials(unary, self.params.transitions),
             batch.seq_weight,
             batch.counts,
-            self.reg_transitions,
+            self.spec.reg_transitions,
         )
 
     def _structure(self, margins, batch):
@@ -128,15 +132,12 @@ class TreeCRFObjective(NodeObjective):
     def sequence_nll(self, margins, batch):
         """Per-instance negative log-likelihood ``(m,)`` under the current potentials."""
         b = self._structure(margins, batch)
-        scores = _tree.label_scores(
-            b.unary, b.offsets, b.gparent, b.edge_types, b.transitions, batch.labels
-        )
-        return posterior(b).log_z - scores
+        return posterior(b).log_z - label_scores(b, batch.labels)
+
+    def marginals(self, margins, batch):
+        """Node marginals ``(n, K)`` under the current potentials."""
+        return posterior(self._structure(margins, batch)).marginals()
 
     def decode(self, margins, batch):
         """MAP labels ``(n,)`` of every tree under the current potentials."""
-        b = self._structure(margins, batch)
-        labels, _ = _tree.viterbi(
-            b.unary, b.offsets, b.order, b.gparent, b.edge_types, b.transitions
-        )
-        return labels
+        return map_labels(self._structure(margins, batch))

@@ -44,6 +44,8 @@ without the feature along the learned default direction, the same split as
 
 import itertools
 import numbers
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -51,6 +53,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .._typing import ArrayLike
 from ._lexical import window_columns
 from ..sequences import offsets_from_lengths, resolve_lengths
 
@@ -150,6 +153,9 @@ def _check_int(name, value, low):
         raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
 
 
+_Self = TypeVar("_Self", bound="TokenFeatures")
+
+
 class TokenFeatures(TransformerMixin, BaseEstimator):
     """Sparse binary features of token windows (word, shape, affixes, flags, extra columns).
 
@@ -201,14 +207,14 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
 
     def __init__(
         self,
-        half_width=2,
-        kinds=KINDS,
-        affix_lengths=(1, 2, 3),
-        extra_columns=(),
-        min_count=1,
-        token_column="token",
-        sentence_column="sentence",
-    ):
+        half_width: int = 2,
+        kinds: Sequence[Any] = KINDS,
+        affix_lengths: Sequence[Any] = (1, 2, 3),
+        extra_columns: Sequence[str] = (),
+        min_count: int = 1,
+        token_column: str = "token",
+        sentence_column: str = "sentence",
+    ) -> None:
         self.half_width = half_width
         self.kinds = kinds
         self.affix_lengths = affix_lengths
@@ -371,7 +377,14 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         renumber[order] = np.arange(len(order))
         return row_ptr, renumber[row_attr], lengths
 
-    def fit(self, X, y=None, *, lengths=None, groups=None):
+    def fit(
+        self: _Self,
+        X: pd.DataFrame,
+        y: Any = None,
+        *,
+        lengths: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+    ) -> _Self:
         """Learn the feature vocabulary.
 
         Parameters
@@ -394,17 +407,30 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         self._fit(X, lengths, groups)
         return self
 
-    def fit_transform(self, X, y=None, *, lengths=None, groups=None):
+    def fit_transform(
+        self,
+        X: pd.DataFrame,
+        y: Any = None,
+        *,
+        lengths: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+    ) -> sp.csr_matrix:
         """:meth:`fit` and :meth:`transform` in one pass over the tokens.
 
         Returns
         -------
-        scipy.sparse.csr_matrix, shape (n, n_features_out_), float32
+        scipy.sparse.csr_matrix, shape ``(n, n_features_out_)``, float32
         """
         row_ptr, row_attr, lengths = self._fit(X, lengths, groups)
         return self._assemble(row_ptr, row_attr, lengths)
 
-    def transform(self, X, *, lengths=None, groups=None):
+    def transform(
+        self,
+        X: pd.DataFrame,
+        *,
+        lengths: ArrayLike | None = None,
+        groups: ArrayLike | str | None = None,
+    ) -> sp.csr_matrix:
         """Binary features of every token's window.
 
         Parameters
@@ -414,7 +440,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        scipy.sparse.csr_matrix, shape (n, n_features_out_), float32
+        scipy.sparse.csr_matrix, shape ``(n, n_features_out_)``, float32
             Ones where a feature fires; features unknown to the fitted
             vocabulary are ignored. Indices sorted within each row.
         """
@@ -430,7 +456,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         )
         return self._assemble(row_ptr, row_attr, lengths)
 
-    def to_document(self):
+    def to_document(self) -> dict[str, Any]:
         """The fitted transformer as a JSON-ready dict: parameters and vocabulary.
 
         Returns
@@ -490,7 +516,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         tf.n_features_out_ = n_out
         return tf
 
-    def get_feature_names_out(self, input_features=None):
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """Names ``kind[offset]=value`` of the output columns, in column order.
 
         Parameters
@@ -500,7 +526,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        (n_features_out_,) ndarray of str (object dtype)
+        ``(n_features_out_,)`` ndarray of str (object dtype)
         """
         check_is_fitted(self, "columns_")
         attrs = sorted(self.attributes_, key=self.attributes_.__getitem__)

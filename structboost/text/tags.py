@@ -14,8 +14,10 @@ spans rather than errors. ``E-`` and ``S-`` are BIOES additions: conlleval
 treats ``S-`` like ``I-``; here, as in seqeval's default mode, ``S-`` opens and
 closes a one-token chunk. The scheme decides only which prefixes are legal.
 
-Shared by :mod:`structboost.metrics` (span scores) and
-:mod:`structboost.datasets` (scheme conversion).
+Shared by :mod:`structboost.metrics` (span scores),
+:mod:`structboost.datasets` (scheme conversion) and
+:mod:`structboost.objectives.constraints` (the moves a scheme allows,
+:func:`scheme_moves`).
 """
 
 import numpy as np
@@ -110,6 +112,51 @@ def parse_tags(tags, scheme):
     type_codes = np.full(tags.size, -1, dtype=np.int64)
     type_codes[~outside] = codes
     return prefixes, type_codes, type_names
+
+
+def scheme_moves(tags, scheme):
+    """Which tag may follow which, and begin and end a sequence, under a chunk tagging scheme.
+
+    Parameters
+    ----------
+    tags : (K,) ndarray of str
+        Tag names (e.g. a model's labels in class order): ``"O"`` or a
+        prefix of the scheme, ``-`` and a chunk type.
+    scheme : str
+        A key of ``SCHEME_PREFIXES`` (see :func:`check_scheme`).
+
+    Returns
+    -------
+    transitions : (K, K) bool ndarray
+        ``transitions[a, b]``: tag ``a`` may be followed by tag ``b``.
+    start, end : (K,) bool ndarray
+        Tags a sequence may begin / end with.
+
+    Notes
+    -----
+    The rules are tabled in :mod:`structboost.objectives.constraints`.
+    """
+    prefix, kind, _ = parse_tags(tags, scheme)
+    same = kind[:, None] == kind[None, :]
+    to = {p: prefix == p for p in ("O", *SCHEME_PREFIXES[scheme])}
+    frm = {p: m[:, None] for p, m in to.items()}
+    if scheme == "iob2":
+        inside = to["I"][None, :]
+        trans = ~inside | ((frm["B"] | frm["I"]) & same)
+        start = ~to["I"]
+        end = np.ones(tags.size, dtype=bool)
+    elif scheme == "iob1":
+        begin = to["B"][None, :]
+        trans = ~begin | ((frm["B"] | frm["I"]) & same)
+        start = ~to["B"]
+        end = np.ones(tags.size, dtype=bool)
+    else:
+        open_chunk = frm["B"] | frm["I"]
+        continues = (to["I"] | to["E"])[None, :]
+        trans = np.where(open_chunk, continues & same, ~continues)
+        start = to["O"] | to["B"] | to["S"]
+        end = to["O"] | to["E"] | to["S"]
+    return np.ascontiguousarray(trans), start, end
 
 
 def sentence_offsets(lengths, n):

@@ -1,2 +1,2 @@
 """Transition potentials and their solvers: the penalised problem, chain and tree
-solvers, and the Jebara & Choromanska (2012) majorization bound."""
+solvers (the ``"majorize"`` solver bounds with :mod:`structboost.majorize`)."""

@@ -23,7 +23,7 @@ whose gradient is (expected - observed) transition, start and end counts plus
     the step monotone.
 ``"majorize"``
     Steps of Jebara & Choromanska (2012): the quadratic upper bound of
-    :func:`structboost.transitions.majorize.chain_bound` on the summed ``log Z`` at the
+    :func:`structboost.majorize.chain_bound` on the summed ``log Z`` at the
     current ``theta``, plus the penalty, minimised in closed form. Monotone
     by construction, without a line search; each step costs ``O(K^4)`` per
     row. Above ``majorize.LOW_RANK_DIM`` parameters the curvature is kept
@@ -31,13 +31,15 @@ whose gradient is (expected - observed) transition, start and end counts plus
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import _config
+from .._typing import Floats
 from ..inference.chain import Workspace, posterior
 from ..sequences import sequence_blocks
-from . import majorize
+from .. import majorize
 from .base import CURVATURE, GRADIENT, VALUE, Evaluation, PenalisedProblem, identity
 
 SOLVERS = ("lbfgs", "newton", "majorize")
@@ -73,7 +75,7 @@ class TransitionParams:
     def num_labels(self):
         return self.start.shape[0]
 
-    def to_vector(self):
+    def to_vector(self) -> Floats:
         """``(K*K + 2K,)`` vector ``[transitions.ravel(), start, end]``."""
         return np.concatenate((self.transitions.ravel(), self.start, self.end))
 
@@ -87,10 +89,10 @@ class TransitionParams:
             np.ascontiguousarray(vec[kk + k :]),
         )
 
-    def copy(self):
+    def copy(self) -> "TransitionParams":
         return TransitionParams(self.transitions.copy(), self.start.copy(), self.end.copy())
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; floats round-trip exactly through :func:`json.dumps`."""
         return {
             "transitions": self.transitions.tolist(),
@@ -352,9 +354,9 @@ class TransitionProblem(PenalisedProblem):
         rank = majorize.default_rank(self.num_labels * (self.num_labels + 2), self.reg)
         if rank is not None and self.allreduce is not identity:
             raise ValueError(
-                f"transitions='majorize' with K = {self.num_labels} labels uses the low-rank "
+                f"transition_solver='majorize' with K = {self.num_labels} labels uses the low-rank "
                 "bound, whose curvature cannot be summed across workers: use "
-                "transitions='lbfgs' or 'newton' in a distributed run."
+                "transition_solver='lbfgs' or 'newton' in a distributed run."
             )
         x = self._free_part(params.to_vector())
         counts = self._free_part(self.counts)
@@ -424,7 +426,7 @@ def refit(problem, params, solver, max_iter, memory=None):
     if solver == "majorize":
         if not isinstance(problem, TransitionProblem):
             raise ValueError(
-                'transitions="majorize" bounds chain CRFs only; use "lbfgs" or "newton" here.'
+                'transition_solver="majorize" bounds chain CRFs only; use "lbfgs" or "newton" here.'
             )
         for _ in range(max_iter):
             params = problem.majorize_step(params)

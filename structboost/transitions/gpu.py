@@ -1,10 +1,8 @@
 """The transition problem with messages on a CUDA GPU (see :mod:`structboost.inference.gpu`)."""
 
 import numpy as np
-from numba import cuda
 
-from ..inference import _cuda_chain as kern
-from ..inference.gpu import DevicePosterior, launch, set_rows, zeros
+from ..inference.gpu import DevicePosterior
 from .base import PenalisedProblem
 from .chain import TransitionParams, TransitionProblem
 
@@ -52,26 +50,10 @@ class DeviceTransitionProblem(PenalisedProblem):
         curvature : (K*K + 2K,) float64 or None
         """
         st = self.structure
-        n, k = post.alpha.shape
         edge_gamma = post.edge_gamma() if with_curvature else st.d_row_weight
         node_gamma = post.node_gamma("mixing") if with_curvature else st.d_row_weight
-        coef = cuda.device_array((n, 3))
-        launch(kern.edge_weights, n, post.beta_scale, post.overlap, st.d_row_weight, edge_gamma,
-               st.d_last, coef)
+        trans, trans_curv, ends = post.weighted_sums(edge_gamma, node_gamma, with_curvature)
         part = post.log_space
-        if part is not None:
-            set_rows(coef, part.rows, 0.0)
-        trans, trans_curv = zeros((k, k)), zeros((k, k))
-        kern.outer_sums[kern.outer_grid(n, k), (kern.TILE, kern.TILE)](
-            post.alpha, post.r, coef, post.d_emat, with_curvature, trans, trans_curv
-        )
-        ends = []
-        for d_rows in (st.d_first_rows, st.d_last_rows):
-            total, curv = zeros(k), zeros(k)
-            launch(kern.node_sums, k * -(-st.num_sequences // kern.CHUNK), post.marg, d_rows,
-                   st.d_seq_weight, node_gamma, with_curvature, total, curv)
-            ends.append((total.copy_to_host(), curv.copy_to_host()))
-        trans, trans_curv = trans.copy_to_host(), trans_curv.copy_to_host()
         if part is not None:
             pair_w = np.repeat(self.seq_weight, np.diff(st.offsets))[part.rows]
             trans += np.einsum("e,eab->ab", pair_w, part.pairwise)

@@ -16,7 +16,6 @@ over its edges, with ``gamma_e`` the tree edge bound of
 :func:`structboost.inference.tree.tree_edge_gamma`.
 """
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,7 +134,7 @@ class TreeTransitionProblem(PenalisedProblem):
 
     def _posterior(self, params, rates):  # the tree's rates come from its stored messages
         trans = np.ascontiguousarray(params.transitions, dtype=np.float64)
-        return posterior(dataclasses.replace(self.batch, transitions=trans))
+        return posterior(self.batch._replace(transitions=trans))
 
     def expected_counts(self, post, with_curvature=False):
         """Expected per-type counts and, on request, their curvature bound.

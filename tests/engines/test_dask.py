@@ -79,7 +79,7 @@ def _single(X, y, lengths, solver, rounds=4, valid=None):
     """One-process booster, its training DMatrix and metric history (on ``valid`` or train)."""
     dtrain = xgb.DMatrix(X, label=y, group=lengths)
     watched = dtrain if valid is None else xgb.DMatrix(valid[0], label=valid[1], group=valid[2])
-    obj = sb.crf_objective(K, transitions=solver)
+    obj = sb.crf_objective(K, transition_solver=solver)
     history = {}
     booster = xgb.train(
         PARAMS, dtrain, rounds, obj=obj, custom_metric=obj.metric, evals=[(watched, "watched")],
@@ -98,7 +98,7 @@ def test_distributed_training_equals_one_process(client, solver):
     Xd, yd, sd = _arrays(X, y, lengths, cuts=(13, 27))
     dtrain = sbd.sequence_dmatrix(client, Xd, yd, groups=sd)
     out = sbd.train(
-        client, PARAMS, dtrain, sb.crf_objective(K, transitions=solver), 4,
+        client, PARAMS, dtrain, sb.crf_objective(K, transition_solver=solver), 4,
         evals=[(dtrain, "train")],
     )
     booster, single_dtrain, history = _single(X, y, lengths, solver)
@@ -136,13 +136,13 @@ def test_estimator_on_a_dataframe_with_string_labels(client):
     X, y, lengths = _data(m=30, seed=2)
     train, frame = _frame(X, y, lengths, cuts=(9, 21))
     est = DaskXGBCRFClassifier(
-        n_estimators=6, max_depth=2, learning_rate=0.5, nthread=1, early_stopping_rounds=2
+        n_estimators=6, max_depth=2, learning_rate=0.5, n_jobs=1, early_stopping_rounds=2
     )
     est.fit(train.drop(columns="label"), train["label"], groups="seq",
             eval_set=[(train.drop(columns="label"), train["label"], "seq")])
     assert list(est.classes_) == ["a", "b", "c"]
     single = sb.XGBCRFClassifier(
-        n_estimators=6, max_depth=2, learning_rate=0.5, nthread=1, early_stopping_rounds=2
+        n_estimators=6, max_depth=2, learning_rate=0.5, n_jobs=1, early_stopping_rounds=2
     ).fit(frame.drop(columns="label"), frame["label"], groups="seq",
           eval_set=[(frame.drop(columns="label"), frame["label"], "seq")])
     assert est.best_iteration_ == single.best_iteration_

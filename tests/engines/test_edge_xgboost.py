@@ -9,6 +9,7 @@ import scipy.sparse as sp
 import xgboost as xgb
 
 import structboost as sb
+import structboost.xgboost as sbx
 from structboost.objectives.chain import SequenceBatch
 from structboost.objectives.constraints import from_masks
 from structboost.objectives.edge import edge_row_counts
@@ -39,9 +40,9 @@ def data(single_threaded):
 
 
 def train(data, mode="gbcrf", rounds=12, eta=1.0, **kw):
-    obj = sb.edge_crf_objective(K, mode=mode, **kw)
-    dtrain = sb.edge_dmatrix(*data["train"], num_labels=K)
-    dtest = sb.edge_dmatrix(*data["test"], num_labels=K)
+    obj = sbx.edge_crf_objective(K, mode=mode, **kw)
+    dtrain = sbx.edge_dmatrix(*data["train"], num_labels=K)
+    dtest = sbx.edge_dmatrix(*data["test"], num_labels=K)
     log = {}
     booster = xgb.train(
         sb.xgb_params(K, eta=eta, **TREE), dtrain, num_boost_round=rounds, obj=obj,
@@ -53,13 +54,13 @@ def train(data, mode="gbcrf", rounds=12, eta=1.0, **kw):
 
 def test_edge_dmatrix_layout(data):
     X, y, lengths = data["train"]
-    dmat = sb.edge_dmatrix(X, y, lengths, num_labels=K)
+    dmat = sbx.edge_dmatrix(X, y, lengths, num_labels=K)
     counts = edge_row_counts(lengths, K)
     assert dmat.num_row() == counts.sum() == len(lengths) + (len(y) - len(lengths)) * K
     np.testing.assert_array_equal(np.diff(dmat.get_uint_info("group_ptr")), counts)
     assert dmat.feature_types == ["q", "q", "c"]
     with pytest.raises(ValueError, match="one entry per position"):
-        sb.edge_dmatrix(X, y[:-1], lengths, num_labels=K)
+        sbx.edge_dmatrix(X, y[:-1], lengths, num_labels=K)
 
 
 def test_gbcrf_training_nll_never_rises_at_learning_rate_one(data):
@@ -78,8 +79,8 @@ def test_trees_split_on_the_previous_label_and_beat_linear_transitions():
     (X, y, lengths), test = switching_sequences(300, 2), switching_sequences(100, 3)
     params = sb.xgb_params(K, eta=1.0, max_depth=3)
     # A fixed gamma = 2 (LogitBoost's curvature, not a safe bound) learns fastest here.
-    obj = sb.edge_crf_objective(K, gamma=2.0)
-    dtrain = sb.edge_dmatrix(X, y, lengths, num_labels=K)
+    obj = sbx.edge_crf_objective(K, hessian_bound=2.0)
+    dtrain = sbx.edge_dmatrix(X, y, lengths, num_labels=K)
     booster = xgb.train(params, dtrain, 20, obj=obj, callbacks=[obj.callback()])
     assert booster.get_score(importance_type="total_gain").get("prev_label", 0) > 0
     edge_acc = (sb.predict(booster, test[0], lengths=test[2]) == test[1]).mean()
@@ -116,8 +117,8 @@ def test_prediction_paths_agree(data, tmp_path):
 def test_dataframe_input(data):
     X, y, lengths = data["train"]
     frame = pd.DataFrame(X, columns=["obs", "switch"])
-    obj = sb.edge_crf_objective(K)
-    dtrain = sb.edge_dmatrix(frame, y, lengths, num_labels=K)
+    obj = sbx.edge_crf_objective(K)
+    dtrain = sbx.edge_dmatrix(frame, y, lengths, num_labels=K)
     booster = xgb.train(sb.xgb_params(K, **TREE), dtrain, 3, obj=obj, callbacks=[obj.callback()])
     np.testing.assert_array_equal(
         sb.predict(booster, frame, lengths=lengths), sb.predict(booster, dtrain)
@@ -139,15 +140,15 @@ def test_constrained_decoding_never_makes_a_forbidden_move(data):
 
 def test_training_under_constraints(data):
     X, y, lengths = data["train"]
-    dtrain = sb.edge_dmatrix(X, y, lengths, num_labels=K)
+    dtrain = sbx.edge_dmatrix(X, y, lengths, num_labels=K)
     allowed = np.ones((K, K), dtype=bool)
     allowed[0, 1] = False  # the data make this move
-    obj = sb.edge_crf_objective(K, allowed_transitions=allowed)
+    obj = sbx.edge_crf_objective(K, allowed_transitions=allowed)
     with pytest.raises(ValueError, match="forbid"):
         xgb.train(sb.xgb_params(K, **TREE), dtrain, 1, obj=obj)
     allowed = np.ones((K, K), dtype=bool)
     allowed[0, 2] = False  # a move the rotating labels never make
-    obj = sb.edge_crf_objective(K, allowed_transitions=allowed)
+    obj = sbx.edge_crf_objective(K, allowed_transitions=allowed)
     booster = xgb.train(sb.xgb_params(K, **TREE), dtrain, 5, obj=obj, callbacks=[obj.callback()])
     Xt, _, lt = data["test"]
     labels = sb.predict(booster, Xt, lengths=lt)  # the model carries its constraints

@@ -82,9 +82,9 @@ def train(hmm, rounds=10, lr=0.5, valid=True, callbacks=(), params=None, **kw):
         {},
         {"mode": "treecrf"},
         {"mode": "logitboost"},
-        {"gamma": "length", "transitions": "newton"},
-        {"gamma": "exact"},
-        {"gamma": 4.0},
+        {"hessian_bound": "length", "transition_solver": "newton"},
+        {"hessian_bound": "exact"},
+        {"hessian_bound": 4.0},
     ],
     ids=["gbcrf", "treecrf", "logitboost", "length-newton", "exact", "fixed-gamma"],
 )
@@ -272,7 +272,7 @@ def test_early_stopping_keeps_the_transitions_of_the_best_iteration(hmm, keep):
 
 
 def test_error_metric_is_token_error(hmm):
-    _, booster, log = train(hmm, rounds=4, metric="error")
+    _, booster, log = train(hmm, rounds=4, metric="crf-error")
     Xt, yt, lt = hmm["test"]
     assert log["test"]["crf-error"][-1] == pytest.approx(
         np.mean(sb.predict(booster, Xt, lengths=lt) != yt)
@@ -396,7 +396,7 @@ def test_clear_errors(hmm, trained, tmp_path):
     with pytest.raises(ValueError, match="in-memory features"):
         sb.predict(trained, dataset(hmm["train"]).construct())
     trained.save_model(tmp_path / "plain.txt")
-    with pytest.raises(ValueError, match="not a file written by structboost.save_lgb_model"):
+    with pytest.raises(ValueError, match="not a file written by structboost.lightgbm.save_lgb_model"):
         load_lgb_model(tmp_path / "plain.txt")
     with pytest.raises(ValueError, match="no sequence groups"):
         obj.sklearn_objective(y, np.zeros((len(y), K)), None, None)

@@ -94,7 +94,7 @@ def test_structured_modes_beat_logitboost(hmm):
 
 
 def test_newton_transition_solver_trains(hmm):
-    obj, booster, log, dtest = train(hmm, "gbcrf", rounds=10, transitions="newton")
+    obj, booster, log, dtest = train(hmm, "gbcrf", rounds=10, transition_solver="newton")
     nll = np.array(log["train"]["crf-nll"])
     assert nll[-1] < nll[0]
     diag = np.diag(obj.params.transitions)
@@ -196,7 +196,7 @@ def test_qid_gives_the_same_model_as_group(hmm):
 
 
 def test_error_metric_is_token_error(hmm):
-    obj, booster, log, dtest = train(hmm, rounds=5, metric="error")
+    obj, booster, log, dtest = train(hmm, rounds=5, metric="crf-error")
     _, y, _ = hmm["test"]
     error = np.mean(sb.predict(booster, dtest) != y)
     assert log["test"]["crf-error"][-1] == pytest.approx(error, abs=5e-7)  # logged to 6 decimals

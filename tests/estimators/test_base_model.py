@@ -17,7 +17,7 @@ from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
 pytestmark = pytest.mark.usefixtures("single_threaded")
 
 SMALL = {
-    XGBCRFClassifier: {"max_depth": 3, "nthread": 1},
+    XGBCRFClassifier: {"max_depth": 3, "n_jobs": 1},
     LGBMCRFClassifier: {"num_leaves": 8, "min_child_samples": 5, "n_jobs": 1},
 }
 ESTIMATORS = pytest.mark.parametrize(
@@ -102,7 +102,7 @@ def test_base_model_on_its_own_sparse_input(cls, data):
 def test_base_x_without_base_model_and_nested_params(data):
     X, y, lengths = data
     with pytest.raises(ValueError, match="base_model is None"):
-        XGBCRFClassifier(n_estimators=1, nthread=1).fit(X, y, lengths=lengths, base_X=X)
+        XGBCRFClassifier(n_estimators=1, n_jobs=1).fit(X, y, lengths=lengths, base_X=X)
     est = XGBCRFClassifier(base_model=LinearChainCRF(reg=2.0))
     assert est.get_params()["base_model__reg"] == 2.0
     copy = clone(est).set_params(base_model__reg=0.5)
@@ -111,7 +111,7 @@ def test_base_x_without_base_model_and_nested_params(data):
 
 def test_the_xgboost_train_recipe_matches_the_estimator(data):
     X, y, lengths = data
-    params = {"max_depth": 3, "nthread": 1}
+    params = {"max_depth": 3, "n_jobs": 1}
     est = XGBCRFClassifier(n_estimators=3, base_model=converged_base(), **params)
     est.fit(X, y, lengths=lengths)
 

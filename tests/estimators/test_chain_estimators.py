@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("single_threaded")
 LABELS = np.array(["B-X", "I-X", "O"])
 # Small, fast models; one thread: the CI machine has two busy cores.
 SMALL = {
-    XGBCRFClassifier: {"n_estimators": 8, "learning_rate": 1.0, "max_depth": 3, "nthread": 1},
+    XGBCRFClassifier: {"n_estimators": 8, "learning_rate": 1.0, "max_depth": 3, "n_jobs": 1},
     LGBMCRFClassifier: {"n_estimators": 8, "learning_rate": 1.0, "num_leaves": 8, "n_jobs": 1},
 }
 ESTIMATORS = pytest.mark.parametrize(
@@ -78,7 +78,8 @@ def test_dataframe_with_sequence_id_column_and_string_labels(data, fitted, cls):
     np.testing.assert_array_equal(est.classes_, LABELS)
     assert est.n_features_in_ == X_num.shape[1]
     assert "sentence_id" not in est.feature_names_in_
-    assert est.best_iteration_ == 7
+    assert est.best_iteration == 7  # XGBoost's name, 0-based; best_iteration_ the engine's
+    assert est.best_iteration_ == (8 if cls is LGBMCRFClassifier else 7)
 
     pred = est.predict(frame, groups="sentence_id")
     assert pred.dtype == LABELS.dtype and set(pred) <= set(LABELS)
@@ -144,11 +145,11 @@ def test_early_stopping_on_eval_set(data, cls):
         {"X": valid.drop(columns="sentence_id"), "y": yv, "lengths": lengths_v},
     ]
     fits = [small(cls, **overfit).fit(frame, y, groups="sentence_id", eval_set=[f]) for f in forms]
-    best = fits[0].best_iteration_
+    best = fits[0].best_iteration  # 0-based on both engines
     assert best < 39, "the overfitting setup should stop early"
     assert len(fits[0].evals_result_["validation_0"]["crf-nll"]) > best + 1
     for est in fits[1:]:
-        assert est.best_iteration_ == best
+        assert est.best_iteration == best
         np.testing.assert_array_equal(est.transitions_, fits[0].transitions_)
     # The kept model is the one trained for best + 1 rounds, transitions included.
     short = small(cls, **{**overfit, "n_estimators": best + 1, "early_stopping_rounds": None})

@@ -12,6 +12,7 @@ from sklearn.metrics import log_loss
 from sklearn.model_selection import GridSearchCV, GroupKFold, cross_val_score
 
 import structboost as sb
+from structboost import _config
 from structboost.datasets import make_hmm_sequences
 from structboost.estimators import chain
 from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
@@ -106,7 +107,7 @@ def test_proba_classes_best_score_and_booster(data, cls):
     assert est.n_classes_ == 3 == proba.shape[1]
     assert est.get_booster() is est.booster_
     history = est.evals_result_["dev"]["crf-nll"]
-    assert est.best_score_ == pytest.approx(history[est.best_iteration_])
+    assert est.best_score_ == pytest.approx(history[est.best_iteration])
     assert est.best_score_ == pytest.approx(min(history), rel=1e-6)
     assert not hasattr(small(cls).fit(X, y, lengths=lengths), "best_score_")
 
@@ -186,46 +187,55 @@ def test_tree_estimator_callbacks_eval_metric_and_proba():
         est.predict_proba(X, parents=parents, lengths=lengths),
         est.predict_marginals(X, parents=parents, lengths=lengths),
     )
-    with pytest.raises(ValueError, match="eval_metric"):
-        TreeCRFClassifier(eval_metric=log_loss).fit(X, y, parents=parents, lengths=lengths)
+    # a callable gets the node marginals, as on chains
+    est.set_params(eval_metric=log_loss).fit(
+        X, y, parents=parents, lengths=lengths, eval_set=[(X, y, lengths, parents)]
+    )
+    assert est.evals_result_["validation_0"]["log_loss"][-1] == pytest.approx(
+        log_loss(y, est.predict_proba(X, parents=parents, lengths=lengths)), rel=1e-5
+    )
 
 
 # -- one thread setting --------------------------------------------------------
 @ESTIMATORS
 def test_n_jobs_reaches_objective_numba_and_blas(data, cls, monkeypatch):
+    """``n_jobs`` becomes the spec's ``nthread``, which the objective's round sets once."""
     from threadpoolctl import threadpool_info
 
-    seen = {}
-    real = {"xgb": chain.crf_objective}
-
-    def spy(*args, **kwargs):
-        seen["nthread"] = kwargs.get("nthread")
-        return real["xgb"](*args, **kwargs)
-
+    seen, inside = {}, []
     if cls is XGBCRFClassifier:
-        monkeypatch.setattr(chain, "crf_objective", spy)
+        module, name = chain, "crf_objective"
     else:
-        from structboost.engines import lightgbm
+        from structboost.engines import lightgbm as module
 
-        real["xgb"] = lightgbm.lgb_crf_objective
-        monkeypatch.setattr(lightgbm, "lgb_crf_objective", spy)
-    inside = []
+        name = "lgb_crf_objective"
+    real = getattr(module, name)
 
-    class Probe(xgb.callback.TrainingCallback):
-        def after_iteration(self, model, epoch, evals_log):
+    def spy(num_labels, spec, **kwargs):
+        seen["nthread"] = spec.nthread
+        obj = real(num_labels, spec, **kwargs)
+        round_ = obj.crf._grad_hess
+
+        def probed(*args):
             blas = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
             inside.append((numba.get_num_threads(), blas))
-            return False
+            return round_(*args)
 
-    def lgb_probe(env):
-        Probe().after_iteration(None, env.iteration, None)
+        obj.crf._grad_hess = probed
+        return obj
 
-    probe = Probe() if cls is XGBCRFClassifier else lgb_probe
-    small(cls, n_jobs=1, callbacks=[probe]).fit(data["X"], data["y"], lengths=data["lengths"])
+    monkeypatch.setattr(module, name, spy)
+    small(cls, n_jobs=1).fit(data["X"], data["y"], lengths=data["lengths"])
     assert seen["nthread"] == 1
     assert inside and all(n == 1 and all(b == 1 for b in blas) for n, blas in inside)
+    # n_jobs=None leaves the defaults while OpenMP waits passively (tests/test_threads.py
+    # covers a spinning runtime loaded first, where the idle cores are counted).
+    monkeypatch.setattr(_config, "OPENMP_PASSIVE", True)
     small(cls, n_jobs=None).fit(data["X"], data["y"], lengths=data["lengths"])
     assert seen["nthread"] is None
+    for spelling in ("nthread", "num_threads"):
+        with pytest.raises(ValueError, match="n_jobs"):
+            small(cls, **{spelling: 1}).fit(data["X"], data["y"], lengths=data["lengths"])
 
 
 # -- sklearn-crfsuite's data contract ----------------------------------------
@@ -259,7 +269,7 @@ def _word_features(sentence):
     ]  # fmt: skip
 
 
-def test_lists_of_feature_dicts_like_sklearn_crfsuite():
+def test_lists_of_feature_dicts_like_sklearn_crfsuite(tmp_path):
     rng = np.random.default_rng(0)
     names, other = ["Ann", "Bob", "Eve"], ["saw", "met", "the", "cat", "a", "dog"]
     sentences, tags = [], []
@@ -276,8 +286,11 @@ def test_lists_of_feature_dicts_like_sklearn_crfsuite():
     with pytest.raises(ValueError, match="feature dicts, but fit got arrays"):
         XGBCRFClassifier(n_estimators=2, n_jobs=1).fit([np.ones((3, 2))] * 4,
                                                        [["a", "b", "a"]] * 4).predict(X)
-    with pytest.raises(ValueError, match="DictVectorizer"):
-        est.save_model("never-written.json")
+    # The vectorizer travels in the model file (it used to be refused).
+    est.save_model(tmp_path / "dicts.json")
+    loaded = XGBCRFClassifier().load_model(tmp_path / "dicts.json")
+    assert loaded.vectorizer_.feature_names_ == est.vectorizer_.feature_names_
+    assert loaded.predict(X[:3] + unseen) == est.predict(X[:3] + unseen)
 
 
 @ESTIMATORS
@@ -296,7 +309,7 @@ def test_missing_lightgbm_is_named_with_its_install_command(data, monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "lightgbm" else real(name, *a)
     )
-    with pytest.raises(ImportError, match=r'pip install "structboost\[lightgbm\]"'):
+    with pytest.raises(ImportError, match=r'pip install "structboost-crf\[lightgbm\]"'):
         LGBMCRFClassifier().fit(data["X"], data["y"], lengths=data["lengths"])
 
 

@@ -42,7 +42,7 @@ def data(single_threaded):
 
 def small(**kw):
     settings = dict(n_estimators=15, learning_rate=1.0, max_depth=3, min_child_weight=0.1)
-    return sb.XGBCRFClassifier(transitions_from="input", nthread=1, **{**settings, **kw})
+    return sb.XGBCRFClassifier(transitions_from="input", n_jobs=1, **{**settings, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_fit_predict_and_consistency(data, fitted):
 def test_early_stopping_model_files_and_clone(data, tmp_path):
     frame, y = data["train"]
     frame_v, y_v = data["test"]
-    est = small(early_stopping_rounds=3, n_estimators=60, gamma=2.0).fit(
+    est = small(early_stopping_rounds=3, n_estimators=60, hessian_bound=2.0).fit(
         frame, y, groups="sentence_id", eval_set=[(frame_v, y_v, "sentence_id")]
     )
     assert est.best_iteration_ < 59

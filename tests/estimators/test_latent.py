@@ -16,7 +16,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import structboost as sb
 from structboost.estimators import latent
 from structboost.estimators.latent import LatentLogLinearClassifier, LatentProblem
-from structboost.transitions.majorize import partition_bound
+from structboost.majorize import partition_bound
 
 PROPERTY = settings(max_examples=20, deadline=None)
 seeds = st.integers(0, 2**32 - 1)

@@ -7,7 +7,7 @@ import scipy.sparse
 import xgboost as xgb
 
 import structboost as sb
-from structboost.transitions import majorize
+from structboost import majorize
 from structboost.datasets import make_hmm_sequences
 from structboost.estimators.linear import LinearChainCRF, LinearChainProblem
 
@@ -105,8 +105,8 @@ def test_majorize_streams_a_low_rank_bound_above_the_threshold(monkeypatch):
     X, y, lengths, weights = tiny(6)
     dense = LinearChainCRF(solver="majorize", reg=0.5, max_iter=5, tol=0.0).fit(X, y, lengths, weights)
     assert dense.rank_ is None
-    monkeypatch.setattr(majorize, "LOW_RANK_DIM", dense.coef_.size)
-    monkeypatch.setattr(majorize, "DEFAULT_RANK", 3)
+    monkeypatch.setattr(majorize.curvature, "LOW_RANK_DIM", dense.coef_.size)
+    monkeypatch.setattr(majorize.curvature, "DEFAULT_RANK", 3)
     low = LinearChainCRF(solver="majorize", reg=0.5, max_iter=5, tol=0.0).fit(X, y, lengths, weights)
     assert low.rank_ == 3
     assert np.all(np.diff(low.history_) <= 1e-10 * np.abs(low.history_[1:]))

@@ -197,7 +197,7 @@ def test_estimator_fits_and_predicts(structure, extra):
     Y = sample_tree_labels(truth, n, flip=[0, 0.1, 0.1], seed=4)
     Y[:, 0] = np.where(X[:, 0] > 0, Y[:, 0], 1 - Y[:, 0])
     est = ESSTreeCRFClassifier(
-        structure=structure, n_estimators=5, max_depth=2, nthread=1, **extra
+        structure=structure, n_estimators=5, max_depth=2, n_jobs=1, **extra
     )
     assert clone(est).get_params() == est.get_params()
     est.fit(X, Y, eval_set=[(X[:40], Y[:40])])

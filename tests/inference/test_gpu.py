@@ -22,6 +22,7 @@ import naive
 from structboost import inference
 from structboost.inference import chain as chain_inference
 from structboost.objectives.chain import CRFObjective, SequenceBatch
+from structboost.objectives.params import ObjectiveSpec
 from structboost.transitions.chain import TransitionParams, TransitionProblem
 from chains import forbidding_extreme, make_crf, make_forbidding_crf
 
@@ -254,12 +255,12 @@ def _forbid_2_to_1(batch):
 )
 def test_objective_round_matches_the_cpu(mode, gamma, solver):
     margins, batch = _problem(2)
-    kwargs = dict(mode=mode, gamma=gamma, transitions=solver, transition_iter=2)
+    kwargs = dict(mode=mode, hessian_bound=gamma, transition_solver=solver, transition_iter=2)
     if solver == "constrained":
         allowed, batch = _forbid_2_to_1(batch)
-        kwargs.update(transitions="newton", allowed_transitions=allowed)
+        kwargs.update(transition_solver="newton", allowed_transitions=allowed)
     if solver == "adaptive":
-        kwargs.update(transitions="newton", step="adaptive")
+        kwargs.update(transition_solver="newton", step="adaptive")
     cpu, dev = CRFObjective(3, **kwargs), objectives_gpu.DeviceCRFObjective(3, **kwargs)
     moves = np.random.default_rng(2).normal(scale=0.3, size=(3,) + margins.shape)
     for step in range(3):  # an adaptive step measures its scale from the second round on
@@ -281,10 +282,10 @@ def test_objective_takes_the_cpu_parameters_starts_from_given_transitions_and_pi
     """``nthread`` (ignored on the device), ``start_from`` with constraints, a pickled copy."""
     margins, batch = _problem(5)
     allowed, batch = _forbid_2_to_1(batch)
-    # CRFObjective's order; the bound step, as a copy starts a new secant (test_step.py)
-    args = ("gbcrf", "mixing", "lbfgs", 1.0, 2, 1e-16, allowed, 1, "bound")
-    cpu, dev = CRFObjective(3, *args), objectives_gpu.DeviceCRFObjective(3, *args)
-    assert (dev.nthread, dev.transition_iter) == (1, 2)
+    # one spec for both; the bound step, as a copy starts a new secant (test_step.py)
+    spec = ObjectiveSpec(transition_iter=2, allowed_transitions=allowed, nthread=1, step="bound")
+    cpu, dev = CRFObjective(3, spec), objectives_gpu.DeviceCRFObjective(3, spec)
+    assert (dev.spec.nthread, dev.spec.iterations) == (1, 2)
     rng = np.random.default_rng(5)
     start = TransitionParams(rng.normal(size=(3, 3)), rng.normal(size=3), rng.normal(size=3))
     for obj in (cpu, dev):
@@ -306,9 +307,9 @@ def test_objective_errors():
     with pytest.raises(ValueError, match='device must be "cpu" or "cuda"'):
         sb.crf_objective(3, device="tpu")
     obj = sb.crf_objective(3, device="cuda:0", nthread=2, hess_floor=1e-12)
-    assert isinstance(obj.crf, objectives_gpu.DeviceCRFObjective) and obj.crf.nthread == 2
+    assert isinstance(obj.crf, objectives_gpu.DeviceCRFObjective) and obj.crf.spec.nthread == 2
     with pytest.raises(ValueError, match="CPU only"):
-        objectives_gpu.DeviceCRFObjective(3, transitions="majorize")
+        objectives_gpu.DeviceCRFObjective(3, transition_solver="majorize")
     margins, batch = _problem(3)
     dev = objectives_gpu.DeviceCRFObjective(3)
     margins[1, 2] = np.nan

@@ -59,7 +59,7 @@ def _batch(labels, lengths):
 @pytest.mark.parametrize("cut", [5, 0])  # cut 0: the first worker holds no rows
 def test_workers_summing_statistics_match_one_process(solver, cut):
     margins, labels, lengths = _sequences()
-    single = CRFObjective(K, transitions=solver)
+    single = CRFObjective(K, transition_solver=solver)
     grad, hess = single.grad_hess(margins, _batch(labels, lengths))
     metric = single.evaluate(margins, _batch(labels, lengths))
     rows = int(lengths[:cut].sum())
@@ -69,7 +69,7 @@ def test_workers_summing_statistics_match_one_process(solver, cut):
 
     def work(rank):
         rows_of, lengths_of = shards[rank]
-        obj = CRFObjective(K, transitions=solver)
+        obj = CRFObjective(K, transition_solver=solver)
         obj.allreduce = total.for_worker(rank)
         local = margins[rows_of].reshape(-1) if rank == 0 and cut == 0 else margins[rows_of]
         batch = _batch(labels[rows_of], lengths_of)
@@ -135,7 +135,7 @@ def test_one_pass_rounds_sum_once_and_match_one_process(monkeypatch, solver):
     start, labels, lengths = _sequences(seed=4, m=14)
     moves = np.random.default_rng(5).normal(scale=0.2, size=(6,) + start.shape)
     rounds = start + np.cumsum(moves, axis=0)
-    single = CRFObjective(K, transitions=solver, transition_iter=1)
+    single = CRFObjective(K, transition_solver=solver, transition_iter=1)
     want = []
     for round_margins in rounds:
         single.grad_hess(round_margins, _batch(labels, lengths))
@@ -147,7 +147,7 @@ def test_one_pass_rounds_sum_once_and_match_one_process(monkeypatch, solver):
 
     def work(rank):
         rows_of, lengths_of = shards[rank]
-        obj = CRFObjective(K, transitions=solver, transition_iter=1)
+        obj = CRFObjective(K, transition_solver=solver, transition_iter=1)
         obj.allreduce = total.for_worker(rank)
         batch = _batch(labels[rows_of], lengths_of)
         for round_margins in rounds:

@@ -72,7 +72,7 @@ def test_blocked_round_equals_one_block(monkeypatch, solver, step, constrained):
     allowed = allowed_without_21() if constrained else None
     batch = SequenceBatch.build(labels, lengths, K, weights)
     make = lambda: CRFObjective(  # noqa: E731
-        K, transitions=solver, step=step, allowed_transitions=allowed
+        K, transition_solver=solver, step=step, allowed_transitions=allowed
     )
     one = rounds(make(), margins, batch)
     small_blocks(monkeypatch)
@@ -94,9 +94,9 @@ def test_blocked_modes_and_gammas(monkeypatch, mode, gamma):
     batch = SequenceBatch.build(labels, lengths, K, weights)
     modes = [mode, "gbcrf"] if gamma == "mixing" else ["gbcrf"]
     for m in modes:
-        one = rounds(CRFObjective(K, mode=m, gamma=gamma), margins, batch, 2)
+        one = rounds(CRFObjective(K, mode=m, hessian_bound=gamma), margins, batch, 2)
         small_blocks(monkeypatch)
-        blocked = rounds(CRFObjective(K, mode=m, gamma=gamma), margins, batch, 2)
+        blocked = rounds(CRFObjective(K, mode=m, hessian_bound=gamma), margins, batch, 2)
         monkeypatch.undo()
         for a, b in zip(one, blocked):
             for x, y in zip(a, b):
@@ -211,6 +211,8 @@ def test_xgboost_float32_gradients_train_the_same_model(monkeypatch, block, step
 
 def test_lightgbm_column_major_gradients_train_the_same_model():
     lgb = pytest.importorskip("lightgbm")
+    import structboost.lightgbm as sbl
+
     rng = np.random.default_rng(9)
     lengths = rng.integers(1, 10, size=40)
     n = int(lengths.sum())
@@ -218,10 +220,10 @@ def test_lightgbm_column_major_gradients_train_the_same_model():
     X = rng.normal(size=(n, 4)) + 0.5 * y[:, None]
     models = []
     for order in ("F", "C"):
-        obj = sb.lgb_crf_objective(K, nthread=1)
+        obj = sbl.lgb_crf_objective(K, nthread=1)
         obj.grad_layout = {"order": order}
         booster = lgb.train(
-            sb.lgb_params(K, objective=obj, num_leaves=7, num_threads=1, verbose=-1),
+            sbl.lgb_params(K, objective=obj, num_leaves=7, num_threads=1, verbose=-1),
             lgb.Dataset(X, label=y, group=lengths), 4, callbacks=[obj.callback()],
         )  # fmt: skip
         models.append(booster.model_to_string())
@@ -256,12 +258,12 @@ def test_blocked_metrics_equal_one_block(monkeypatch, constrained, dtype):
     obj = CRFObjective(K, allowed_transitions=allowed)
     rounds(obj, margins.astype(np.float64), batch)  # transitions away from zero
     nll, path = obj.sequence_nll(margins, batch), obj.decode(margins, batch)
-    metrics = [obj.evaluate(margins, batch, m) for m in ("nll", "error")]
+    metrics = [obj.evaluate(margins, batch, m) for m in ("crf-nll", "crf-error")]
     small_blocks(monkeypatch)
     assert len(sequence_blocks(batch.offsets, SMALL // K)) > 4
     np.testing.assert_allclose(obj.sequence_nll(margins, batch), nll, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(obj.decode(margins, batch), path)
-    for metric, (name, value) in zip(("nll", "error"), metrics):
+    for metric, (name, value) in zip(("crf-nll", "crf-error"), metrics):
         blocked_name, blocked = obj.evaluate(margins, batch, metric)
         assert blocked_name == name
         assert blocked == pytest.approx(value, rel=1e-12)

@@ -61,7 +61,7 @@ def test_hessian_of_each_mode():
     gamma = inference.gamma(*p_args, method="mixing")
     np.testing.assert_allclose(h, row_w * gamma[:, None] * p * (1 - p), rtol=1e-12)
 
-    fixed = CRFObjective(3, mode="gbcrf", gamma=3.5)
+    fixed = CRFObjective(3, mode="gbcrf", hessian_bound=3.5)
     _, h = fixed.grad_hess(margins, batch)
     _, p = inference.forward_backward(
         margins, lengths, fixed.params.transitions, fixed.params.start, fixed.params.end
@@ -84,8 +84,8 @@ def test_sequence_weights_scale_grad_and_hess_exactly(mode):
     unit = SequenceBatch.build(labels, lengths, 3)
     weighted = SequenceBatch.build(labels, lengths, 3, weights)
     # Weighted transition fits differ; compare with the transitions held fixed.
-    a = CRFObjective(3, mode=mode, transition_iter=0, transitions="newton")
-    b = CRFObjective(3, mode=mode, transition_iter=0, transitions="newton")
+    a = CRFObjective(3, mode=mode, transition_iter=0, transition_solver="newton")
+    b = CRFObjective(3, mode=mode, transition_iter=0, transition_solver="newton")
     g1, h1 = a.grad_hess(margins, unit)
     g2, h2 = b.grad_hess(margins, weighted)
     row_w = np.repeat(weights, lengths)[:, None]
@@ -209,7 +209,7 @@ def test_length_one_sequences_reduce_to_softmax_per_row():
     margins = rng.normal(size=(6, 4))
     labels = rng.integers(0, 4, size=6)
     batch = SequenceBatch.build(labels, np.ones(6, dtype=int), 4)
-    obj = CRFObjective(4, transition_iter=0, transitions="newton")
+    obj = CRFObjective(4, transition_iter=0, transition_solver="newton")
     g, h = obj.grad_hess(margins, batch)
     p = softmax(margins)
     np.testing.assert_allclose(g + np.eye(4)[labels], p, atol=1e-12)
@@ -235,10 +235,10 @@ def test_bad_batches_raise_clear_errors(labels, lengths, match):
 def test_bad_settings_and_margins_raise():
     with pytest.raises(ValueError, match="mode"):
         CRFObjective(3, mode="crf")
-    with pytest.raises(ValueError, match="gamma"):
-        CRFObjective(3, gamma="tight")
-    with pytest.raises(ValueError, match="transitions"):
-        CRFObjective(3, transitions="adam")
+    with pytest.raises(ValueError, match="hessian_bound"):
+        CRFObjective(3, hessian_bound="tight")
+    with pytest.raises(ValueError, match="transition_solver"):
+        CRFObjective(3, transition_solver="adam")
     batch = SequenceBatch.build([0, 1, 2], [3], 3)
     with pytest.raises(ValueError, match="num_labels=3"):
         CRFObjective(3).grad_hess(np.zeros((3, 4)), batch)
@@ -254,7 +254,7 @@ def test_nthread_is_checked_and_changes_nothing():
     batch = SequenceBatch.build(y, lengths, 3)
     with pytest.raises(ValueError, match="nthread"):
         CRFObjective(3, nthread=0)
-    g1, h1 = CRFObjective(3, transitions="newton").grad_hess(margins, batch)
-    g2, h2 = CRFObjective(3, transitions="newton", nthread=1).grad_hess(margins, batch)
+    g1, h1 = CRFObjective(3, transition_solver="newton").grad_hess(margins, batch)
+    g2, h2 = CRFObjective(3, transition_solver="newton", nthread=1).grad_hess(margins, batch)
     np.testing.assert_array_equal(g1, g2)
     np.testing.assert_array_equal(h1, h2)

@@ -255,7 +255,7 @@ def test_objective_node_gradient_by_finite_differences():
     c = allowed_transitions(IOB, "iob1")
     u, y, lengths = _tagged_data(rng, c)
     batch = SequenceBatch.build(y, lengths, 5)
-    obj = CRFObjective(5, mode="treecrf", transitions="newton", allowed_transitions=c)
+    obj = CRFObjective(5, mode="treecrf", transition_solver="newton", allowed_transitions=c)
     grad, _ = obj.grad_hess(u, batch)
     assert np.isneginf(obj.params.to_vector()[~c.free_vector()]).all()
     eps = 1e-6
@@ -273,7 +273,7 @@ def test_objective_survives_huge_margins():
     u = _conflicting_unary(rng, lengths, 5, 1e4)
     batch = SequenceBatch.build(y, lengths, 5)
     for solver in ("lbfgs", "newton", "majorize"):
-        obj = CRFObjective(5, transitions=solver, allowed_transitions=c)
+        obj = CRFObjective(5, transition_solver=solver, allowed_transitions=c)
         grad, hess = obj.grad_hess(u, batch)
         assert np.isfinite(grad).all() and np.isfinite(hess).all()
         assert np.isfinite(obj.sequence_nll(u, batch)).all()

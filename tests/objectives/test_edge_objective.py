@@ -87,7 +87,7 @@ def test_gbcrf_hessian_bounds_the_exact_one(gamma, seed):
     """diag(hess) - H is positive semi-definite: the quadratic model majorises the NLL."""
     k = 3 if seed % 2 else 2
     scores, batch = random_problem(seed, k=k, max_len=4, scale=[0.5, 2.0, 5.0][seed % 3])
-    obj = EdgeCRFObjective(k, gamma=gamma, hess_floor=0.0)
+    obj = EdgeCRFObjective(k, hessian_bound=gamma, hess_floor=0.0)
     _, hess = obj.grad_hess(scores, batch)
     for i, (s, h) in enumerate(zip(split(scores, batch, k), split(hess, batch, k))):
         _, _, cov, _, _ = naive.edge_moments(s, k)
@@ -145,8 +145,8 @@ def test_forbidden_moves_stay_forbidden_whatever_the_scores():
 def test_bad_settings_raise():
     with pytest.raises(ValueError, match="logitboost"):
         EdgeCRFObjective(3, mode="logitboost")
-    with pytest.raises(ValueError, match="gamma"):
-        EdgeCRFObjective(3, gamma="exact")
+    with pytest.raises(ValueError, match="hessian_bound"):
+        EdgeCRFObjective(3, hessian_bound="exact")
     scores, batch = random_problem(0)
     with pytest.raises(ValueError, match="edge rows"):
         EdgeCRFObjective(3).grad_hess(scores[:-1], batch)

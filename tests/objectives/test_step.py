@@ -34,7 +34,7 @@ def brute_nll(margins, batch, params):
 def test_scale_is_the_curvature_ratio_along_the_step(seed, size, shift):
     """A row-constant shift has no curvature, so ``shift`` brings tau below 1 (seeds 0, 2)."""
     margins, batch = coupled_problem(seed)
-    obj = CRFObjective(3, step="adaptive", transitions="newton")
+    obj = CRFObjective(3, step="adaptive", transition_solver="newton")
     g, h = obj.grad_hess(margins, batch)
     params = obj.params.copy()
     rows = np.random.default_rng(seed).normal(scale=shift, size=(g.shape[0], 1))
@@ -52,7 +52,7 @@ def test_scale_is_the_curvature_ratio_along_the_step(seed, size, shift):
 
 def test_hessian_lies_between_logitboosts_and_the_bound():
     margins, batch = coupled_problem(3, n_seq=8)
-    obj = CRFObjective(3, step="adaptive", transitions="newton")
+    obj = CRFObjective(3, step="adaptive", transition_solver="newton")
     rng = np.random.default_rng(0)
     for _ in range(4):  # small steps: the bound overestimates their curvature
         g, h = obj.grad_hess(margins, batch)
@@ -119,7 +119,7 @@ def test_adaptive_steps_lower_the_training_nll_faster_on_coupled_chains():
     X, y, lengths = sticky_chains(0)
     nll = {}
     for step in ("bound", "adaptive"):
-        est = XGBCRFClassifier(step=step, transitions="newton", n_estimators=15, max_depth=3)
+        est = XGBCRFClassifier(step=step, transition_solver="newton", n_estimators=15, max_depth=3)
         est.fit(X, y, lengths=lengths)
         nll[step] = -est.predict_log_likelihood(X, y, lengths=lengths).mean()
         assert np.isfinite(nll[step])

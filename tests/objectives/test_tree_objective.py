@@ -101,8 +101,8 @@ def test_chain_as_tree_objective_equals_chain_objective():
     close(tree_batch.counts, chain_batch.counts[: K * K])
     for mode in ("gbcrf", "treecrf"):
         # transition_iter=0 keeps the given potentials, so both see the same CRF
-        chain = CRFObjective(K, mode=mode, transitions="newton", transition_iter=0)
-        tree = TreeCRFObjective(K, 1, mode=mode, transitions="newton", transition_iter=0)
+        chain = CRFObjective(K, mode=mode, transition_solver="newton", transition_iter=0)
+        tree = TreeCRFObjective(K, 1, mode=mode, transition_solver="newton", transition_iter=0)
         chain.params = TransitionParams(trans.copy(), np.zeros(K), np.zeros(K))
         tree.params = TreeTransitionParams(trans[None].copy())
         for a, b in zip(chain.grad_hess(margins, chain_batch), tree.grad_hess(margins, tree_batch)):
@@ -272,7 +272,7 @@ def test_clear_errors(trained):
 def test_tree_estimator_fits_any_labels_and_clones():
     X, y, lengths, parents, types = typed_tree_data(1, m=40)
     names = np.array(["no", "yes"])[y]
-    est = TreeCRFClassifier(n_estimators=4, max_depth=2, nthread=1)
+    est = TreeCRFClassifier(n_estimators=4, max_depth=2, n_jobs=1)
     assert clone(est).get_params() == est.get_params()
     est.fit(X, names, parents=parents, edge_types=types, lengths=lengths,
             eval_set=[(X, names, lengths, parents, types)])  # fmt: skip
@@ -298,7 +298,7 @@ def test_chain_inference_unchanged_by_the_refactor():
     lengths = np.array([2, 3])
     margins = rng.normal(size=(5, K))
     batch = SequenceBatch.build(rng.integers(0, K, 5), lengths, K)
-    obj = CRFObjective(K, transitions="newton")
+    obj = CRFObjective(K, transition_solver="newton")
     obj.grad_hess(margins, batch)
     p = obj.params
     close(

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 import structboost as sb
 from structboost.datasets import make_hmm_sequences
-from structboost.transitions import majorize
-from structboost.transitions.majorize import ChainCRFTerm, fit_majorize
+from structboost import majorize
+from structboost.majorize import ChainCRFTerm, fit_majorize
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.transitions.chain import SOLVERS, TransitionParams, TransitionProblem, refit
 
@@ -26,7 +26,7 @@ def random_problem(seed, n_seq=5, max_len=6, k=3, scale=1.5):
 
 def test_majorize_is_a_solver():
     assert "majorize" in SOLVERS
-    assert CRFObjective(3, transitions="majorize").transition_iter == 1
+    assert CRFObjective(3, transition_solver="majorize").spec.iterations == 1
 
 
 @settings(max_examples=20, deadline=None)
@@ -53,8 +53,8 @@ def test_majorize_steps_never_increase_the_penalised_nll(seed, k, scale, reg):
 @pytest.mark.parametrize("constrained", [False, True])
 def test_low_rank_majorize_steps_above_the_threshold_never_increase_the_nll(monkeypatch, constrained):
     """With LOW_RANK_DIM lowered the refit streams a rank-2 curvature (Algorithm 4), free entries only."""
-    monkeypatch.setattr(majorize, "LOW_RANK_DIM", 0)
-    monkeypatch.setattr(majorize, "DEFAULT_RANK", 2)
+    monkeypatch.setattr(majorize.curvature, "LOW_RANK_DIM", 0)
+    monkeypatch.setattr(majorize.curvature, "DEFAULT_RANK", 2)
     k = 3
     margins, labels, lengths, weights = random_problem(11, k=k)
     batch = SequenceBatch.build(labels, lengths, k, weights)
@@ -114,7 +114,7 @@ def test_majorize_reaches_the_lbfgs_optimum():
 def test_objective_refits_by_majorization_each_round():
     margins, labels, lengths, weights = random_problem(7, n_seq=6)
     batch = SequenceBatch.build(labels, lengths, 3, weights)
-    obj = CRFObjective(3, transitions="majorize", reg_transitions=0.3, transition_iter=2)
+    obj = CRFObjective(3, transition_solver="majorize", reg_transitions=0.3, transition_iter=2)
     problem = TransitionProblem(margins, batch.offsets, weights, batch.counts, 0.3)
     want = refit(problem, TransitionParams.zeros(3), "majorize", 2)
     obj.grad_hess(margins, batch)
@@ -124,7 +124,7 @@ def test_objective_refits_by_majorization_each_round():
 def test_boosting_with_majorized_transitions_lowers_the_nll():
     X, y, lengths = make_hmm_sequences(n_sequences=30, length=(5, 12), stay=0.9, random_state=1)
     dtrain = xgb.DMatrix(X, label=y, group=lengths)
-    obj = sb.crf_objective(3, transitions="majorize")
+    obj = sb.crf_objective(3, transition_solver="majorize")
     log = {}
     xgb.train(
         sb.xgb_params(3, max_depth=2, eta=0.5),

@@ -46,7 +46,7 @@ def test_a_round_after_the_warm_up_runs_one_pass(monkeypatch, solver):
     _, y, lengths = _hmm()
     batch = SequenceBatch.build(y, lengths, K)
     margins = rng.normal(size=(len(y), K))
-    obj = CRFObjective(K, transitions=solver, transition_iter=1, step="bound")
+    obj = CRFObjective(K, transition_solver=solver, transition_iter=1, step="bound")
     calls = _count_passes(monkeypatch)
     passes = []
     for _ in range(onestep.WARMUP + 6):
@@ -68,7 +68,7 @@ def test_newton_bound_one_pass_rounds_never_raise_the_nll(monkeypatch, eta):
     """
     monkeypatch.setattr(onestep, "WARMUP", 0)
     X, y, lengths = _hmm(2, n=40)
-    obj = sb.crf_objective(K, transitions="newton", transition_iter=1, step="bound")
+    obj = sb.crf_objective(K, transition_solver="newton", transition_iter=1, step="bound")
     dtrain = xgb.DMatrix(X, label=y, group=lengths)
     log = {}
     xgb.train(
@@ -118,7 +118,7 @@ def test_the_step_waits_for_the_next_round_and_a_copy_refits_first():
     _, y, lengths = _hmm(4)
     batch = SequenceBatch.build(y, lengths, K)
     margins = rng.normal(size=(len(y), K))
-    obj = CRFObjective(K, transitions="newton", transition_iter=1)
+    obj = CRFObjective(K, transition_solver="newton", transition_iter=1)
     obj._steps()  # made on first use
     obj._one_step.rounds = onestep.WARMUP  # past the warm-up
     obj.grad_hess(margins, batch)  # a refit round: no state yet

@@ -14,7 +14,7 @@ so ``M`` takes ``O(n^2)`` work instead of the ``O(n^3)`` product, and every
 ratio is at most one (the ``alpha_i / z_(<=j)`` are products of the step
 ratios ``z_(<=l-1) / z_(<=l)``), so no score range overflows.
 
-Nothing here validates input: :mod:`structboost.transitions.majorize` does.
+Nothing here validates input: :mod:`structboost.majorize` does.
 """
 
 import numpy as np

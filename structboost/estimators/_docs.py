@@ -1,0 +1,80 @@
+"""Numpydoc sections the estimators share, filled into their docstrings by ``fill_doc``."""
+
+#: Numpydoc of the early-stopping and class-weight parameters (``fill_doc`` sections).
+STOPPING_PARAMS = """
+early_stopping : {"auto", True, False}
+    Hold out ``validation_fraction`` of the training *sequences* (tree
+    instances) and stop when the last ``eval_metric`` on them has not
+    improved for ``n_iter_no_change`` rounds, as scikit-learn's
+    ``HistGradientBoostingClassifier``: ``"auto"`` does so when the training
+    set has more than 10,000 rows (and two sequences or more), ``True``
+    always, ``False`` never. An ``eval_set`` or ``early_stopping_rounds``
+    keeps XGBoost's behaviour instead: nothing is held out
+    (``early_stopping=True`` with an ``eval_set`` stops on its last entry
+    with ``n_iter_no_change`` patience).
+validation_fraction : float
+    Share of the training sequences held out, drawn with ``random_state``
+    (None: seed 0, as the engines' own default seed).
+n_iter_no_change : int
+    Patience of the automatic early stopping, in rounds.
+class_weight : dict, "balanced" or None
+    Weights of the labels, as in scikit-learn (``{label: weight}``, or
+    ``"balanced"``: ``n / (K * count)``): each training sequence is
+    weighted by the mean class weight of its labels, times its
+    ``sample_weight``. The likelihood is a sum over sequences; per-row
+    weights in the gradient would make it the gradient of no function,
+    which the adaptive step, the transition solver and early stopping all
+    measure. Evaluation sets are not reweighted; the held-out sequences of
+    automatic early stopping are, as in scikit-learn.
+"""
+
+#: Parameters and attributes both chain estimators document (after ``{objective_params}``).
+CHAIN_PARAMS = STOPPING_PARAMS + """
+sequence_column : str, optional
+    Name of the DataFrame column holding the per-row sequence id: every
+    call reads the boundaries from it (never a feature), so the data
+    carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
+eval_metric : str, callable or list of them, optional
+    What ``evals_result_`` records on every ``eval_set`` entry, as in
+    XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
+    log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
+    or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
+    ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
+    ``__name__``); the last one drives early stopping.
+"""
+CHAIN_ATTRIBUTES = """
+best_iteration_ : int
+    The last round the model uses, in the engine's numbering: 0-based on
+    XGBoost (as ``XGBClassifier.best_iteration``), 1-based on LightGBM (as
+    ``LGBMClassifier.best_iteration_``, here also without early stopping).
+best_iteration : int
+    XGBoost's name: the same round 0-based on both engines
+    (``best_iteration + 1`` rounds are kept).
+best_score : float
+    XGBoost's name of ``best_score_``.
+evals_result_ : dict
+    ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
+    or the entry's ``"name"``), or for the held-out sequences of automatic
+    early stopping (``"validation"``).
+validation_sequences_ : (v,) int64 ndarray
+    Positions (0-based, in row order) of the training sequences that
+    automatic early stopping held out; empty when none were.
+best_score_ : float
+    The stopping metric on the last ``eval_set`` entry at
+    ``best_iteration_`` (only with an ``eval_set``).
+n_classes_ : int
+boundaries_ : {"sequences", "rows"}
+    ``"rows"`` when ``fit`` got no boundaries (every row its own
+    sequence; later calls may then omit them too).
+id_column_ : str or None
+    The DataFrame column that held the sequence ids in ``fit``.
+vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
+    The vocabulary of feature-dict input.
+transitions_ : pandas.DataFrame
+feature_importances_ : ndarray, shape ``(n_features_in_,)``
+base_model_ : estimator or None
+    The fitted clone of ``base_model``.
+n_features_in_ : int
+feature_names_in_ : ndarray of str
+    Only when ``X`` was a DataFrame.
+"""

@@ -1,0 +1,133 @@
+"""Estimator parameters declared once and checked at ``fit``.
+
+In the style of scikit-learn's ``_parameter_constraints``: each estimator
+class declares, per parameter, the values it accepts (a list of
+:class:`Interval`, :class:`Options`, ``None``, ``"boolean"``, ``"callable"``
+or a type); :func:`check_params` checks the current values once, at the
+start of ``fit`` (and when a model file is loaded), and a ``ValueError``
+names the parameter, the value and what it accepts. The objective's own
+parameters (``mode``, the Hessian bound, the transition solver, their
+regularisation and floors) are checked by the objective.
+"""
+
+import math
+from numbers import Integral, Real
+
+
+class Interval:
+    """Numbers of ``kind`` (``Integral`` or ``Real``) between ``low`` and ``high``.
+
+    Parameters
+    ----------
+    kind : type
+        ``numbers.Integral`` or ``numbers.Real`` (which takes integers too).
+    low, high : float or None
+        Bounds (None: unbounded); NaN is never inside.
+    closed : {"both", "left", "right", "neither"}
+        Which bounds belong to the interval.
+    """
+
+    def __init__(self, kind, low, high, closed="both"):
+        self.kind, self.low, self.high, self.closed = kind, low, high, closed
+
+    def accepts(self, value):
+        if isinstance(value, bool) or not isinstance(value, self.kind):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        low_ok = self.low is None or (
+            value >= self.low if self.closed in ("both", "left") else value > self.low
+        )
+        high_ok = self.high is None or (
+            value <= self.high if self.closed in ("both", "right") else value < self.high
+        )
+        return low_ok and high_ok
+
+    def __str__(self):
+        name = "an int" if self.kind is Integral else "a finite number"
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>=' if self.closed in ('both', 'left') else '>'} {self.low}")
+        if self.high is not None:
+            parts.append(f"{'<=' if self.closed in ('both', 'right') else '<'} {self.high}")
+        return f"{name} {' and '.join(parts)}".strip()
+
+
+class Options:
+    """One of a set of strings."""
+
+    def __init__(self, *options):
+        self.options = options
+
+    def accepts(self, value):
+        return isinstance(value, str) and value in self.options
+
+    def __str__(self):
+        return "one of " + ", ".join(repr(o) for o in self.options)
+
+
+def _accepts(rule, value):
+    if rule is None:
+        return value is None
+    if rule == "boolean":
+        return isinstance(value, bool)
+    if rule == "callable":
+        return callable(value)
+    if isinstance(rule, type):
+        return isinstance(value, rule)
+    return rule.accepts(value)
+
+
+def _describe(rule):
+    if rule is None:
+        return "None"
+    if rule in ("boolean", "callable"):
+        return f"a {rule}"
+    if isinstance(rule, type):
+        return f"a {rule.__name__}"
+    return str(rule)
+
+
+def check_params(estimator, constraints):
+    """Raise a ValueError naming the first parameter whose value breaks its constraint.
+
+    Parameters
+    ----------
+    estimator : BaseEstimator
+    constraints : dict
+        Parameter name -> list of accepted rules. Parameters the estimator
+        does not have (engine keyword arguments not given) are skipped.
+    """
+    params = estimator.get_params(deep=False)
+    for name, rules in constraints.items():
+        if name not in params:
+            continue
+        value = params[name]
+        if not any(_accepts(rule, value) for rule in rules):
+            accepted = " or ".join(_describe(rule) for rule in rules)
+            raise ValueError(
+                f"{type(estimator).__name__}: parameter {name} must be {accepted}; "
+                f"got {value!r:.60}."
+            )
+
+
+# What the boosted estimators share; subclasses add or override entries.
+BOOSTING = {
+    "n_estimators": [None, Interval(Integral, 1, None)],
+    "learning_rate": [Interval(Real, 0, None, closed="neither")],
+    "early_stopping": [Options("auto"), "boolean"],
+    "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+    "n_iter_no_change": [Interval(Integral, 1, None)],
+    "max_depth": [Interval(Integral, 0, None)],
+    "early_stopping_rounds": [None, Interval(Integral, 1, None)],
+    "class_weight": [None, Options("balanced"), dict],
+    "n_jobs": [None, Interval(Integral, None, None)],
+    "sequence_column": [None, str],
+    "callbacks": [None, list, tuple],
+}
+# LightGBM: max_depth=-1 is "no limit"; a tree needs two leaves to split.
+LIGHTGBM = {
+    **BOOSTING,
+    "max_depth": [Interval(Integral, -1, None)],
+    "num_leaves": [Interval(Integral, 2, None)],
+}

@@ -1,0 +1,94 @@
+"""sklearn-crfsuite's dialect: one sample is one sequence.
+
+:class:`XGBSequenceCRF` and :class:`LGBMSequenceCRF` are the chain
+estimators for code written against ``sklearn_crfsuite.CRF``: ``X`` is a
+list of sequences (each a list of feature dicts, or a 2-D array), ``y`` a
+list of label lists, ``predict`` returns a list of label lists and
+``predict_single`` the labels of one sequence. Swapping the estimator is
+the one line to change in sklearn-crfsuite's tutorial::
+
+    crf = XGBSequenceCRF(allowed_transitions="iob2")    # was sklearn_crfsuite.CRF(...)
+    crf.fit(X_train, y_train)
+    f1 = make_scorer(metrics.flat_f1_score, average="weighted", labels=labels)
+    RandomizedSearchCV(crf, {"max_depth": [3, 6]}, cv=3, scoring=f1).fit(X_train, y_train)
+
+with ``structboost.metrics`` in place of ``sklearn_crfsuite.metrics``.
+
+Why separate classes: scikit-learn's model selection splits *samples*. For
+a classifier an integer ``cv`` means stratified folds, which read ``y`` as
+one class per sample and cannot read a list of label lists (scikit-learn's
+``type_of_target`` stops at the "legacy multi-label data representation").
+These estimators are therefore, like ``sklearn_crfsuite.CRF``, no
+classifiers in scikit-learn's sense (their ``estimator_type`` tag is None):
+``cv=3`` gives plain ``KFold`` over the sequences, so every fold holds whole
+sequences. The row dialect (one row per token, boundaries from ``groups``,
+``lengths`` or a column) stays with :class:`~structboost.XGBCRFClassifier`
+and :class:`~structboost.LGBMCRFClassifier`, where ``GroupKFold`` keeps the
+sequences whole.
+"""
+
+from .inputs import kind
+from .chain import LGBMCRFClassifier, XGBCRFClassifier
+
+
+class _SequenceSamples:
+    """Mixin of the sequence-level estimators: lists of sequences only, no classifier tag."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.estimator_type = None  # integer cv: KFold over the sequences (see the module notes)
+        tags.classifier_tags = None
+        return tags
+
+    def _check_X(self, X, groups, lengths, *, reset, where="X"):
+        if kind(X) is None:
+            flat = XGBCRFClassifier if isinstance(self, XGBCRFClassifier) else LGBMCRFClassifier
+            raise ValueError(
+                f"{type(self).__name__} takes {where} as a list of sequences, each a list of "
+                "feature dicts or a 2-D array (sklearn-crfsuite's input); for one row per "
+                f"token with groups=/lengths=, use {flat.__name__}."
+            )
+        return super()._check_X(X, groups, lengths, reset=reset, where=where)
+
+    @property
+    def transition_features_(self):
+        """sklearn-crfsuite's ``transition_features_``: ``{(label_from, label_to): score}``.
+
+        The entries of ``transitions_`` (a forbidden move is ``-inf``), so the
+        tutorial's ``Counter(crf.transition_features_).most_common(20)``
+        works. There is no ``state_features_``: the node scores are trees,
+        not one weight per (attribute, label).
+
+        Returns
+        -------
+        dict
+            ``n_classes ** 2`` entries.
+        """
+        table = self.transitions_
+        return {(a, b): float(table.loc[a, b]) for a in table.index for b in table.columns}
+
+
+_DOC = """Chain-CRF sequence labeller on {engine} with sklearn-crfsuite's interface.
+
+    One sample is one sequence: ``fit(X, y)`` takes a list of sequences
+    (each a list of feature dicts, vectorised once by a ``DictVectorizer``
+    kept as ``vectorizer_``, or a 2-D array ``(n_i, d)``) and a list of label
+    lists; ``predict`` returns a list of label lists, ``predict_single`` the
+    label list of one sequence, ``predict_marginals`` a list of ``(n_i, K)``
+    arrays in ``classes_`` order, ``transition_features_`` the transition
+    scores as sklearn-crfsuite's dict. scikit-learn's model selection splits the
+    sequences (an integer ``cv`` is ``KFold`` over them; see
+    :mod:`structboost.estimators.crfsuite`).
+
+    The parameters, attributes and other methods are those of
+    :class:`structboost.{base}`; ``eval_set`` entries are ``(X, y)`` tuples
+    of such lists.
+"""
+
+
+class XGBSequenceCRF(_SequenceSamples, XGBCRFClassifier):
+    __doc__ = _DOC.format(engine="XGBoost", base="XGBCRFClassifier")
+
+
+class LGBMSequenceCRF(_SequenceSamples, LGBMCRFClassifier):
+    __doc__ = _DOC.format(engine="LightGBM", base="LGBMCRFClassifier")

@@ -1,0 +1,262 @@
+"""The chain estimators' model file: one JSON document, validated on reading.
+
+``save_model(path)`` writes a fitted estimator as one JSON file (the
+engine's model, the CRF state, the labels; see
+:mod:`structboost.engines.model_io` for the envelope) and
+``load_model(path)`` reads one back into an estimator, as XGBoost's
+estimators do; loading runs no code, unlike pickle and joblib, which keep
+working for Python objects. An estimator with a ``base_model`` is saved
+with pickle or joblib only.
+"""
+
+import os
+from typing import Any
+import json
+from pathlib import Path
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
+from ..objectives.constraints import from_masks
+from ..objectives.constraints import resolve as resolve_constraints
+from .inputs import vectorizer_document, vectorizer_from_document
+
+_FILE_FORMAT = "structboost-crf-classifier"
+# Version 2: the parameters hessian_bound and transition_solver (were gamma and
+# transitions); version-1 files are refused with the message of read_document.
+_FILE_VERSION = 2
+_FILE_HINT = "write one with the estimator's save_model(path)"
+
+
+class ModelFile:
+    """``save_model`` / ``load_model`` and their dicts, mixed into the chain estimators.
+
+    The estimator supplies ``_engine_document()`` (its booster as a JSON
+    dict), ``_booster_from_document(doc, where, num_features, num_labels,
+    params)`` (the booster, its engine model checked against the file's
+    feature and label counts), ``_load_state()`` and ``_kept_rounds()``.
+    """
+
+    def _json_params(self):
+        """The parameters as JSON values; a ValueError names one that has none."""
+        params = self.get_params(deep=False)
+        if params["base_model"] is not None:
+            raise ValueError(
+                "an estimator with a base_model cannot be written by save_model: pickle or "
+                "joblib it instead (and load only files you trust)."
+            )
+        allowed = params["allowed_transitions"]
+        if allowed is not None and not isinstance(allowed, str):
+            masks = self.constraints_
+            params["allowed_transitions"] = {k: v.tolist() for k, v in masks._asdict().items()}
+        if isinstance(params.get("class_weight"), dict):  # JSON keys are strings: keep the labels
+            params["class_weight"] = [
+                [k.item() if isinstance(k, np.generic) else k, v]
+                for k, v in params["class_weight"].items()
+            ]
+        for name, value in params.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"parameter {name}={value!r} cannot be written to a JSON model file: set it "
+                    "to a number, string, list or dict, or pickle/joblib the estimator."
+                ) from None
+        return params
+
+    def to_document(
+        self: Any,
+    ) -> dict[str, Any]:
+        """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
+
+        Returns
+        -------
+        dict
+            ``estimator`` (class name), ``params``, ``classes``,
+            ``n_features_in``, ``feature_names_in``, ``evals_result``,
+            ``best_iteration``, ``best_score`` (None without an ``eval_set``),
+            ``vectorizer`` (the feature names of dict input, or None),
+            ``validation_sequences`` (held out by automatic early stopping)
+            and ``engine`` (the engine's model and the CRF state).
+        """
+        check_is_fitted(self)
+        names = getattr(self, "feature_names_in_", None)
+        vectorizer = getattr(self, "vectorizer_", None)
+        best_score = getattr(self, "best_score_", None)
+        return {
+            "estimator": type(self).__name__,
+            "params": self._json_params(),
+            "classes": encode_labels(self.classes_),
+            "n_features_in": int(self.n_features_in_),
+            "feature_names_in": None if names is None else [str(n) for n in names],
+            "evals_result": self.evals_result_,
+            "best_iteration": int(self.best_iteration_),
+            "best_score": None if best_score is None else float(best_score),
+            "vectorizer": None if vectorizer is None else vectorizer_document(vectorizer),
+            "validation_sequences": self.validation_sequences_.tolist(),
+            "boundaries": getattr(self, "boundaries_", "sequences"),
+            "id_column": getattr(self, "id_column_", None),
+            "engine": self._engine_document(),
+        }
+
+    def save_model(
+        self: Any,
+        path: str | os.PathLike[str],
+    ) -> None:
+        """Write the fitted estimator to ``path`` as JSON; read it with :meth:`load_model`.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Ends in ``.json``: the file is JSON whatever the name says, so
+            another extension (XGBoost's ``.ubj``, none) is refused.
+        """
+        suffix = Path(path).suffix
+        if suffix.lower() != ".json":
+            raise ValueError(
+                f"{type(self).__name__}.save_model writes JSON (the engine's model with the CRF "
+                f"state and the labels), but {str(path)!r} ends in {suffix or 'no extension'!r}: "
+                "name the file *.json (XGBoost's UBJSON and binary formats cannot hold the "
+                "CRF state), or pickle/joblib the estimator."
+            )
+        write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
+
+    def load_model(
+        self: Any,
+        path: str | os.PathLike[str],
+    ) -> Any:
+        """Replace this estimator by the one saved in ``path`` (see :meth:`save_model`).
+
+        Reading parses and validates JSON; it runs no code.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+
+        Returns
+        -------
+        self
+        """
+        doc = read_document(path, _FILE_FORMAT, _FILE_VERSION, _FILE_HINT)
+        return self.from_document(doc, str(path))
+
+    def _checked_params(self, params, where):
+        """Saved parameters, with names an estimator can take and constraints rebuilt."""
+        named = set(self._get_param_names())
+        for name in params:
+            odd = name.startswith("_") or name.endswith("_") or not name.isidentifier()
+            if name not in named and (odd or hasattr(type(self), name)):
+                raise ValueError(f"{where} is damaged: it sets a parameter named {name!r}.")
+        allowed = params.get("allowed_transitions")
+        if isinstance(allowed, dict):
+            if set(allowed) != {"transitions", "start", "end"}:
+                raise ValueError(
+                    f"{where} is damaged: allowed_transitions has keys {sorted(allowed)}."
+                )
+            params["allowed_transitions"] = from_masks(**allowed)
+        weights = params.get("class_weight")
+        if isinstance(weights, list):
+            if not all(isinstance(p, list) and len(p) == 2 for p in weights):
+                raise ValueError(f"{where} is damaged: class_weight must be [label, weight] pairs.")
+            params["class_weight"] = {label: weight for label, weight in weights}
+        return params
+
+    def from_document(
+        self: Any,
+        doc: dict[str, Any],
+        where: str = "the model document",
+    ) -> Any:
+        """Set this estimator from :meth:`to_document`'s dict, validated.
+
+        Parameters
+        ----------
+        doc : dict
+        where : str
+            Where the dict came from, for the messages.
+
+        Returns
+        -------
+        self
+        """
+        name = field(doc, "estimator", str, where)
+        if name != type(self).__name__:
+            raise ValueError(f"{where} holds a {name}: load it with {name}().load_model(path).")
+        params = self._checked_params(dict(field(doc, "params", dict, where)), where)
+        classes = decode_labels(field(doc, "classes", dict, where), where)
+        n_features = field(doc, "n_features_in", int, where)
+        if n_features < 1:
+            raise ValueError(f"{where} is damaged: n_features_in is {n_features}.")
+        names = doc.get("feature_names_in")
+        if names is not None and (
+            not isinstance(names, list)
+            or len(names) != n_features
+            or not all(isinstance(n, str) for n in names)
+        ):
+            raise ValueError(f"{where} is damaged: feature_names_in must be {n_features} names.")
+        evals_result = field(doc, "evals_result", dict, where)
+        vectorizer = doc.get("vectorizer")
+        if vectorizer is not None:
+            vectorizer = vectorizer_from_document(vectorizer, n_features, where)
+        boundaries = doc.get("boundaries", "sequences")
+        id_column = doc.get("id_column")
+        if boundaries not in ("sequences", "rows") or not isinstance(id_column, (str, type(None))):
+            raise ValueError(f"{where} is damaged: boundaries or id_column are malformed.")
+        held_out = doc.get("validation_sequences", [])
+        if not isinstance(held_out, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**63 for i in held_out
+        ):
+            raise ValueError(
+                f"{where} is damaged: validation_sequences must be a list of sequence positions."
+            )
+        best_score = doc.get("best_score")
+        if best_score is not None and (
+            type(best_score) not in (int, float) or not np.isfinite(best_score)
+        ):
+            raise ValueError(f"{where} is damaged: best_score must be a finite number or null.")
+        # Built on a fresh estimator and swapped in whole once valid: nothing an earlier
+        # fit or load left survives, and a damaged file leaves this estimator unchanged.
+        staged = type(self)()
+        staged.set_params(**params)
+        try:
+            staged._check_params()
+            staged.booster_ = self._booster_from_document(
+                field(doc, "engine", dict, where), where,
+                num_features=n_features, num_labels=len(classes), params=params,
+            )  # fmt: skip
+            num_labels = staged._load_state()[0]
+        except ValueError as err:
+            if where in str(err):
+                raise
+            raise ValueError(f"{where}: {err}") from None
+        if num_labels != len(classes):
+            raise ValueError(
+                f"{where} is damaged: its CRF has {num_labels} labels for {len(classes)} classes."
+            )
+        staged._set_best_iteration()
+        if doc.get("best_iteration", staged.best_iteration_) != staged.best_iteration_:
+            raise ValueError(
+                f"{where} is damaged: best_iteration is {doc.get('best_iteration')!r:.20} but "
+                f"the model keeps {staged.best_iteration_ + 1} rounds."
+            )
+        staged.classes_ = classes
+        try:
+            staged.constraints_ = resolve_constraints(
+                staged.allowed_transitions, len(classes), labels=classes
+            )
+        except ValueError as err:
+            raise ValueError(f"{where} is damaged: {err}") from None
+        staged.n_features_in_ = n_features
+        if names is not None:
+            staged.feature_names_in_ = np.asarray(names, dtype=object)
+        staged.evals_result_ = evals_result
+        staged.validation_sequences_ = np.asarray(held_out, dtype=np.int64)
+        staged.boundaries_ = boundaries
+        staged.id_column_ = id_column
+        staged.vectorizer_ = vectorizer
+        staged.base_model_ = None
+        if best_score is not None:
+            staged.best_score_ = float(best_score)
+        self.__dict__.clear()
+        self.__dict__.update(staged.__dict__)
+        return self

@@ -1,0 +1,576 @@
+"""Algorithm 3 of Jebara & Choromanska (2012) on linear chains, for CRF parameters.
+
+:func:`chain_bound` and :func:`linear_chain_bound` return exactly the
+Algorithm 3 bound of the general junction-tree recursion but in
+``O(K^2 d)`` per row rather than ``O(K d^2)``: their features are indicators
+(or inputs times indicators), so the ``d x d`` accumulation can wait until
+after the backward pass (see :func:`_indicator_recursion`). With a ``rank``
+they stream the rank-one terms into a
+:class:`~structboost.majorize.curvature.LowRankCurvature` instead (Algorithm
+4, see :func:`_low_rank_recursion`): ``O(d k)`` memory.
+
+Notes
+-----
+Algorithm 3 on a chain (the rendering of the paper drops the ``+=``): the
+recursion runs from the last position back to the first; for every label
+``u`` of the previous position it runs Algorithm 1 over the labels ``v`` of
+the current one with ``alpha = psi(u, v) z_next(v)`` and
+``g = f(u, v) + mu_next(v)``. The children's curvatures must be covered by one
+matrix ``U >= Sigma_next(v)`` for all ``v``. The paper takes
+``U = sum_v Sigma_next(v)``, which counts the deeper levels ``K`` times at
+every level, so the curvature of position ``t`` grows like ``K^(t-1)``
+(``curvature="paper"``). Every ``Sigma_next(v)`` is a shared part plus a
+part of its own, so ``U = shared + sum_v own(v)`` covers all of them too; it
+unrolls to the plain sum of all the rank-one terms of all levels
+(``curvature="shared"``, the default). Both are valid bounds; the shared one
+is never looser and grows only linearly with the length.
+"""
+
+import numpy as np
+import scipy.sparse
+
+from . import _bound
+from ._checks import as_float_array, check_finite, check_weights
+from .curvature import LowRankCurvature, QuadraticBound
+
+_CURVATURES = ("shared", "paper")
+_MAX_LOG_MULTIPLICITY = 600.0
+_MESSAGE_BUDGET = 2**24  # floats of stored messages per batch in _indicator_chain_bound
+_FACTOR_BUDGET = 2**21  # floats of one level's factor rows per batch in _low_rank_recursion
+
+
+def _multiplicity(curvature, num_labels, t):
+    """Weight of the curvature of the level joining positions ``t - 1`` and ``t``."""
+    return 1.0 if curvature == "shared" else float(num_labels) ** (t - 1)
+
+
+def _backward_pass(log_node, inputs, theta_T, weights, curvature, visit):
+    """The backward recursion of Algorithm 3 on ``s`` chains with indicator features.
+
+    The features of labelling ``y`` are, in this order, ``x_t (x) e_(y_t)``
+    summed over positions (``index j * K + v`` for input ``j`` and label
+    ``v``), the transition counts (``p K + a K + b``), the start label
+    (``p K + K^2 + v``) and the end label (``p K + K^2 + K + v``):
+    ``d = p K + K^2 + 2 K``. Level ``t`` (last position first) runs
+    Algorithm 1 over the labels ``v`` of position ``t`` for every label ``u``
+    of position ``t - 1`` (one separator at ``t = 0``), with outcome rows
+    ``g(u, v) = B_t[v] + e_(edge(u, v))``: the stems ``B_t`` (``K x d``, the
+    node features of ``t`` plus the expected features of the suffix) and the
+    transition indicator.
+
+    Parameters
+    ----------
+    log_node : ndarray, shape (s, T, K)
+        Node scores at ``theta~`` (base scores, ``x_t @ W`` and the start and
+        end scores).
+    inputs : ndarray, shape (s, T, p)
+        ``x_t``; ``p`` may be 0.
+    theta_T : ndarray, shape (K, K)
+    weights : ndarray, shape (s,)
+    curvature : {"shared", "paper"}
+    visit : callable
+        Called per level as ``visit(t, stems, prob, blocks, block_sum)`` with
+        ``stems (s, K, d)`` (read only), ``prob (s, U, K)`` the conditional
+        probabilities ``P(v | u)``, ``blocks (s, K, U, K)`` with
+        ``blocks[j, w, u, v] = weights_t[j] M_u[v, w]`` (the curvature of
+        separator ``u`` is ``G_u^T M_u G_u``; ``visit`` may overwrite it) and
+        ``block_sum (s, K, K)`` its sum over ``u``.
+
+    Returns
+    -------
+    log_z : ndarray, shape (s,)
+    mu : ndarray, shape (s, d)
+    """
+    s, length, k = log_node.shape
+    p = inputs.shape[-1]
+    d = p * k + k * k + 2 * k
+    labels = np.arange(k)
+    node_index = np.arange(p)[:, None] * k + labels  # shape (p, K)
+    edges = p * k + labels[:, None] * k + labels  # shape (K, K)
+    start_index, end_index = p * k + k * k + labels, p * k + k * k + k + labels
+    mu = np.zeros((s, k, d))
+    log_z = np.zeros((s, k))
+    for t in range(length - 1, -1, -1):
+        stems = mu  # B_t: mu plus the node features of position t, in place
+        stems[:, labels, node_index] += inputs[:, t, :, None]
+        if t == 0:
+            stems[:, labels, start_index] += 1.0
+            log_alpha = (log_node[:, 0] + log_z)[:, None, :]
+        else:
+            log_alpha = theta_T + (log_node[:, t] + log_z)[:, None, :]
+        if t == length - 1:
+            stems[:, labels, end_index] += 1.0
+        separators = log_alpha.shape[1]
+        log_z = np.empty((s, separators))
+        prob = np.empty((s, separators, k))
+        blocks = np.empty((s, k, separators, k))  # [j, w, u, v] = M_u[v, w] of chain j
+        block_sum = np.empty((s, k, k))  # N_t
+        weight = weights if t == 0 else _multiplicity(curvature, k, t) * weights
+        _bound.running_curvature(np.ascontiguousarray(log_alpha), weight, log_z, prob, blocks, block_sum)
+        visit(t, stems, prob, blocks, block_sum)
+        mu = prob @ stems
+        if t > 0:
+            mu[:, labels[:, None], edges] += prob
+    return log_z[:, 0], mu[:, 0]
+
+
+def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, cross):
+    """Algorithm 3 for a CRF with linear node scores and indicator transitions, dense curvature.
+
+    This gives the same ``log_z``, ``mu`` and ``sigma`` as the general
+    junction-tree recursion with the features of :func:`_backward_pass`, in
+    ``O(K^2 d + K^4)`` per position instead of ``O(K d^2)``. Level ``t`` adds
+    ``sym(B_t^T C_t) + E^T M E`` with ``B_t`` (``K x d``) the stems,
+    ``C_t = N_t B_t + 2 X_t^T`` and ``E^T M E`` a ``K^2 x K^2`` block on the
+    transition indices. The stems follow
+    ``B_t = S_t + P_(t+1) B_(t+1)`` with ``P`` the conditional probabilities
+    of a level and ``S_t`` the sparse local features (the node features of
+    ``t`` plus the transitions out of ``t``, weighted by ``P_(t+1)``), so
+    ``sum_t B_t^T C_t = sum_t S_t^T Z_t`` with the forward recursion
+    ``Z_t = C_t + P_t^T Z_(t-1)``. The ``C_t`` are stored on the way back
+    and turned into the ``Z_t`` on the way forward; the dense products are
+    ``K x K`` by ``K x d`` per chain, plus one ``p x (s T)`` by
+    ``(s T) x K d`` product per batch for the node rows.
+
+    Parameters
+    ----------
+    log_node, inputs, theta_T, weights, curvature
+        As in :func:`_backward_pass`.
+    sigma : ndarray, shape (d, d)
+        Accumulator of the symmetric part, updated in place.
+    cross : ndarray, shape (d, d)
+        Accumulator of ``sum S_t^T Z_t``, updated in place; the curvature is
+        ``sigma + sym(cross)``.
+
+    Returns
+    -------
+    log_z : ndarray, shape (s,)
+    mu : ndarray, shape (s, d)
+    """
+    s, length, k = log_node.shape
+    p = inputs.shape[-1]
+    d = sigma.shape[0]
+    labels = np.arange(k)
+    edges = p * k + labels[:, None] * k + labels  # shape (K, K)
+    transitions = slice(p * k, p * k + k * k)
+    start_index, end_index = p * k + k * k + labels, p * k + k * k + k + labels
+    probs = [None] * length
+    messages = np.empty((length, s, k, d))  # C_t on the way back, then Z_t
+
+    def visit(t, stems, prob, blocks, block_sum):
+        np.matmul(block_sum, stems, out=messages[t])  # C_t = N_t B_t + 2 X_t^T
+        if t > 0:
+            sigma[edges[:, :, None], edges[:, None, :]] += blocks.sum(axis=0).transpose(1, 2, 0)
+            blocks *= 2.0
+            messages[t][:, :, transitions] += blocks.reshape(s, k, k * k)
+        probs[t] = prob
+
+    log_z, mu = _backward_pass(log_node, inputs, theta_T, weights, curvature, visit)
+    for t in range(length):
+        if t > 0:
+            messages[t] += np.swapaxes(probs[t], 1, 2) @ messages[t - 1]  # Z_t
+        if t < length - 1:
+            # row (v, w) of the transitions: sum over chains of P_(t+1)[v, w] Z_t[v]
+            _bound.add_weighted_rows(probs[t + 1], messages[t], cross[transitions].reshape(k, k, d))
+    cross[start_index] += messages[0].sum(axis=0)
+    cross[end_index] += messages[-1].sum(axis=0)
+    if p:
+        # rows (j, v) of the node weights: sum over chains and positions of x_t[j] Z_t[v]
+        rows = np.swapaxes(inputs, 0, 1).reshape(length * s, p)
+        cross[: p * k] += (rows.T @ messages.reshape(length * s, k * d)).reshape(p * k, d)
+    return log_z, mu
+
+
+def _low_rank_recursion(log_node, inputs, theta_T, weights, curvature, low_rank):
+    """Algorithm 3 with the rank-one terms streamed into a low-rank curvature (Algorithm 4).
+
+    Level ``t`` of chain ``j`` adds ``sum_u G_u^T M_u G_u`` (the rank-one
+    terms of Algorithm 1 over ``v`` for each separator ``u``, see
+    :func:`_backward_pass`). With ``M_u = L_u L_u^T`` (an eigendecomposition
+    of the ``K x K`` matrix), the rows of ``L_u^T G_u`` are ``K`` exact
+    factors per separator; they go straight into ``low_rank`` in blocks, so
+    no ``d x d`` matrix is formed. Without truncation the sum equals the
+    dense curvature of :func:`_indicator_recursion` (same ``"shared"`` or
+    ``"paper"`` combination).
+
+    Parameters
+    ----------
+    log_node, inputs, theta_T, weights, curvature
+        As in :func:`_backward_pass`.
+    low_rank : LowRankCurvature
+        Accumulator, updated in place.
+
+    Returns
+    -------
+    log_z : ndarray, shape (s,)
+    mu : ndarray, shape (s, d)
+
+    Notes
+    -----
+    ``O(K^2 d)`` work to form the factors and ``O(K^2 d r)`` to stream them
+    per position (``r`` the rank), ``O(s K^2 d)`` temporary memory.
+    """
+    k = log_node.shape[2]
+    p = inputs.shape[-1]
+    transitions = slice(p * k, p * k + k * k)
+
+    def visit(t, stems, prob, blocks, block_sum):
+        eigenvalues, eigenvectors = np.linalg.eigh(blocks.transpose(0, 2, 3, 1))  # M_u[v, w]
+        # shape (s, U, r, v): row r of L_u^T
+        factor = np.swapaxes(eigenvectors * np.sqrt(np.clip(eigenvalues, 0.0, None))[:, :, None, :], 2, 3)
+        rows = factor @ stems[:, None]  # shape (s, U, K, d): L_u^T B_t
+        if t > 0:
+            # L_u^T E_u: entry (r, edge(u, v)) is L_u[v, r]
+            edge_part = rows[..., transitions].reshape(rows.shape[:3] + (k, k))
+            for u in range(k):
+                edge_part[:, u, :, u, :] += factor[:, u]
+            rows[..., transitions] = edge_part.reshape(rows.shape[:3] + (k * k,))
+        low_rank.add_factors(rows[eigenvalues > 0])  # M_u has rank <= K - 1: skip the zero rows
+
+    return _backward_pass(log_node, inputs, theta_T, weights, curvature, visit)
+
+
+def _check_curvature(curvature, num_labels=1, max_length=1):
+    if curvature not in _CURVATURES:
+        raise ValueError(f"curvature must be one of {_CURVATURES}, got {curvature!r}.")
+    if curvature == "paper" and (max_length - 2) * np.log(num_labels) > _MAX_LOG_MULTIPLICITY:
+        raise ValueError(
+            f'curvature="paper" weighs position t by K^(t-1), which overflows for K = {num_labels} '
+            f'and length {max_length}; use curvature="shared".'
+        )
+
+
+def _check_chain_data(unary, lengths):
+    unary = as_float_array("unary", unary, 2)
+    check_finite("unary", unary)
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(
+            f"lengths must be a 1-d integer array, got dtype {lengths.dtype} and shape {lengths.shape}."
+        )
+    if np.any(lengths < 1):
+        raise ValueError("lengths holds an empty or negative sequence length; every sequence needs >= 1 row.")
+    if lengths.sum() != unary.shape[0]:
+        raise ValueError(
+            f"lengths sum to {lengths.sum()} but unary has {unary.shape[0]} rows; they must match."
+        )
+    return unary, lengths.astype(np.int64)
+
+
+def _check_chain_parameters(k, theta_T, theta_start, theta_end):
+    theta_T = as_float_array("theta_T", theta_T, 2)
+    theta_start = as_float_array("theta_start", theta_start, 1)
+    theta_end = as_float_array("theta_end", theta_end, 1)
+    if theta_T.shape != (k, k) or theta_start.shape != (k,) or theta_end.shape != (k,):
+        raise ValueError(
+            f"with K = {k} labels theta_T must be ({k}, {k}) and theta_start, theta_end ({k},); "
+            f"got {theta_T.shape}, {theta_start.shape}, {theta_end.shape}."
+        )
+    for name, array in (("theta_T", theta_T), ("theta_start", theta_start), ("theta_end", theta_end)):
+        if np.isnan(array).any() or np.isposinf(array).any():
+            raise ValueError(f"{name} holds NaN or +inf; pass finite scores (-inf for a forbidden move).")
+    return theta_T, theta_start, theta_end
+
+
+def _take_rows(inputs, rows):
+    """Rows of a dense or scipy sparse ``(n, p)`` matrix as a dense array."""
+    taken = inputs[rows]
+    return taken.toarray() if scipy.sparse.issparse(taken) else np.asarray(taken)
+
+
+def _indicator_chain_bound(
+    unary, inputs, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank=None
+):
+    """Bound of a batch of chains, grouped by length.
+
+    ``unary (n, K)`` holds the node scores at ``theta~`` (with ``inputs @ W``),
+    ``inputs`` is ``(n, p)`` dense or sparse; everything is validated. With
+    ``rank`` None the curvature is dense (:func:`_indicator_recursion`),
+    otherwise a :class:`LowRankCurvature` streamed by :func:`_low_rank_recursion`.
+    """
+    k = unary.shape[1]
+    p = inputs.shape[1]
+    d = p * k + k * k + 2 * k
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    log_z = np.empty(lengths.size)
+    mu = np.zeros(d)
+    if rank is None:
+        sigma = np.zeros((d, d))
+        cross = np.zeros((d, d))
+    else:
+        low_rank = LowRankCurvature(d, rank)
+    for length in np.unique(lengths):
+        members = np.flatnonzero(lengths == length)
+        if batch_size is not None:
+            step = batch_size
+        elif rank is None:  # the stored messages
+            step = max(1, _MESSAGE_BUDGET // (length * k * d))
+        else:  # one level's factor rows
+            step = max(1, _FACTOR_BUDGET // (k * k * d))
+        for start in range(0, members.size, step):
+            batch = members[start : start + step]
+            rows = offsets[batch][:, None] + np.arange(length)  # shape (s, T)
+            log_node = unary[rows]
+            log_node[:, 0] += theta_start
+            log_node[:, -1] += theta_end
+            batch_inputs = _take_rows(inputs, rows.ravel()).reshape(batch.size, length, p)
+            if rank is None:
+                batch_log_z, batch_mu = _indicator_recursion(
+                    log_node, batch_inputs, theta_T, weights[batch], curvature, sigma, cross
+                )
+            else:
+                batch_log_z, batch_mu = _low_rank_recursion(
+                    log_node, batch_inputs, theta_T, weights[batch], curvature, low_rank
+                )
+            log_z[batch] = batch_log_z
+            mu += weights[batch] @ batch_mu
+    if rank is None:
+        sigma += 0.5 * (cross + cross.T)
+        return log_z, mu, sigma
+    return log_z, mu, low_rank
+
+
+def _check_rank(rank):
+    if rank is not None and (int(rank) != rank or rank < 1):
+        raise ValueError(f"rank must be a positive integer or None, got {rank!r}.")
+
+
+def _check_batch_size(batch_size):
+    if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}.")
+
+
+def chain_bound(
+    unary, lengths, theta_T, theta_start, theta_end, *,
+    weights=None, curvature="shared", batch_size=None, rank=None,
+):
+    """Algorithm 3 bound on a linear-chain CRF's log-partition in its transition scores.
+
+    Sequence ``j`` with labels ``y`` scores ``sum_t unary[t, y_t] +
+    sum_t theta_T[y_(t-1), y_t] + theta_start[y_0] + theta_end[y_last]``.
+    The unary scores are fixed base scores; the parameters are
+    ``theta = [theta_T.ravel(), theta_start, theta_end]`` (``d = K^2 + 2K``).
+
+    Parameters
+    ----------
+    unary : array_like, shape (n, K)
+        Node scores of all rows, sequences contiguous.
+    lengths : array_like of int, shape (m,)
+        Rows per sequence; sums to ``n``.
+    theta_T : array_like, shape (K, K)
+        ``theta_T[a, b]`` scores label ``a`` followed by label ``b``;
+        ``-inf`` forbids the move (as in ``theta_start``, ``theta_end``):
+        its entries of ``mu`` and rows of ``sigma`` are zero, so the bound
+        holds on the remaining coordinates.
+    theta_start, theta_end : array_like, shape (K,)
+    weights : array_like, shape (m,), optional
+        Non-negative weight of each sequence in ``mu`` and ``sigma``.
+    curvature : {"shared", "paper"}
+        ``"paper"`` combines children as the paper's Algorithm 3 does
+        (curvature growing like ``K^T``); see the module notes.
+    batch_size : int, optional
+        Sequences processed together; by default as many as keep the stored
+        messages (``batch_size * T * K * d`` floats) near 128 MB, or with
+        ``rank`` the ``batch_size * K^2 * d`` factor rows of one position
+        near 16 MB (at least one sequence).
+    rank : int, optional
+        Stream the curvature's rank-one terms into a :class:`LowRankCurvature`
+        with this many directions (Algorithm 4): ``O(d rank)`` memory, never a
+        ``d x d`` matrix; the result is still an upper bound. ``None``: the
+        exact dense curvature.
+
+    Returns
+    -------
+    log_z : ndarray, shape (m,)
+        ``log Z`` of each sequence at the given parameters.
+    mu : ndarray, shape (d,)
+        Weighted sum over sequences of the expected features.
+    sigma : ndarray, shape (d, d), or LowRankCurvature
+        Weighted sum of the per-sequence bound curvatures (an upper bound of
+        it, at low rank, with ``rank``).
+
+    Notes
+    -----
+    ``mu`` is the gradient of the weighted sum of ``log Z``. The result is
+    that of the general Algorithm 3 recursion with indicator features, computed
+    in ``O(K^2 d + K^4)`` per row (``O(K^4)``) instead of ``O(K d^2)``.
+    """
+    unary, lengths = _check_chain_data(unary, lengths)
+    k = unary.shape[1]
+    _check_curvature(curvature, k, lengths.max())
+    theta_T, theta_start, theta_end = _check_chain_parameters(k, theta_T, theta_start, theta_end)
+    weights = check_weights(weights, lengths.size, "sequence")
+    _check_batch_size(batch_size)
+    _check_rank(rank)
+    return _indicator_chain_bound(
+        unary, np.zeros((unary.shape[0], 0)), lengths, theta_T, theta_start, theta_end, weights, curvature,
+        batch_size, rank,
+    )
+
+
+def linear_chain_bound(
+    X, lengths, coef, theta_T, theta_start, theta_end, *,
+    weights=None, curvature="shared", batch_size=None, rank=None,
+):
+    """Algorithm 3 bound on a linear-chain CRF with node scores linear in the inputs.
+
+    Sequence ``j`` with labels ``y`` scores ``sum_t X[t] @ coef[:, y_t] +
+    sum_t theta_T[y_(t-1), y_t] + theta_start[y_0] + theta_end[y_last]``;
+    the parameters are ``theta = [coef.ravel(), theta_T.ravel(),
+    theta_start, theta_end]`` (``d = p K + K^2 + 2K``). A column of ones in
+    ``X`` gives per-label biases.
+
+    Parameters
+    ----------
+    X : array_like or scipy sparse matrix, shape (n, p)
+        Inputs of all rows, sequences contiguous.
+    lengths : array_like of int, shape (m,)
+    coef : array_like, shape (p, K)
+    theta_T : array_like, shape (K, K)
+    theta_start, theta_end : array_like, shape (K,)
+    weights : array_like, shape (m,), optional
+    curvature : {"shared", "paper"}
+    batch_size, rank : int, optional
+        As in :func:`chain_bound`.
+
+    Returns
+    -------
+    log_z : ndarray, shape (m,)
+    mu : ndarray, shape (d,)
+    sigma : ndarray, shape (d, d), or LowRankCurvature
+
+    Notes
+    -----
+    Cost ``O(K^2 d + K p d + K^4)`` per row and ``d^2`` memory; with
+    ``rank`` ``O(K^2 d rank)`` per row and ``O(d rank)`` memory.
+    """
+    X = _check_inputs(X)
+    coef = as_float_array("coef", coef, 2)
+    check_finite("coef", coef)
+    if coef.shape[0] != X.shape[1]:
+        raise ValueError(f"coef has {coef.shape[0]} rows but X has {X.shape[1]} columns; they must match.")
+    unary, lengths = _check_chain_data(np.asarray(X @ coef), lengths)
+    k = unary.shape[1]
+    _check_curvature(curvature, k, lengths.max())
+    theta_T, theta_start, theta_end = _check_chain_parameters(k, theta_T, theta_start, theta_end)
+    weights = check_weights(weights, lengths.size, "sequence")
+    _check_batch_size(batch_size)
+    _check_rank(rank)
+    return _indicator_chain_bound(
+        unary, X, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank
+    )
+
+
+def _check_inputs(X):
+    """``X`` as a float64 dense array or CSR matrix with finite entries."""
+    if scipy.sparse.issparse(X):
+        X = scipy.sparse.csr_matrix(X, dtype=np.float64)
+        values = X.data
+    else:
+        X = as_float_array("X", X, 2)
+        values = X
+    check_finite("X", values)
+    return X
+
+
+def chain_features(labels, lengths, num_labels, weights=None):
+    """Weighted counts of transitions, start and end labels of labelled sequences.
+
+    Parameters
+    ----------
+    labels : array_like of int, shape (n,)
+        Labels ``0..K-1`` of all rows, sequences contiguous.
+    lengths : array_like of int, shape (m,)
+    num_labels : int
+        ``K``.
+    weights : array_like, shape (m,), optional
+
+    Returns
+    -------
+    ndarray, shape (K^2 + 2K,)
+        ``sum_j w_j f(y_j)`` in the order of :func:`chain_bound`'s ``theta``.
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(
+            f"labels must be a 1-d integer array, got dtype {labels.dtype} and shape {labels.shape}."
+        )
+    k = int(num_labels)
+    if np.any((labels < 0) | (labels >= k)):
+        raise ValueError(f"labels must lie in 0..{k - 1}.")
+    if np.sum(lengths) != labels.size:
+        raise ValueError(f"lengths sum to {np.sum(lengths)} but there are {labels.size} labels; they must match.")
+    _, lengths = _check_chain_data(np.zeros((labels.size, 1)), lengths)
+    weights = check_weights(weights, lengths.size, "sequence")
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    row_weights = np.repeat(weights, lengths)
+    inner = np.ones(labels.size, dtype=bool)
+    inner[starts] = False  # rows that have a predecessor in their sequence
+    rows = np.flatnonzero(inner)
+    pairs = labels[rows - 1] * k + labels[rows]
+    transitions = np.bincount(pairs, weights=row_weights[rows], minlength=k * k)
+    start = np.bincount(labels[starts], weights=weights, minlength=k)
+    end = np.bincount(labels[ends - 1], weights=weights, minlength=k)
+    return np.concatenate([transitions, start, end])
+
+
+class ChainCRFTerm:
+    """Linear-chain CRF NLL in its transition, start and end scores, bounded by Algorithm 3.
+
+    Parameters
+    ----------
+    unary : array_like, shape (n, K)
+        Fixed node scores (for boosting: the current margins).
+    lengths : array_like of int, shape (m,)
+    labels : array_like of int, shape (n,)
+    weights : array_like, shape (m,), optional
+    curvature : {"shared", "paper"}
+    batch_size : int, optional
+        As in :func:`chain_bound`.
+
+    Notes
+    -----
+    ``theta = [theta_T.ravel(), theta_start, theta_end]``. With ``rank`` the
+    curvature is streamed at that rank (:func:`chain_bound`, Algorithm 4).
+    """
+
+    def __init__(self, unary, lengths, labels, weights=None, curvature="shared", batch_size=None):
+        self.unary, self.lengths = _check_chain_data(unary, lengths)
+        k = self.unary.shape[1]
+        _check_curvature(curvature, k, self.lengths.max())
+        self.num_labels = k
+        self.weights = check_weights(weights, self.lengths.size, "sequence")
+        self.dim = k * k + 2 * k
+        self.observed_features = chain_features(labels, self.lengths, k, self.weights)
+        labels = np.asarray(labels)
+        gold = self.unary[np.arange(labels.size), labels]
+        per_sequence = np.add.reduceat(gold, np.cumsum(self.lengths) - self.lengths)
+        self.observed_score = float(per_sequence @ self.weights)
+        self.curvature = curvature
+        self.batch_size = batch_size
+
+    def split(self, theta):
+        """``theta`` (d,) -> ``(theta_T (K, K), theta_start (K,), theta_end (K,))``."""
+        k = self.num_labels
+        return theta[: k * k].reshape(k, k), theta[k * k : k * k + k], theta[k * k + k :]
+
+    def bound(self, theta, rank=None):
+        """Summed Algorithm 3 bound at ``theta`` (shape (d,)).
+
+        Returns
+        -------
+        QuadraticBound
+        """
+        theta = as_float_array("theta", theta, 1)
+        log_z, mu, curvature = chain_bound(
+            self.unary,
+            self.lengths,
+            *self.split(theta),
+            weights=self.weights,
+            curvature=self.curvature,
+            batch_size=self.batch_size,
+            rank=rank,
+        )
+        return QuadraticBound(theta, float(self.weights @ log_z), mu, curvature)
+

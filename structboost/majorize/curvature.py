@@ -1,0 +1,230 @@
+"""The bound's representation: :class:`QuadraticBound` and the low-rank curvature of Algorithm 4."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse.linalg
+
+_RESIDUAL_RTOL = 1e-13
+_PARTIAL_EIGEN = 4  # from_dense uses Lanczos when rank < d / _PARTIAL_EIGEN
+_DENSE_EIGEN_DIM = 512  # ... and d is above this
+LOW_RANK_DIM = 4096
+"""Above this many parameters the chain solvers default to the low-rank bound.
+
+:class:`structboost.estimators.linear.LinearChainCRF` (``solver="majorize"``) and the
+``transition_solver="majorize"`` refit form the ``d x d`` curvature (two of them,
+256 MiB at ``d = 4096``) up to this size and stream it at rank
+:data:`DEFAULT_RANK` (Algorithm 4, ``O(d k)`` memory) above it, when the L2
+penalty is positive (a low-rank curvature needs it to be invertible).
+"""
+DEFAULT_RANK = 32
+"""Rank of the streamed curvature when :data:`LOW_RANK_DIM` is exceeded."""
+
+
+def default_rank(dim, lam):
+    """Rank of the curvature the chain solvers use for ``dim`` parameters.
+
+    Parameters
+    ----------
+    dim : int
+        ``d``.
+    lam : float
+        L2 penalty.
+
+    Returns
+    -------
+    int or None
+        :data:`DEFAULT_RANK` when ``dim > LOW_RANK_DIM`` and ``lam > 0``,
+        else ``None`` (the dense curvature).
+    """
+    return DEFAULT_RANK if dim > LOW_RANK_DIM and lam > 0 else None
+
+
+
+class LowRankCurvature:
+    """Curvature ``V^T diag(s) V + diag(D)`` kept at rank ``k`` (Algorithm 4).
+
+    Rank-one terms ``x x^T`` are added in blocks; after each block the
+    ``k`` largest directions are kept and the rest ``w w^T`` (each scaled by
+    its eigenvalue) is absorbed into the diagonal through
+    ``w w^T <= ||w||_1 diag(|w|)``, so the result stays an upper bound of
+    the exact sum. With blocks of one row this is Algorithm 4.
+
+    Parameters
+    ----------
+    dim : int
+        ``d``.
+    rank : int
+        ``k``, the number of directions kept.
+
+    Attributes
+    ----------
+    basis : ndarray, shape (r, d)
+        ``V`` with ``r <= k`` orthonormal rows.
+    scales : ndarray, shape (r,)
+        ``s >= 0``.
+    diagonal : ndarray, shape (d,)
+        ``D >= 0``.
+    """
+
+    def __init__(self, dim, rank):
+        if int(rank) != rank or rank < 1:
+            raise ValueError(f"rank must be a positive integer, got {rank!r}.")
+        self.rank = int(rank)
+        self.basis = np.zeros((0, dim))
+        self.scales = np.zeros(0)
+        self.diagonal = np.zeros(dim)
+
+    @classmethod
+    def from_dense(cls, sigma, rank):
+        """Best rank-``k`` part of a PSD ``sigma``, the remainder bounded by a diagonal.
+
+        Parameters
+        ----------
+        sigma : ndarray, shape (d, d)
+        rank : int
+
+        Returns
+        -------
+        LowRankCurvature
+            ``V^T diag(s) V + diag(D) >= sigma``, with ``D`` the absolute row
+            sums of ``sigma - V^T diag(s) V``.
+
+        Notes
+        -----
+        With ``d > 512`` and ``rank`` under a quarter of it the top eigenpairs come from
+        Lanczos iterations (:func:`scipy.sparse.linalg.eigsh`), ``O(d^2)``
+        per iteration, instead of a full ``O(d^3)`` eigendecomposition.
+        """
+        d = sigma.shape[0]
+        curvature = cls(d, rank)
+        if d > _DENSE_EIGEN_DIM and _PARTIAL_EIGEN * curvature.rank < d:
+            # Lanczos for the top directions; the remainder below is exact whatever their accuracy
+            start = np.random.default_rng(0).standard_normal(d)
+            eigenvalues, eigenvectors = scipy.sparse.linalg.eigsh(sigma, k=curvature.rank, which="LA", v0=start)
+        else:
+            eigenvalues, eigenvectors = np.linalg.eigh(sigma)
+        keep = np.argsort(eigenvalues)[::-1][: curvature.rank]
+        curvature.scales = np.clip(eigenvalues[keep], 0.0, None)
+        curvature.basis = eigenvectors[:, keep].T
+        remainder = sigma - curvature.basis.T @ (curvature.scales[:, None] * curvature.basis)
+        curvature.diagonal = np.abs(remainder).sum(axis=1)
+        return curvature
+
+    def add_factors(self, factors):
+        """Add ``factors^T factors`` in place, keeping the rank at most ``k``.
+
+        Parameters
+        ----------
+        factors : ndarray, shape (b, d)
+            Rows ``x`` of the rank-one terms ``x x^T``.
+        """
+        for start in range(0, factors.shape[0], self.rank):
+            self._add_block(factors[start : start + self.rank])
+
+    def _add_block(self, block):
+        projection = block @ self.basis.T  # shape (b, r)
+        residual = block - projection @ self.basis  # shape (b, d), orthogonal to V
+        _, singular, right = np.linalg.svd(residual, full_matrices=False)
+        # the residual's directions, shape (q, d)
+        fresh = right[singular > _RESIDUAL_RTOL * max(singular.max(initial=0.0), 1.0)]
+        frame = np.vstack([self.basis, fresh])  # shape (r + q, d); block = coords @ frame
+        coords = np.hstack([projection, residual @ fresh.T])
+        inner = coords.T @ coords
+        inner[: self.scales.size, : self.scales.size] += np.diag(self.scales)
+        eigenvalues, rotation = np.linalg.eigh(inner)
+        eigenvalues = np.clip(eigenvalues[::-1], 0.0, None)
+        directions = rotation[:, ::-1].T @ frame
+        kept = self.rank
+        dropped = np.abs(directions[kept:])
+        # w w^T <= ||w||_1 diag(|w|) for every dropped direction w
+        self.diagonal += (eigenvalues[kept:] * dropped.sum(axis=1)) @ dropped
+        self.basis = directions[:kept]
+        self.scales = eigenvalues[:kept]
+
+    def add(self, other):
+        """Add another low-rank curvature in place (its directions as factors)."""
+        self.diagonal += other.diagonal
+        self.add_factors(np.sqrt(other.scales)[:, None] * other.basis)
+
+    def take(self, index):
+        """The curvature on a subset of the coordinates (a principal submatrix).
+
+        Parameters
+        ----------
+        index : ndarray of bool, shape (d,), or of int
+            Coordinates kept.
+
+        Returns
+        -------
+        LowRankCurvature
+            An upper bound of the same submatrix of the bounded curvature. Its
+            basis rows stay orthonormal when they vanish on the dropped
+            coordinates (as for forbidden transitions); :meth:`solve` and
+            :meth:`matvec` do not need them to.
+        """
+        part = LowRankCurvature(self.diagonal[index].size, self.rank)
+        part.basis = self.basis[:, index]
+        part.scales = self.scales.copy()
+        part.diagonal = self.diagonal[index]
+        return part
+
+    def matvec(self, x):
+        """``(V^T diag(s) V + diag(D)) x`` for ``x`` of shape (d,)."""
+        return self.basis.T @ (self.scales * (self.basis @ x)) + self.diagonal * x
+
+    def to_dense(self):
+        """The represented matrix, shape (d, d)."""
+        return self.basis.T @ (self.scales[:, None] * self.basis) + np.diag(self.diagonal)
+
+    def solve(self, rhs, shift):
+        """Solve ``(V^T diag(s) V + diag(D) + shift I) x = rhs`` by Woodbury.
+
+        Parameters
+        ----------
+        rhs : ndarray, shape (d,)
+        shift : float
+            Must make ``D + shift`` positive (``lam > 0`` in practice).
+
+        Returns
+        -------
+        ndarray, shape (d,)
+        """
+        inverse_diagonal = 1.0 / (self.diagonal + shift)
+        root = np.sqrt(self.scales)
+        scaled = root[:, None] * self.basis  # shape (r, d): S^(1/2) V
+        capacitance = np.eye(root.size) + (scaled * inverse_diagonal) @ scaled.T
+        y = inverse_diagonal * rhs
+        return y - inverse_diagonal * (scaled.T @ np.linalg.solve(capacitance, scaled @ y))
+
+
+@dataclass(frozen=True)
+class QuadraticBound:
+    """A summed bound ``log Z(theta) <= log_z + delta @ mu + delta @ curvature @ delta / 2``.
+
+    Attributes
+    ----------
+    theta : ndarray, shape (d,)
+        Expansion point ``theta~``; ``delta = theta - theta~``.
+    log_z : float
+        Sum of the (weighted) ``log Z`` at ``theta~``: exact, not a bound.
+    mu : ndarray, shape (d,)
+        Sum of the (weighted) gradients of ``log Z`` at ``theta~``.
+    curvature : ndarray, shape (d, d), or LowRankCurvature
+    """
+
+    theta: np.ndarray
+    log_z: float
+    mu: np.ndarray
+    curvature: np.ndarray | LowRankCurvature
+
+    def value(self, theta):
+        """The bound at ``theta`` (shape (d,)), a float."""
+        delta = np.asarray(theta, dtype=np.float64) - self.theta
+        if isinstance(self.curvature, LowRankCurvature):
+            curved = self.curvature.matvec(delta)
+        else:
+            curved = self.curvature @ delta
+        return float(self.log_z + delta @ self.mu + 0.5 * delta @ curved)
