@@ -359,7 +359,9 @@ class NodeObjective:
         h *= row_w
 
     def _scale_hess(self, raw, gamma, scale, row_w, hess):
-        """Finish into ``hess`` a Hessian written as ``p (1 - p)`` into ``raw`` (see :meth:`_node_grad_hess`).
+        """Finish into ``hess`` a Hessian written as ``p (1 - p)`` into ``raw``.
+
+        ``raw`` as :meth:`_node_grad_hess` writes it with no scale.
 
         ``raw (n, K)`` float64 (``hess`` itself when that is float64),
         ``gamma (n,)`` and ``row_w (n,)``; in chunks of :data:`GH_ROWS` rows.

@@ -111,7 +111,9 @@ class SecantScale:
         return self.fit(None if sums is None else allreduce(sums))
 
     def local_sums(self, margins, log_z, batch, grad=None, measured=None):
-        """This worker's sums ``[change, slope, model, new_slope]`` of the secant (None without a last round).
+        """This worker's ``[change, slope, model, new_slope]`` of the secant, or None.
+
+        None without a last round (or one of another shape).
 
         ``change`` is that of :meth:`nll`, ``slope = G . d`` and ``model =
         d' H d``, with ``d`` the change of the margins since the last round
@@ -149,7 +151,7 @@ class SecantScale:
         return self._along(margins, last[1], last[2])
 
     def _along(self, margins, grad, hess=None):
-        """``[grad . d, d' hess d]`` (the second 0 without ``hess``), ``d`` the step to ``margins``."""
+        """``[grad . d, d' hess d]`` (0 without ``hess``), ``d`` the step to ``margins``."""
         old = self._last[0]
         slope = model = 0.0
         for a in range(0, margins.shape[0], BLOCK):

@@ -174,7 +174,8 @@ class OneStep:
         x = problem._free_part(params.to_vector())
         nll = np.nan
         if node_score is not None:
-            nll = problem.seq_weight @ ev.log_z - problem._free_part(problem.counts) @ x - node_score
+            path = problem._free_part(problem.counts) @ x
+            nll = problem.seq_weight @ ev.log_z - path - node_score
         parts = [[nll], problem._free_part(ev.expected - problem.counts)]
         if self.need >= CURVATURE:
             parts.append(problem._free_part(ev.curvature))

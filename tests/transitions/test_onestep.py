@@ -1,4 +1,4 @@
-"""One-pass rounds (``transition_iter=1``): one forward-backward pass a round, the step from its sums."""
+"""One-pass rounds (``transition_iter=1``): one forward-backward pass, steps from its sums."""
 
 import pickle
 
@@ -40,7 +40,7 @@ def _count_passes(monkeypatch):
 
 @pytest.mark.parametrize("solver", ["lbfgs", "newton"])
 def test_a_round_after_the_warm_up_runs_one_pass(monkeypatch, solver):
-    """Small steps of the margins: no rise, no lagging transitions, so no refit after the warm-up."""
+    """Small steps of the margins: no rise, no lagging transitions, no refit after the warm-up."""
     monkeypatch.setattr(onestep, "LAG", np.inf)
     rng = np.random.default_rng(1)
     _, y, lengths = _hmm()
