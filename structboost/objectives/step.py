@@ -26,6 +26,13 @@ LogitBoost's at the same learning rate, which keeps its usual meaning. The
 scale shrinks by at most a factor 4 per round, and one round that meets
 more curvature than the model assumed restores it. It starts at 1, the
 bound.
+
+In a one-pass round (:mod:`structboost.transitions.onestep`) the
+transitions too moved between the two passes. Then ``f`` is the whole
+weighted NLL, the transition step's share of its change is removed by the
+trapezoid rule, and the curvature taken is the larger of that value secant
+and the gradient secant ``(G_new - G) . d`` (for a quadratic both are the
+curvature along ``d`` plus the cross term of the two steps).
 """
 
 import numpy as np
