@@ -40,6 +40,7 @@ from xgboost import collective
 from xgboost.core import XGBoostError
 from xgboost import dask as dxgb
 
+from .. import _config
 from ..inference.chain import map_labels, posterior
 from ..objectives.chain import SequenceBatch
 from ..sequences import lengths_from_groups, offsets_from_lengths
@@ -63,12 +64,33 @@ def allreduce_sum(values):
     return collective.allreduce(np.ascontiguousarray(values, dtype=np.float64), collective.Op.SUM)
 
 
+def worker_threads():
+    """Threads of the Dask worker running the caller, or None outside a worker.
+
+    A worker process runs its tasks (and ``xgboost.dask`` its training) on
+    that many threads; numba's pool left at its default would take every
+    core of the machine in every worker process, and two worker processes
+    on two cores then oversubscribe them.
+    """
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):  # ValueError: not on a worker
+        return None
+    return getattr(getattr(worker, "state", worker), "nthreads", None)
+
+
 class DaskXGBCRFObjective(XGBCRFObjective):
     """An :class:`~structboost.engines.xgboost.XGBCRFObjective` exact under ``xgboost.dask``.
 
     Its CRF objective sums the transition statistics and the metric over
     the workers (:func:`allreduce_sum`); a worker's empty DMatrix reads as a
     batch without sequences. Build one with :func:`distributed_objective`.
+    Unless the objective's ``nthread`` was set, its kernels run on the
+    worker's threads (:func:`worker_threads`, as XGBoost's trees do), set
+    when a worker first reads a DMatrix, so no environment variable is
+    needed to keep worker processes from oversubscribing the cores.
     """
 
     def __init__(self, crf):
@@ -84,7 +106,14 @@ class DaskXGBCRFObjective(XGBCRFObjective):
         self.__dict__.update(state)
         self._batches = weakref.WeakKeyDictionary()
 
+    def _use_worker_threads(self):
+        """Run the objective's kernels on the worker's threads when ``nthread`` is unset."""
+        threads = worker_threads() if self.crf.spec.nthread is None else None
+        if threads is not None:
+            self.crf.spec = self.crf.spec.replace(nthread=threads)
+
     def _build_batch(self, dmat):
+        self._use_worker_threads()
         if dmat.num_row() == 0:  # a worker without partitions: no labels, no groups
             empty = np.zeros(0, dtype=np.int64)
             return SequenceBatch.build(empty, empty, self.num_labels)
@@ -342,10 +371,11 @@ def _decode(margins, lengths, params, decode):
     """Labels ``(n_i,)`` or marginals ``(n_i, K)`` of one partition from its margins."""
     u = np.ascontiguousarray(np.asarray(margins, dtype=np.float64).reshape(int(lengths.sum()), -1))
     offsets = offsets_from_lengths(lengths)
-    if decode == "viterbi":
-        return map_labels(u, offsets, params.transitions, params.start, params.end)
-    marginals = posterior(u, offsets, params.transitions, params.start, params.end, rates=False)
-    marginals = marginals.marginals()
+    with _config.threads(1):  # one task per worker thread: numba's pool would take every core
+        if decode == "viterbi":
+            return map_labels(u, offsets, params.transitions, params.start, params.end)
+        marginals = posterior(u, offsets, params.transitions, params.start, params.end, rates=False)
+        marginals = marginals.marginals()
     return marginals if decode == "marginals" else marginals.argmax(axis=1).astype(np.int64)
 
 

@@ -1042,3 +1042,25 @@ def viterbi(unary, offsets, trans, start, end, parallel):
     path = np.empty(unary.shape[0], dtype=np.int64)
     (_viterbi_parallel if parallel else _viterbi_serial)(unary, offsets, trans, start, end, path)
     return path
+
+
+@njit(**KERNEL)
+def label_scores(unary, offsets, labels, trans, start, end, with_transitions, out):
+    """Score of the given labelling of every sequence, summed in one sweep (no temporaries).
+
+    ``out[i]`` gets the labels' node scores of sequence ``i`` and, when
+    ``with_transitions``, its transition, start and end scores. ``unary
+    (n, K)`` may be float32 or float64 in any memory layout (the engines'
+    own margins); sums are float64.
+    """
+    n_tab = trans.shape[0]
+    for i in range(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        total = 0.0
+        for t in range(lo, hi):
+            total += unary[t, labels[t]]
+        if with_transitions:
+            for t in range(lo + 1, hi):
+                total += trans[table(n_tab, t), labels[t - 1], labels[t]]
+            total += start[labels[lo]] + end[labels[hi - 1]]
+        out[i] = total

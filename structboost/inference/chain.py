@@ -487,9 +487,13 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
 def path_scores(unary, offsets, labels, transitions, start, end):
     """Score of a given labelling of every sequence.
 
+    One sweep over the rows (:func:`structboost.inference._chain.label_scores`):
+    no row-sized temporaries, so a training-set metric costs no memory
+    beside the margins.
+
     Parameters
     ----------
-    unary : (n, K) float64
+    unary : (n, K) float32 or float64, any memory layout
     offsets : (m + 1,) int64
     labels : (n,) int64
     transitions : (K, K) or (n, K, K) float64
@@ -499,19 +503,21 @@ def path_scores(unary, offsets, labels, transitions, start, end):
     -------
     (m,) float64
     """
-    n = unary.shape[0]
-    node = unary[np.arange(n), labels]
-    inner = np.ones(n, dtype=bool)
-    inner[offsets[1:] - 1] = False
-    idx = np.flatnonzero(inner)
-    edge = np.zeros(n)
-    if transitions.ndim == 2:
-        edge[idx] = transitions[labels[idx], labels[idx + 1]]
-    else:
-        edge[idx] = transitions[idx + 1, labels[idx], labels[idx + 1]]
-    per_row = node + edge
-    total = np.add.reduceat(per_row, offsets[:-1]) if n else np.zeros(0)
-    return total + start[labels[offsets[:-1]]] + end[labels[offsets[1:] - 1]]
+    out = np.empty(offsets.shape[0] - 1)
+    _chain.label_scores(unary, offsets, labels, as_tables(transitions), start, end, True, out)
+    return out
+
+
+def label_node_scores(unary, offsets, labels):
+    """Sum of the labels' node scores ``unary[t, labels[t]]`` of every sequence ``(m,)``.
+
+    ``unary (n, K)`` float32 or float64 in any memory layout; one sweep, no
+    row-sized temporaries (see :func:`path_scores`).
+    """
+    out = np.empty(offsets.shape[0] - 1)
+    empty = np.zeros(0)
+    _chain.label_scores(unary, offsets, labels, np.zeros((1, 0, 0)), empty, empty, False, out)
+    return out
 
 
 def map_labels(unary, offsets, transitions, start, end):

@@ -37,6 +37,8 @@ curvature along ``d`` plus the cross term of the two steps).
 
 import numpy as np
 
+from ..inference.chain import label_node_scores
+
 #: Largest factor by which the scale may shrink in one round.
 MAX_SHRINK = 4.0
 #: Smallest scale (a floor for the controller; the Hessian floor is ``2 p (1 - p)``).
@@ -90,9 +92,8 @@ class SecantScale:
         scores, so differences at fixed transitions need only ``log_z (m,)``
         and the labels' node scores (``margins (n, K)``, float32 or float64).
         """
-        rows = np.repeat(batch.seq_weight, np.diff(batch.offsets))
-        node = margins[np.arange(margins.shape[0]), batch.labels].astype(np.float64)
-        return float(batch.seq_weight @ log_z - rows @ node)
+        node = label_node_scores(margins, batch.offsets, batch.labels)
+        return float(batch.seq_weight @ (log_z - node))
 
     def update(self, margins, log_z, batch, allreduce):
         """Fit the scale to the step from the last round's margins to ``margins``.

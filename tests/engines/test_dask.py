@@ -1,6 +1,7 @@
 """Distributed training on a loopback LocalCluster equals single-process training."""
 
 import os
+import sys
 import threading
 
 import numpy as np
@@ -28,7 +29,6 @@ def client():
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
-        env={"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
     ) as cluster, distributed.Client(cluster) as c:
         yield c
 
@@ -203,3 +203,25 @@ def test_a_worker_killed_mid_training_raises_instead_of_hanging(client):
     assert not thread.is_alive(), "training hung after a worker died"
     assert isinstance(outcome.get("error"), RuntimeError)
     assert "a worker died or lost its connection" in str(outcome["error"])
+
+
+def _objective_threads(nthread):
+    """On a worker: the ``nthread`` a distributed objective runs its kernels with."""
+    dobj = sbd.distributed_objective(sb.crf_objective(K, nthread=nthread))
+    X, y, lengths = _data(m=3)
+    dobj.batch(xgb.DMatrix(X, label=y, group=lengths))
+    return dobj.crf.spec.nthread
+
+
+def test_the_objective_runs_on_the_workers_threads_without_environment_variables(client):
+    """Each worker process runs one thread (the cluster sets no NUMBA_NUM_THREADS): numba's
+    default pool of every core in each of two worker processes oversubscribed two cores."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        assert client.submit(_objective_threads, None, pure=False).result() == 1
+        assert client.submit(_objective_threads, 3, pure=False).result() == 3  # the user's choice
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert sbd.worker_threads() is None and _objective_threads(None) is None  # not on a worker
