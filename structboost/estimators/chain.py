@@ -65,12 +65,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._compile_log import reports
 from .._typing import ArrayLike, Floats
-from ..engines.model_io import field
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
 from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
-from ..engines.xgboost import booster_from_json, crf_objective, xgb_params
+from ..engines.xgboost import crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
 from ..objectives.constraints import resolve as resolve_constraints
 from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
@@ -509,14 +508,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             return load_xgb_state(self.booster_, EDGE_STATE_KEY)
         return load_xgb_state(self.booster_)
 
-    def _engine_document(self):
-        return {"xgboost_json": self.booster_.save_raw("json").decode("utf-8")}
-
     @staticmethod
-    def _booster_from_document(doc, where, num_features, num_labels, params):
-        model = field(doc, "xgboost_json", str, where)
-        edge = params.get("transitions_from", "linear") == "input"  # + previous-label column
-        return booster_from_json(model, where, num_features + edge, num_labels)
+    def _engine_columns(params):
+        return int(params.get("transitions_from", "linear") == "input")  # the previous label
 
     def _gain_importance(self):
         gain = super()._gain_importance()

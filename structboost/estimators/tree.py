@@ -17,9 +17,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._typing import ArrayLike, Floats
 from ..engines.xgboost import xgb_params
 from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_likelihood
-from ..engines.xgboost_tree import tree_crf_objective, tree_dmatrix
+from ..engines.xgboost import load_state
+from ..engines.xgboost_tree import TREE_STATE_KEY, tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..sequences import sequence_weights
+from ..transitions.tree import TreeTransitionParams
 from .base import (
     HELD_OUT_NAME,
     BoostedCRFClassifier,
@@ -29,6 +31,7 @@ from .base import (
 )
 from ._docs import STOPPING_PARAMS
 from .inputs import eval_entry
+from .model_file import ModelFile
 
 _STRUCTURE = ("parents", "edge_types")
 
@@ -46,7 +49,7 @@ _Self = TypeVar("_Self", bound="TreeCRFClassifier")
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
           solvers=TREE_SOLVERS, stopping_params=STOPPING_PARAMS)  # fmt: skip
-class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
+class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
     """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
 
     Parameters
@@ -100,6 +103,12 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     n_classes_ : int
     feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
+
+    Notes
+    -----
+    ``save_model(path)`` writes the fitted estimator as one JSON file and
+    ``load_model(path)`` reads it back (validated; reading runs no code), as
+    for :class:`structboost.XGBCRFClassifier`.
     """
 
     def __init__(
@@ -235,6 +244,19 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         )
         self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         return self
+
+    def _load_state(self):
+        return load_state(self.booster_, TREE_STATE_KEY, TreeTransitionParams,
+                          "tree_crf_objective")  # fmt: skip
+
+    def _state_loaded(self, state):
+        found = state[2].n_edge_types
+        if self.n_edge_types is not None and self.n_edge_types != found:
+            raise ValueError(
+                f"the file is damaged: n_edge_types is {self.n_edge_types} but its CRF has "
+                f"potentials for {found} edge types."
+            )
+        self.n_edge_types_ = found
 
     def _inputs(self, X, groups, lengths):
         check_is_fitted(self)

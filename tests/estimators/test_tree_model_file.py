@@ -1,0 +1,116 @@
+"""Model files of the tree estimators: bit-identical round trips, damaged files refused."""
+
+import json
+
+import numpy as np
+import pytest
+
+from structboost import XGBCRFClassifier
+from structboost.datasets import make_hmm_sequences
+from structboost.estimators.tree import TreeCRFClassifier
+
+
+def tree_data(seed, m=40):
+    """Instances of 5 nodes; type-0 children copy their parent, type-1 children flip it."""
+    rng = np.random.default_rng(seed)
+    shape, kinds = np.array([-1, 0, 0, 1, 1]), np.array([0, 0, 1, 0, 1])
+    X = rng.normal(size=(m * 5, 2))
+    y = np.zeros(m * 5, dtype=np.int64)
+    for i in range(m):
+        o = i * 5
+        y[o] = int(X[o, 0] + 0.5 * rng.normal() > 0)
+        for v in range(1, 5):
+            keep = (rng.random() < 0.9) ^ (kinds[v] == 1)
+            y[o + v] = y[o + shape[v]] if keep else 1 - y[o + shape[v]]
+    labels = np.array(["no", "yes"])[y]
+    return X, labels, {"lengths": np.full(m, 5), "parents": np.tile(shape, m),
+                       "edge_types": np.tile(kinds, m)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    X, y, tree = tree_data(0)
+    Xv, yv, tree_v = tree_data(1, m=15)
+    est = TreeCRFClassifier(n_estimators=30, max_depth=2, learning_rate=1.0, n_jobs=1,
+                            early_stopping_rounds=2, n_edge_types=3)  # fmt: skip
+    est.fit(X, y, eval_set=[(Xv, yv, tree_v["lengths"], tree_v["parents"],
+                             tree_v["edge_types"])], verbose=False, **tree)  # fmt: skip
+    path = tmp_path_factory.mktemp("tree") / "tree.json"
+    est.save_model(path)
+    return est, path, (Xv, yv, tree_v)
+
+
+def test_tree_round_trip_is_bit_identical_and_replaces_the_fitted_state(saved):
+    est, path, (X, y, tree) = saved
+    assert est.best_iteration_ < 29  # early stopping kept fewer rounds than it trained
+    # A loaded estimator fitted before on other data keeps nothing of that fit.
+    other = TreeCRFClassifier(n_estimators=2, n_jobs=1, mode="logitboost")
+    Xo, yo, tree_o = tree_data(2, m=10)
+    other.fit(np.c_[Xo, Xo], np.where(yo == "no", 7, 8), verbose=False, **tree_o)
+    back = other.load_model(path)
+    assert back is other and back.get_params() == est.get_params()
+    assert list(back.classes_) == ["no", "yes"] and back.n_edge_types_ == 3
+    assert back.n_features_in_ == 2 and back.best_iteration == est.best_iteration
+    assert back.evals_result_ == est.evals_result_ and back.best_score_ == est.best_score_
+    np.testing.assert_array_equal(back.predict(X, **tree), est.predict(X, **tree))
+    np.testing.assert_array_equal(back.predict_marginals(X, **tree),
+                                  est.predict_marginals(X, **tree))  # fmt: skip
+    np.testing.assert_array_equal(back.predict_log_likelihood(X, y, **tree),
+                                  est.predict_log_likelihood(X, y, **tree))  # fmt: skip
+    np.testing.assert_array_equal(back.feature_importances_, est.feature_importances_)
+
+
+def _tampered(path, tmp_path, change):
+    doc = json.loads(path.read_text())
+    change(doc)
+    out = tmp_path / "bad.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _tree_state(doc):
+    model = json.loads(doc["engine"]["xgboost_json"])
+    return model, model["learner"]["attributes"]
+
+
+def _set_edges(doc, edges):
+    model, attrs = _tree_state(doc)
+    state = json.loads(attrs["structboost_tree_crf"])
+    state["edge_transitions"] = edges
+    attrs["structboost_tree_crf"] = json.dumps(state)
+    doc["engine"]["xgboost_json"] = json.dumps(model)
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda d: _set_edges(d, [[[0.0, 1.0, 2.0]] * 3] * 3), "edge_transitions"),
+        (lambda d: _set_edges(d, [[[float("nan")] * 2] * 2] * 3), "edge_transitions"),
+        (lambda d: d["params"].update(n_edge_types=2), "n_edge_types"),
+        (lambda d: d["classes"].update(values=["a", "b", "c"]), "has 3 labels"),
+        (lambda d: d["params"].update(_secret=1), "_secret"),
+        (lambda d: d.update(n_features_in=5), "features"),
+    ],
+)
+def test_damaged_tree_files_are_refused(saved, tmp_path, change, problem):
+    est, path, (X, _, tree) = saved
+    bad = _tampered(path, tmp_path, change)
+    target = TreeCRFClassifier().fit(X, np.arange(len(X)) % 2, verbose=False, **tree)
+    before = target.predict_marginals(X, **tree)
+    with pytest.raises(ValueError, match=str(bad)) as err:
+        target.load_model(bad)
+    assert problem in str(err.value)
+    # A refused file leaves the estimator as it was.
+    np.testing.assert_array_equal(target.predict_marginals(X, **tree), before)
+
+
+def test_tree_and_chain_files_do_not_mix(saved, tmp_path):
+    _, path, _ = saved
+    with pytest.raises(ValueError, match="holds a TreeCRFClassifier"):
+        XGBCRFClassifier().load_model(path)
+    X, y, lengths = make_hmm_sequences(10, length=(3, 5), random_state=0)
+    XGBCRFClassifier(n_estimators=2, n_jobs=1).fit(X, y, lengths=lengths).save_model(
+        tmp_path / "chain.json"
+    )
+    with pytest.raises(ValueError, match="holds a XGBCRFClassifier"):
+        TreeCRFClassifier().load_model(tmp_path / "chain.json")
