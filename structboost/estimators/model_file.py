@@ -148,6 +148,13 @@ class ModelFile:
     def _state_loaded(self, state):
         """Set what the loaded CRF ``state`` ``(num_labels, mode, params)`` determines."""
 
+    def _document_params(self, doc, where):
+        """The saved parameters of a document written by this estimator class, checked."""
+        name = field(doc, "estimator", str, where)
+        if name != type(self).__name__:
+            raise ValueError(f"{where} holds a {name}: load it with {name}().load_model(path).")
+        return self._checked_params(dict(field(doc, "params", dict, where)), where)
+
     def _checked_params(self, params, where):
         """Saved parameters, with names an estimator can take and constraints rebuilt."""
         named = set(self._get_param_names())
@@ -186,10 +193,7 @@ class ModelFile:
         -------
         self
         """
-        name = field(doc, "estimator", str, where)
-        if name != type(self).__name__:
-            raise ValueError(f"{where} holds a {name}: load it with {name}().load_model(path).")
-        params = self._checked_params(dict(field(doc, "params", dict, where)), where)
+        params = self._document_params(doc, where)
         classes = decode_labels(field(doc, "classes", dict, where), where)
         n_features = field(doc, "n_features_in", int, where)
         if n_features < 1:

@@ -253,7 +253,7 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
         found = state[2].n_edge_types
         if self.n_edge_types is not None and self.n_edge_types != found:
             raise ValueError(
-                f"the file is damaged: n_edge_types is {self.n_edge_types} but its CRF has "
+                f"damaged: n_edge_types is {self.n_edge_types} but its CRF has "
                 f"potentials for {found} edge types."
             )
         self.n_edge_types_ = found

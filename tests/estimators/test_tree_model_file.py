@@ -1,4 +1,4 @@
-"""Model files of the tree estimators: bit-identical round trips, damaged files refused."""
+"""Model files of the tree and multi-label estimators: bit-identical round trips, damaged files refused."""
 
 import json
 
@@ -7,6 +7,7 @@ import pytest
 
 from structboost import XGBCRFClassifier
 from structboost.datasets import make_hmm_sequences
+from structboost.estimators.multilabel import ESSTreeCRFClassifier
 from structboost.estimators.tree import TreeCRFClassifier
 
 
@@ -114,3 +115,74 @@ def test_tree_and_chain_files_do_not_mix(saved, tmp_path):
     )
     with pytest.raises(ValueError, match="holds a XGBCRFClassifier"):
         TreeCRFClassifier().load_model(tmp_path / "chain.json")
+
+
+@pytest.mark.parametrize("structure", ["independent", "chow-liu", "ess"])
+def test_multilabel_round_trip_is_bit_identical(structure, tmp_path):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 3))
+    Y = (X[:, [0, 1, 0, 2]] + rng.normal(size=(80, 4)) > 0).astype(int)
+    est = ESSTreeCRFClassifier(structure=structure, n_estimators=4, max_depth=2, n_jobs=1,
+                               max_pairs=3, pairwise_estimators=3)  # fmt: skip
+    est.fit(X, Y, eval_set=[(X[:20], Y[:20])], verbose=False)
+    est.save_model(tmp_path / "ml.json")
+    back = ESSTreeCRFClassifier(structure="independent").fit(X[:, :2], Y[:, :2], verbose=False)
+    back.load_model(tmp_path / "ml.json")
+    assert back.get_params() == est.get_params() and back.n_labels_ == 4
+    assert back.evals_result_ == est.evals_result_ and back.best_iteration_ == est.best_iteration_
+    Xt = rng.normal(size=(30, 3))
+    np.testing.assert_array_equal(back.structures(Xt), est.structures(Xt))
+    np.testing.assert_array_equal(back.predict(Xt), est.predict(Xt))
+    np.testing.assert_array_equal(back.predict_proba(Xt), est.predict_proba(Xt))
+    np.testing.assert_array_equal(back.predict_log_likelihood(Xt, Y[:30]),
+                                  est.predict_log_likelihood(Xt, Y[:30]))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def multilabel_file(tmp_path_factory):
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(60, 2))
+    Y = (X[:, [0, 1, 0]] + rng.normal(size=(60, 3)) > 0).astype(int)
+    est = ESSTreeCRFClassifier(n_estimators=3, max_depth=2, n_jobs=1, pairwise_estimators=2)
+    path = tmp_path_factory.mktemp("ml") / "ml.json"
+    est.fit(X, Y, verbose=False).save_model(path)
+    return path, X
+
+
+def _crf_params(doc, **changes):
+    doc["crf"]["params"].update(changes)
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda d: d.update(mutual_information=[[0.0, 1.0]] * 2), "mutual_information"),
+        (lambda d: d["mutual_information"][0].__setitem__(1, float("inf")), "mutual_information"),
+        (lambda d: d["pairwise"][0].pop(), "pairwise must hold"),
+        (lambda d: d["pairwise"][1].__setitem__(0, "{}"), "XGBoost"),
+        (lambda d: _crf_params(d, n_edge_types=3), "damaged: n_edge_types is 3"),
+        (lambda d: _crf_params(d, mode="logitboost"), "tree CRF does not match"),
+        (lambda d: d["params"].update(structure="dense"), "structure must be"),
+        (lambda d: d.update(n_features_in=3), "num_feature"),
+    ],
+)
+def test_damaged_multilabel_files_are_refused(multilabel_file, tmp_path, change, problem):
+    path, X = multilabel_file
+    bad = _tampered(path, tmp_path, change)
+    target = ESSTreeCRFClassifier().load_model(path)
+    before = target.predict_proba(X)
+    with pytest.raises(ValueError, match=str(bad)) as err:
+        target.load_model(bad)
+    assert problem in str(err.value)
+    np.testing.assert_array_equal(target.predict_proba(X), before)
+
+
+def test_logistic_pair_models_are_not_written(tmp_path):
+    rng = np.random.default_rng(5)
+    X, Y = rng.normal(size=(40, 2)), rng.integers(0, 2, size=(40, 3))
+    est = ESSTreeCRFClassifier(pairwise="logistic", n_estimators=2, n_jobs=1).fit(
+        X, Y, verbose=False
+    )
+    with pytest.raises(ValueError, match='pairwise="logistic".*pickle'):
+        est.save_model(tmp_path / "ml.json")
+    assert not (tmp_path / "ml.json").exists()
