@@ -22,6 +22,7 @@ from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
 from .base import BoostedCRFClassifier, ChainTransitions, XGBoostTraining, eval_metrics
 from .inputs import eval_entry
+from .model_file import ModelFile
 
 
 def _map_rows(collection, fn, dtype):
@@ -39,7 +40,7 @@ def _map_rows(collection, fn, dtype):
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions")
-class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifier):
+class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, BoostedCRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost on a Dask cluster.
 
     Parameters
@@ -71,6 +72,12 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
     transitions_ : pandas.DataFrame
     feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
+
+    Notes
+    -----
+    ``save_model(path)`` writes the fitted estimator as the JSON file of
+    :class:`structboost.XGBCRFClassifier` and ``load_model(path)`` reads it
+    back, validated; the ``client`` stays the one set on this estimator.
     """
 
     def __init__(
@@ -211,3 +218,21 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
 
     def _load_state(self):
         return load_state(self.booster_)
+
+    def from_document(self, doc, where="the model document"):
+        """Set this estimator from :meth:`to_document`'s dict, validated; keeps ``client``.
+
+        Parameters
+        ----------
+        doc : dict
+        where : str
+            Where the dict came from, for the messages.
+
+        Returns
+        -------
+        self
+        """
+        client = self._client
+        super().from_document(doc, where)
+        self._client = client
+        return self
