@@ -21,7 +21,6 @@ from ..engines import dask as engine
 from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
 from .base import BoostedCRFClassifier, ChainTransitions, XGBoostTraining, eval_metrics
-from .inputs import eval_entry
 from .model_file import ModelFile
 
 
@@ -161,10 +160,9 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         self.classes_ = classes
         dtrain = self._dmatrix(X, y, groups)
         self.n_features_in_ = dtrain.num_col()
-        evals = []
-        for i, item in enumerate(eval_set or ()):
-            entry = eval_entry(item, i, lambda data: data.shape[0])
-            evals.append((self._dmatrix(entry["X"], entry["y"], entry["groups"]), f"validation_{i}"))
+        evals = list(zip(*self._eval_set(
+            eval_set, lambda entry, where: self._dmatrix(entry["X"], entry["y"], entry["groups"])
+        )))  # fmt: skip
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
         metrics = eval_metrics(None)

@@ -138,6 +138,11 @@ def nest(values, lengths, as_lists=True):
     return [part.tolist() for part in parts] if as_lists else parts
 
 
+def _n_rows(X):
+    """Rows of an ``X``: an array, a DataFrame or a list of sequences."""
+    return X.shape[0] if hasattr(X, "shape") else len(X)
+
+
 def eval_entry(item, index, n_rows, structure=()):
     """One ``eval_set`` entry as a dict.
 
@@ -274,6 +279,50 @@ class SequenceInputs:
             lengths = np.ones(n_rows, dtype=np.int64)
         return X, resolve_lengths(n_rows, groups=groups, lengths=lengths)
 
+    def _check_X(self, X, groups, lengths, *, reset, where="X"):
+        """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
+        return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
+
+    def _eval_set(self, eval_set, convert, structure=()):
+        """Every ``eval_set`` entry converted, and the entries' names (checked distinct).
+
+        The one reading of ``eval_set`` of every estimator.
+
+        Parameters
+        ----------
+        eval_set : list of tuple or dict, or None
+            Entries as :func:`eval_entry` reads them.
+        convert : callable
+            ``convert(entry, where)`` of an :func:`eval_entry` dict and its
+            position for messages (``"eval_set[i]"``): what the engine
+            evaluates on.
+        structure : tuple of str
+            Names of the further per-row arrays of an entry (see
+            :func:`eval_entry`).
+
+        Returns
+        -------
+        converted : list
+        names : list of str
+            The keys of ``evals_result_``.
+        """
+        converted, names = [], []
+        for i, item in enumerate(eval_set or ()):
+            entry = eval_entry(item, i, _n_rows, structure)
+            converted.append(convert(entry, f"eval_set[{i}]"))
+            names.append(entry["name"])
+        if len(set(names)) != len(names):
+            raise ValueError(f"eval_set names must differ; got {names}.")
+        return converted, names
+
+    def _eval_rows(self, entry, where, classes):
+        """An :func:`eval_entry` dict's features, lengths ``(m,)`` and label codes ``(n,)``."""
+        X, lengths, nested = self._check_X(
+            entry["X"], entry["groups"], entry["lengths"], reset=False, where=where
+        )
+        y = flatten_y(entry["y"], lengths) if nested else entry["y"]
+        return X, lengths, self._encode(y, X.shape[0], classes)
+
     def _check_id_column(self, X, groups, lengths):
         """A clear error when the column that held the ids in ``fit`` is still in ``X``."""
         column = getattr(self, "id_column_", None)
@@ -336,23 +385,15 @@ class ChainInputs:
             ``(X, codes (n,), lengths (m,), seq_weight (m,) or None, base margin (n, K) or None)``.
         names : list of str
         """
-        evals = []
-        names = []
-        for i, item in enumerate(eval_set or ()):
-            e = eval_entry(item, i, lambda X: X.shape[0] if hasattr(X, "shape") else len(X))
-            if base_X is not None and e["base_X"] is None and self.base_model is not None:
+
+        def convert(entry, where):
+            if base_X is not None and entry["base_X"] is None and self.base_model is not None:
                 raise ValueError(
-                    f"eval_set[{i}] has no base_X but fit got one: pass eval_set entries as "
+                    f"{where} has no base_X but fit got one: pass eval_set entries as "
                     "dicts with a 'base_X' key."
                 )
-            Xe, le, nested_e = self._check_X(
-                e["X"], e["groups"], e["lengths"], reset=False, where=f"eval_set[{i}]"
-            )
-            ye = flatten_y(e["y"], le) if nested_e else e["y"]
-            codes_e = self._encode(ye, Xe.shape[0], classes)
-            margin_e = self._base_margin(Xe, e["base_X"], len(classes))
-            evals.append((Xe, codes_e, le, self._sequence_weights(e["sample_weight"], le), margin_e))
-            names.append(e["name"])
-        if len(set(names)) != len(names):
-            raise ValueError(f"eval_set names must differ; got {names}.")
-        return evals, names
+            X, lengths, codes = self._eval_rows(entry, where, classes)
+            weights = self._sequence_weights(entry["sample_weight"], lengths)
+            return X, codes, lengths, weights, self._base_margin(X, entry["base_X"], len(classes))
+
+        return self._eval_set(eval_set, convert)

@@ -550,9 +550,11 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         ----------
         X : (n, d) array-like
         Y : (n, L) array-like of 0/1
-        eval_set : list of (X, Y) tuples, optional
-            Evaluation sets; the CRF metric is recorded in ``evals_result_``
-            and the last one drives early stopping.
+        eval_set : list of (X, Y) tuples or dicts, optional
+            Evaluation sets (dicts: keys ``"X"``, ``"y"`` and optionally
+            ``"name"``, its key in ``evals_result_``); the CRF metric is
+            recorded in ``evals_result_`` and the last one drives early
+            stopping.
         verbose : bool or int
             Print the metrics of the ``eval_set`` (or of the held-out
             sequences of automatic early stopping) every round (``True``, the
@@ -582,12 +584,20 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         self.n_features_in_ = x.shape[1]
         parents = self.structures(x, joint)
         crf = self._crf_estimator()
-        evals = []
-        for i, entry in enumerate(eval_set or ()):
-            if not isinstance(entry, (tuple, list)) or len(entry) != 2:
-                raise ValueError(f"eval_set[{i}] must be an (X, Y) tuple.")
-            rows, args = self._node_inputs(entry[0])
-            evals.append({"X": rows, "y": check_label_matrix(entry[1]).ravel(), **args})
+
+        def convert(entry, where):
+            extra = ("groups", "lengths", "sample_weight", "base_X")
+            given = [k for k in extra if entry[k] is not None]
+            if given:
+                raise ValueError(
+                    f"{where} must be an (X, Y) tuple or a dict with keys 'X', 'y' and "
+                    f"optionally 'name'; it has {given}."
+                )
+            rows, args = self._node_inputs(entry["X"])
+            labels = check_label_matrix(entry["y"]).ravel()
+            return {"X": rows, "y": labels, "name": entry["name"], **args}
+
+        evals = self._eval_set(eval_set, convert)[0]
         crf.fit(
             label_node_features(x, self.n_labels_),
             y.ravel(),

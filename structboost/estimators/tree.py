@@ -30,7 +30,6 @@ from .base import (
     split_sequences,
 )
 from ._docs import STOPPING_PARAMS
-from .inputs import eval_entry
 from .model_file import ModelFile
 
 _STRUCTURE = ("parents", "edge_types")
@@ -226,16 +225,14 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
             dvalid.append(self._dmatrix(*held))
             names.append(HELD_OUT_NAME)
         dtrain = self._dmatrix(*train)
-        for i, item in enumerate(eval_set or ()):
-            e = eval_entry(item, i, lambda X: np.shape(X)[0], _STRUCTURE)
-            names.append(e["name"])
-            Xe, le = self._boundaries(
-                e["X"], e["groups"], e["lengths"], reset=False, where=f"eval_set[{i}]"
-            )
-            codes_e = self._encode(e["y"], Xe.shape[0], classes)
-            dvalid.append(
-                self._dmatrix(Xe, codes_e, le, e["parents"], e["edge_types"], e["sample_weight"])
-            )
+
+        def convert(e, where):
+            Xe, le, codes_e = self._eval_rows(e, where, classes)
+            return self._dmatrix(Xe, codes_e, le, e["parents"], e["edge_types"], e["sample_weight"])
+
+        evals, eval_names = self._eval_set(eval_set, convert, _STRUCTURE)
+        dvalid += evals
+        names += eval_names
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
         )

@@ -186,3 +186,22 @@ def test_logistic_pair_models_are_not_written(tmp_path):
     with pytest.raises(ValueError, match='pairwise="logistic".*pickle'):
         est.save_model(tmp_path / "ml.json")
     assert not (tmp_path / "ml.json").exists()
+
+
+def test_every_estimator_reads_eval_set_alike():
+    """One eval-set routine: named dict entries, distinct names, the dialect's checks."""
+    X, y, tree = tree_data(0, m=10)
+    entry = {"X": X, "y": y, **tree}
+    est = TreeCRFClassifier(n_estimators=2, n_jobs=1)
+    est.fit(X, y, eval_set=[{**entry, "name": "train"}], verbose=False, **tree)
+    assert list(est.evals_result_) == ["train"]
+    with pytest.raises(ValueError, match="names must differ"):
+        est.fit(X, y, eval_set=[entry, {**entry, "name": "validation_0"}], verbose=False, **tree)
+    rng = np.random.default_rng(0)
+    Xm, Ym = rng.normal(size=(30, 2)), rng.integers(0, 2, size=(30, 3))
+    multi = ESSTreeCRFClassifier(structure="chow-liu", n_estimators=2, n_jobs=1)
+    multi.fit(Xm, Ym, eval_set=[(Xm, Ym), {"X": Xm, "y": Ym, "name": "all"}], verbose=False)
+    assert list(multi.evals_result_) == ["validation_0", "all"]
+    assert multi.evals_result_["all"] == multi.evals_result_["validation_0"]
+    with pytest.raises(ValueError, match=r"eval_set\[0\] must be an \(X, Y\) tuple.*lengths"):
+        multi.fit(Xm, Ym, eval_set=[(Xm, Ym, [3] * 10)], verbose=False)
