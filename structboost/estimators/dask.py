@@ -55,6 +55,10 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         ``eval_set`` entry has not improved for this many rounds. There is
         no automatic early stopping (``early_stopping``) here: holding out
         sequences would reshuffle the partitions; give an ``eval_set``.
+    eval_metric : {"crf-nll", "crf-error"}, optional
+        The metric recorded in ``evals_result_`` and watched by early
+        stopping, summed over the workers (default ``"crf-nll"``). One name:
+        a callable would see one worker's rows only.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``n_jobs``, ...).
 
@@ -91,6 +95,7 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         learning_rate=0.3,
         max_depth=6,
         early_stopping_rounds=None,
+        eval_metric=None,
         **kwargs,
     ):
         self.mode = mode
@@ -102,6 +107,7 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
+        self.eval_metric = eval_metric
         self._client = None
         super().__init__(**kwargs)
 
@@ -151,6 +157,13 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         self
         """
         self._check_params()
+        metrics = eval_metrics(self.eval_metric)
+        if len(metrics) > 1 or callable(metrics[0][1]):
+            raise ValueError(
+                f"eval_metric={self.eval_metric!r}: distributed training records one metric "
+                'summed over the workers, "crf-nll" or "crf-error" (a callable would see one '
+                "worker's rows only)."
+            )
         if isinstance(y, dd.Series):
             classes = np.sort(y.unique().compute().to_numpy())
         else:
@@ -165,7 +178,6 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         )))  # fmt: skip
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
-        metrics = eval_metrics(None)
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
         )
@@ -179,7 +191,7 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
             early_stopping_rounds=self.early_stopping_rounds,
             verbose_eval=verbose,
         )
-        # The objective's metric (crf-nll) is the one the engine records and stops on.
+        # The objective's metric is the one the engine records and stops on.
         self._set_fitted(classes, out["booster"], out["history"], metrics)
         return self
 

@@ -354,8 +354,8 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         ``n_estimators=None``: 1000 rounds at most when automatic early
         stopping ends the fit, 100 otherwise.
     early_stopping_rounds : int, optional
-        Stop when the NLL on the last ``eval_set`` entry has not improved
-        for this many rounds.
+        Stop when the last ``eval_metric`` on the last ``eval_set`` entry
+        has not improved for this many rounds.
     early_stopping, validation_fraction, n_iter_no_change
         Automatic early stopping on held-out inputs, as in
         :class:`structboost.TreeCRFClassifier` (the threshold counts label
@@ -374,6 +374,11 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         Out-of-fold predictions for the training structures.
     random_state : int
         Seed of the pair models and of the CRF booster.
+    eval_metric : str, callable or list of them, optional
+        The CRF's metrics, as in :class:`structboost.TreeCRFClassifier`:
+        ``"crf-nll"`` (default), ``"crf-error"`` or callables ``f(y_true,
+        y_proba[, sample_weight=])`` of the label nodes (``y_true`` ``(n *
+        L,)`` 0/1, ``y_proba`` ``(n * L, 2)``); the last drives early stopping.
     **kwargs
         Any other XGBoost parameter of the CRF booster (``n_jobs``,
         ``min_child_weight``, ...).
@@ -434,6 +439,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         pairwise_depth: int = 3,
         folds: int = 2,
         random_state: Any = 0,
+        eval_metric: Any = None,
         **kwargs: Any,
     ) -> None:
         self.structure = structure
@@ -456,6 +462,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         self.pairwise_depth = pairwise_depth
         self.folds = folds
         self.random_state = random_state
+        self.eval_metric = eval_metric
         super().__init__(**kwargs)
 
     def _check_params(self):
@@ -493,6 +500,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
             early_stopping=self.early_stopping,
             validation_fraction=self.validation_fraction,
             n_iter_no_change=self.n_iter_no_change,
+            eval_metric=self.eval_metric,
             **{"seed": self.random_state, **self._engine_params()},
         )
 

@@ -174,6 +174,27 @@ def test_estimator_on_a_dataframe_with_string_labels(client, tmp_path):
         back.load_model(tmp_path / "bad.json")
 
 
+def test_estimator_metric_and_named_eval_set(client):
+    X, y, lengths = _data(m=20, seed=5)
+    train, frame = _frame(X, y, lengths, cuts=(10,))
+    features, labels = train.drop(columns="label"), train["label"]
+    est = DaskXGBCRFClassifier(n_estimators=3, max_depth=2, n_jobs=1, eval_metric="crf-error")
+    est.fit(features, labels, groups="seq", verbose=False,
+            eval_set=[{"X": features, "y": labels, "groups": "seq", "name": "train"}])
+    single = sb.XGBCRFClassifier(n_estimators=3, max_depth=2, n_jobs=1, eval_metric="crf-error")
+    single.fit(frame.drop(columns="label"), frame["label"], groups="seq", verbose=False,
+               eval_set=[{"X": frame.drop(columns="label"), "y": frame["label"],
+                          "groups": "seq", "name": "train"}])  # fmt: skip
+    assert list(est.evals_result_) == ["train"] and list(est.evals_result_["train"]) == [
+        "crf-error"
+    ]
+    np.testing.assert_allclose(est.evals_result_["train"]["crf-error"],
+                               single.evals_result_["train"]["crf-error"], atol=1e-6)  # fmt: skip
+    for metric in (lambda y_true, y_proba: 0.0, ["crf-nll", "crf-error"]):
+        with pytest.raises(ValueError, match="one metric summed over the workers"):
+            est.set_params(eval_metric=metric).fit(features, labels, groups="seq")
+
+
 def test_a_split_sequence_raises_naming_it(client):
     X, y, lengths = _data(m=10, seed=3)
     train, _ = _frame(X, y, lengths, cuts=(4,))

@@ -205,3 +205,24 @@ def test_every_estimator_reads_eval_set_alike():
     assert multi.evals_result_["all"] == multi.evals_result_["validation_0"]
     with pytest.raises(ValueError, match=r"eval_set\[0\] must be an \(X, Y\) tuple.*lengths"):
         multi.fit(Xm, Ym, eval_set=[(Xm, Ym, [3] * 10)], verbose=False)
+
+
+def test_multilabel_takes_callable_metrics(tmp_path):
+    rng = np.random.default_rng(1)
+    X, Y = rng.normal(size=(30, 2)), rng.integers(0, 2, size=(30, 3))
+    seen = []
+
+    def brier(y_true, y_proba):
+        seen.append((y_true.shape, y_proba.shape))
+        return float(np.mean((y_proba[:, 1] - y_true) ** 2))
+
+    est = ESSTreeCRFClassifier(structure="independent", n_estimators=3, n_jobs=1,
+                               eval_metric=["crf-error", brier])  # fmt: skip
+    est.fit(X, Y, eval_set=[(X, Y)], verbose=False)
+    history = est.evals_result_["validation_0"]
+    assert list(history) == ["crf-error", "brier"] and len(history["brier"]) == 3
+    assert seen[-1] == ((90,), (90, 2))
+    proba = est.predict_proba(X)  # XGBoost keeps 6 digits of a metric
+    assert history["brier"][-1] == pytest.approx(np.mean((proba - Y) ** 2), abs=1e-6)
+    with pytest.raises(ValueError, match="eval_metric=.*cannot be written"):
+        est.save_model(tmp_path / "m.json")
