@@ -54,7 +54,6 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 
 from collections.abc import Sequence
 from typing import Any, TypeVar
-import inspect
 
 import numpy as np
 import pandas as pd
@@ -63,6 +62,7 @@ from sklearn.base import clone
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
+from .._compat import lgb_eval_sets
 from .._compile_log import reports
 from .._typing import ArrayLike, Floats
 from ..engines.predict import predict as _viterbi
@@ -675,10 +675,7 @@ class LGBMCRFClassifier(_CRFClassifier):
             "callbacks": callbacks,
         }
         if evals:
-            if "eval_X" in inspect.signature(lgb.LGBMModel.fit).parameters:
-                fit.update(eval_X=tuple(e[0] for e in evals), eval_y=tuple(e[1] for e in evals))
-            else:  # lightgbm < 4.7
-                fit.update(eval_set=[(e[0], e[1]) for e in evals])
+            fit.update(lgb_eval_sets([e[0] for e in evals], [e[1] for e in evals]))
             fit.update(
                 eval_group=[e[2] for e in evals],
                 eval_sample_weight=[self._row_weights(e[3], e[2]) for e in evals],
