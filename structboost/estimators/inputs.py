@@ -5,11 +5,12 @@
   ``lengths`` (rows per sequence) or the estimator's ``sequence_column``;
   with none of them every row is its own sequence.
 - sklearn-crfsuite's contract (:func:`kind`, :func:`flatten_X`,
-  :func:`flatten_y`, :func:`nest`; :class:`ChainInputs`): ``X`` a list with
+  :func:`flatten_y`, :func:`nest`; :class:`ListInputs`): ``X`` a list with
   one entry per sequence, each either a 2-D array (numpy, scipy sparse or
   pandas, one row per position) or a list of feature dicts (one per
   position, as sklearn-crfsuite's ``sent2features``); ``y`` a list of label
-  lists.
+  lists (tree estimators: ``parents`` and ``edge_types`` flat or a list of
+  per-instance arrays too).
 - ``eval_set`` entries (:func:`eval_entry`): tuples or dicts naming the
   same arguments as ``fit``.
 """
@@ -115,8 +116,12 @@ def flatten_X(X, vectorizer=None):
     return np.concatenate([np.asarray(item) for item in X]), lengths, None
 
 
-def flatten_y(y, lengths):
-    """Flat labels ``(n,)`` from a list of label lists (or flat labels), checked against ``lengths``."""
+def flatten_y(y, lengths, name="y"):
+    """Flat labels ``(n,)`` from a list of label lists (or flat labels), checked against ``lengths``.
+
+    ``name`` is the argument's name in the messages (trees flatten their
+    ``parents`` and ``edge_types`` alike).
+    """
     if isinstance(y, (list, tuple)) and y and isinstance(y[0], (list, tuple, np.ndarray)):
         sizes = np.array([len(seq) for seq in y])
         if sizes.shape != lengths.shape or (sizes != lengths).any():
@@ -125,8 +130,9 @@ def flatten_y(y, lengths):
                 min(len(sizes), len(lengths)),
             )
             raise ValueError(
-                f"y has {len(sizes)} label lists and X {len(lengths)} sequences; they first "
-                f"differ at sequence {bad}: give one label per position of every sequence."
+                f"{name} has {len(sizes)} {'label lists' if name == 'y' else 'lists'} and X "
+                f"{len(lengths)} sequences; they first "
+                f"differ at sequence {bad}: give one value per position of every sequence."
             )
         return np.asarray([label for seq in y for label in seq])
     return y
@@ -340,11 +346,11 @@ class SequenceInputs:
         )
 
 
-class ChainInputs:
-    """The chain estimators' inputs: flat rows or lists of sequences, weights, eval sets.
+class ListInputs:
+    """Flat rows or lists of sequences (sklearn-crfsuite's contract) as ``X``.
 
-    Mixed into a :class:`SequenceInputs` estimator with ``_encode`` and
-    ``_base_margin``; keeps ``vectorizer_`` for feature-dict input.
+    Mixed into a :class:`SequenceInputs` estimator ahead of it; keeps
+    ``vectorizer_`` for feature-dict input.
     """
 
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
@@ -372,6 +378,15 @@ class ChainInputs:
             self.vectorizer_ = vectorizer
         rows, lengths = self._boundaries(rows, None, lengths, reset=reset, where=where)
         return rows, lengths, True
+
+
+
+class ChainInputs(ListInputs):
+    """The chain estimators' inputs: :class:`ListInputs`, weights, eval sets.
+
+    Mixed into a :class:`SequenceInputs` estimator with ``_encode`` and
+    ``_base_margin``.
+    """
 
     def _sequence_weights(self, sample_weight, lengths):
         return None if sample_weight is None else sequence_weights(sample_weight, lengths)

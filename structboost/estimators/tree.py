@@ -5,8 +5,9 @@ contiguous and ``parents`` gives each node's parent within its instance
 (``-1`` for a root). Labels may be of any hashable type (``classes_``).
 The estimator speaks the dialect of the chain estimators
 (:mod:`structboost.estimators.base`): instances are given by ``groups`` or
-``lengths``, and ``eval_set`` entries are ``(X, y, groups_or_lengths,
-parents[, edge_types])`` tuples or dicts.
+``lengths``, or ``X`` is a list of instances (with ``y``, ``parents`` and
+``edge_types`` flat or lists alike), and ``eval_set`` entries are ``(X, y,
+groups_or_lengths, parents[, edge_types])`` tuples or dicts.
 """
 
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from .base import (
     split_sequences,
 )
 from ._docs import STOPPING_PARAMS
+from .inputs import ListInputs, flatten_y, nest
 from .model_file import ModelFile
 
 _STRUCTURE = ("parents", "edge_types")
@@ -43,12 +45,20 @@ def _edge_type_count(edge_types, given):
     return int(np.max(edge_types)) + 1 if len(edge_types) else 1
 
 
+def _flat_structure(parents, edge_types, lengths):
+    """``parents`` and ``edge_types`` ``(n,)``, flat or given as one array per instance."""
+    if parents is None:
+        raise ValueError("parents is required: the parent of each row within its instance.")
+    parents = flatten_y(parents, lengths, "parents")
+    return parents, None if edge_types is None else flatten_y(edge_types, lengths, "edge_types")
+
+
 _Self = TypeVar("_Self", bound="TreeCRFClassifier")
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
           solvers=TREE_SOLVERS, stopping_params=STOPPING_PARAMS)  # fmt: skip
-class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
+class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassifier):
     """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
 
     Parameters
@@ -177,12 +187,16 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
 
         Parameters
         ----------
-        X : (n, d) array-like or scipy sparse matrix
-        y : (n,) array-like
+        X : (n, d) array-like or scipy sparse matrix, or list
+            One row per node, the rows of an instance contiguous; or one
+            entry per instance, as the chain estimators take sequences:
+            2-D arrays ``(n_i, d)`` or lists of feature dicts (then no
+            ``groups`` or ``lengths``, and ``predict`` returns lists).
+        y : (n,) array-like, or list of label lists
             Labels of any hashable type.
-        parents : (n,) array-like of int
+        parents : (n,) array-like of int, or list of ``(n_i,)`` arrays
             Parent of each row within its instance, ``-1`` for a root.
-        edge_types : (n,) array-like of int, optional
+        edge_types : (n,) array-like of int, or list of ``(n_i,)`` arrays, optional
         groups : (n,) array-like, optional
             Per-row instance id (rows of an instance contiguous).
         lengths : (m,) array-like of int, optional
@@ -191,7 +205,9 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
             Per-row weights, equal within each instance (a CRF weighs instances).
         eval_set : list of tuple or dict, optional
             ``(X, y, groups_or_lengths, parents[, edge_types])`` tuples or
-            dicts with those keys; the last one drives early stopping.
+            dicts with those keys (and optionally ``"name"``, ``X`` a list of
+            instances without ``groups``/``lengths``); the last one drives
+            early stopping.
         verbose : bool or int
             Print the metrics of the ``eval_set`` (or of the held-out
             sequences of automatic early stopping) every round (``True``, the
@@ -203,8 +219,9 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
         self
         """
         self._check_params()
-        X, lengths = self._boundaries(X, groups, lengths, reset=True)
-        classes, codes = self._fit_classes(y, X.shape[0])
+        X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
+        classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y, X.shape[0])
+        parents, edge_types = _flat_structure(parents, edge_types, lengths)
         metrics = eval_metrics(self.eval_metric)
         self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
         obj = tree_crf_objective(len(classes), self.n_edge_types_, self._objective_spec(metrics))
@@ -228,7 +245,8 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
 
         def convert(e, where):
             Xe, le, codes_e = self._eval_rows(e, where, classes)
-            return self._dmatrix(Xe, codes_e, le, e["parents"], e["edge_types"], e["sample_weight"])
+            par, types = _flat_structure(e["parents"], e["edge_types"], le)
+            return self._dmatrix(Xe, codes_e, le, par, types, e["sample_weight"])
 
         evals, eval_names = self._eval_set(eval_set, convert, _STRUCTURE)
         dvalid += evals
@@ -255,9 +273,11 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
             )
         self.n_edge_types_ = found
 
-    def _inputs(self, X, groups, lengths):
+    def _inputs(self, X, parents, edge_types, groups, lengths):
+        """Flat rows, lengths ``(m,)``, parents, edge types and whether ``X`` was a list."""
         check_is_fitted(self)
-        return self._boundaries(X, groups, lengths, reset=False)
+        X, lens, nested = self._check_X(X, groups, lengths, reset=False)
+        return (X, lens, *_flat_structure(parents, edge_types, lens), nested)
 
     def predict(
         self,
@@ -268,9 +288,16 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
         groups: ArrayLike | str | None = None,
         lengths: ArrayLike | None = None,
     ) -> Any:
-        """MAP labelling of every tree, ``(n,)`` in the original labels."""
-        X, lens = self._inputs(X, groups, lengths)
-        return self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
+        """MAP labelling of every tree, ``(n,)`` in the original labels.
+
+        Returns
+        -------
+        (n,) ndarray, or a list of label lists when ``X`` was a list of instances
+        """
+        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
+                                                            lengths)  # fmt: skip
+        labels = self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
+        return nest(labels, lens) if nested else labels
 
     def predict_marginals(
         self,
@@ -281,9 +308,16 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
         groups: ArrayLike | str | None = None,
         lengths: ArrayLike | None = None,
     ) -> Any:
-        """Node marginals ``(n, K)`` in ``classes_`` order."""
-        X, lens = self._inputs(X, groups, lengths)
-        return predict_tree_marginals(self.booster_, X, lens, parents, edge_types)
+        """Node marginals ``(n, K)`` in ``classes_`` order.
+
+        Returns
+        -------
+        (n, K) ndarray, or a list of ``(n_i, K)`` arrays when ``X`` was a list of instances
+        """
+        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
+                                                            lengths)  # fmt: skip
+        marginals = predict_tree_marginals(self.booster_, X, lens, parents, edge_types)
+        return nest(marginals, lens, as_lists=False) if nested else marginals
 
     def predict_proba(
         self,
@@ -309,8 +343,9 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
         lengths: ArrayLike | None = None,
     ) -> Floats:
         """``log P(y | x)`` of every instance, ``(m,)``."""
-        X, lens = self._inputs(X, groups, lengths)
-        codes = self._encode(y, X.shape[0], self.classes_)
+        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
+                                                            lengths)  # fmt: skip
+        codes = self._encode(flatten_y(y, lens) if nested else y, X.shape[0], self.classes_)
         return tree_log_likelihood(self.booster_, X, codes, lens, parents, edge_types)
 
     def score(
@@ -325,7 +360,9 @@ class TreeCRFClassifier(ModelFile, XGBoostTraining, BoostedCRFClassifier):
         sample_weight: ArrayLike | None = None,
     ) -> float:
         """Node accuracy of the MAP labelling (weighted by ``sample_weight`` per row)."""
-        pred = self.predict(X, parents=parents, edge_types=edge_types, groups=groups,
-                            lengths=lengths)  # fmt: skip
+        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
+                                                            lengths)  # fmt: skip
+        pred = self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
+        truth = np.asarray(flatten_y(y, lens) if nested else y)
         weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        return float(np.average(pred == np.asarray(y), weights=weights))
+        return float(np.average(pred == truth, weights=weights))

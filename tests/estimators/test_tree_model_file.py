@@ -226,3 +226,40 @@ def test_multilabel_takes_callable_metrics(tmp_path):
     assert history["brier"][-1] == pytest.approx(np.mean((proba - Y) ** 2), abs=1e-6)
     with pytest.raises(ValueError, match="eval_metric=.*cannot be written"):
         est.save_model(tmp_path / "m.json")
+
+
+def test_tree_takes_lists_of_instances():
+    X, y, tree = tree_data(0, m=12)
+    cuts = np.cumsum(tree["lengths"])[:-1]
+
+    def split(values):
+        return [np.asarray(part) for part in np.split(values, cuts)]
+
+    X_list, y_list = split(X), [list(p) for p in split(y)]
+    par_list, type_list = split(tree["parents"]), split(tree["edge_types"])
+    flat = TreeCRFClassifier(n_estimators=3, max_depth=2, n_jobs=1)
+    flat.fit(X, y, eval_set=[(X, y, tree["lengths"], tree["parents"], tree["edge_types"])],
+             verbose=False, **tree)  # fmt: skip
+    nested = TreeCRFClassifier(n_estimators=3, max_depth=2, n_jobs=1)
+    entry = {"X": X_list, "y": y_list, "parents": par_list, "edge_types": type_list}
+    nested.fit(X_list, y_list, parents=par_list, edge_types=type_list, eval_set=[entry],
+               verbose=False)  # fmt: skip
+    assert nested.evals_result_ == flat.evals_result_
+    structure = {"parents": par_list, "edge_types": type_list}
+    pred = nested.predict(X_list, **structure)
+    assert isinstance(pred, list) and [len(p) for p in pred] == list(tree["lengths"])
+    np.testing.assert_array_equal(np.concatenate(pred), flat.predict(X, **tree))
+    np.testing.assert_array_equal(np.concatenate(nested.predict_marginals(X_list, **structure)),
+                                  flat.predict_marginals(X, **tree))  # fmt: skip
+    np.testing.assert_array_equal(nested.predict_log_likelihood(X_list, y_list, **structure),
+                                  flat.predict_log_likelihood(X, y, **tree))  # fmt: skip
+    assert nested.score(X_list, y_list, **structure) == flat.score(X, y, **tree)
+    # Flat structure arrays go with a list of instances too; a miscount names the argument.
+    np.testing.assert_array_equal(
+        np.concatenate(nested.predict(X_list, parents=tree["parents"])),
+        flat.predict(X, parents=tree["parents"], lengths=tree["lengths"]),
+    )
+    with pytest.raises(ValueError, match="parents has 11 lists and X 12 sequences"):
+        nested.predict(X_list, parents=par_list[:-1])
+    with pytest.raises(ValueError, match="gives the boundaries already"):
+        nested.predict(X_list, lengths=tree["lengths"], **structure)
