@@ -252,7 +252,7 @@ class ModelFile:
                 f"the model keeps {staged.best_iteration_ + 1} rounds."
             )
         staged.classes_ = classes
-        if "allowed_transitions" in params:
+        if "allowed_transitions" in staged._get_param_names():
             try:
                 staged.constraints_ = resolve_constraints(
                     staged.allowed_transitions, len(classes), labels=classes
@@ -267,7 +267,7 @@ class ModelFile:
         staged.boundaries_ = boundaries
         staged.id_column_ = id_column
         staged.vectorizer_ = vectorizer
-        if "base_model" in params:
+        if "base_model" in staged._get_param_names():
             staged.base_model_ = None
         if best_score is not None:
             staged.best_score_ = float(best_score)

@@ -115,6 +115,11 @@ def test_tree_and_chain_files_do_not_mix(saved, tmp_path):
     )
     with pytest.raises(ValueError, match="holds a XGBCRFClassifier"):
         TreeCRFClassifier().load_model(tmp_path / "chain.json")
+    # A chain file without a saved parameter takes its default and still predicts.
+    drop = lambda d: d["params"].pop("allowed_transitions")  # noqa: E731
+    bare = _tampered(tmp_path / "chain.json", tmp_path, drop)
+    chain = XGBCRFClassifier().load_model(bare)
+    assert chain.allowed_transitions is None and chain.predict(X, lengths=lengths).shape == y.shape
 
 
 @pytest.mark.parametrize("structure", ["independent", "chow-liu", "ess"])
