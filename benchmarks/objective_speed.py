@@ -7,7 +7,10 @@ One run reports, side by side (issue 14):
    and transition solver with the same trees, on the OCR quick split's
    training words (folds 1-8 of ``--data-dir``), for multi-output trees of
    depth 8 and per-label trees of depth 6; the objective's share from its
-   own timers (transitions / inference / gamma + G/H), and the training NLL.
+   own timers (transitions / inference / gamma + G/H), the forward-backward
+   passes per round, and the training NLL. One-pass rows
+   (``transition_iter=1``) are timed after their warm-up refit rounds
+   (:data:`structboost.transitions.onestep.WARMUP`), continuing that model.
 2. **Steps**: CPU milliseconds of one ``CRFObjective.grad_hess`` (transition
    refit, inference, gamma, G and H) per solver on fixed margins (five
    native ``multi:softprob`` rounds on the quick split), best of 7, and the
@@ -49,22 +52,62 @@ import xgboost as xgb
 import structboost as sb
 from structboost import inference
 from structboost.datasets import load_ocr, ocr_split
+from structboost.transitions import onestep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chain_kernels import random_chain  # noqa: E402
 
 
 def cpu_per_round(params, dtrain, rounds, obj=None):
-    """CPU seconds per round after one warm-up round, and the trained booster."""
-    xgb.train(params, dtrain, 1, obj=obj)  # compiles kernels, builds the sketch
-    callbacks = []
+    """CPU seconds per round after one warm-up round, and the trained booster.
+
+    A one-pass objective (``transition_iter=1``) is timed in its steady
+    state: after ``onestep.WARMUP + 1`` untimed rounds (its warm-up refits),
+    continuing that model.
+    """
+    one_pass = obj is not None and obj.crf.one_pass
+    callbacks = [] if obj is None else [obj.callback()]
+    warm = onestep.WARMUP + 1 if one_pass else 1
+    model = xgb.train(params, dtrain, warm, obj=obj, callbacks=callbacks)  # compiles, sketches
     if obj is not None:
         obj.crf.timings = dict.fromkeys(obj.crf.timings, 0.0)
-        obj.crf.params = obj.crf._zero_params()
-        callbacks = [obj.callback()]
+        obj.crf.passes = 0
+        if not one_pass:
+            obj.crf.params = obj.crf._zero_params()
     t0 = time.process_time()
-    booster = xgb.train(params, dtrain, rounds, obj=obj, callbacks=callbacks)
+    booster = xgb.train(params, dtrain, rounds, obj=obj, callbacks=callbacks,
+                        xgb_model=model if one_pass else None)
     return (time.process_time() - t0) / rounds, booster
+
+
+def count_passes(obj):
+    """Count the forward-backward passes of ``obj``'s rounds in ``obj.crf.passes``."""
+    crf = obj.crf
+    crf.passes = 0
+    real = crf._problem
+
+    def problem(unary, batch):
+        made = real(unary, batch)
+        evaluate = made._evaluate
+
+        def counted(*args):
+            crf.passes += made.keeps_posterior  # (blocks count themselves)
+            return evaluate(*args)
+
+        made._evaluate = counted
+        blocks = made.blocks
+
+        def counted_blocks(params, rates=False, need=0):
+            if made.keeps_posterior:
+                yield from blocks(params, rates, need)
+                return
+            crf.passes += 1
+            yield from blocks(params, rates, need)
+
+        made.blocks = counted_blocks
+        return made
+
+    crf._problem = problem
 
 
 def rounds_table(X, y, lengths, k, args):
@@ -74,12 +117,16 @@ def rounds_table(X, y, lengths, k, args):
         ("gbcrf, lbfgs (default)", {"mode": "gbcrf"}),
         ("gbcrf, lbfgs 2 iterations", {"mode": "gbcrf", "transition_iter": 2}),
         ("gbcrf, newton", {"mode": "gbcrf", "transition_solver": "newton"}),
+        ("gbcrf, lbfgs one pass", {"mode": "gbcrf", "transition_iter": 1}),
+        ("gbcrf, newton one pass", {"mode": "gbcrf", "transition_solver": "newton",
+                                    "transition_iter": 1}),
     ]
     print(
         "| trees | run | CPU s / round | ratio to native | transitions | inference | gamma + G/H "
-        f"| objective / native round | train NLL per word after {args.rounds} rounds |"
+        f"| objective / native round | passes / round | train NLL per word after {args.rounds} "
+        "rounds |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for trees, tree in [
         ("multi-output, depth 8", {"max_depth": 8, "multi_strategy": "multi_output_tree"}),
         ("per-label, depth 6", {"max_depth": 6}),
@@ -90,9 +137,10 @@ def rounds_table(X, y, lengths, k, args):
             xgb.DMatrix(X, label=y),
             args.rounds,
         )
-        print(f"| {trees} | XGBoost multi:softprob (native) | {native:.3f} | 1.00 | | | | | |")
+        print(f"| {trees} | XGBoost multi:softprob (native) | {native:.3f} | 1.00 | | | | | | |")
         for name, kw in configs:
             obj = sb.crf_objective(k, nthread=args.threads, **kw)
+            count_passes(obj)
             dtrain = xgb.DMatrix(X, label=y, group=lengths)
             sec, booster = cpu_per_round(sb.xgb_params(k, **tree), dtrain, args.rounds, obj=obj)
             split = {key: v / args.rounds for key, v in obj.crf.timings.items()}
@@ -100,7 +148,8 @@ def rounds_table(X, y, lengths, k, args):
             print(
                 f"| {trees} | {name} | {sec:.3f} | {sec / native:.2f} | {split['transitions']:.3f} | "
                 f"{split['inference']:.3f} | {split['gamma']:.3f} | "
-                f"{sum(split.values()) / native:.0%} | {nll:.3f} |",
+                f"{sum(split.values()) / native:.0%} | {obj.crf.passes / args.rounds:.2f} | "
+                f"{nll:.3f} |",
                 flush=True,
             )
 

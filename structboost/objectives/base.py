@@ -30,10 +30,11 @@ from threadpoolctl import ThreadpoolController
 from .. import _config
 from .._typing import Floats
 from ..sequences import sequence_blocks
-from ..transitions.base import identity
+from ..transitions.base import CURVATURE, VALUE, identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
-from .params import SOLVERS, ObjectiveSpec, metric_name
+from ..transitions.onestep import ONE_PASS_SOLVERS, OneStep
+from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, metric_name
 from .step import SecantScale, bound_factor
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
@@ -110,6 +111,13 @@ def _timed(items, clock):
         if item is None:
             return
         yield item
+
+
+def _node_score(margins, batch, rows_w=None):
+    """Weighted sum of the labels' node scores in ``margins (n, K)`` (float)."""
+    if rows_w is None:
+        rows_w = np.repeat(batch.seq_weight, np.diff(batch.offsets))
+    return float(rows_w @ margins[np.arange(margins.shape[0]), batch.labels])
 
 
 def row_blocks(offsets, shape):
@@ -193,6 +201,7 @@ class NodeObjective:
     decode: Callable[[Any, Any], Any]
     allreduce = staticmethod(identity)
     _buffers = None  # float32 G and H handed to an engine (see grad_hess)
+    _raw = None  # float64 p (1 - p) of a blocked one-pass round (see _one_pass)
 
     def __init__(self, num_labels, spec=None, **params):
         if not _is_count(num_labels):
@@ -203,10 +212,13 @@ class NodeObjective:
         self.step_scale = (
             SecantScale() if spec.mode == "gbcrf" and spec.step == "adaptive" else None
         )
+        # transition_iter=1: rounds of one pass where the solver allows (transitions.onestep)
+        self.one_pass = spec.transition_iter == 1 and spec.transition_solver in ONE_PASS_SOLVERS
         self.params = self._zero_params()
         # the L-BFGS refit's curvature pairs, carried from round to round
         # (a copied or pickled objective starts with none)
         self._lbfgs_memory = LBFGSMemory()
+        self._one_step = None  # the one-pass rounds' transition step (made on first use)
         self.timings = {"transitions": 0.0, "inference": 0.0, "gamma": 0.0}
 
     @property
@@ -223,7 +235,7 @@ class NodeObjective:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_buffers"] = None  # the engine's G and H, rebuilt on the next round
+        state["_buffers"] = state["_raw"] = None  # buffers, rebuilt on the next round
         return state
 
     def margin_rows(self, margins: Any) -> np.ndarray:
@@ -254,7 +266,7 @@ class NodeObjective:
     def grad_hess(
         self, margins: Any, batch: Any, dtype: Any = np.float64, order: str = "C"
     ) -> tuple[Any, Any]:
-        """Refit the transitions, then return the node gradient and Hessian.
+        """Refit the transitions (or, in a one-pass round, step them), then return G and H.
 
         Parameters
         ----------
@@ -301,27 +313,42 @@ class NodeObjective:
             )
         return kept
 
-    def _node_blocks(self, u, batch, problem):
-        """``(rows, sequences, posterior, marginals)`` of each block (no posterior: None)."""
+    def _node_blocks(self, u, batch, problem, need=VALUE):
+        """``(rows, sequences, posterior, marginals)`` of each block (no posterior: None).
+
+        One pass at ``self.params``; ``need`` as for the problem's
+        :meth:`~structboost.transitions.base.PenalisedProblem.blocks`.
+        """
         if problem is not None:
-            rates = self.mode == "gbcrf" and self.spec.hessian_bound == "mixing"
-            for rows, seqs, post in problem.blocks(self.params, rates):
+            for rows, seqs, post in problem.blocks(self.params, self._rates(need), need):
                 yield rows, seqs, post, post.marginals()
             return
         for rows, seqs in row_blocks(batch.offsets, u.shape):
             yield rows, seqs, None, softmax(np.asarray(u[rows], dtype=np.float64))
+
+    def _rates(self, need=VALUE):
+        """Whether a pass that sums up to ``need`` computes the mixing rates in its sweep."""
+        return (self.mode == "gbcrf" and self.spec.hessian_bound == "mixing") or need >= CURVATURE
 
     def _node_grad_hess(self, p, labels, gamma, scale, row_w, g, h):
         """Weighted G and H of some rows into ``g`` and ``h``, all ``(r, K)`` float64.
 
         ``p`` are their marginals, ``labels (r,)``, ``gamma (r,)`` the node
         bound (``"gbcrf"`` mode; None otherwise), ``scale`` the adaptive
-        step's (1: the bound) and ``row_w (r, 1)`` the sequence weights.
+        step's (1: the bound; None: not known yet, ``h`` gets ``p (1 - p)``
+        alone, which :meth:`_scale_hess` finishes) and ``row_w (r, 1)`` the
+        sequence weights.
         """
         np.copyto(g, p)
         g[np.arange(p.shape[0]), labels] -= 1.0
+        g *= row_w
         np.subtract(1.0, p, out=h)
         h *= p
+        if scale is not None:
+            self._finish_hess(h, gamma, scale, row_w)
+
+    def _finish_hess(self, h, gamma, scale, row_w):
+        """``h (r, K)``, holding ``p (1 - p)``, to the weighted Hessian of the mode, in place."""
         if self.mode == "treecrf":
             h[:] = 1.0
         elif self.mode == "logitboost":
@@ -329,35 +356,36 @@ class NodeObjective:
         else:
             h *= bound_factor(gamma, scale)[:, None]
         np.maximum(h, self.spec.hess_floor, out=h)
-        g *= row_w
         h *= row_w
 
-    def _grad_hess(self, u, batch, out):
-        t0 = time.process_time()
-        problem = None
-        if self.uses_transitions:
-            problem = self._problem(u, batch)
-            problem.allreduce = self.allreduce
-            if self.step_scale is not None:  # the NLL at the last round's transitions
-                # (the solver's first evaluation reuses this pass)
-                solver = self.spec.transition_solver
-                before = problem.evaluate(
-                    self.params, FIRST_NEED[solver], rates=solver == "newton"
-                ).log_z
-                scale = self.step_scale.update(u, before, batch, self.allreduce)
-            self.params = refit(
-                problem, self.params, self.spec.transition_solver, self.spec.iterations,
-                self._lbfgs_memory,
-            )  # fmt: skip
-        t1 = time.process_time()
-        grad, hess = out
+    def _scale_hess(self, raw, gamma, scale, row_w, hess):
+        """Finish into ``hess`` a Hessian written as ``p (1 - p)`` into ``raw``.
+
+        ``raw`` as :meth:`_node_grad_hess` writes it with no scale.
+
+        ``raw (n, K)`` float64 (``hess`` itself when that is float64),
+        ``gamma (n,)`` and ``row_w (n,)``; in chunks of :data:`GH_ROWS` rows.
+        """
+        for a in range(0, raw.shape[0], GH_ROWS):
+            b = min(raw.shape[0], a + GH_ROWS)
+            h = raw[a:b]
+            self._finish_hess(h, gamma[a:b], scale, row_w[a:b, None])
+            if raw is not hess:
+                hess[a:b] = h
+
+    def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None, raw=None):
+        """Write G and H of every block of ``blocks`` (see :meth:`_node_blocks`) into ``out``.
+
+        ``scale`` None writes ``p (1 - p)`` into ``raw (n, K)`` float64 in
+        place of H, and the node bound into ``gamma_rows (n,)`` (see
+        :meth:`_scale_hess`); ``log_z (m,)``, if given, receives the
+        blocks' ``log Z``.
+        """
+        grad, hess = out if scale is not None else (out[0], raw)
         lengths = np.diff(batch.offsets)
-        log_z = np.empty(lengths.shape[0]) if self.step_scale is not None else None
-        inference = [0.0]
-        bound_scale = scale if self.step_scale is not None else 1.0
         wide = grad.dtype == np.float64  # written straight into the outputs
-        scratch = None if wide else np.empty((2, GH_ROWS, u.shape[1]))
-        for rows, seqs, post, p in _timed(self._node_blocks(u, batch, problem), inference):
+        scratch = None if wide else np.empty((2, GH_ROWS, grad.shape[1]))
+        for rows, seqs, post, p in blocks:
             if log_z is not None:
                 log_z[seqs] = post.log_z
             gamma = None
@@ -368,6 +396,8 @@ class NodeObjective:
                     if isinstance(bound, str)
                     else np.full(p.shape[0], bound)
                 )
+                if scale is None:
+                    gamma_rows[rows] = gamma
             labels = batch.labels[rows]
             row_w = np.repeat(batch.seq_weight[seqs], lengths[seqs])
             g_out, h_out = grad[rows], hess[rows]
@@ -375,19 +405,109 @@ class NodeObjective:
                 b = min(p.shape[0], a + GH_ROWS)
                 g, h = (g_out[a:b], h_out[a:b]) if wide else scratch[:, : b - a]
                 self._node_grad_hess(
-                    p[a:b], labels[a:b], None if gamma is None else gamma[a:b], bound_scale,
+                    p[a:b], labels[a:b], None if gamma is None else gamma[a:b], scale,
                     row_w[a:b, None], g, h,
                 )  # fmt: skip
                 if not wide:
                     g_out[a:b] = g
                     h_out[a:b] = h
+
+    def _raw_hess(self, shape):
+        """A float64 ``shape`` buffer, kept across rounds, for H before its scale is known."""
+        if self._raw is None or self._raw.shape != shape:
+            self._raw = np.empty(shape)
+        return self._raw
+
+    def _steps(self):
+        """The :class:`~structboost.transitions.onestep.OneStep` of one-pass rounds, or None."""
+        if not self.one_pass:
+            return None
+        if self._one_step is None:
+            self._one_step = OneStep(
+                self.spec.transition_solver, DEFAULT_ITER[self.spec.transition_solver],
+                self._lbfgs_memory,
+            )
+        return self._one_step
+
+    def _grad_hess(self, u, batch, out):
+        t0 = time.process_time()
+        problem = params = None
+        steps = self._steps() if self.uses_transitions else None
+        if self.uses_transitions:
+            problem = self._problem(u, batch)
+            problem.allreduce = self.allreduce
+            params = None if steps is None else steps.params(problem, self.params)
+        if params is not None:
+            self.params = params
+            return self._one_pass(u, batch, out, problem, steps, t0)
+        if problem is not None:  # the refit round: its passes, then one for G and H
+            solver = self.spec.transition_solver
+            if self.step_scale is not None:  # the NLL at the last round's transitions
+                # (the solver's first evaluation reuses this pass)
+                before = problem.evaluate(
+                    self.params, FIRST_NEED[solver], rates=solver == "newton"
+                ).log_z
+                scale = self.step_scale.update(u, before, batch, self.allreduce)
+            iters = DEFAULT_ITER[solver] if steps is not None else self.spec.iterations
+            self.params = refit(problem, self.params, solver, iters, self._lbfgs_memory)
+            if steps is not None:  # the next round steps from its own pass
+                steps.record(self.params, problem.free)
+                steps.refits += 1
+        t1 = time.process_time()
+        log_z = np.empty(batch.offsets.shape[0] - 1) if self.step_scale is not None else None
+        inference = [0.0]
+        bound_scale = scale if self.step_scale is not None else 1.0
+        blocks = _timed(self._node_blocks(u, batch, problem), inference)
+        self._write_blocks(blocks, batch, out, bound_scale, log_z, None)
         if self.step_scale is not None:
-            self.step_scale.remember(u, log_z, batch, grad, hess, borrow=grad.dtype == np.float32)
+            self.step_scale.remember(u, log_z, batch, *out, borrow=out[0].dtype == np.float32)
         t2 = time.process_time()
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += inference[0]
         self.timings["gamma"] += t2 - t1 - inference[0]
-        return grad, hess
+        return out
+
+    def _one_pass(self, u, batch, out, problem, steps, t0):
+        """The round of one pass at ``self.params`` (see :mod:`structboost.transitions.onestep`).
+
+        The pass writes G and, with the adaptive step, ``p (1 - p)`` (H
+        waits for the scale); its sums and the secant's cross the workers
+        in one allreduce; the scale finishes H and the sums give the next
+        round's transition step.
+        """
+        secant = self.step_scale
+        inference = [0.0]
+        log_z = gamma_rows = raw = None
+        if secant is not None:  # H waits for the scale: p (1 - p) kept in float64 meanwhile
+            log_z = np.empty(batch.offsets.shape[0] - 1)
+            gamma_rows = np.empty(u.shape[0])
+            raw = out[1] if out[1].dtype == np.float64 else self._raw_hess(out[1].shape)
+        # the secant's sums along the old G and H, before their buffers are rewritten
+        measured = None if secant is None else secant.measure(u)
+        blocks = _timed(self._node_blocks(u, batch, problem, steps.need), inference)
+        self._write_blocks(blocks, batch, out, None if secant else 1.0, log_z, gamma_rows, raw)
+        t1 = time.process_time()
+        rows_w = np.repeat(batch.seq_weight, np.diff(batch.offsets))
+        local = steps.local_sums(problem, self.params, _node_score(u, batch, rows_w))
+        moved = steps.moved
+        own = None
+        if measured is not None:
+            own = secant.local_sums(u, log_z, batch, out[0] if moved else None, measured)
+            own[0] -= steps.path_change(problem)  # the weighted NLL's change
+        summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
+        if secant is not None:
+            scale = secant.fit(None if own is None else summed[:4], moved,
+                               steps.explained(summed[4:]))
+            self._scale_hess(raw, gamma_rows, scale, rows_w, out[1])
+        t2 = time.process_time()
+        steps.finish(problem, self.params, summed[4:])
+        if secant is not None:
+            secant.remember(u, log_z, batch, *out, borrow=out[0].dtype == np.float32)
+        t3 = time.process_time()
+        self.timings["transitions"] += t3 - t2
+        self.timings["inference"] += inference[0]
+        self.timings["gamma"] += t2 - t0 - inference[0]
+        return out
 
     def evaluate(
         self, margins: Any, batch: Any, metric: str | None = None

@@ -6,6 +6,8 @@ See :mod:`structboost.inference.gpu` for what crosses the bus each round.
 import time
 import weakref
 
+import numpy as np
+
 from numba import cuda
 
 from ..inference.chain import path_scores
@@ -21,8 +23,9 @@ from ..inference.gpu import (
 )
 from ..transitions.chain import refit
 from ..transitions.gpu import DeviceTransitionProblem
-from .base import _BLAS
+from .base import _BLAS, _node_score
 from .chain import CRFObjective
+from .params import DEFAULT_ITER
 
 
 class DeviceCRFObjective(CRFObjective):
@@ -92,16 +95,31 @@ class DeviceCRFObjective(CRFObjective):
         gamma = st.d_row_weight
         spec = self.spec
         mode, scale, step = 0, 2.0, 1.0
+        secant, u, steps = self.step_scale, None, None
+        if secant is not None:  # the secant's sums run on host copies
+            u = self._host_margins(margins)
         if self.uses_transitions:
             free = None if self.constraints is None else self.constraints.free_vector()
             problem = DeviceTransitionProblem(du, st, batch.counts, spec.reg_transitions, free)
-            if self.step_scale is not None:  # the secant's sums run on host copies
-                u = self._host_margins(margins)
-                before = problem.posterior(self.params).log_z
-                step = self.step_scale.update(u, before, batch, self.allreduce)
-            with _BLAS.limit(limits=1, user_api="blas"):
-                self.params = refit(problem, self.params, spec.transition_solver,
-                                    spec.iterations, self._lbfgs_memory)
+            problem.allreduce = self.allreduce
+            steps = self._steps()
+            params = None if steps is None else steps.params(problem, self.params)
+            if params is None:  # the refit round (see NodeObjective._grad_hess)
+                if secant is not None:
+                    before = problem.posterior(self.params).log_z
+                    step = secant.update(u, before, batch, self.allreduce)
+                iters = spec.iterations
+                if steps is not None:  # the one-pass rounds' refit: the solver's default
+                    iters = DEFAULT_ITER[spec.transition_solver]
+                with _BLAS.limit(limits=1, user_api="blas"):
+                    self.params = refit(problem, self.params, spec.transition_solver, iters,
+                                        self._lbfgs_memory)
+                if steps is not None:
+                    steps.record(self.params, problem.free)
+                    steps.refits += 1
+                steps = None  # no step from this round's pass
+            else:
+                self.params = params
             t1 = time.perf_counter()
             post = problem.posterior(self.params)
             p = post.marginals_device()
@@ -115,12 +133,28 @@ class DeviceCRFObjective(CRFObjective):
         else:
             t1 = t0
             p = softmax(du.w)
-        grad, hess = grad_hess(p, st.d_labels, st.d_row_weight, gamma, scale, mode, step,
-                               spec.hess_floor)
+        args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)
+        if steps is not None:  # one pass: its sums and the secant's in one allreduce
+            measured = None if secant is None else secant.measure(u)
+            grad, _ = grad_hess(*args, step, spec.hess_floor)  # G; H waits for the scale
+            host_grad = None if secant is None else grad.copy_to_host()
+            node = None if u is None else _node_score(u, batch)
+            with _BLAS.limit(limits=1, user_api="blas"):
+                local = steps.local_sums(problem, self.params, node)
+            own = None
+            if measured is not None:
+                own = secant.local_sums(u, post.log_z, batch,
+                                        host_grad if steps.moved else None, measured)
+                own[0] -= steps.path_change(problem)
+            summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
+            if secant is not None:
+                step = secant.fit(None if own is None else summed[:4], steps.moved,
+                                  steps.explained(summed[4:]))
+            steps.finish(problem, self.params, summed[4:])
+        grad, hess = grad_hess(*args, step, spec.hess_floor)
         cuda.synchronize()
-        if self.step_scale is not None:
-            self.step_scale.remember(u, post.log_z, batch, grad.copy_to_host(),
-                                     hess.copy_to_host())
+        if secant is not None:
+            secant.remember(u, post.log_z, batch, grad.copy_to_host(), hess.copy_to_host())
         t2 = time.perf_counter()
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += t2 - t1

@@ -101,10 +101,15 @@ class ObjectiveSpec:
     )
     transition_iter: object = _setting(
         None, "int",
-        "Solver iterations per round (default "
-        + ", ".join(f"{v} for {k}" for k, v in DEFAULT_ITER.items()) + ");",
-        "L-BFGS stops earlier once its next step is predicted to gain little",
-        "(:mod:`structboost.transitions.lbfgs`); 0 keeps the transitions.",
+        "None: every round refits the transitions before its pass, with "
+        + ", ".join(f"{v} iteration(s) of {k}" for k, v in DEFAULT_ITER.items()),
+        "(L-BFGS stops earlier once its next step is predicted to gain",
+        "little, :mod:`structboost.transitions.lbfgs`; a Newton step is halved",
+        "until it descends), several passes a round. ``1`` with ``\"lbfgs\"``",
+        "or ``\"newton\"``: one step a round from the round's own pass, most",
+        "rounds one pass in all (:mod:`structboost.transitions.onestep`);",
+        "another count: that many iterations of the refit; 0 keeps the",
+        "transitions fixed.",
     )  # fmt: skip
     hess_floor: float = _setting(
         1e-16, "float", "Smallest Hessian per row and label before weighting (>= 0)."

@@ -26,6 +26,13 @@ LogitBoost's at the same learning rate, which keeps its usual meaning. The
 scale shrinks by at most a factor 4 per round, and one round that meets
 more curvature than the model assumed restores it. It starts at 1, the
 bound.
+
+In a one-pass round (:mod:`structboost.transitions.onestep`) the
+transitions too moved between the two passes. Then ``f`` is the whole
+weighted NLL, the transition step's share of its change is removed by the
+trapezoid rule, and the curvature taken is the larger of that value secant
+and the gradient secant ``(G_new - G) . d`` (for a quadratic both are the
+curvature along ``d`` plus the cross term of the two steps).
 """
 
 import numpy as np
@@ -107,25 +114,80 @@ class SecantScale:
         float
             The scale for this round's Hessian.
         """
+        sums = self.local_sums(margins, log_z, batch)
+        return self.fit(None if sums is None else allreduce(sums))
+
+    def local_sums(self, margins, log_z, batch, grad=None, measured=None):
+        """This worker's ``[change, slope, model, new_slope]`` of the secant, or None.
+
+        None without a last round (or one of another shape).
+
+        ``change`` is that of :meth:`nll`, ``slope = G . d`` and ``model =
+        d' H d``, with ``d`` the change of the margins since the last round
+        and ``G``, ``H`` what it handed the engine (or ``measured``, those
+        two from :meth:`measure`, taken before they were overwritten);
+        ``new_slope = G_new . d`` with ``grad``, this round's weighted
+        gradient ``(n, K)`` (0 without). Arguments otherwise as for
+        :meth:`update`, whose sums these are; a caller may sum them with
+        others in one allreduce and hand them to :meth:`fit`.
+        """
+        if measured is None:
+            measured = self.measure(margins)
+        if measured is None:
+            return None
+        new_slope = 0.0 if grad is None else self._along(margins, grad)[0]
+        change = self.nll(margins, log_z, batch) - self._last[3]
+        return np.array([change, *measured, new_slope])
+
+    def measure(self, margins):
+        """``[slope, model]`` of the step to ``margins (n, K)`` (see :meth:`local_sums`), or None.
+
+        None without a last round (or one of another shape). Reads the last
+        round's G and H: a caller that reuses their buffers measures first.
+        """
         last = self._last
-        if last is not None and last[0].shape == margins.shape:
-            old_margins, grad, hess, old_nll = last
-            if self._stamp is not None and _checksum(old_margins) != self._stamp:
-                raise ValueError(
-                    "the margins of the objective's last round changed after it returned (the "
-                    "adaptive step keeps them, with float32 results, until this round): hand "
-                    "the objective a fresh margin array each round, as xgboost.train does, or "
-                    "a copy."
-                )
-            slope = model = 0.0
-            for a in range(0, margins.shape[0], BLOCK):
-                d = np.subtract(margins[a:a + BLOCK], old_margins[a:a + BLOCK], dtype=np.float64)
-                slope += float(np.vdot(grad[a:a + BLOCK], d))
+        if last is None or last[0].shape != margins.shape:
+            return None
+        if self._stamp is not None and _checksum(last[0]) != self._stamp:
+            raise ValueError(
+                "the margins of the objective's last round changed after it returned (the "
+                "adaptive step keeps them, with float32 results, until this round): hand "
+                "the objective a fresh margin array each round, as xgboost.train does, or "
+                "a copy."
+            )
+        return self._along(margins, last[1], last[2])
+
+    def _along(self, margins, grad, hess=None):
+        """``[grad . d, d' hess d]`` (0 without ``hess``), ``d`` the step to ``margins``."""
+        old = self._last[0]
+        slope = model = 0.0
+        for a in range(0, margins.shape[0], BLOCK):
+            d = np.subtract(margins[a:a + BLOCK], old[a:a + BLOCK], dtype=np.float64)
+            slope += float(np.vdot(grad[a:a + BLOCK], d))
+            if hess is not None:
                 model += float(np.vdot(hess[a:a + BLOCK], d * d))
-            change = self.nll(margins, log_z, batch) - old_nll
-            change, slope, model = allreduce(np.array([change, slope, model]))
+        return [slope, model]
+
+    def fit(self, sums, moved=False, explained=0.0):
+        """Fit the scale to the summed secant ``[change, slope, model, new_slope]``; None keeps it.
+
+        At fixed transitions the curvature along the trees' step is the
+        value secant ``2 (change - slope)``. ``moved``: the transitions
+        took a step between the two rounds (a one-pass round, see
+        :mod:`structboost.transitions.onestep`), whose share of ``change``
+        is large beside the trees' and known only to first order: the
+        gradient secant ``new_slope - slope`` then (the same for a
+        quadratic at fixed transitions; the transition step enters only
+        through the cross term of the two steps). Returns the scale for
+        this round's Hessian.
+        """
+        if sums is not None:
+            change, slope, model, new_slope = sums
             if model > 0.0:
-                tau = max(2.0 * (change - slope) / model, 0.0)
+                curvature = 2.0 * (change - explained - slope)
+                if moved:
+                    curvature = max(curvature, new_slope - slope)
+                tau = max(curvature / model, 0.0)
                 self.scale = float(np.clip(self.scale * tau, self.scale / MAX_SHRINK, 1.0))
                 self.scale = max(self.scale, MIN_SCALE)
         self.history.append(self.scale)

@@ -166,8 +166,16 @@ class PenalisedProblem:
             )
         return post
 
-    def blocks(self, params, rates=False):
+    #: Whether the batch is one block, whose posterior outlives its pass (see :meth:`blocks`).
+    keeps_posterior = True
+
+    def blocks(self, params, rates=False, need=VALUE):
         """The posterior at ``params`` block by block.
+
+        ``need``: the level of sums (:meth:`evaluate`) the pass takes on the
+        way, so that :meth:`evaluate` at ``params`` up to it afterwards
+        costs no pass (here the posterior of the whole batch is kept, from
+        which they follow).
 
         Yields
         ------

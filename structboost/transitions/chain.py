@@ -257,32 +257,44 @@ class TransitionProblem(PenalisedProblem):
         """One block: as the base class. Several: the sums, block by block."""
         if self._one is not None:
             return super()._evaluate(params, need, rates)
+        for _ in self.blocks(params, need=need):
+            pass
+        return self._last[1]
+
+    def _sums(self, log_z, expected, curvature):
+        """The :class:`~.base.Evaluation` of sums taken block by block (curvature clipped)."""
+        if curvature is not None:
+            _clip_curvature(curvature, self.num_labels)
+        return Evaluation(log_z, expected, curvature)
+
+    @property
+    def keeps_posterior(self):
+        """Whether the batch is one block, whose posterior outlives its pass."""
+        return self._one is not None
+
+    def blocks(self, params, rates=False, need=VALUE):
+        """The posterior at ``params`` block by block (see :meth:`PenalisedProblem.blocks`).
+
+        A batch in several blocks takes one message pass here (its
+        evaluations kept only sums), summing what ``need`` asks for on the
+        way: once every block has been taken, :meth:`evaluate` at ``params``
+        up to ``need`` costs no pass.
+        """
+        if self._one is not None:
+            yield from super().blocks(params, rates, need)
+            return
         log_z = np.empty(self.seq_weight.shape[0])
         expected = curvature = None
         for b in range(self.num_blocks):
-            block, post = self._pass(b, params, need >= CURVATURE)
+            block, post = self._pass(b, params, rates or need >= CURVATURE)
+            yield block.rows, block.seqs, post
             log_z[block.seqs] = post.log_z
             if need >= GRADIENT:
                 e, c = self._block_counts(block, post, need >= CURVATURE)
                 expected = e if expected is None else expected + e
                 if c is not None:
                     curvature = c if curvature is None else curvature + c
-        if curvature is not None:
-            _clip_curvature(curvature, self.num_labels)
-        return Evaluation(log_z, expected, curvature)
-
-    def blocks(self, params, rates=False):
-        """The posterior at ``params`` block by block (see :meth:`PenalisedProblem.blocks`).
-
-        A batch in several blocks takes one message pass here (its
-        evaluations kept only sums).
-        """
-        if self._one is not None:
-            yield from super().blocks(params, rates)
-            return
-        for b in range(self.num_blocks):
-            block, post = self._pass(b, params, rates)
-            yield block.rows, block.seqs, post
+        self._last = (params.to_vector(), self._sums(log_z, expected, curvature))
 
     def expected_counts(self, post, with_curvature=False):
         """Expected counts and, on request, their curvature bound, in vector order.
