@@ -117,7 +117,7 @@ def flatten_X(X, vectorizer=None):
 
 
 def flatten_y(y, lengths, name="y"):
-    """Flat labels ``(n,)`` from a list of label lists (or flat labels), checked against ``lengths``.
+    """Flat labels ``(n,)`` from a list of label lists (or flat labels), checked with ``lengths``.
 
     ``name`` is the argument's name in the messages (trees flatten their
     ``parents`` and ``edge_types`` alike).

@@ -1,4 +1,8 @@
-"""Model files of the tree and multi-label estimators: bit-identical round trips, damaged files refused."""
+"""Tree and multi-label estimators as equals of the chain ones.
+
+Model files (bit-identical round trips, damaged files refused), eval sets,
+callable metrics and lists of instances.
+"""
 
 import json
 
