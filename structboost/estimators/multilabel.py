@@ -267,31 +267,73 @@ class PairwiseLabelModels:
             self.models_.append(models)
         return joint
 
+    @staticmethod
+    def _model_document(model):
+        if isinstance(model, np.ndarray):  # a pair seen in one joint state only: its counts
+            return {"counts": model.tolist()}
+        if hasattr(model, "predict_proba"):
+            scaler, logistic = model[0], model[-1]
+            return {
+                "mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(),
+                "classes": logistic.classes_.tolist(), "coef": logistic.coef_.tolist(),
+                "intercept": logistic.intercept_.tolist(),
+            }  # fmt: skip
+        return model.save_raw("json").decode("utf-8")
+
     def to_document(self):
-        """The fitted XGBoost models as JSON texts, ``[fold][pair]``."""
-        if self.method != "xgboost":
-            raise ValueError(
-                'pairwise="logistic" models cannot be written to a JSON model file: use '
-                'pairwise="xgboost", or pickle/joblib the estimator (and load only files you '
-                "trust)."
-            )
-        return [[m.save_raw("json").decode("utf-8") for m in models] for models in self.models_]
+        """The fitted models, ``[fold][pair]``: XGBoost's JSON or the logistic coefficients."""
+        return [[self._model_document(m) for m in models] for models in self.models_]
+
+    def _model_from_document(self, doc, n_features, where):
+        if self.method == "xgboost":
+            if not isinstance(doc, str):
+                raise ValueError(f"{where} is damaged: a pair model is not XGBoost's JSON.")
+            return booster_from_json(doc, where, n_features, 4)
+        if isinstance(doc, dict) and set(doc) == {"counts"}:
+            counts = _numbers(doc["counts"], (4,), "counts", where)
+            if (counts < 0).any() or counts.sum() <= 0:
+                raise ValueError(f"{where} is damaged: pair counts must be >= 0, not all 0.")
+            return counts
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        keys = {"mean", "scale", "classes", "coef", "intercept"}
+        classes = doc.get("classes") if isinstance(doc, dict) and set(doc) == keys else None
+        if not (
+            isinstance(classes, list)
+            and 2 <= len(classes) <= 4
+            and all(type(c) is int for c in classes)
+            and classes == sorted(set(classes))
+            and 0 <= classes[0] and classes[-1] < 4
+        ):
+            raise ValueError(f"{where} is damaged: a logistic pair model is malformed.")
+        rows = 1 if len(classes) == 2 else len(classes)
+        scaler, logistic = StandardScaler(), LogisticRegression(max_iter=1000)
+        scaler.mean_ = _numbers(doc["mean"], (n_features,), "mean", where)
+        scaler.scale_ = _numbers(doc["scale"], (n_features,), "scale", where)
+        if (scaler.scale_ <= 0).any():
+            raise ValueError(f"{where} is damaged: a logistic pair model has a scale <= 0.")
+        scaler.var_ = scaler.scale_**2
+        logistic.coef_ = _numbers(doc["coef"], (rows, n_features), "coef", where)
+        logistic.intercept_ = _numbers(doc["intercept"], (rows,), "intercept", where)
+        logistic.classes_ = np.asarray(classes, dtype=np.int64)
+        scaler.n_features_in_ = logistic.n_features_in_ = n_features
+        return make_pipeline(scaler, logistic)
 
     def load_document(self, doc, n_features, where):
         """Set ``models_`` from :meth:`to_document`'s lists, every model checked; returns self."""
         folds = self.folds if self.folds >= 2 else 1
         if not (
-            self.method == "xgboost"
-            and isinstance(doc, list)
+            isinstance(doc, list)
             and len(doc) == folds
             and all(isinstance(m, list) and len(m) == len(self.pairs) for m in doc)
-            and all(isinstance(text, str) for m in doc for text in m)
         ):
             raise ValueError(
                 f"{where} is damaged: pairwise must hold {folds} lists of {len(self.pairs)} "
-                "XGBoost models."
+                "models."
             )
-        self.models_ = [[booster_from_json(t, where, n_features, 4) for t in m] for m in doc]
+        self.models_ = [[self._model_from_document(d, n_features, where) for d in m] for m in doc]
         return self
 
     def predict_joint(self, X):
@@ -303,6 +345,19 @@ class PairwiseLabelModels:
             for p, model in enumerate(models):
                 joint[:, p] += self._predict_one(model, data, x.shape[0])
         return joint / len(self.models_)
+
+
+def _numbers(value, shape, name, where):
+    """``value`` (nested lists of numbers) as a finite float64 array of ``shape``."""
+    arr = np.asarray(value, dtype=object) if isinstance(value, list) else None
+    if (
+        arr is None
+        or arr.shape != shape
+        or not all(type(v) in (int, float) for v in arr.ravel())
+        or not np.isfinite(arr.astype(np.float64)).all()
+    ):
+        raise ValueError(f"{where} is damaged: {name} must be {shape} finite numbers.")
+    return arr.astype(np.float64)
 
 
 def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
@@ -412,8 +467,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
     ``save_model(path)`` writes the fitted estimator (the pair models, the
     mutual information the structures follow from, the tree CRF) as one
     JSON file and ``load_model(path)`` reads it back, validated; reading
-    runs no code. ``pairwise="logistic"`` models are saved with pickle or
-    joblib only.
+    runs no code.
     """
 
     def __init__(

@@ -186,15 +186,26 @@ def test_damaged_multilabel_files_are_refused(multilabel_file, tmp_path, change,
     np.testing.assert_array_equal(target.predict_proba(X), before)
 
 
-def test_logistic_pair_models_are_not_written(tmp_path):
+def test_logistic_pair_models_round_trip(tmp_path):
     rng = np.random.default_rng(5)
     X, Y = rng.normal(size=(40, 2)), rng.integers(0, 2, size=(40, 3))
+    Y[:, 1:] = 1  # pairs (0, j) see two joint states, pair (1, 2) one: its counts
     est = ESSTreeCRFClassifier(pairwise="logistic", n_estimators=2, n_jobs=1).fit(
         X, Y, verbose=False
     )
-    with pytest.raises(ValueError, match='pairwise="logistic".*pickle'):
-        est.save_model(tmp_path / "ml.json")
-    assert not (tmp_path / "ml.json").exists()
+    est.save_model(tmp_path / "ml.json")
+    back = ESSTreeCRFClassifier().load_model(tmp_path / "ml.json")
+    Xt = rng.normal(size=(25, 2))
+    np.testing.assert_array_equal(back.pairwise_.predict_joint(Xt), est.pairwise_.predict_joint(Xt))
+    np.testing.assert_array_equal(back.predict_proba(Xt), est.predict_proba(Xt))
+    doc = json.loads((tmp_path / "ml.json").read_text())
+    assert sorted(len(m) for m in doc["pairwise"][0]) == [1, 5, 5]  # counts, two logistic
+    model = next(m for m in doc["pairwise"][0] if "coef" in m)
+    model["scale"][0] = 0.0
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=f"{tmp_path / 'bad.json'} is damaged.*scale"):
+        back.load_model(tmp_path / "bad.json")
+
 
 
 def test_every_estimator_reads_eval_set_alike():
