@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import xgboost as xgb
 
-from structboost.estimators.multilabel import ESSTreeCRFClassifier, read_arff_multilabel
+from structboost.estimators.arff import read_arff_multilabel
+from structboost.estimators.multilabel import ESSTreeCRFClassifier
 
 SETS = ("emotions", "scene", "yeast")
 

@@ -45,7 +45,7 @@ from ..inference.chain import map_labels, posterior
 from ..objectives.chain import SequenceBatch
 from ..sequences import lengths_from_groups, offsets_from_lengths
 from .predict import DECODINGS
-from .xgboost import XGBCRFObjective, load_state
+from .xgboost import XGBCRFObjective, kept_rounds, load_state
 
 
 def allreduce_sum(values):
@@ -390,13 +390,8 @@ def _decode_collection(client, booster, X, groups, decode):
     features, ids = split_groups(X, groups)
     layout = sequence_layout(ids)
     num_labels, _, params = load_state(booster)
-    best = booster.attr("best_iteration")
     margins = dxgb.inplace_predict(
-        client,
-        booster,
-        features,
-        predict_type="margin",
-        iteration_range=(0, int(best) + 1) if best is not None else (0, 0),
+        client, booster, features, predict_type="margin", iteration_range=(0, kept_rounds(booster))
     )
     if isinstance(margins, (dd.DataFrame, dd.Series)):
         margins = margins.to_dask_array()

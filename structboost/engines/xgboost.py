@@ -21,6 +21,7 @@ import numpy as np
 import xgboost as xgb
 
 from .. import _compile_log
+from .._compat import XGB_VECTOR_INTERCEPT
 from .._extras import require_gpu
 from ..objectives.chain import CRFObjective, SequenceBatch
 from ..objectives.params import LINEAR_PARAMS, ObjectiveSpec, fill_doc
@@ -40,9 +41,6 @@ def _check_device(device):
     return name
 
 HISTORY_SUFFIX = "_history"
-# XGBoost 3.1 made the intercept one value per output: a model saved by it
-# stores K values, and continuing training with a scalar ``base_score`` fails.
-_VECTOR_INTERCEPT = tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (3, 1)
 
 
 def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
@@ -68,7 +66,7 @@ def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     k = int(num_labels)
     params = {
         "num_target": k,
-        "base_score": [0.0] * k if _VECTOR_INTERCEPT else 0.0,
+        "base_score": [0.0] * k if XGB_VECTOR_INTERCEPT else 0.0,
         "disable_default_eval_metric": 1,
         "tree_method": "hist",
     }

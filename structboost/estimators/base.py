@@ -65,6 +65,8 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from threadpoolctl import threadpool_limits
 
 from .. import _config
+from ..engines.model_io import field
+from ..engines.xgboost import booster_from_json, kept_rounds
 from ..objectives.params import METRICS, ObjectiveSpec, metric_name
 from ..sequences import check_values
 from .checks import BOOSTING, check_params
@@ -626,8 +628,21 @@ class XGBoostTraining:
         return booster, evals_result
 
     def _kept_rounds(self):
-        best = self.booster_.attr("best_iteration")
-        return int(best) + 1 if best is not None else self.booster_.num_boosted_rounds()
+        return kept_rounds(self.booster_)
+
+    def _engine_document(self):
+        return {"xgboost_json": self.booster_.save_raw("json").decode("utf-8")}
+
+    #: Columns the engine sees after the input features (the edge route's previous label).
+    @staticmethod
+    def _engine_columns(params):
+        return 0
+
+    @classmethod
+    def _booster_from_document(cls, doc, where, num_features, num_labels, params):
+        model = field(doc, "xgboost_json", str, where)
+        return booster_from_json(model, where, num_features + cls._engine_columns(params),
+                                 num_labels)  # fmt: skip
 
     def _gain_importance(self):
         scores = self.booster_.get_score(importance_type="total_gain")

@@ -54,16 +54,15 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 
 from collections.abc import Sequence
 from typing import Any
-import inspect
 
 import numpy as np
 import pandas as pd
 import xgboost as xgb
 from sklearn.utils.validation import check_is_fitted
 
-from ..engines.model_io import field
+from .._compat import lgb_eval_sets
 from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
-from ..engines.xgboost import booster_from_json, crf_objective, xgb_params
+from ..engines.xgboost import crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
 from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from .._extras import require
@@ -247,14 +246,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             return load_xgb_state(self.booster_, EDGE_STATE_KEY)
         return load_xgb_state(self.booster_)
 
-    def _engine_document(self):
-        return {"xgboost_json": self.booster_.save_raw("json").decode("utf-8")}
-
     @staticmethod
-    def _booster_from_document(doc, where, num_features, num_labels, params):
-        model = field(doc, "xgboost_json", str, where)
-        edge = params.get("transitions_from", "linear") == "input"  # + previous-label column
-        return booster_from_json(model, where, num_features + edge, num_labels)
+    def _engine_columns(params):
+        return int(params.get("transitions_from", "linear") == "input")  # the previous label
 
     def _gain_importance(self):
         gain = super()._gain_importance()
@@ -431,10 +425,7 @@ class LGBMCRFClassifier(_CRFClassifier):
             "callbacks": callbacks,
         }
         if evals:
-            if "eval_X" in inspect.signature(lgb.LGBMModel.fit).parameters:
-                fit.update(eval_X=tuple(e[0] for e in evals), eval_y=tuple(e[1] for e in evals))
-            else:  # lightgbm < 4.7
-                fit.update(eval_set=[(e[0], e[1]) for e in evals])
+            fit.update(lgb_eval_sets([e[0] for e in evals], [e[1] for e in evals]))
             fit.update(
                 eval_group=[e[2] for e in evals],
                 eval_sample_weight=[self._row_weights(e[3], e[2]) for e in evals],

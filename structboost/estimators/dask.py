@@ -21,7 +21,7 @@ from ..engines import dask as engine
 from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
 from .base import BoostedCRFClassifier, ChainTransitions, XGBoostTraining, eval_metrics
-from .inputs import eval_entry
+from .model_file import ModelFile
 
 
 def _map_rows(collection, fn, dtype):
@@ -39,7 +39,7 @@ def _map_rows(collection, fn, dtype):
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions")
-class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifier):
+class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, BoostedCRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost on a Dask cluster.
 
     Parameters
@@ -55,6 +55,10 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         ``eval_set`` entry has not improved for this many rounds. There is
         no automatic early stopping (``early_stopping``) here: holding out
         sequences would reshuffle the partitions; give an ``eval_set``.
+    eval_metric : {"crf-nll", "crf-error"}, optional
+        The metric recorded in ``evals_result_`` and watched by early
+        stopping, summed over the workers (default ``"crf-nll"``). One name:
+        a callable would see one worker's rows only.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``n_jobs``, ...).
 
@@ -71,6 +75,12 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
     transitions_ : pandas.DataFrame
     feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
+
+    Notes
+    -----
+    ``save_model(path)`` writes the fitted estimator as the JSON file of
+    :class:`structboost.XGBCRFClassifier` and ``load_model(path)`` reads it
+    back, validated; the ``client`` stays the one set on this estimator.
     """
 
     def __init__(
@@ -85,6 +95,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         learning_rate=0.3,
         max_depth=6,
         early_stopping_rounds=None,
+        eval_metric=None,
         **kwargs,
     ):
         self.mode = mode
@@ -96,6 +107,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         self.learning_rate = learning_rate
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
+        self.eval_metric = eval_metric
         self._client = None
         super().__init__(**kwargs)
 
@@ -145,6 +157,13 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         self
         """
         self._check_params()
+        metrics = eval_metrics(self.eval_metric)
+        if len(metrics) > 1 or callable(metrics[0][1]):
+            raise ValueError(
+                f"eval_metric={self.eval_metric!r}: distributed training records one metric "
+                'summed over the workers, "crf-nll" or "crf-error" (a callable would see one '
+                "worker's rows only)."
+            )
         if isinstance(y, dd.Series):
             classes = np.sort(y.unique().compute().to_numpy())
         else:
@@ -154,13 +173,11 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         self.classes_ = classes
         dtrain = self._dmatrix(X, y, groups)
         self.n_features_in_ = dtrain.num_col()
-        evals = []
-        for i, item in enumerate(eval_set or ()):
-            entry = eval_entry(item, i, lambda data: data.shape[0])
-            evals.append((self._dmatrix(entry["X"], entry["y"], entry["groups"]), f"validation_{i}"))
+        evals = list(zip(*self._eval_set(
+            eval_set, lambda entry, where: self._dmatrix(entry["X"], entry["y"], entry["groups"])
+        )))  # fmt: skip
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
-        metrics = eval_metrics(None)
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
         )
@@ -174,7 +191,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
             early_stopping_rounds=self.early_stopping_rounds,
             verbose_eval=verbose,
         )
-        # The objective's metric (crf-nll) is the one the engine records and stops on.
+        # The objective's metric is the one the engine records and stops on.
         self._set_fitted(classes, out["booster"], out["history"], metrics)
         return self
 
@@ -211,3 +228,21 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
 
     def _load_state(self):
         return load_state(self.booster_)
+
+    def from_document(self, doc, where="the model document"):
+        """Set this estimator from :meth:`to_document`'s dict, validated; keeps ``client``.
+
+        Parameters
+        ----------
+        doc : dict
+        where : str
+            Where the dict came from, for the messages.
+
+        Returns
+        -------
+        self
+        """
+        client = self._client
+        super().from_document(doc, where)
+        self._client = client
+        return self

@@ -5,11 +5,12 @@
   ``lengths`` (rows per sequence) or the estimator's ``sequence_column``;
   with none of them every row is its own sequence.
 - sklearn-crfsuite's contract (:func:`kind`, :func:`flatten_X`,
-  :func:`flatten_y`, :func:`nest`; :class:`ChainInputs`): ``X`` a list with
+  :func:`flatten_y`, :func:`nest`; :class:`ListInputs`): ``X`` a list with
   one entry per sequence, each either a 2-D array (numpy, scipy sparse or
   pandas, one row per position) or a list of feature dicts (one per
   position, as sklearn-crfsuite's ``sent2features``); ``y`` a list of label
-  lists.
+  lists (tree estimators: ``parents`` and ``edge_types`` flat or a list of
+  per-instance arrays too).
 - ``eval_set`` entries (:func:`eval_entry`): tuples or dicts naming the
   same arguments as ``fit``.
 """
@@ -115,8 +116,12 @@ def flatten_X(X, vectorizer=None):
     return np.concatenate([np.asarray(item) for item in X]), lengths, None
 
 
-def flatten_y(y, lengths):
-    """Flat labels ``(n,)`` from a list of label lists (or flat labels), checked against ``lengths``."""
+def flatten_y(y, lengths, name="y"):
+    """Flat labels ``(n,)`` from a list of label lists (or flat labels), checked with ``lengths``.
+
+    ``name`` is the argument's name in the messages (trees flatten their
+    ``parents`` and ``edge_types`` alike).
+    """
     if isinstance(y, (list, tuple)) and y and isinstance(y[0], (list, tuple, np.ndarray)):
         sizes = np.array([len(seq) for seq in y])
         if sizes.shape != lengths.shape or (sizes != lengths).any():
@@ -125,8 +130,9 @@ def flatten_y(y, lengths):
                 min(len(sizes), len(lengths)),
             )
             raise ValueError(
-                f"y has {len(sizes)} label lists and X {len(lengths)} sequences; they first "
-                f"differ at sequence {bad}: give one label per position of every sequence."
+                f"{name} has {len(sizes)} {'label lists' if name == 'y' else 'lists'} and X "
+                f"{len(lengths)} sequences; they first "
+                f"differ at sequence {bad}: give one value per position of every sequence."
             )
         return np.asarray([label for seq in y for label in seq])
     return y
@@ -136,6 +142,11 @@ def nest(values, lengths, as_lists=True):
     """Split flat ``values`` (n, ...) into one entry per sequence (lists or arrays)."""
     parts = np.split(np.asarray(values), np.cumsum(lengths)[:-1])
     return [part.tolist() for part in parts] if as_lists else parts
+
+
+def _n_rows(X):
+    """Rows of an ``X``: an array, a DataFrame or a list of sequences."""
+    return X.shape[0] if hasattr(X, "shape") else len(X)
 
 
 def eval_entry(item, index, n_rows, structure=()):
@@ -274,6 +285,50 @@ class SequenceInputs:
             lengths = np.ones(n_rows, dtype=np.int64)
         return X, resolve_lengths(n_rows, groups=groups, lengths=lengths)
 
+    def _check_X(self, X, groups, lengths, *, reset, where="X"):
+        """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
+        return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
+
+    def _eval_set(self, eval_set, convert, structure=()):
+        """Every ``eval_set`` entry converted, and the entries' names (checked distinct).
+
+        The one reading of ``eval_set`` of every estimator.
+
+        Parameters
+        ----------
+        eval_set : list of tuple or dict, or None
+            Entries as :func:`eval_entry` reads them.
+        convert : callable
+            ``convert(entry, where)`` of an :func:`eval_entry` dict and its
+            position for messages (``"eval_set[i]"``): what the engine
+            evaluates on.
+        structure : tuple of str
+            Names of the further per-row arrays of an entry (see
+            :func:`eval_entry`).
+
+        Returns
+        -------
+        converted : list
+        names : list of str
+            The keys of ``evals_result_``.
+        """
+        converted, names = [], []
+        for i, item in enumerate(eval_set or ()):
+            entry = eval_entry(item, i, _n_rows, structure)
+            converted.append(convert(entry, f"eval_set[{i}]"))
+            names.append(entry["name"])
+        if len(set(names)) != len(names):
+            raise ValueError(f"eval_set names must differ; got {names}.")
+        return converted, names
+
+    def _eval_rows(self, entry, where, classes):
+        """An :func:`eval_entry` dict's features, lengths ``(m,)`` and label codes ``(n,)``."""
+        X, lengths, nested = self._check_X(
+            entry["X"], entry["groups"], entry["lengths"], reset=False, where=where
+        )
+        y = flatten_y(entry["y"], lengths) if nested else entry["y"]
+        return X, lengths, self._encode(y, X.shape[0], classes)
+
     def _check_id_column(self, X, groups, lengths):
         """A clear error when the column that held the ids in ``fit`` is still in ``X``."""
         column = getattr(self, "id_column_", None)
@@ -291,11 +346,11 @@ class SequenceInputs:
         )
 
 
-class ChainInputs:
-    """The chain estimators' inputs: flat rows or lists of sequences, weights, eval sets.
+class ListInputs:
+    """Flat rows or lists of sequences (sklearn-crfsuite's contract) as ``X``.
 
-    Mixed into a :class:`SequenceInputs` estimator with ``_encode`` and
-    ``_base_margin``; keeps ``vectorizer_`` for feature-dict input.
+    Mixed into a :class:`SequenceInputs` estimator ahead of it; keeps
+    ``vectorizer_`` for feature-dict input.
     """
 
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
@@ -324,6 +379,15 @@ class ChainInputs:
         rows, lengths = self._boundaries(rows, None, lengths, reset=reset, where=where)
         return rows, lengths, True
 
+
+
+class ChainInputs(ListInputs):
+    """The chain estimators' inputs: :class:`ListInputs`, weights, eval sets.
+
+    Mixed into a :class:`SequenceInputs` estimator with ``_encode`` and
+    ``_base_margin``.
+    """
+
     def _sequence_weights(self, sample_weight, lengths):
         return None if sample_weight is None else sequence_weights(sample_weight, lengths)
 
@@ -336,23 +400,15 @@ class ChainInputs:
             ``(X, codes (n,), lengths (m,), seq_weight (m,) or None, base margin (n, K) or None)``.
         names : list of str
         """
-        evals = []
-        names = []
-        for i, item in enumerate(eval_set or ()):
-            e = eval_entry(item, i, lambda X: X.shape[0] if hasattr(X, "shape") else len(X))
-            if base_X is not None and e["base_X"] is None and self.base_model is not None:
+
+        def convert(entry, where):
+            if base_X is not None and entry["base_X"] is None and self.base_model is not None:
                 raise ValueError(
-                    f"eval_set[{i}] has no base_X but fit got one: pass eval_set entries as "
+                    f"{where} has no base_X but fit got one: pass eval_set entries as "
                     "dicts with a 'base_X' key."
                 )
-            Xe, le, nested_e = self._check_X(
-                e["X"], e["groups"], e["lengths"], reset=False, where=f"eval_set[{i}]"
-            )
-            ye = flatten_y(e["y"], le) if nested_e else e["y"]
-            codes_e = self._encode(ye, Xe.shape[0], classes)
-            margin_e = self._base_margin(Xe, e["base_X"], len(classes))
-            evals.append((Xe, codes_e, le, self._sequence_weights(e["sample_weight"], le), margin_e))
-            names.append(e["name"])
-        if len(set(names)) != len(names):
-            raise ValueError(f"eval_set names must differ; got {names}.")
-        return evals, names
+            X, lengths, codes = self._eval_rows(entry, where, classes)
+            weights = self._sequence_weights(entry["sample_weight"], lengths)
+            return X, codes, lengths, weights, self._base_margin(X, entry["base_X"], len(classes))
+
+        return self._eval_set(eval_set, convert)

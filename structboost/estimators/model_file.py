@@ -1,4 +1,4 @@
-"""The chain estimators' model file: one JSON document, validated on reading.
+"""The estimators' model file: one JSON document, validated on reading.
 
 ``save_model(path)`` writes a fitted estimator as one JSON file (the
 engine's model, the CRF state, the labels; see
@@ -30,23 +30,27 @@ _FILE_HINT = "write one with the estimator's save_model(path)"
 
 
 class ModelFile:
-    """``save_model`` / ``load_model`` and their dicts, mixed into the chain estimators.
+    """``save_model`` / ``load_model`` and their dicts, mixed into the boosted estimators.
 
     The estimator supplies ``_engine_document()`` (its booster as a JSON
     dict), ``_booster_from_document(doc, where, num_features, num_labels,
     params)`` (the booster, its engine model checked against the file's
-    feature and label counts), ``_load_state()`` and ``_kept_rounds()``.
+    feature and label counts), ``_load_state()`` and ``_kept_rounds()``; it
+    may override ``_state_loaded(state)`` to set fitted attributes the CRF
+    state determines. An estimator built around another one (the multi-label
+    tree CRF) overrides :meth:`to_document` and :meth:`from_document` and
+    keeps the rest.
     """
 
     def _json_params(self):
         """The parameters as JSON values; a ValueError names one that has none."""
         params = self.get_params(deep=False)
-        if params["base_model"] is not None:
+        if params.get("base_model") is not None:
             raise ValueError(
                 "an estimator with a base_model cannot be written by save_model: pickle or "
                 "joblib it instead (and load only files you trust)."
             )
-        allowed = params["allowed_transitions"]
+        allowed = params.get("allowed_transitions")
         if allowed is not None and not isinstance(allowed, str):
             masks = self.constraints_
             params["allowed_transitions"] = {k: v.tolist() for k, v in masks._asdict().items()}
@@ -141,6 +145,16 @@ class ModelFile:
         doc = read_document(path, _FILE_FORMAT, _FILE_VERSION, _FILE_HINT)
         return self.from_document(doc, str(path))
 
+    def _state_loaded(self, state):
+        """Set what the loaded CRF ``state`` ``(num_labels, mode, params)`` determines."""
+
+    def _document_params(self, doc, where):
+        """The saved parameters of a document written by this estimator class, checked."""
+        name = field(doc, "estimator", str, where)
+        if name != type(self).__name__:
+            raise ValueError(f"{where} holds a {name}: load it with {name}().load_model(path).")
+        return self._checked_params(dict(field(doc, "params", dict, where)), where)
+
     def _checked_params(self, params, where):
         """Saved parameters, with names an estimator can take and constraints rebuilt."""
         named = set(self._get_param_names())
@@ -179,10 +193,7 @@ class ModelFile:
         -------
         self
         """
-        name = field(doc, "estimator", str, where)
-        if name != type(self).__name__:
-            raise ValueError(f"{where} holds a {name}: load it with {name}().load_model(path).")
-        params = self._checked_params(dict(field(doc, "params", dict, where)), where)
+        params = self._document_params(doc, where)
         classes = decode_labels(field(doc, "classes", dict, where), where)
         n_features = field(doc, "n_features_in", int, where)
         if n_features < 1:
@@ -224,14 +235,15 @@ class ModelFile:
                 field(doc, "engine", dict, where), where,
                 num_features=n_features, num_labels=len(classes), params=params,
             )  # fmt: skip
-            num_labels = staged._load_state()[0]
+            state = staged._load_state()
+            staged._state_loaded(state)
         except ValueError as err:
             if where in str(err):
                 raise
             raise ValueError(f"{where}: {err}") from None
-        if num_labels != len(classes):
+        if state[0] != len(classes):
             raise ValueError(
-                f"{where} is damaged: its CRF has {num_labels} labels for {len(classes)} classes."
+                f"{where} is damaged: its CRF has {state[0]} labels for {len(classes)} classes."
             )
         staged._set_best_iteration()
         if doc.get("best_iteration", staged.best_iteration_) != staged.best_iteration_:
@@ -240,12 +252,13 @@ class ModelFile:
                 f"the model keeps {staged.best_iteration_ + 1} rounds."
             )
         staged.classes_ = classes
-        try:
-            staged.constraints_ = resolve_constraints(
-                staged.allowed_transitions, len(classes), labels=classes
-            )
-        except ValueError as err:
-            raise ValueError(f"{where} is damaged: {err}") from None
+        if "allowed_transitions" in staged._get_param_names():
+            try:
+                staged.constraints_ = resolve_constraints(
+                    staged.allowed_transitions, len(classes), labels=classes
+                )
+            except ValueError as err:
+                raise ValueError(f"{where} is damaged: {err}") from None
         staged.n_features_in_ = n_features
         if names is not None:
             staged.feature_names_in_ = np.asarray(names, dtype=object)
@@ -254,7 +267,8 @@ class ModelFile:
         staged.boundaries_ = boundaries
         staged.id_column_ = id_column
         staged.vectorizer_ = vectorizer
-        staged.base_model_ = None
+        if "base_model" in staged._get_param_names():
+            staged.base_model_ = None
         if best_score is not None:
             staged.best_score_ = float(best_score)
         self.__dict__.clear()

@@ -33,152 +33,24 @@ pair); ``"shared"`` uses one potential for every edge, which can only express
 one kind of association for all pairs.
 """
 
-import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
-import gzip
-import xml.etree.ElementTree as ET
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .._typing import ArrayLike, Floats, Ints
+from ..engines.model_io import field
+from ..engines.xgboost import booster_from_json
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ._spanning import maximum_spanning_parents
 from .base import BoostedCRFClassifier
+from .model_file import ModelFile
 from .tree import TreeCRFClassifier
 
 STRUCTURES = ("independent", "chow-liu", "ess")
 EDGE_TYPINGS = ("pair", "shared")
 PAIRWISE = ("xgboost", "logistic")
-
-
-# ----------------------------------------------------------------------------- ARFF
-
-
-def _open_text(path):
-    path = str(path)
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
-
-
-def _parse_attribute(line):
-    rest = line[len("@attribute") :].strip()
-    if rest[0] in "'\"":
-        end = rest.index(rest[0], 1)
-        name, kind = rest[1:end], rest[end + 1 :].strip()
-    else:
-        name, _, kind = rest.partition(" ")
-        if not kind:
-            name, _, kind = rest.partition("\t")
-        kind = kind.strip()
-    if kind.startswith("{"):
-        values = [v.strip().strip("'\"") for v in kind.strip("{}").split(",")]
-        return name, values
-    if kind.lower() not in ("numeric", "real", "integer"):
-        raise ValueError(
-            f"ARFF attribute {name!r} has type {kind!r}; only numeric and nominal "
-            "attributes are supported."
-        )
-    return name, None
-
-
-def _value(token, nominal):
-    token = token.strip().strip("'\"")
-    if token == "?":
-        return np.nan
-    if nominal is None:
-        return float(token)
-    try:
-        return float(nominal.index(token))
-    except ValueError:
-        raise ValueError(f"value {token!r} is not one of the nominal values {nominal}.") from None
-
-
-def _label_names(labels, names):
-    if isinstance(labels, (int, np.integer)):
-        n_labels = int(labels)
-        if not 1 <= n_labels < len(names):
-            raise ValueError(
-                f"n_labels must be in 1..{len(names) - 1} for {len(names)} attributes; "
-                f"got {n_labels}."
-            )
-        return names[-n_labels:]
-    root = ET.parse(str(labels)).getroot()
-    wanted = [el.get("name") for el in root.iter() if el.tag.split("}")[-1] == "label"]
-    tail = names[-len(wanted) :]
-    if not wanted or sorted(wanted) != sorted(tail):
-        raise ValueError(
-            f"the labels named in {labels} ({wanted[:5]}...) are not the last {len(wanted)} "
-            "attributes of the ARFF file; pass the matching XML file or n_labels."
-        )
-    return tail
-
-
-def read_arff_multilabel(
-    path: str | os.PathLike[str], labels: int | str | os.PathLike[str]
-) -> tuple[Floats, Ints, list[str], list[str]]:
-    """Read a MULAN multi-label ARFF file (dense or sparse, optionally gzipped).
-
-    Parameters
-    ----------
-    path : str or path-like
-        ``.arff`` or ``.arff.gz``.
-    labels : int or str or path-like
-        The number of labels (the last attributes) or the MULAN labels XML
-        file, whose names must be the last attributes (matched by name; the
-        XML order may differ).
-
-    Returns
-    -------
-    X : (n, d) float64
-        Features (nominal ones as their value index, ``?`` as NaN).
-    Y : (n, L) int64
-        0/1 label indicators, in the ARFF column order.
-    feature_names : list of str
-    label_names : list of str
-    """
-    names, nominals, rows = [], [], []
-    with _open_text(path) as fh:
-        in_data = False
-        for raw in fh:
-            line = raw.strip()
-            if not line or line.startswith("%"):
-                continue
-            if not in_data:
-                low = line.lower()
-                if low.startswith("@attribute"):
-                    name, nominal = _parse_attribute(line)
-                    names.append(name)
-                    nominals.append(nominal)
-                elif low.startswith("@data"):
-                    in_data = True
-                continue
-            rows.append(line)
-    if not names:
-        raise ValueError(f"{path} has no @attribute lines; is it an ARFF file?")
-    label_names = _label_names(labels, names)
-    d = len(names)
-    data = np.zeros((len(rows), d))
-    for r, line in enumerate(rows):
-        if line.startswith("{"):
-            for item in line.strip("{}").split(","):
-                if item.strip():
-                    idx, token = item.strip().split(None, 1)
-                    data[r, int(idx)] = _value(token, nominals[int(idx)])
-        else:
-            tokens = line.split(",")
-            if len(tokens) != d:
-                raise ValueError(
-                    f"{path}: data row {r} has {len(tokens)} values but {d} attributes."
-                )
-            data[r] = [_value(t, nom) for t, nom in zip(tokens, nominals)]
-    n_labels = len(label_names)
-    Y = data[:, d - n_labels :]
-    if not np.isin(Y, (0.0, 1.0)).all():
-        raise ValueError(f"{path}: label columns must hold only 0 and 1.")
-    return data[:, : d - n_labels], Y.astype(np.int64), names[: d - n_labels], list(label_names)
 
 
 # ----------------------------------------------------------------------------- structure
@@ -395,6 +267,75 @@ class PairwiseLabelModels:
             self.models_.append(models)
         return joint
 
+    @staticmethod
+    def _model_document(model):
+        if isinstance(model, np.ndarray):  # a pair seen in one joint state only: its counts
+            return {"counts": model.tolist()}
+        if hasattr(model, "predict_proba"):
+            scaler, logistic = model[0], model[-1]
+            return {
+                "mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(),
+                "classes": logistic.classes_.tolist(), "coef": logistic.coef_.tolist(),
+                "intercept": logistic.intercept_.tolist(),
+            }  # fmt: skip
+        return model.save_raw("json").decode("utf-8")
+
+    def to_document(self):
+        """The fitted models, ``[fold][pair]``: XGBoost's JSON or the logistic coefficients."""
+        return [[self._model_document(m) for m in models] for models in self.models_]
+
+    def _model_from_document(self, doc, n_features, where):
+        if self.method == "xgboost":
+            if not isinstance(doc, str):
+                raise ValueError(f"{where} is damaged: a pair model is not XGBoost's JSON.")
+            return booster_from_json(doc, where, n_features, 4)
+        if isinstance(doc, dict) and set(doc) == {"counts"}:
+            counts = _numbers(doc["counts"], (4,), "counts", where)
+            if (counts < 0).any() or counts.sum() <= 0:
+                raise ValueError(f"{where} is damaged: pair counts must be >= 0, not all 0.")
+            return counts
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        keys = {"mean", "scale", "classes", "coef", "intercept"}
+        classes = doc.get("classes") if isinstance(doc, dict) and set(doc) == keys else None
+        if not (
+            isinstance(classes, list)
+            and 2 <= len(classes) <= 4
+            and all(type(c) is int for c in classes)
+            and classes == sorted(set(classes))
+            and 0 <= classes[0] and classes[-1] < 4
+        ):
+            raise ValueError(f"{where} is damaged: a logistic pair model is malformed.")
+        rows = 1 if len(classes) == 2 else len(classes)
+        scaler, logistic = StandardScaler(), LogisticRegression(max_iter=1000)
+        scaler.mean_ = _numbers(doc["mean"], (n_features,), "mean", where)
+        scaler.scale_ = _numbers(doc["scale"], (n_features,), "scale", where)
+        if (scaler.scale_ <= 0).any():
+            raise ValueError(f"{where} is damaged: a logistic pair model has a scale <= 0.")
+        scaler.var_ = scaler.scale_**2
+        logistic.coef_ = _numbers(doc["coef"], (rows, n_features), "coef", where)
+        logistic.intercept_ = _numbers(doc["intercept"], (rows,), "intercept", where)
+        logistic.classes_ = np.asarray(classes, dtype=np.int64)
+        scaler.n_features_in_ = logistic.n_features_in_ = n_features
+        return make_pipeline(scaler, logistic)
+
+    def load_document(self, doc, n_features, where):
+        """Set ``models_`` from :meth:`to_document`'s lists, every model checked; returns self."""
+        folds = self.folds if self.folds >= 2 else 1
+        if not (
+            isinstance(doc, list)
+            and len(doc) == folds
+            and all(isinstance(m, list) and len(m) == len(self.pairs) for m in doc)
+        ):
+            raise ValueError(
+                f"{where} is damaged: pairwise must hold {folds} lists of {len(self.pairs)} "
+                "models."
+            )
+        self.models_ = [[self._model_from_document(d, n_features, where) for d in m] for m in doc]
+        return self
+
     def predict_joint(self, X):
         """Joint probabilities ``(n, P, 4)``, averaged over the fold models."""
         x = np.asarray(X, dtype=np.float64)
@@ -404,6 +345,19 @@ class PairwiseLabelModels:
             for p, model in enumerate(models):
                 joint[:, p] += self._predict_one(model, data, x.shape[0])
         return joint / len(self.models_)
+
+
+def _numbers(value, shape, name, where):
+    """``value`` (nested lists of numbers) as a finite float64 array of ``shape``."""
+    arr = np.asarray(value, dtype=object) if isinstance(value, list) else None
+    if (
+        arr is None
+        or arr.shape != shape
+        or not all(type(v) in (int, float) for v in arr.ravel())
+        or not np.isfinite(arr.astype(np.float64)).all()
+    ):
+        raise ValueError(f"{where} is damaged: {name} must be {shape} finite numbers.")
+    return arr.astype(np.float64)
 
 
 def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
@@ -441,7 +395,7 @@ _Self = TypeVar("_Self", bound="ESSTreeCRFClassifier")
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions", solvers=TREE_SOLVERS)
-class ESSTreeCRFClassifier(BoostedCRFClassifier):
+class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
     """Multi-label classifier: a boosted CRF over a tree of labels.
 
     Parameters
@@ -455,8 +409,8 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         ``n_estimators=None``: 1000 rounds at most when automatic early
         stopping ends the fit, 100 otherwise.
     early_stopping_rounds : int, optional
-        Stop when the NLL on the last ``eval_set`` entry has not improved
-        for this many rounds.
+        Stop when the last ``eval_metric`` on the last ``eval_set`` entry
+        has not improved for this many rounds.
     early_stopping, validation_fraction, n_iter_no_change
         Automatic early stopping on held-out inputs, as in
         :class:`structboost.TreeCRFClassifier` (the threshold counts label
@@ -475,6 +429,11 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         Out-of-fold predictions for the training structures.
     random_state : int
         Seed of the pair models and of the CRF booster.
+    eval_metric : str, callable or list of them, optional
+        The CRF's metrics, as in :class:`structboost.TreeCRFClassifier`:
+        ``"crf-nll"`` (default), ``"crf-error"`` or callables ``f(y_true,
+        y_proba[, sample_weight=])`` of the label nodes (``y_true`` ``(n *
+        L,)`` 0/1, ``y_proba`` ``(n * L, 2)``); the last drives early stopping.
     **kwargs
         Any other XGBoost parameter of the CRF booster (``n_jobs``,
         ``min_child_weight``, ...).
@@ -502,6 +461,13 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         Rows of ``X`` held out by automatic early stopping (empty when none).
     feature_importances_ : ``(n_features_in_,)`` ndarray
         Total gain of the CRF's splits on each input feature.
+
+    Notes
+    -----
+    ``save_model(path)`` writes the fitted estimator (the pair models, the
+    mutual information the structures follow from, the tree CRF) as one
+    JSON file and ``load_model(path)`` reads it back, validated; reading
+    runs no code.
     """
 
     def __init__(
@@ -527,6 +493,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         pairwise_depth: int = 3,
         folds: int = 2,
         random_state: Any = 0,
+        eval_metric: Any = None,
         **kwargs: Any,
     ) -> None:
         self.structure = structure
@@ -549,7 +516,54 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self.pairwise_depth = pairwise_depth
         self.folds = folds
         self.random_state = random_state
+        self.eval_metric = eval_metric
         super().__init__(**kwargs)
+
+    def _check_params(self):
+        super()._check_params()
+        if self.structure not in STRUCTURES:
+            raise ValueError(f"structure must be one of {STRUCTURES}; got {self.structure!r}.")
+        if self.edge_typing not in EDGE_TYPINGS:
+            raise ValueError(
+                f"edge_typing must be one of {EDGE_TYPINGS}; got {self.edge_typing!r}."
+            )
+
+    def _pairwise_models(self):
+        return PairwiseLabelModels(
+            self.pairs_,
+            method=self.pairwise,
+            n_estimators=self.pairwise_estimators,
+            max_depth=self.pairwise_depth,
+            learning_rate=self.learning_rate,
+            folds=self.folds,
+            random_state=self.random_state,
+        )
+
+    def _crf_estimator(self):
+        return TreeCRFClassifier(
+            mode=self.mode,
+            hessian_bound=self.hessian_bound,
+            step=self.step,
+            transition_solver=self.transition_solver,
+            reg_transitions=self.reg_transitions,
+            n_estimators=self.n_estimators,
+            learning_rate=self.learning_rate,
+            max_depth=self.max_depth,
+            n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
+            early_stopping_rounds=self.early_stopping_rounds,
+            early_stopping=self.early_stopping,
+            validation_fraction=self.validation_fraction,
+            n_iter_no_change=self.n_iter_no_change,
+            eval_metric=self.eval_metric,
+            **{"seed": self.random_state, **self._engine_params()},
+        )
+
+    def _adopt_crf(self, crf):
+        self.crf_ = crf
+        self.booster_ = crf.booster_
+        self.evals_result_ = crf.evals_result_
+        self.best_iteration_ = crf.best_iteration_
+        self.validation_sequences_ = crf.validation_sequences_
 
     def _top_pairs(self):
         n_labels = self.n_labels_
@@ -598,9 +612,11 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         ----------
         X : (n, d) array-like
         Y : (n, L) array-like of 0/1
-        eval_set : list of (X, Y) tuples, optional
-            Evaluation sets; the CRF metric is recorded in ``evals_result_``
-            and the last one drives early stopping.
+        eval_set : list of (X, Y) tuples or dicts, optional
+            Evaluation sets (dicts: keys ``"X"``, ``"y"`` and optionally
+            ``"name"``, its key in ``evals_result_``); the CRF metric is
+            recorded in ``evals_result_`` and the last one drives early
+            stopping.
         verbose : bool or int
             Print the metrics of the ``eval_set`` (or of the held-out
             sequences of automatic early stopping) every round (``True``, the
@@ -612,12 +628,6 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self
         """
         self._check_params()
-        if self.structure not in STRUCTURES:
-            raise ValueError(f"structure must be one of {STRUCTURES}; got {self.structure!r}.")
-        if self.edge_typing not in EDGE_TYPINGS:
-            raise ValueError(
-                f"edge_typing must be one of {EDGE_TYPINGS}; got {self.edge_typing!r}."
-            )
         x = np.asarray(X, dtype=np.float64)
         y = check_label_matrix(Y)
         if x.shape[0] != y.shape[0]:
@@ -631,51 +641,124 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             self.tree_ = spanning_tree_parents(self.mutual_information_)
         elif self.structure == "ess":
             self.pairs_ = self._top_pairs()
-            self.pairwise_ = PairwiseLabelModels(
-                self.pairs_,
-                method=self.pairwise,
-                n_estimators=self.pairwise_estimators,
-                max_depth=self.pairwise_depth,
-                learning_rate=self.learning_rate,
-                folds=self.folds,
-                random_state=self.random_state,
-            )
+            self.pairwise_ = self._pairwise_models()
             joint = self.pairwise_.fit_out_of_fold(x, y)
         self.n_features_in_ = x.shape[1]
         parents = self.structures(x, joint)
-        self.crf_ = TreeCRFClassifier(
-            mode=self.mode,
-            hessian_bound=self.hessian_bound,
-            step=self.step,
-            transition_solver=self.transition_solver,
-            reg_transitions=self.reg_transitions,
-            n_estimators=self.n_estimators,
-            learning_rate=self.learning_rate,
-            max_depth=self.max_depth,
-            n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
-            early_stopping_rounds=self.early_stopping_rounds,
-            early_stopping=self.early_stopping,
-            validation_fraction=self.validation_fraction,
-            n_iter_no_change=self.n_iter_no_change,
-            **{"seed": self.random_state, **self._engine_params()},
-        )
-        evals = []
-        for i, entry in enumerate(eval_set or ()):
-            if not isinstance(entry, (tuple, list)) or len(entry) != 2:
-                raise ValueError(f"eval_set[{i}] must be an (X, Y) tuple.")
-            rows, args = self._node_inputs(entry[0])
-            evals.append({"X": rows, "y": check_label_matrix(entry[1]).ravel(), **args})
-        self.crf_.fit(
+        crf = self._crf_estimator()
+
+        def convert(entry, where):
+            extra = ("groups", "lengths", "sample_weight", "base_X")
+            given = [k for k in extra if entry[k] is not None]
+            if given:
+                raise ValueError(
+                    f"{where} must be an (X, Y) tuple or a dict with keys 'X', 'y' and "
+                    f"optionally 'name'; it has {given}."
+                )
+            rows, args = self._node_inputs(entry["X"])
+            labels = check_label_matrix(entry["y"]).ravel()
+            return {"X": rows, "y": labels, "name": entry["name"], **args}
+
+        evals = self._eval_set(eval_set, convert)[0]
+        crf.fit(
             label_node_features(x, self.n_labels_),
             y.ravel(),
             eval_set=evals,
             verbose=verbose,
             **self._tree_args(x, parents),
         )
-        self.booster_ = self.crf_.booster_
-        self.evals_result_ = self.crf_.evals_result_
-        self.best_iteration_ = self.crf_.best_iteration_
-        self.validation_sequences_ = self.crf_.validation_sequences_
+        self._adopt_crf(crf)
+        return self
+
+    def to_document(
+        self,
+    ) -> dict[str, Any]:
+        """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
+
+        Returns
+        -------
+        dict
+            ``estimator`` (class name), ``params``, ``n_labels``,
+            ``n_features_in``, ``mutual_information`` (``(L, L)``; the
+            Chow-Liu tree and the ESS pairs follow from it), ``pairwise``
+            (the ESS pair models' XGBoost JSON, ``[fold][pair]``, or None)
+            and ``crf`` (the tree CRF's document).
+        """
+        check_is_fitted(self, "crf_")
+        return {
+            "estimator": type(self).__name__,
+            "params": self._json_params(),
+            "n_labels": int(self.n_labels_),
+            "n_features_in": int(self.n_features_in_),
+            "mutual_information": self.mutual_information_.tolist(),
+            "pairwise": self.pairwise_.to_document() if self.structure == "ess" else None,
+            "crf": self.crf_.to_document(),
+        }
+
+    def from_document(
+        self: _Self,
+        doc: dict[str, Any],
+        where: str = "the model document",
+    ) -> _Self:
+        """Set this estimator from :meth:`to_document`'s dict, validated.
+
+        Built on a fresh estimator and swapped in whole once valid: a damaged
+        document raises a ValueError naming ``where`` and leaves this
+        estimator unchanged.
+
+        Parameters
+        ----------
+        doc : dict
+        where : str
+            Where the dict came from, for the messages.
+
+        Returns
+        -------
+        self
+        """
+        staged = type(self)()
+        staged.set_params(**self._document_params(doc, where))
+        try:
+            staged._check_params()
+        except ValueError as err:
+            raise ValueError(f"{where} is damaged: {err}") from None
+        n_labels = field(doc, "n_labels", int, where)
+        n_features = field(doc, "n_features_in", int, where)
+        info = doc.get("mutual_information")
+        if (
+            n_labels < 1
+            or n_features < 1
+            or not isinstance(info, list)
+            or len(info) != n_labels
+            or not all(isinstance(r, list) and len(r) == n_labels for r in info)
+            or not all(type(v) in (int, float) and np.isfinite(v) for r in info for v in r)
+        ):
+            raise ValueError(
+                f"{where} is damaged: n_labels and n_features_in must be positive and "
+                "mutual_information a square matrix of finite numbers, one row per label."
+            )
+        staged.n_labels_, staged.n_features_in_ = n_labels, n_features
+        staged.mutual_information_ = np.asarray(info, dtype=np.float64)
+        if staged.structure == "chow-liu":
+            staged.tree_ = spanning_tree_parents(staged.mutual_information_)
+        elif staged.structure == "ess":
+            staged.pairs_ = staged._top_pairs()
+            staged.pairwise_ = staged._pairwise_models().load_document(
+                doc.get("pairwise"), n_features, where
+            )
+        crf = TreeCRFClassifier().from_document(field(doc, "crf", dict, where), where)
+        if (
+            crf.get_params() != staged._crf_estimator().get_params()
+            or crf.classes_.tolist() != [0, 1]
+            or crf.n_features_in_ != n_features + n_labels
+        ):
+            raise ValueError(
+                f"{where} is damaged: its tree CRF does not match the estimator's parameters, "
+                f"its labels 0/1 and its {n_features} + {n_labels} node features."
+            )
+        staged._adopt_crf(crf)
+        self.__dict__.clear()
+        self.__dict__.update(staged.__dict__)
         return self
 
     def _gain_importance(self):

@@ -5,8 +5,9 @@ contiguous and ``parents`` gives each node's parent within its instance
 (``-1`` for a root). Labels may be of any hashable type (``classes_``).
 The estimator speaks the dialect of the chain estimators
 (:mod:`structboost.estimators.base`): instances are given by ``groups`` or
-``lengths``, and ``eval_set`` entries are ``(X, y, groups_or_lengths,
-parents[, edge_types])`` tuples or dicts.
+``lengths``, or ``X`` is a list of instances (with ``y``, ``parents`` and
+``edge_types`` flat or lists alike), and ``eval_set`` entries are ``(X, y,
+groups_or_lengths, parents[, edge_types])`` tuples or dicts.
 """
 
 from collections.abc import Sequence
@@ -17,9 +18,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._typing import ArrayLike, Floats
 from ..engines.xgboost import xgb_params
 from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_likelihood
-from ..engines.xgboost_tree import tree_crf_objective, tree_dmatrix
+from ..engines.xgboost import load_state
+from ..engines.xgboost_tree import TREE_STATE_KEY, tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..sequences import sequence_weights
+from ..transitions.tree import TreeTransitionParams
 from .base import (
     HELD_OUT_NAME,
     BoostedCRFClassifier,
@@ -28,7 +31,8 @@ from .base import (
     split_sequences,
 )
 from ._docs import STOPPING_PARAMS
-from .inputs import eval_entry
+from .inputs import ListInputs, flatten_y, nest
+from .model_file import ModelFile
 
 _STRUCTURE = ("parents", "edge_types")
 
@@ -41,12 +45,20 @@ def _edge_type_count(edge_types, given):
     return int(np.max(edge_types)) + 1 if len(edge_types) else 1
 
 
+def _flat_structure(parents, edge_types, lengths):
+    """``parents`` and ``edge_types`` ``(n,)``, flat or given as one array per instance."""
+    if parents is None:
+        raise ValueError("parents is required: the parent of each row within its instance.")
+    parents = flatten_y(parents, lengths, "parents")
+    return parents, None if edge_types is None else flatten_y(edge_types, lengths, "edge_types")
+
+
 _Self = TypeVar("_Self", bound="TreeCRFClassifier")
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
           solvers=TREE_SOLVERS, stopping_params=STOPPING_PARAMS)  # fmt: skip
-class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
+class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassifier):
     """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
 
     Parameters
@@ -100,6 +112,12 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     n_classes_ : int
     feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
+
+    Notes
+    -----
+    ``save_model(path)`` writes the fitted estimator as one JSON file and
+    ``load_model(path)`` reads it back (validated; reading runs no code), as
+    for :class:`structboost.XGBCRFClassifier`.
     """
 
     def __init__(
@@ -169,12 +187,16 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
 
         Parameters
         ----------
-        X : (n, d) array-like or scipy sparse matrix
-        y : (n,) array-like
+        X : (n, d) array-like or scipy sparse matrix, or list
+            One row per node, the rows of an instance contiguous; or one
+            entry per instance, as the chain estimators take sequences:
+            2-D arrays ``(n_i, d)`` or lists of feature dicts (then no
+            ``groups`` or ``lengths``, and ``predict`` returns lists).
+        y : (n,) array-like, or list of label lists
             Labels of any hashable type.
-        parents : (n,) array-like of int
+        parents : (n,) array-like of int, or list of ``(n_i,)`` arrays
             Parent of each row within its instance, ``-1`` for a root.
-        edge_types : (n,) array-like of int, optional
+        edge_types : (n,) array-like of int, or list of ``(n_i,)`` arrays, optional
         groups : (n,) array-like, optional
             Per-row instance id (rows of an instance contiguous).
         lengths : (m,) array-like of int, optional
@@ -183,7 +205,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             Per-row weights, equal within each instance (a CRF weighs instances).
         eval_set : list of tuple or dict, optional
             ``(X, y, groups_or_lengths, parents[, edge_types])`` tuples or
-            dicts with those keys; the last one drives early stopping.
+            dicts with those keys (and optionally ``"name"``, ``X`` a list of
+            instances without ``groups``/``lengths``); the last one drives
+            early stopping.
         verbose : bool or int
             Print the metrics of the ``eval_set`` (or of the held-out
             sequences of automatic early stopping) every round (``True``, the
@@ -195,8 +219,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         self
         """
         self._check_params()
-        X, lengths = self._boundaries(X, groups, lengths, reset=True)
-        classes, codes = self._fit_classes(y, X.shape[0])
+        X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
+        classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y, X.shape[0])
+        parents, edge_types = _flat_structure(parents, edge_types, lengths)
         metrics = eval_metrics(self.eval_metric)
         self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
         obj = tree_crf_objective(len(classes), self.n_edge_types_, self._objective_spec(metrics))
@@ -217,16 +242,15 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             dvalid.append(self._dmatrix(*held))
             names.append(HELD_OUT_NAME)
         dtrain = self._dmatrix(*train)
-        for i, item in enumerate(eval_set or ()):
-            e = eval_entry(item, i, lambda X: np.shape(X)[0], _STRUCTURE)
-            names.append(e["name"])
-            Xe, le = self._boundaries(
-                e["X"], e["groups"], e["lengths"], reset=False, where=f"eval_set[{i}]"
-            )
-            codes_e = self._encode(e["y"], Xe.shape[0], classes)
-            dvalid.append(
-                self._dmatrix(Xe, codes_e, le, e["parents"], e["edge_types"], e["sample_weight"])
-            )
+
+        def convert(e, where):
+            Xe, le, codes_e = self._eval_rows(e, where, classes)
+            par, types = _flat_structure(e["parents"], e["edge_types"], le)
+            return self._dmatrix(Xe, codes_e, le, par, types, e["sample_weight"])
+
+        evals, eval_names = self._eval_set(eval_set, convert, _STRUCTURE)
+        dvalid += evals
+        names += eval_names
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
         )
@@ -236,9 +260,24 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         return self
 
-    def _inputs(self, X, groups, lengths):
+    def _load_state(self):
+        return load_state(self.booster_, TREE_STATE_KEY, TreeTransitionParams,
+                          "tree_crf_objective")  # fmt: skip
+
+    def _state_loaded(self, state):
+        found = state[2].n_edge_types
+        if self.n_edge_types is not None and self.n_edge_types != found:
+            raise ValueError(
+                f"damaged: n_edge_types is {self.n_edge_types} but its CRF has "
+                f"potentials for {found} edge types."
+            )
+        self.n_edge_types_ = found
+
+    def _inputs(self, X, parents, edge_types, groups, lengths):
+        """Flat rows, lengths ``(m,)``, parents, edge types and whether ``X`` was a list."""
         check_is_fitted(self)
-        return self._boundaries(X, groups, lengths, reset=False)
+        X, lens, nested = self._check_X(X, groups, lengths, reset=False)
+        return (X, lens, *_flat_structure(parents, edge_types, lens), nested)
 
     def predict(
         self,
@@ -249,9 +288,16 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         groups: ArrayLike | str | None = None,
         lengths: ArrayLike | None = None,
     ) -> Any:
-        """MAP labelling of every tree, ``(n,)`` in the original labels."""
-        X, lens = self._inputs(X, groups, lengths)
-        return self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
+        """MAP labelling of every tree, ``(n,)`` in the original labels.
+
+        Returns
+        -------
+        (n,) ndarray, or a list of label lists when ``X`` was a list of instances
+        """
+        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
+                                                            lengths)  # fmt: skip
+        labels = self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
+        return nest(labels, lens) if nested else labels
 
     def predict_marginals(
         self,
@@ -262,9 +308,16 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         groups: ArrayLike | str | None = None,
         lengths: ArrayLike | None = None,
     ) -> Any:
-        """Node marginals ``(n, K)`` in ``classes_`` order."""
-        X, lens = self._inputs(X, groups, lengths)
-        return predict_tree_marginals(self.booster_, X, lens, parents, edge_types)
+        """Node marginals ``(n, K)`` in ``classes_`` order.
+
+        Returns
+        -------
+        (n, K) ndarray, or a list of ``(n_i, K)`` arrays when ``X`` was a list of instances
+        """
+        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
+                                                            lengths)  # fmt: skip
+        marginals = predict_tree_marginals(self.booster_, X, lens, parents, edge_types)
+        return nest(marginals, lens, as_lists=False) if nested else marginals
 
     def predict_proba(
         self,
@@ -290,8 +343,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         lengths: ArrayLike | None = None,
     ) -> Floats:
         """``log P(y | x)`` of every instance, ``(m,)``."""
-        X, lens = self._inputs(X, groups, lengths)
-        codes = self._encode(y, X.shape[0], self.classes_)
+        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
+                                                            lengths)  # fmt: skip
+        codes = self._encode(flatten_y(y, lens) if nested else y, X.shape[0], self.classes_)
         return tree_log_likelihood(self.booster_, X, codes, lens, parents, edge_types)
 
     def score(
@@ -306,7 +360,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         sample_weight: ArrayLike | None = None,
     ) -> float:
         """Node accuracy of the MAP labelling (weighted by ``sample_weight`` per row)."""
-        pred = self.predict(X, parents=parents, edge_types=edge_types, groups=groups,
-                            lengths=lengths)  # fmt: skip
+        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
+                                                            lengths)  # fmt: skip
+        pred = self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
+        truth = np.asarray(flatten_y(y, lens) if nested else y)
         weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        return float(np.average(pred == np.asarray(y), weights=weights))
+        return float(np.average(pred == truth, weights=weights))

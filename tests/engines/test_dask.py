@@ -1,5 +1,6 @@
 """Distributed training on a loopback LocalCluster equals single-process training."""
 
+import json
 import os
 import sys
 import threading
@@ -132,7 +133,7 @@ def test_a_worker_without_training_rows_takes_part(client):
     np.testing.assert_allclose(out["history"]["valid"]["crf-nll"], history, rtol=1e-6)
 
 
-def test_estimator_on_a_dataframe_with_string_labels(client):
+def test_estimator_on_a_dataframe_with_string_labels(client, tmp_path):
     X, y, lengths = _data(m=30, seed=2)
     train, frame = _frame(X, y, lengths, cuts=(9, 21))
     est = DaskXGBCRFClassifier(
@@ -155,6 +156,43 @@ def test_estimator_on_a_dataframe_with_string_labels(client):
     )
     marginals = est.predict_marginals(train.drop(columns="label"), groups="seq").compute()
     assert list(marginals.columns) == ["a", "b", "c"]
+    # The JSON model file: a bit-identical round trip that keeps the loader's client.
+    est.save_model(tmp_path / "dask.json")
+    back = DaskXGBCRFClassifier()
+    back.client = client
+    assert back.load_model(tmp_path / "dask.json") is back and back.client is client
+    assert back.get_params() == est.get_params() and back.evals_result_ == est.evals_result_
+    pd.testing.assert_frame_equal(
+        back.predict_marginals(train.drop(columns="label"), groups="seq").compute(), marginals
+    )
+    with pytest.raises(ValueError, match="holds a DaskXGBCRFClassifier"):
+        sb.XGBCRFClassifier().load_model(tmp_path / "dask.json")
+    doc = json.loads((tmp_path / "dask.json").read_text())
+    doc["classes"]["values"].append("d")
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=f"{tmp_path / 'bad.json'}.*4 labels"):
+        back.load_model(tmp_path / "bad.json")
+
+
+def test_estimator_metric_and_named_eval_set(client):
+    X, y, lengths = _data(m=20, seed=5)
+    train, frame = _frame(X, y, lengths, cuts=(10,))
+    features, labels = train.drop(columns="label"), train["label"]
+    est = DaskXGBCRFClassifier(n_estimators=3, max_depth=2, n_jobs=1, eval_metric="crf-error")
+    est.fit(features, labels, groups="seq", verbose=False,
+            eval_set=[{"X": features, "y": labels, "groups": "seq", "name": "train"}])
+    single = sb.XGBCRFClassifier(n_estimators=3, max_depth=2, n_jobs=1, eval_metric="crf-error")
+    single.fit(frame.drop(columns="label"), frame["label"], groups="seq", verbose=False,
+               eval_set=[{"X": frame.drop(columns="label"), "y": frame["label"],
+                          "groups": "seq", "name": "train"}])  # fmt: skip
+    assert list(est.evals_result_) == ["train"] and list(est.evals_result_["train"]) == [
+        "crf-error"
+    ]
+    np.testing.assert_allclose(est.evals_result_["train"]["crf-error"],
+                               single.evals_result_["train"]["crf-error"], atol=1e-6)  # fmt: skip
+    for metric in (lambda y_true, y_proba: 0.0, ["crf-nll", "crf-error"]):
+        with pytest.raises(ValueError, match="one metric summed over the workers"):
+            est.set_params(eval_metric=metric).fit(features, labels, groups="seq")
 
 
 def test_a_split_sequence_raises_naming_it(client):

@@ -7,6 +7,7 @@ import pytest
 from scipy.sparse.csgraph import minimum_spanning_tree
 from sklearn.base import clone
 
+from structboost.estimators.arff import read_arff_multilabel
 from structboost.estimators.multilabel import (
     ESSTreeCRFClassifier,
     PairwiseLabelModels,
@@ -15,7 +16,6 @@ from structboost.estimators.multilabel import (
     label_mutual_information,
     label_node_features,
     mutual_information,
-    read_arff_multilabel,
     spanning_tree_parents,
 )
 from structboost.inference.tree import check_tree
