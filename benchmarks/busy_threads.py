@@ -4,13 +4,12 @@ Runs ``XGBCRFClassifier`` (max_depth 6, 60 rounds) on the first ``--words``
 OCR words, first with ``n_jobs=None`` (XGBoost, numba and BLAS each take
 every core) and then with ``n_jobs=1`` (the one thread setting), while one
 other process spins on a core (``--busy 0`` for an idle machine).
-``--preload xgboost`` imports XGBoost (and with it its OpenMP runtime)
-before structboost, as a script that starts with ``import xgboost`` does:
-structboost can then no longer ask that runtime to wait passively, and the
-default thread count is the cores idle at the start of the fit.
+``n_jobs=None`` takes the cores idle when ``fit`` starts
+(``structboost._config.default_threads``). ``--preload xgboost`` imports
+XGBoost before structboost, as many scripts do (the order does not matter).
 
     python benchmarks/busy_threads.py --data /path/to/ocr --words 2000
-    python benchmarks/busy_threads.py --data /path/to/ocr --preload xgboost
+    python benchmarks/busy_threads.py --data /path/to/ocr --busy 0
 """
 
 import argparse
@@ -39,9 +38,8 @@ def main():
     from structboost import XGBCRFClassifier, _config
     from structboost.datasets import load_ocr
 
-    print(f"OpenMP waits passively: {_config.OPENMP_PASSIVE} "
-          f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}); load {os.getloadavg()}",
-          flush=True)
+    print(f"user's passive OpenMP policy: {_config.user_waits_passively()}; "
+          f"idle cores now: {_config.idle_cores()}; load {os.getloadavg()}", flush=True)
     data = load_ocr(args.data)
     lengths = data.lengths[: args.words]
     n = int(lengths.sum())

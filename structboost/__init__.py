@@ -19,12 +19,6 @@ per row are the CRF node potentials. Three doors:
 
 import logging
 
-from . import _config
-
-# Before anything loads an OpenMP runtime (XGBoost, scikit-learn, numba):
-# their idle threads wait without spinning unless the user chose otherwise.
-_config.request_passive_openmp()
-
 from ._extras import require_xgboost
 
 require_xgboost()  # before the imports below need it

@@ -12,31 +12,24 @@ transitions are legal input.
 pool is woken for a 10-sequence fit), larger ones the ``prange`` kernels on
 ``nthread`` threads (numba's default when None).
 
-The OpenMP wait policy: an OpenMP runtime (XGBoost's, scikit-learn's,
+Threads on a busy machine: an OpenMP runtime (XGBoost's, scikit-learn's,
 LightGBM's and numba's ``omp`` threading layer each load one) keeps its idle
-threads spinning by default. On a machine whose cores are busy with other
-work, a thread team that spins between the many short parallel regions of a
-boosting round takes the cores its own other threads wait for: a fit with
-every core then ran 10-70x slower than with one thread (measured with XGBoost
-alone as well as with structboost, ``benchmarks/busy_threads.py``).
-:func:`request_passive_openmp` runs when structboost is imported: unless the
-user chose a policy, it sets ``OMP_WAIT_POLICY=PASSIVE`` for the runtimes
-that load afterwards (they read it once, when they load). When one was
-loaded before (``import sklearn`` or ``import xgboost`` first) and spins,
-:func:`default_threads` gives the estimators' ``n_jobs=None`` the cores that
-are idle at the start of the fit instead of all of them.
-
-numba caches compiled kernels next to the package or, failing that, in the
-user's cache folder. On a read-only install with no writable home folder
-(common in containers) it has neither, and ``cache=True`` would make the
-import fail: :func:`cache_fallback` then points numba's cache at a folder
-of the temporary directory (``CACHE_FALLBACK``), which the first compile's
-log line names.
+threads spinning between parallel regions. On cores that other work keeps
+busy, a team that spins between the many short regions of a boosting round
+takes the cores its own other threads wait for: a fit with every core ran
+10-70x slower than with one thread (XGBoost alone as well as with
+structboost, ``benchmarks/busy_threads.py``). A passive wait policy
+(``OMP_WAIT_POLICY=PASSIVE``) cures that but costs a quiet machine more
+than the second core gains (60 OCR rounds: 9.3 s on two passive threads
+against 6.3 s on one and 5.0 s on two spinning ones), so structboost leaves
+the policy alone and gives the estimators' ``n_jobs=None`` the cores that are
+idle when ``fit`` starts (:func:`default_threads`): every core on a quiet
+machine, fewer beside other work. A user who chose passive waiting
+(:func:`user_waits_passively`) gets every core.
 """
 
 import contextlib
 import os
-import sys
 import tempfile
 import time
 from typing import Any
@@ -131,63 +124,19 @@ def check_nthread(nthread):
     return int(nthread)
 
 
-#: Environment variables through which a user chooses the OpenMP wait policy.
-_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
-#: Python modules whose import loads an OpenMP runtime (where /proc is missing).
-_OPENMP_MODULES = ("xgboost", "lightgbm", "sklearn", "torch")
-#: Whether every OpenMP runtime of this process waits without spinning
-#: (set by :func:`request_passive_openmp`).
-OPENMP_PASSIVE = False
+def user_waits_passively(environ=None):
+    """Whether the environment makes OpenMP threads wait without spinning.
 
-
-def _openmp_loaded():
-    """Whether an OpenMP runtime is loaded in this process already."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            text = maps.read()
-    except OSError:
-        return any(name in sys.modules for name in _OPENMP_MODULES)
-    return any(lib in text for lib in ("libgomp", "libomp", "libiomp"))
-
-
-def _passive(environ):
-    """Whether the user's variables make OpenMP threads wait without spinning."""
+    ``OMP_WAIT_POLICY=passive``, ``GOMP_SPINCOUNT=0`` (GNU) or
+    ``KMP_BLOCKTIME=0`` (LLVM and Intel), read from ``environ``
+    (``os.environ``).
+    """
+    environ = os.environ if environ is None else environ
     if environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive":
         return True
     return environ.get("GOMP_SPINCOUNT", "").strip() == "0" or (
         environ.get("KMP_BLOCKTIME", "").strip() == "0"
     )
-
-
-def request_passive_openmp(environ=None, loaded=None):
-    """Ask the OpenMP runtimes loaded from now on to wait without spinning.
-
-    Sets ``OMP_WAIT_POLICY=PASSIVE`` unless the user set ``OMP_WAIT_POLICY``,
-    ``GOMP_SPINCOUNT`` or ``KMP_BLOCKTIME`` (their choice stands) or a
-    runtime is loaded already (it read its policy when it loaded).
-
-    Parameters
-    ----------
-    environ : mapping, optional
-        The environment to read and change (``os.environ``).
-    loaded : bool, optional
-        Whether an OpenMP runtime is loaded (found out when None).
-
-    Returns
-    -------
-    bool
-        Whether OpenMP threads wait passively (also :data:`OPENMP_PASSIVE`).
-    """
-    global OPENMP_PASSIVE
-    environ = os.environ if environ is None else environ
-    if any(name in environ for name in _WAIT_VARIABLES):
-        OPENMP_PASSIVE = _passive(environ)
-    elif _openmp_loaded() if loaded is None else loaded:
-        OPENMP_PASSIVE = False
-    else:
-        environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        OPENMP_PASSIVE = True
-    return OPENMP_PASSIVE
 
 
 def _cpu_times():
@@ -221,12 +170,12 @@ def idle_cores(window=0.05):
 def default_threads():
     """Threads of a fit whose estimator has ``n_jobs=None``.
 
-    None (each engine's default: every core) while OpenMP waits passively;
-    otherwise a spinning runtime was loaded before structboost, and the fit
-    takes the cores idle at its start (:func:`idle_cores`), so that it never
-    fights busy cores for its own threads.
+    None (each engine's default: every core) when the user made OpenMP wait
+    passively (:func:`user_waits_passively`); otherwise the cores idle at the
+    start of the fit (:func:`idle_cores`), so that spinning thread teams never
+    fight other work for busy cores.
     """
-    if OPENMP_PASSIVE:
+    if user_waits_passively():
         return None
     now = time.monotonic()
     if now - _LAST_COUNT[0] > _COUNT_LIFETIME:  # one count serves every part of one fit
@@ -234,8 +183,9 @@ def default_threads():
     return _LAST_COUNT[1]
 
 
-#: Seconds a count of idle cores serves (the calls of one fit ask in turn).
-_COUNT_LIFETIME = 1.0
+#: Seconds a count of idle cores serves: the calls of one fit ask in quick turn,
+#: and a fit that starts later counts afresh.
+_COUNT_LIFETIME = 0.25
 _LAST_COUNT = [-float("inf"), None]
 
 
