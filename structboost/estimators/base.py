@@ -413,13 +413,8 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         return np.sort(order[:n_held]).astype(np.int64)
 
     # -- threads ----------------------------------------------------------
-    def _threads(self):
-        """The one thread count, ``n_jobs``.
-
-        None or <= 0: :func:`structboost._config.default_threads` (None, each
-        engine's default, unless a spinning OpenMP runtime was loaded before
-        structboost: then the cores idle when the fit starts).
-        """
+    def _n_jobs(self):
+        """``n_jobs`` as given: a positive int, or None (also for values <= 0)."""
         engine = self._engine_kwargs()
         refused = [k for k in _ENGINE_THREADS if k in engine]
         if refused:
@@ -428,9 +423,18 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
                 f"pass n_jobs={engine[refused[0]]!r} instead."
             )
         value = engine.get("n_jobs")
-        if value is None or value <= 0:
-            return _config.default_threads()
-        return int(value)
+        return None if value is None or value <= 0 else int(value)
+
+    def _threads(self):
+        """The thread count of a fit: ``n_jobs``, else the idle cores.
+
+        None or <= 0: :func:`structboost._config.default_threads` (the cores
+        idle when the fit starts; None, each engine's default, when the user
+        made OpenMP wait passively). Prediction uses :meth:`_n_jobs` and
+        counts nothing.
+        """
+        n = self._n_jobs()
+        return _config.default_threads() if n is None else n
 
     def _engine_params(self):
         """The engine keyword arguments, with the thread count of :meth:`_threads`."""
@@ -442,8 +446,8 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
 
     @contextlib.contextmanager
     def _thread_limits(self):
-        """numba kernels and BLAS on :meth:`_threads` threads inside the block (prediction)."""
-        n = self._threads()
+        """numba kernels and BLAS on ``n_jobs`` threads inside the block (prediction)."""
+        n = self._n_jobs()
         if n is None:
             yield
             return

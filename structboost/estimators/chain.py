@@ -195,7 +195,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         """Training or evaluation DMatrix (edge rows of ``num_labels`` labels when boosted)."""
         names = getattr(self, "feature_names_in_", None)
         engine = self._engine_kwargs()
-        threads = self._threads()
+        threads = self._n_jobs()  # building a DMatrix counts no idle cores
         if self._boosted_transitions:
             return edge_dmatrix(
                 X, labels, lengths, num_labels=num_labels, weight=seq_weight,
