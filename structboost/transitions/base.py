@@ -166,9 +166,6 @@ class PenalisedProblem:
             )
         return post
 
-    #: Whether the batch is one block, whose posterior outlives its pass (see :meth:`blocks`).
-    keeps_posterior = True
-
     def blocks(self, params, rates=False, need=VALUE):
         """The posterior at ``params`` block by block.
 

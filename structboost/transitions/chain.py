@@ -267,11 +267,6 @@ class TransitionProblem(PenalisedProblem):
             _clip_curvature(curvature, self.num_labels)
         return Evaluation(log_z, expected, curvature)
 
-    @property
-    def keeps_posterior(self):
-        """Whether the batch is one block, whose posterior outlives its pass."""
-        return self._one is not None
-
     def blocks(self, params, rates=False, need=VALUE):
         """The posterior at ``params`` block by block (see :meth:`PenalisedProblem.blocks`).
 
