@@ -51,7 +51,6 @@
 
 import contextlib
 import math
-import numbers
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -355,9 +354,8 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         -------
         Stopping
         """
+        # Types and ranges were checked once, by _check_params (estimators/checks.py).
         mode, patience = self.early_stopping, self.early_stopping_rounds
-        if not (isinstance(mode, bool) or mode == "auto"):
-            raise ValueError(f"early_stopping must be 'auto', True or False; got {mode!r}.")
         if mode is False and patience is not None:
             raise ValueError(
                 f"early_stopping=False but early_stopping_rounds={patience!r}: drop one of them."
@@ -378,28 +376,15 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
                 held_out = self._held_out(m)
                 automatic = True
             if automatic:
-                patience = self._patience()
+                patience = int(self.n_iter_no_change)
         rounds = self.n_estimators
         if rounds is None:
             rounds = ROUNDS_STOPPED if automatic else ROUNDS_FIXED
-        elif not isinstance(rounds, numbers.Integral) or isinstance(rounds, bool) or rounds < 1:
-            raise ValueError(f"n_estimators must be a positive int or None; got {rounds!r}.")
         return Stopping(int(rounds), patience, held_out)
-
-    def _patience(self):
-        value = self.n_iter_no_change
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"n_iter_no_change must be a positive int; got {value!r}.")
-        return int(value)
 
     def _held_out(self, m):
         """Sorted positions ``(v,)`` of the ``validation_fraction`` of ``m`` sequences held out."""
-        fraction = self.validation_fraction
-        if not isinstance(fraction, numbers.Real) or not 0.0 < fraction < 1.0:
-            raise ValueError(
-                f"validation_fraction must be a float in (0, 1); got {fraction!r}."
-            )
-        n_held = math.ceil(fraction * m)
+        n_held = math.ceil(self.validation_fraction * m)
         if m < 2 or n_held >= m:
             raise ValueError(
                 f"early stopping holds out {n_held} of the {m} training sequences, which leaves "
