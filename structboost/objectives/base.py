@@ -33,7 +33,7 @@ from ..sequences import sequence_blocks
 from ..transitions.base import CURVATURE, VALUE, identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
-from ..transitions.onestep import ONE_PASS_SOLVERS, OneStep
+from ..transitions.onestep import OneStep
 from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, metric_name
 from .step import SecantScale, bound_factor
 
@@ -212,8 +212,8 @@ class NodeObjective:
         self.step_scale = (
             SecantScale() if spec.mode == "gbcrf" and spec.step == "adaptive" else None
         )
-        # transition_iter=1: rounds of one pass where the solver allows (transitions.onestep)
-        self.one_pass = spec.transition_iter == 1 and spec.transition_solver in ONE_PASS_SOLVERS
+        # rounds of one pass where the solver allows (transitions.onestep)
+        self.one_pass = spec.one_pass
         self.params = self._zero_params()
         # the L-BFGS refit's curvature pairs, carried from round to round
         # (a copied or pickled objective starts with none)
@@ -431,7 +431,7 @@ class NodeObjective:
 
     def _grad_hess(self, u, batch, out):
         t0 = time.process_time()
-        problem = params = None
+        problem = params = scale = None
         steps = self._steps() if self.uses_transitions else None
         if self.uses_transitions:
             problem = self._problem(u, batch)
@@ -439,26 +439,33 @@ class NodeObjective:
             params = None if steps is None else steps.params(problem, self.params)
         if params is not None:
             self.params = params
-            return self._one_pass(u, batch, out, problem, steps, t0)
+            if self._one_pass(u, batch, out, problem, steps, t0):
+                return out
+            # the transitions lag: this round refits from its pass (the solver's
+            # first evaluation), at the scale that pass fitted
+            scale = 1.0 if self.step_scale is None else self.step_scale.scale
+            t0 = time.process_time()
         if problem is not None:  # the refit round: its passes, then one for G and H
             solver = self.spec.transition_solver
-            if self.step_scale is not None:  # the NLL at the last round's transitions
-                # (the solver's first evaluation reuses this pass)
+            if self.step_scale is not None and scale is None:  # the NLL at the last
+                # round's transitions (the solver's first evaluation reuses this pass)
                 before = problem.evaluate(
                     self.params, FIRST_NEED[solver], rates=solver == "newton"
                 ).log_z
                 scale = self.step_scale.update(u, before, batch, self.allreduce)
             iters = DEFAULT_ITER[solver] if steps is not None else self.spec.iterations
             self.params = refit(problem, self.params, solver, iters, self._lbfgs_memory)
-            if steps is not None:  # the next round steps from its own pass
-                steps.record(self.params, problem.free)
-                steps.refits += 1
         t1 = time.process_time()
         log_z = np.empty(batch.offsets.shape[0] - 1) if self.step_scale is not None else None
         inference = [0.0]
         bound_scale = scale if self.step_scale is not None else 1.0
-        blocks = _timed(self._node_blocks(u, batch, problem), inference)
+        need = VALUE if steps is None else steps.need
+        blocks = _timed(self._node_blocks(u, batch, problem, need), inference)
         self._write_blocks(blocks, batch, out, bound_scale, log_z, None)
+        if steps is not None:  # the next round steps from its own pass, checked against this one
+            steps.start(problem, self.params, self.allreduce(
+                steps.local_sums(problem, self.params, _node_score(u, batch))
+            ))  # fmt: skip
         if self.step_scale is not None:
             self.step_scale.remember(u, log_z, batch, *out, borrow=out[0].dtype == np.float32)
         t2 = time.process_time()
@@ -473,7 +480,9 @@ class NodeObjective:
         The pass writes G and, with the adaptive step, ``p (1 - p)`` (H
         waits for the scale); its sums and the secant's cross the workers
         in one allreduce; the scale finishes H and the sums give the next
-        round's transition step.
+        round's transition step. Returns False, with the secant's scale
+        fitted and nothing else kept, when the round must refit from its
+        pass instead (:meth:`~structboost.transitions.onestep.OneStep.finish`).
         """
         secant = self.step_scale
         inference = [0.0]
@@ -498,16 +507,18 @@ class NodeObjective:
         if secant is not None:
             scale = secant.fit(None if own is None else summed[:4], moved,
                                steps.explained(summed[4:]))
-            self._scale_hess(raw, gamma_rows, scale, rows_w, out[1])
         t2 = time.process_time()
-        steps.finish(problem, self.params, summed[4:])
-        if secant is not None:
-            secant.remember(u, log_z, batch, *out, borrow=out[0].dtype == np.float32)
+        refit_now = steps.finish(problem, self.params, summed[4:])
         t3 = time.process_time()
         self.timings["transitions"] += t3 - t2
         self.timings["inference"] += inference[0]
         self.timings["gamma"] += t2 - t0 - inference[0]
-        return out
+        if refit_now:
+            return False
+        if secant is not None:
+            self._scale_hess(raw, gamma_rows, scale, rows_w, out[1])
+            secant.remember(u, log_z, batch, *out, borrow=out[0].dtype == np.float32)
+        return True
 
     def evaluate(
         self, margins: Any, batch: Any, metric: str | None = None

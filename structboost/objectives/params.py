@@ -21,6 +21,7 @@ import numpy as np
 from .. import _config
 from ..inference.chain import GAMMA_METHODS
 from ..transitions.chain import SOLVERS
+from ..transitions.onestep import ONE_PASS_SOLVERS
 
 MODES = ("gbcrf", "treecrf", "logitboost")
 #: Transition solvers of tree CRFs (the majorization bound is for chains).
@@ -34,7 +35,8 @@ EDGE_MODES = ("gbcrf", "treecrf")
 EDGE_BOUNDS = ("mixing", "length")
 #: Step sizes of GBCRF: the Hessian bound itself, or scaled to the measured curvature (:mod:`.step`).
 STEPS = ("bound", "adaptive")
-#: Solver iterations per boosting round when ``transition_iter`` is None.
+#: Iterations of a refit (``transition_iter`` None with ``"majorize"``; the
+#: refit rounds of one-pass training, :mod:`structboost.transitions.onestep`).
 DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 #: Keywords of earlier development versions and their names now.
 RENAMED = {"gamma": "hessian_bound", "transitions": "transition_solver"}
@@ -101,15 +103,16 @@ class ObjectiveSpec:
     )
     transition_iter: object = _setting(
         None, "int",
-        "None: every round refits the transitions before its pass, with "
-        + ", ".join(f"{v} iteration(s) of {k}" for k, v in DEFAULT_ITER.items()),
-        "(L-BFGS stops earlier once its next step is predicted to gain",
-        "little, :mod:`structboost.transitions.lbfgs`; a Newton step is halved",
-        "until it descends), several passes a round. ``1`` with ``\"lbfgs\"``",
-        "or ``\"newton\"``: one step a round from the round's own pass, most",
-        "rounds one pass in all (:mod:`structboost.transitions.onestep`);",
-        "another count: that many iterations of the refit; 0 keeps the",
-        "transitions fixed.",
+        "None (and ``1``): with ``\"lbfgs\"`` or ``\"newton\"``, one step a",
+        "round from the round's own forward-backward pass, most rounds one",
+        "pass in all (:mod:`structboost.transitions.onestep`); with",
+        "``\"majorize\"``, one majorization step before each round's pass.",
+        "Another count: that many iterations of the refit before every",
+        "round's pass (the converged refit: ``5`` with ``\"lbfgs\"``, about",
+        "5-7 passes a round;",
+        "L-BFGS stops earlier once its next step is predicted to gain little,",
+        ":mod:`structboost.transitions.lbfgs`; a Newton step is halved until",
+        "it descends); 0 keeps the transitions fixed.",
     )  # fmt: skip
     hess_floor: float = _setting(
         1e-16, "float", "Smallest Hessian per row and label before weighting (>= 0)."
@@ -246,6 +249,11 @@ class ObjectiveSpec:
     def replace(self, **changes):
         """A copy with ``changes`` applied (validated as by :meth:`build`)."""
         return self.build(self, **changes)
+
+    @property
+    def one_pass(self):
+        """Whether rounds take their transition step from their own pass (``transition_iter``)."""
+        return self.transition_iter in (None, 1) and self.transition_solver in ONE_PASS_SOLVERS
 
     @property
     def iterations(self):

@@ -101,11 +101,10 @@ class OneStep:
         self._step = None  # (d,) pending step of the free entries
         self._grad = None  # (d,) summed gradient of the data term at the base
         self._nll = None  # the penalised NLL the last round's pass saw
-        self._refit = False  # the next round refits first
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for key in ("_base", "_free", "_step", "_grad", "_nll", "_refit"):
+        for key in ("_base", "_free", "_step", "_grad", "_nll"):
             state[key] = None  # a copy starts with a refit round
         return state
 
@@ -149,7 +148,7 @@ class OneStep:
         then applied to it.
         """
         free = problem.free
-        if self.rounds < WARMUP or self._refit or self._base is None:
+        if self.rounds < WARMUP or self._base is None:
             return None
         if not np.array_equal(current.to_vector(), self._base):
             return None
@@ -192,6 +191,14 @@ class OneStep:
             The parameters of this round's pass (of ``problem.param_type``).
         summed : (1 + d,) or (1 + 2d,) float64
             :meth:`local_sums`, summed over the workers.
+
+        Returns
+        -------
+        bool
+            Whether the round must refit from its pass instead (``"lbfgs"``:
+            the NLL rose, or the transitions lag; see the module notes),
+            then run a second pass for the G and H it hands the engine and
+            :meth:`start` from that pass. The pairs continue from ``params``.
         """
         x = problem._free_part(params.to_vector())
         d = x.shape[0]
@@ -218,12 +225,27 @@ class OneStep:
         else:
             step = self._lbfgs_step(problem, params, x, grad, data_grad)
         self.record(params, problem.free, step, data_grad)
-        if self.solver == "lbfgs":  # refit before the next pass after a rise, or when the
-            # transitions lag: their step predicts more than LAG of the round's gain
-            predicted = -0.5 * float(grad @ step)
-            self._refit = rose or (gain == gain and predicted > LAG * gain)  # (NaN: unchecked)
-            if self._refit:  # the refit starts at params, continuing the pairs
-                self.memory.end(x)
+        if self.solver != "lbfgs":
+            return False
+        # refit now after a rise, or when the transitions lag: their step predicts
+        # more than LAG of the round's gain
+        predicted = -0.5 * float(grad @ step)
+        if rose or (gain == gain and predicted > LAG * gain):  # (NaN: unchecked)
+            self.memory.end(x)  # the refit starts at params, continuing the pairs
+            return True
+        return False
+
+    def start(self, problem, params, summed):
+        """Record a refit round: the next pass is at ``params``, whose sums are ``summed``.
+
+        ``summed`` as for :meth:`finish`, of the round's pass at ``params``
+        (the refit's result), so that the next round checks its NLL and
+        pairs its gradient.
+        """
+        x = problem._free_part(params.to_vector())
+        self.record(params, problem.free, None, summed[1 : 1 + x.shape[0]])
+        self._nll = float(summed[0]) + 0.5 * problem.reg * float(x @ x)
+        self.refits += 1
 
     def _lbfgs_step(self, problem, params, x, grad, data_grad):
         """The ``"lbfgs"`` step ``(d,)`` of :meth:`finish`."""
@@ -260,7 +282,6 @@ class OneStep:
         """
         self._base = params.to_vector()
         self.rounds += 1
-        self._refit = False
         self._free = None if free is None else np.array(free, dtype=bool)
         self._step = step
         self._grad = grad
