@@ -3,7 +3,8 @@
 Every configuration is an :class:`structboost.XGBCRFClassifier` trained
 with one thread on a dataset's training part, stopped early on its
 validation part (the same budget for every lever: ``--rounds`` at most,
-``--patience``) and scored once on its test part with both decodings. The
+``--patience``) and scored once on its test part with both decodings; the
+rows also keep the training NLL per sequence of the fitted model. The
 rows of ``AS_SHIPPED`` are the estimator exactly as a user first meets it
 (no argument but the dataset's label scheme and, for LogitBoost, the mode;
 no ``eval_set``: since issue 30 the defaults hold out 10% of the training
@@ -187,7 +188,7 @@ def run_config(name, splits, test, args):
     config = CONFIGS[name]
     Xt, yt, lt = test
     valid, tested = {d: [] for d in DECODES}, {d: [] for d in DECODES}
-    rounds, cpu, wall = [], [], []
+    rounds, cpu, wall, train_nll = [], [], [], []
     for (X, y, lengths), (Xv, yv, lv) in splits:
         est = estimator(name, fixed, args)
         eval_set = None if name in AS_SHIPPED else [(Xv, yv, lv)]
@@ -196,6 +197,7 @@ def run_config(name, splits, test, args):
         cpu.append(time.process_time() - cpu0)
         wall.append(time.perf_counter() - wall0)
         rounds.append(est.best_iteration_ + 1)
+        train_nll.append(-float(np.mean(est.predict_log_likelihood(X, y, lengths=lengths))))
         for decode in DECODES:
             valid[decode].append(score(yv, est.predict(Xv, lengths=lv, decode=decode), lv))
             tested[decode].append(score(yt, est.predict(Xt, lengths=lt, decode=decode), lt))
@@ -207,6 +209,7 @@ def run_config(name, splits, test, args):
             "test": round(float(np.mean(tested[decode])), 3),
             "rounds": round(float(np.mean(rounds))), "fit_cpu_s": round(float(np.mean(cpu)), 1),
             "fit_wall_s": round(float(np.mean(wall)), 1),
+            "train_nll": round(float(np.mean(train_nll)), 5),
             "train_rows": int(np.mean([len(split[0][1]) for split in splits])),
             "date": time.strftime("%Y-%m-%d"),
             "machine": f"{platform.machine()}, xgboost {xgb.__version__}, "
@@ -218,6 +221,10 @@ def run_config(name, splits, test, args):
 
 def append_rows(path, rows):
     new = not path.exists()
+    if not new and pd.read_csv(path, nrows=0).columns.tolist() != list(rows[0]):
+        # a file of an earlier version's columns: rewritten with the new ones
+        pd.concat([pd.read_csv(path), pd.DataFrame(rows)]).to_csv(path, index=False)
+        return
     with open(path, "a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         if new:
@@ -271,7 +278,7 @@ def main(argv=None):
         rows = run_config(name, splits, test, args)
         append_rows(args.csv, rows)
         print(name, [(r["decode"], r["valid"], r["test"]) for r in rows],
-              rows[0]["rounds"], rows[0]["fit_cpu_s"], flush=True)
+              rows[0]["rounds"], rows[0]["fit_cpu_s"], rows[0]["train_nll"], flush=True)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,20 @@
-"""Per-round cost of the CRF objective beside XGBoost's native multi:softprob.
+"""Per-round cost of the CRF objective beside the engines' native multiclass rounds.
 
-One run reports, side by side (issue 14):
+One run reports, side by side (issues 14 and 27):
 
-1. **Rounds**: CPU seconds per boosting round (``time.process_time`` after a
-   warm-up round) of native ``multi:softprob`` and of each structboost mode
-   and transition solver with the same trees, on the OCR quick split's
-   training words (folds 1-8 of ``--data-dir``), for multi-output trees of
-   depth 8 and per-label trees of depth 6; the objective's share from its
+1. **Rounds**: CPU seconds per boosting round (``time.process_time``
+   between the ends of rounds) of the native multiclass objective
+   (XGBoost's ``multi:softprob``, LightGBM's ``multiclass``) and of the rows
+   of :data:`ROUND_CONFIGS` with the same trees, for XGBoost and LightGBM:
+   on the OCR quick split's training words (folds 1-8 of ``--data-dir``;
+   XGBoost's multi-output trees of depth 8 and per-label trees of depth 6,
+   LightGBM's per-label trees of 31 leaves) and, with ``--conll-dir``, on
+   sparse text (the first 3,000 sentences of CoNLL-2003's eng.train with
+   ``conll2003.py``'s features, IOB2 tags); the objective's share from its
    own timers (transitions / inference / gamma + G/H), the forward-backward
-   passes per round, and the training NLL. One-pass rows
-   (``transition_iter=1``) are timed after their warm-up refit rounds
-   (:data:`structboost.transitions.onestep.WARMUP`), continuing that model.
+   passes per round, and the training NLL. Rows with one-pass rounds (the
+   default) are timed after their warm-up refit rounds
+   (:data:`structboost.transitions.onestep.WARMUP`), in their steady state.
 2. **Steps**: CPU milliseconds of one ``CRFObjective.grad_hess`` (transition
    refit, inference, gamma, G and H) per solver on fixed margins (five
    native ``multi:softprob`` rounds on the quick split), best of 7, and the
@@ -30,7 +34,8 @@ One run reports, side by side (issue 14):
 Usage::
 
     python benchmarks/objective_speed.py --data-dir ../shared/data/ocr --threads 1 \
-        --rounds 3 [--rss-rows 1000000] [--skip rounds,steps,kernels,viterbi,rss]
+        --rounds 3 [--conll-dir ../shared/data/conll2003] [--rss-rows 1000000] \
+        [--skip rounds,text,lightgbm,steps,kernels,viterbi,rss]
 
 Prints Markdown tables for benchmarks/README.md.
 """
@@ -58,26 +63,78 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chain_kernels import random_chain  # noqa: E402
 
 
-def cpu_per_round(params, dtrain, rounds, obj=None):
-    """CPU seconds per round after one warm-up round, and the trained booster.
+#: The rows of the rounds tables: a name and the objective's keywords (None: native).
+ROUND_CONFIGS = [
+    ("native", None),
+    ("logitboost", {"mode": "logitboost"}),
+    ("gbcrf, lbfgs (default: one pass)", {}),
+    ("gbcrf, newton (one pass)", {"transition_solver": "newton"}),
+    ("gbcrf, lbfgs refit (transition_iter=5)", {"transition_iter": 5}),
+    ("treecrf, lbfgs (one pass)", {"mode": "treecrf"}),
+]
 
-    A one-pass objective (``transition_iter=1``) is timed in its steady
-    state: after ``onestep.WARMUP + 1`` untimed rounds (its warm-up refits),
-    continuing that model.
+
+class _XGBClock(xgb.callback.TrainingCallback):
+    def __init__(self, tick):
+        self.tick = tick
+
+    def after_iteration(self, model, epoch, evals_log):
+        self.tick(epoch)
+        return False
+
+
+def _train_xgb(X, y, lengths, k, tree, rounds, obj, tick):
+    """``rounds`` XGBoost rounds with ``tick(round)`` after each."""
+    if obj is None:
+        params = {**tree, "objective": "multi:softprob", "num_class": k, "base_score": 0.0}
+        dtrain, callbacks = xgb.DMatrix(X, label=y), []
+    else:
+        params = sb.xgb_params(k, **tree)
+        dtrain, callbacks = xgb.DMatrix(X, label=y, group=lengths), [obj.callback()]
+    booster = xgb.train(params, dtrain, rounds, obj=obj, callbacks=[*callbacks, _XGBClock(tick)])
+    return lambda: sb.sequence_log_likelihood(booster, X, y, lengths=lengths)
+
+
+def _train_lgb(X, y, lengths, k, tree, rounds, obj, tick):
+    """``rounds`` LightGBM rounds with ``tick(round)`` after each."""
+    import lightgbm as lgb
+
+    from structboost.engines.lightgbm import lgb_params
+
+    def clock(env):
+        tick(env.iteration)
+
+    if obj is None:
+        params = {**tree, "objective": "multiclass", "num_class": k, "verbose": -1}
+        data, callbacks = lgb.Dataset(X, label=y), []
+    else:
+        params = lgb_params(k, objective=obj, **tree)
+        data, callbacks = lgb.Dataset(X, label=y, group=lengths), [obj.callback()]
+    booster = lgb.train(params, data, rounds, callbacks=[*callbacks, clock])
+    return lambda: sb.sequence_log_likelihood(booster, X, y, lengths=lengths)
+
+
+def cpu_per_round(train, timed, obj=None):
+    """CPU seconds per round over the last ``timed`` rounds, and the training NLL per sequence.
+
+    ``train(rounds, obj, tick)`` trains; ``tick(r)`` runs after round ``r``.
+    The untimed rounds before them are one round (compiling, sketching)
+    plus, for a one-pass objective, :data:`~structboost.transitions.onestep.WARMUP`
+    (its warm-up refits): the one-pass rows are timed in their steady
+    state. The objective's timers and pass count restart with the timed
+    rounds.
     """
-    one_pass = obj is not None and obj.crf.one_pass
-    callbacks = [] if obj is None else [obj.callback()]
-    warm = onestep.WARMUP + 1 if one_pass else 1
-    model = xgb.train(params, dtrain, warm, obj=obj, callbacks=callbacks)  # compiles, sketches
-    if obj is not None:
-        obj.crf.timings = dict.fromkeys(obj.crf.timings, 0.0)
-        obj.crf.passes = 0
-        if not one_pass:
-            obj.crf.params = obj.crf._zero_params()
-    t0 = time.process_time()
-    booster = xgb.train(params, dtrain, rounds, obj=obj, callbacks=callbacks,
-                        xgb_model=model if one_pass else None)
-    return (time.process_time() - t0) / rounds, booster
+    warm = 1 + (onestep.WARMUP if obj is not None and obj.crf.one_pass else 0)
+    stamps = []
+
+    def tick(r):
+        stamps.append(time.process_time())
+        if r == warm - 1 and obj is not None:
+            obj.crf.timings = dict.fromkeys(obj.crf.timings, 0.0)
+            obj.crf.passes = 0
+
+    nll = train(warm + timed, obj, tick)
+    return (stamps[-1] - stamps[warm - 1]) / timed, -float(np.mean(nll()))
 
 
 def count_passes(obj):
@@ -88,20 +145,19 @@ def count_passes(obj):
 
     def problem(unary, batch):
         made = real(unary, batch)
+        whole = getattr(made, "_one", True) is not None  # a batch passed in one block
         evaluate = made._evaluate
 
         def counted(*args):
-            crf.passes += made.keeps_posterior  # (blocks count themselves)
+            crf.passes += whole  # (blocks count themselves)
             return evaluate(*args)
 
         made._evaluate = counted
         blocks = made.blocks
 
         def counted_blocks(params, rates=False, need=0):
-            if made.keeps_posterior:
-                yield from blocks(params, rates, need)
-                return
-            crf.passes += 1
+            if not whole:
+                crf.passes += 1
             yield from blocks(params, rates, need)
 
         made.blocks = counted_blocks
@@ -110,48 +166,89 @@ def count_passes(obj):
     crf._problem = problem
 
 
-def rounds_table(X, y, lengths, k, args):
-    configs = [
-        ("logitboost", {"mode": "logitboost"}),
-        ("treecrf, lbfgs", {"mode": "treecrf"}),
-        ("gbcrf, lbfgs (default)", {"mode": "gbcrf"}),
-        ("gbcrf, lbfgs 2 iterations", {"mode": "gbcrf", "transition_iter": 2}),
-        ("gbcrf, newton", {"mode": "gbcrf", "transition_solver": "newton"}),
-        ("gbcrf, lbfgs one pass", {"mode": "gbcrf", "transition_iter": 1}),
-        ("gbcrf, newton one pass", {"mode": "gbcrf", "transition_solver": "newton",
-                                    "transition_iter": 1}),
-    ]
+def rounds_table(cases, args):
+    """One table: every case (engine, data, trees) with every row of :data:`ROUND_CONFIGS`.
+
+    ``cases``: ``(engine, data, trees, train, k)``, ``train(rounds, obj,
+    tick)`` as for :func:`cpu_per_round`.
+    """
     print(
-        "| trees | run | CPU s / round | ratio to native | transitions | inference | gamma + G/H "
-        f"| objective / native round | passes / round | train NLL per word after {args.rounds} "
-        "rounds |"
+        "| engine | data | trees | run | CPU s / round | ratio to native | transitions | "
+        "inference | gamma + G/H | objective / native round | passes / round | "
+        "train NLL per sequence |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for trees, tree in [
-        ("multi-output, depth 8", {"max_depth": 8, "multi_strategy": "multi_output_tree"}),
-        ("per-label, depth 6", {"max_depth": 6}),
-    ]:
-        tree = {**tree, "eta": 0.3, "nthread": args.threads, "tree_method": "hist"}
-        native, _ = cpu_per_round(
-            {**tree, "objective": "multi:softprob", "num_class": k, "base_score": 0.0},
-            xgb.DMatrix(X, label=y),
-            args.rounds,
-        )
-        print(f"| {trees} | XGBoost multi:softprob (native) | {native:.3f} | 1.00 | | | | | | |")
-        for name, kw in configs:
-            obj = sb.crf_objective(k, nthread=args.threads, **kw)
-            count_passes(obj)
-            dtrain = xgb.DMatrix(X, label=y, group=lengths)
-            sec, booster = cpu_per_round(sb.xgb_params(k, **tree), dtrain, args.rounds, obj=obj)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for engine, data, trees, train, k in cases:
+        head = f"| {engine} | {data} | {trees}"
+        native = None
+        for name, kw in ROUND_CONFIGS:
+            obj = None
+            if kw is not None:
+                factory = sb.crf_objective
+                if engine == "LightGBM":
+                    from structboost.engines.lightgbm import lgb_crf_objective as factory
+                obj = factory(k, nthread=args.threads, **kw)
+                count_passes(obj)
+            sec, nll = cpu_per_round(train, args.rounds, obj)
+            if obj is None:
+                native = sec
+                print(f"{head} | {name} | {sec:.3f} | 1.00 | | | | | | |", flush=True)
+                continue
             split = {key: v / args.rounds for key, v in obj.crf.timings.items()}
-            nll = -float(np.mean(sb.sequence_log_likelihood(booster, dtrain)))
             print(
-                f"| {trees} | {name} | {sec:.3f} | {sec / native:.2f} | {split['transitions']:.3f} | "
-                f"{split['inference']:.3f} | {split['gamma']:.3f} | "
+                f"{head} | {name} | {sec:.3f} | {sec / native:.2f} | "
+                f"{split['transitions']:.3f} | {split['inference']:.3f} | {split['gamma']:.3f} | "
                 f"{sum(split.values()) / native:.0%} | {obj.crf.passes / args.rounds:.2f} | "
                 f"{nll:.3f} |",
                 flush=True,
             )
+
+
+def text_data(conll_dir, sentences=3000):
+    """The sparse-text case: the first ``sentences`` of eng.train, ``conll2003.py``'s features.
+
+    Returns
+    -------
+    X : (n, d) scipy.sparse CSR float32
+    y : (n,) int
+        IOB2 tags as indices.
+    lengths : (m,) int
+    k : int
+    """
+    from structboost.datasets import convert_tags, read_conll
+    from structboost.text.lexical import TokenFeatures
+
+    df = read_conll(Path(conll_dir) / "eng.train")
+    df = df[df["sentence"] < sentences].reset_index(drop=True)
+    lengths = np.bincount(df["sentence"])
+    tags = np.asarray(convert_tags(df["tag"], "iob1", "iob2", lengths), dtype=str)
+    X = TokenFeatures(half_width=2, extra_columns=("pos", "chunk"), min_count=3).fit_transform(df)
+    names, y = np.unique(tags, return_inverse=True)
+    return X.astype(np.float32).tocsr(), y, lengths, len(names)
+
+
+def round_cases(ocr, text, args):
+    """The cases of :func:`rounds_table`: OCR and (``text`` not None) sparse text, both engines."""
+    cases = []
+    xgb_trees = [("multi-output, depth 8", {"max_depth": 8, "multi_strategy": "multi_output_tree"}),
+                 ("per-label, depth 6", {"max_depth": 6})]
+    lgb_trees = ("per-label, 31 leaves", {"num_leaves": 31})
+    for data, parts in (("OCR quick split", ocr), ("sparse text", text)):
+        if parts is None:
+            continue
+        X, y, lengths, k = parts
+        for trees, tree in xgb_trees if parts is ocr else xgb_trees[1:]:  # text: per-label
+            tree = {**tree, "eta": 0.3, "nthread": args.threads, "tree_method": "hist"}
+            cases.append(("XGBoost", data, trees, _bind(_train_xgb, X, y, lengths, k, tree), k))
+        if "lightgbm" not in args.skip_set:
+            tree = {**lgb_trees[1], "learning_rate": 0.3, "num_threads": args.threads}
+            cases.append(("LightGBM", data, lgb_trees[0],
+                          _bind(_train_lgb, X, y, lengths, k, tree), k))
+    return cases
+
+
+def _bind(train, X, y, lengths, k, tree):
+    return lambda rounds, obj, tick: train(X, y, lengths, k, tree, rounds, obj, tick)
 
 
 def steps_table(X, y, lengths, k, threads):
@@ -297,7 +394,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="XGBoost and objective threads")
     ap.add_argument("--rss-rows", type=int, default=1_000_000)
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip")
+    ap.add_argument("--conll-dir", help="folder holding eng.train (CoNLL-2003): the sparse-text rows")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated parts to skip: rounds, text, lightgbm, steps, kernels, "
+                         "viterbi, rss")
     ap.add_argument("--rss-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.rss_child:
@@ -305,7 +405,7 @@ def main():
         return
     if not args.data_dir:
         ap.error("--data-dir is required (the folder holding letters.npz)")
-    skip = set(filter(None, args.skip.split(",")))
+    skip = args.skip_set = set(filter(None, args.skip.split(",")))
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.1f}; python {platform.python_version()}, "
@@ -319,7 +419,14 @@ def main():
     train, _, _ = ocr_split(data, test_folds=[0], valid_folds=[9])
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     if "rounds" not in skip:
-        rounds_table(train.X.astype(np.float32), train.y, np.asarray(train.lengths), 26, args)
+        ocr = (train.X.astype(np.float32), np.asarray(train.y), np.asarray(train.lengths), 26)
+        text = None
+        if "text" not in skip and args.conll_dir:
+            text = text_data(args.conll_dir)
+            print(f"Sparse text: {text[0].shape[0]:,} rows, {text[0].shape[1]:,} sparse columns, "
+                  f"K = {text[3]}.")
+            print()
+        rounds_table(round_cases(ocr, text, args), args)
         print()
     if "steps" not in skip:
         steps_table(train.X.astype(np.float32), np.asarray(train.y), np.asarray(train.lengths), 26,

@@ -104,41 +104,24 @@ class DeviceCRFObjective(CRFObjective):
             problem.allreduce = self.allreduce
             steps = self._steps()
             params = None if steps is None else steps.params(problem, self.params)
+            node = None if u is None else _node_score(u, batch)
             if params is None:  # the refit round (see NodeObjective._grad_hess)
                 if secant is not None:
                     before = problem.posterior(self.params).log_z
                     step = secant.update(u, before, batch, self.allreduce)
-                iters = spec.iterations
-                if steps is not None:  # the one-pass rounds' refit: the solver's default
-                    iters = DEFAULT_ITER[spec.transition_solver]
-                with _BLAS.limit(limits=1, user_api="blas"):
-                    self.params = refit(problem, self.params, spec.transition_solver, iters,
-                                        self._lbfgs_memory)
-                if steps is not None:
-                    steps.record(self.params, problem.free)
-                    steps.refits += 1
-                steps = None  # no step from this round's pass
+                self._refit(problem, steps)
             else:
                 self.params = params
             t1 = time.perf_counter()
-            post = problem.posterior(self.params)
-            p = post.marginals_device()
-            if self.mode == "treecrf":
-                mode = 1
-            elif isinstance(spec.hessian_bound, str):
-                mode = 2
-                gamma = post.node_gamma(spec.hessian_bound)
-            else:
-                scale = spec.hessian_bound
+            post, p, gamma, mode, scale = self._node_inputs(problem, st)
         else:
             t1 = t0
             p = softmax(du.w)
         args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)
-        if steps is not None:  # one pass: its sums and the secant's in one allreduce
-            measured = None if secant is None else secant.measure(u)
+        if steps is not None and params is not None:  # one pass: its sums and the secant's
+            measured = None if secant is None else secant.measure(u)  # in one allreduce
             grad, _ = grad_hess(*args, step, spec.hess_floor)  # G; H waits for the scale
             host_grad = None if secant is None else grad.copy_to_host()
-            node = None if u is None else _node_score(u, batch)
             with _BLAS.limit(limits=1, user_api="blas"):
                 local = steps.local_sums(problem, self.params, node)
             own = None
@@ -150,7 +133,15 @@ class DeviceCRFObjective(CRFObjective):
             if secant is not None:
                 step = secant.fit(None if own is None else summed[:4], steps.moved,
                                   steps.explained(summed[4:]))
-            steps.finish(problem, self.params, summed[4:])
+            if steps.finish(problem, self.params, summed[4:]):  # refit from this pass
+                self._refit(problem, steps)
+                post, p, gamma, mode, scale = self._node_inputs(problem, st)
+                args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)
+                params = None
+        if steps is not None and params is None:  # the next round checks against this pass
+            with _BLAS.limit(limits=1, user_api="blas"):
+                steps.start(problem, self.params,
+                            self.allreduce(steps.local_sums(problem, self.params, node)))
         grad, hess = grad_hess(*args, step, spec.hess_floor)
         cuda.synchronize()
         if secant is not None:
@@ -159,6 +150,27 @@ class DeviceCRFObjective(CRFObjective):
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += t2 - t1
         return grad, hess
+
+    def _refit(self, problem, steps):
+        """Refit the transitions before the round's G and H (one-pass rounds: the solver's default)."""
+        spec = self.spec
+        iters = spec.iterations if steps is None else DEFAULT_ITER[spec.transition_solver]
+        with _BLAS.limit(limits=1, user_api="blas"):
+            self.params = refit(problem, self.params, spec.transition_solver, iters,
+                                self._lbfgs_memory)
+
+    def _node_inputs(self, problem, st):
+        """``(posterior, marginals, gamma, mode, scale)`` of the pass at ``self.params``."""
+        post = problem.posterior(self.params)
+        gamma, mode, scale = st.d_row_weight, 0, 2.0
+        if self.mode == "treecrf":
+            mode = 1
+        elif isinstance(self.spec.hessian_bound, str):
+            mode = 2
+            gamma = post.node_gamma(self.spec.hessian_bound)
+        else:
+            scale = self.spec.hessian_bound
+        return post, post.marginals_device(), gamma, mode, scale
 
     def _host_margins(self, margins):
         if is_device_array(margins):

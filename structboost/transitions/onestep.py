@@ -28,24 +28,34 @@ every round, as the node scores move again the next round anyway.
     without pairs runs the refit (:meth:`~.base.PenalisedProblem.lbfgs`)
     from its pass and takes :data:`DAMPING` times its step.
 
-A round refits before its pass instead (the objective's refit round, as
-with ``transition_iter`` other than 1): the first :data:`WARMUP` rounds,
-where the transitions move most, and, for L-BFGS, a round after a rise of
-the NLL or whose transitions lag (the last pass predicted their step to gain
-more than :data:`LAG` of what the round gained). The trees and the
-transitions stepping together from one pass each correct much of the same
-misfit: full steps in both overshoot on strongly coupled chains, and the
-refit rounds are what keeps training at learning rate 1 stable (measured
-in benchmarks/README.md).
+Some rounds refit instead (the objective's refit round, as with
+``transition_iter`` of 2 or more): the first :data:`WARMUP` rounds refit
+before their pass, where the transitions move most; after them an L-BFGS
+round refits *from its own pass* when that pass shows a rise of the NLL or
+lagging transitions (their step predicted to gain more than :data:`LAG` of
+what the last round gained), and runs a second pass for the G and H it hands
+the engine (:meth:`OneStep.finish` says so). Why: the transitions include a
+label bias (a label's incoming transition and start scores shift its
+margin at every position), so while they lag a round the pass's gradient
+keeps a per-label misfit, ``sum_t G[t, k] = E[N_k] - N_k``, that a refit
+would have removed. The trees take it as a constant shift of whole
+sequences, along which a sticky chain's curvature is near the full bound,
+while the adaptive step's scale was fitted along the last round's trees,
+with no such shift in them: at learning rate 1 the trees overshoot it and
+the next pass sees a larger misfit of the other sign (on the engine tests'
+sticky HMM the label sums grow from about 15 to about 100 in one round and
+the NLL jumps by 14%; measured in benchmarks/README.md). Refitting from the
+pass that shows the lag zeroes that misfit before the trees see it.
 
 Every round checks the last round's steps with the pass it runs anyway: the
 penalised NLL must not have risen, nor its change along ``S_(r-1)``, which
 the trapezoid rule (exact for a quadratic in ``theta``) gives as
 ``(g_(r-1) + g_r) . S_(r-1) / 2`` with ``g`` the penalised gradients of the
-two passes. After a rise the transitions hold for a round (so that the
-adaptive step's next secant is at fixed transitions) and Newton's
-``damping`` halves (it doubles back after each good round, up to 1); a rise
-along the transition step clears the L-BFGS pairs too.
+two passes. After a rise Newton's transitions hold for a round (so that the
+adaptive step's next secant is at fixed transitions) and its ``damping``
+halves (it doubles back after each good round, up to 1); an L-BFGS round
+refits from its pass, and a rise along the transition step clears its pairs
+first.
 """
 
 import numpy as np
@@ -63,7 +73,7 @@ GROWTH = 2.0
 #: Rounds that refit before their pass, at the start of training, where the
 #: transitions move most and steps from a lagging pass overshoot.
 WARMUP = 10
-#: A round refits before its pass when the last pass predicted its transition
+#: An L-BFGS round refits from its pass when that pass predicts its transition
 #: step to gain more than this fraction of what the last round gained.
 LAG = 0.05
 
