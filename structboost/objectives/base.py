@@ -34,6 +34,7 @@ from ..transitions.base import CURVATURE, VALUE, identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
 from ..transitions.onestep import OneStep
+from ._kernels import finish_hess, node_grad_hess
 from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, metric_name
 from .step import SecantScale, bound_factor
 
@@ -330,61 +331,42 @@ class NodeObjective:
         """Whether a pass that sums up to ``need`` computes the mixing rates in its sweep."""
         return (self.mode == "gbcrf" and self.spec.hessian_bound == "mixing") or need >= CURVATURE
 
-    def _node_grad_hess(self, p, labels, gamma, scale, row_w, g, h):
-        """Weighted G and H of some rows into ``g`` and ``h``, all ``(r, K)`` float64.
+    def _factor(self, gamma, scale, rows):
+        """``(factor (r,), unit)``: the mode's Hessian is ``max(p (1 - p) factor, floor)`` per row.
 
-        ``p`` are their marginals, ``labels (r,)``, ``gamma (r,)`` the node
-        bound (``"gbcrf"`` mode; None otherwise), ``scale`` the adaptive
-        step's (1: the bound; None: not known yet, ``h`` gets ``p (1 - p)``
-        alone, which :meth:`_scale_hess` finishes) and ``row_w (r, 1)`` the
-        sequence weights.
+        ``unit``: TreeCRF's ``1`` instead; ``gamma (r,)`` the node bound
+        (``"gbcrf"`` mode; None otherwise), ``scale`` the adaptive step's
+        (1: the bound).
         """
-        np.copyto(g, p)
-        g[np.arange(p.shape[0]), labels] -= 1.0
-        g *= row_w
-        np.subtract(1.0, p, out=h)
-        h *= p
-        if scale is not None:
-            self._finish_hess(h, gamma, scale, row_w)
-
-    def _finish_hess(self, h, gamma, scale, row_w):
-        """``h (r, K)``, holding ``p (1 - p)``, to the weighted Hessian of the mode, in place."""
-        if self.mode == "treecrf":
-            h[:] = 1.0
-        elif self.mode == "logitboost":
-            h *= 2.0
-        else:
-            h *= bound_factor(gamma, scale)[:, None]
-        np.maximum(h, self.spec.hess_floor, out=h)
-        h *= row_w
+        if self.mode == "gbcrf":
+            return bound_factor(gamma, scale), False
+        return np.full(rows, 2.0), self.mode == "treecrf"
 
     def _scale_hess(self, raw, gamma, scale, row_w, hess):
         """Finish into ``hess`` a Hessian written as ``p (1 - p)`` into ``raw``.
 
-        ``raw`` as :meth:`_node_grad_hess` writes it with no scale.
-
-        ``raw (n, K)`` float64 (``hess`` itself when that is float64),
-        ``gamma (n,)`` and ``row_w (n,)``; in chunks of :data:`GH_ROWS` rows.
+        ``raw (n, K)`` float64 (``hess`` itself when that is float64), as
+        :meth:`_write_blocks` writes it with no scale, ``gamma (n,)`` and
+        ``row_w (n,)``; in chunks of :data:`GH_ROWS` rows.
         """
         for a in range(0, raw.shape[0], GH_ROWS):
             b = min(raw.shape[0], a + GH_ROWS)
-            h = raw[a:b]
-            self._finish_hess(h, gamma[a:b], scale, row_w[a:b, None])
-            if raw is not hess:
-                hess[a:b] = h
+            factor, _ = self._factor(gamma[a:b], scale, b - a)
+            finish_hess(raw[a:b], factor, self.spec.hess_floor, row_w[a:b], hess[a:b])
 
     def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None, raw=None):
         """Write G and H of every block of ``blocks`` (see :meth:`_node_blocks`) into ``out``.
 
-        ``scale`` None writes ``p (1 - p)`` into ``raw (n, K)`` float64 in
-        place of H, and the node bound into ``gamma_rows (n,)`` (see
-        :meth:`_scale_hess`); ``log_z (m,)``, if given, receives the
-        blocks' ``log Z``.
+        G is ``p - onehot(y)`` and H the mode's (see the module notes), both
+        weighted, written in chunks of :data:`GH_ROWS` rows straight into
+        the outputs (:func:`~._kernels.node_grad_hess`). ``scale`` None
+        writes ``p (1 - p)`` into ``raw (n, K)`` float64 in place of H, and
+        the node bound into ``gamma_rows (n,)`` (see :meth:`_scale_hess`);
+        ``log_z (m,)``, if given, receives the blocks' ``log Z``.
         """
         grad, hess = out if scale is not None else (out[0], raw)
         lengths = np.diff(batch.offsets)
-        wide = grad.dtype == np.float64  # written straight into the outputs
-        scratch = None if wide else np.empty((2, GH_ROWS, grad.shape[1]))
+        floor = self.spec.hess_floor
         for rows, seqs, post, p in blocks:
             if log_z is not None:
                 log_z[seqs] = post.log_z
@@ -403,14 +385,11 @@ class NodeObjective:
             g_out, h_out = grad[rows], hess[rows]
             for a in range(0, p.shape[0], GH_ROWS):
                 b = min(p.shape[0], a + GH_ROWS)
-                g, h = (g_out[a:b], h_out[a:b]) if wide else scratch[:, : b - a]
-                self._node_grad_hess(
-                    p[a:b], labels[a:b], None if gamma is None else gamma[a:b], scale,
-                    row_w[a:b, None], g, h,
-                )  # fmt: skip
-                if not wide:
-                    g_out[a:b] = g
-                    h_out[a:b] = h
+                factor, unit = self._factor(
+                    None if gamma is None else gamma[a:b], 1.0 if scale is None else scale, b - a
+                )
+                node_grad_hess(p[a:b], labels[a:b], row_w[a:b], factor, unit, floor,
+                               scale is not None, g_out[a:b], h_out[a:b])  # fmt: skip
 
     def _raw_hess(self, shape):
         """A float64 ``shape`` buffer, kept across rounds, for H before its scale is known."""

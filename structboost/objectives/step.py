@@ -38,13 +38,12 @@ curvature along ``d`` plus the cross term of the two steps).
 import numpy as np
 
 from ..inference.chain import label_node_scores
+from ._kernels import step_sums
 
 #: Largest factor by which the scale may shrink in one round.
 MAX_SHRINK = 4.0
 #: Smallest scale (a floor for the controller; the Hessian floor is ``2 p (1 - p)``).
 MIN_SCALE = 1e-3
-#: Rows per block of the secant's sums (no full-size temporaries).
-BLOCK = 1 << 16
 
 
 def bound_factor(gamma, scale):
@@ -160,14 +159,7 @@ class SecantScale:
 
     def _along(self, margins, grad, hess=None):
         """``[grad . d, d' hess d]`` (0 without ``hess``), ``d`` the step to ``margins``."""
-        old = self._last[0]
-        slope = model = 0.0
-        for a in range(0, margins.shape[0], BLOCK):
-            d = np.subtract(margins[a:a + BLOCK], old[a:a + BLOCK], dtype=np.float64)
-            slope += float(np.vdot(grad[a:a + BLOCK], d))
-            if hess is not None:
-                model += float(np.vdot(hess[a:a + BLOCK], d * d))
-        return [slope, model]
+        return step_sums(margins, self._last[0], grad, hess)
 
     def fit(self, sums, moved=False, explained=0.0):
         """Fit the scale to the summed secant ``[change, slope, model, new_slope]``; None keeps it.
@@ -217,8 +209,9 @@ class SecantScale:
         if borrow and margins.flags.c_contiguous and all(a.dtype == np.float32 for a in arrays):
             self._stamp = _checksum(margins)
         else:
-            if self._copies is None or self._copies[0].shape != margins.shape:
-                self._copies = tuple(np.empty(margins.shape, np.float32) for _ in range(3))
+            if self._copies is None or self._copies[0].shape != margins.shape:  # (the
+                # margins' order, so that the next round's sums read them in one order)
+                self._copies = tuple(np.empty_like(margins, np.float32) for _ in range(3))
             for copy, new in zip(self._copies, arrays):
                 np.copyto(copy, new, casting="same_kind")
             arrays = self._copies
