@@ -84,7 +84,7 @@ class _XGBClock(xgb.callback.TrainingCallback):
 
 
 def _train_xgb(X, y, lengths, k, tree, rounds, obj, tick):
-    """``rounds`` XGBoost rounds with ``tick(round)`` after each."""
+    """``rounds`` XGBoost rounds with ``tick(round)`` after each; the CRF booster (native: None)."""
     if obj is None:
         params = {**tree, "objective": "multi:softprob", "num_class": k, "base_score": 0.0}
         dtrain, callbacks = xgb.DMatrix(X, label=y), []
@@ -92,11 +92,11 @@ def _train_xgb(X, y, lengths, k, tree, rounds, obj, tick):
         params = sb.xgb_params(k, **tree)
         dtrain, callbacks = xgb.DMatrix(X, label=y, group=lengths), [obj.callback()]
     booster = xgb.train(params, dtrain, rounds, obj=obj, callbacks=[*callbacks, _XGBClock(tick)])
-    return lambda: sb.sequence_log_likelihood(booster, X, y, lengths=lengths)
+    return booster if obj is not None else None
 
 
 def _train_lgb(X, y, lengths, k, tree, rounds, obj, tick):
-    """``rounds`` LightGBM rounds with ``tick(round)`` after each."""
+    """``rounds`` LightGBM rounds, ``tick(round)`` after each; the CRF booster (native: None)."""
     import lightgbm as lgb
 
     from structboost.engines.lightgbm import lgb_params
@@ -111,13 +111,14 @@ def _train_lgb(X, y, lengths, k, tree, rounds, obj, tick):
         params = lgb_params(k, objective=obj, **tree)
         data, callbacks = lgb.Dataset(X, label=y, group=lengths), [obj.callback()]
     booster = lgb.train(params, data, rounds, callbacks=[*callbacks, clock])
-    return lambda: sb.sequence_log_likelihood(booster, X, y, lengths=lengths)
+    return booster if obj is not None else None
 
 
 def cpu_per_round(train, timed, obj=None):
-    """CPU seconds per round over the last ``timed`` rounds, and the training NLL per sequence.
+    """CPU seconds per round over the last ``timed`` rounds, and the trained booster.
 
-    ``train(rounds, obj, tick)`` trains; ``tick(r)`` runs after round ``r``.
+    ``train(rounds, obj, tick)`` trains and returns the booster;
+    ``tick(r)`` runs after round ``r``.
     The untimed rounds before them are one round (compiling, sketching)
     plus, for a one-pass objective, :data:`~structboost.transitions.onestep.WARMUP`
     (its warm-up refits): the one-pass rows are timed in their steady
@@ -133,8 +134,8 @@ def cpu_per_round(train, timed, obj=None):
             obj.crf.timings = dict.fromkeys(obj.crf.timings, 0.0)
             obj.crf.passes = 0
 
-    nll = train(warm + timed, obj, tick)
-    return (stamps[-1] - stamps[warm - 1]) / timed, -float(np.mean(nll()))
+    booster = train(warm + timed, obj, tick)
+    return (stamps[-1] - stamps[warm - 1]) / timed, booster
 
 
 def count_passes(obj):
@@ -169,8 +170,8 @@ def count_passes(obj):
 def rounds_table(cases, args):
     """One table: every case (engine, data, trees) with every row of :data:`ROUND_CONFIGS`.
 
-    ``cases``: ``(engine, data, trees, train, k)``, ``train(rounds, obj,
-    tick)`` as for :func:`cpu_per_round`.
+    ``cases``: ``(engine, data, trees, train, k, (X, y, lengths))``,
+    ``train(rounds, obj, tick)`` as for :func:`cpu_per_round`.
     """
     print(
         "| engine | data | trees | run | CPU s / round | ratio to native | transitions | "
@@ -178,7 +179,7 @@ def rounds_table(cases, args):
         "train NLL per sequence |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for engine, data, trees, train, k in cases:
+    for engine, data, trees, train, k, (X, y, lengths) in cases:
         head = f"| {engine} | {data} | {trees}"
         native = None
         for name, kw in ROUND_CONFIGS:
@@ -189,12 +190,13 @@ def rounds_table(cases, args):
                     from structboost.engines.lightgbm import lgb_crf_objective as factory
                 obj = factory(k, nthread=args.threads, **kw)
                 count_passes(obj)
-            sec, nll = cpu_per_round(train, args.rounds, obj)
+            sec, booster = cpu_per_round(train, args.rounds, obj)
             if obj is None:
                 native = sec
                 print(f"{head} | {name} | {sec:.3f} | 1.00 | | | | | | |", flush=True)
                 continue
             split = {key: v / args.rounds for key, v in obj.crf.timings.items()}
+            nll = -float(np.mean(sb.sequence_log_likelihood(booster, X, y, lengths=lengths)))
             print(
                 f"{head} | {name} | {sec:.3f} | {sec / native:.2f} | "
                 f"{split['transitions']:.3f} | {split['inference']:.3f} | {split['gamma']:.3f} | "
@@ -239,11 +241,12 @@ def round_cases(ocr, text, args):
         X, y, lengths, k = parts
         for trees, tree in xgb_trees if parts is ocr else xgb_trees[1:]:  # text: per-label
             tree = {**tree, "eta": 0.3, "nthread": args.threads, "tree_method": "hist"}
-            cases.append(("XGBoost", data, trees, _bind(_train_xgb, X, y, lengths, k, tree), k))
+            cases.append(("XGBoost", data, trees, _bind(_train_xgb, X, y, lengths, k, tree), k,
+                          (X, y, lengths)))
         if "lightgbm" not in args.skip_set:
             tree = {**lgb_trees[1], "learning_rate": 0.3, "num_threads": args.threads}
             cases.append(("LightGBM", data, lgb_trees[0],
-                          _bind(_train_lgb, X, y, lengths, k, tree), k))
+                          _bind(_train_lgb, X, y, lengths, k, tree), k, (X, y, lengths)))
     return cases
 
 

@@ -489,7 +489,7 @@ def build_parser():
     t.add_argument("--step", choices=STEPS, default=DEFAULTS["step"], help="GBCRF step size")
     t.add_argument(
         "--transition-solver", choices=SOLVERS, default=DEFAULTS["transition_solver"],
-        help="solver refitting the transitions every round (newton: one cheaper step)",
+        help="solver of the transitions' step every round (lbfgs, newton: from the round's pass)",
     )  # fmt: skip
     t.add_argument(
         "--reg-transitions", type=float, default=DEFAULTS["reg_transitions"],

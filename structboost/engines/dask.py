@@ -5,9 +5,10 @@ partitions that worker holds; the trees' histograms are summed over the
 workers by XGBoost. The CRF objective on each worker sees only its local
 sequences, so everything the transition step and the metric need is summed
 with XGBoost's collective (:func:`allreduce_sum`, set as the objective's
-``allreduce`` hook): every worker then refits the same transitions from the
-same global statistics, in lockstep, and early stopping sees the global
-metric. A worker holding no rows (``predt`` of shape ``(0,)``) still takes
+``allreduce`` hook): every worker then takes the same transition step from
+the same global statistics, in lockstep (a one-pass round, the default,
+sums once for its step and once for its metric), and early stopping sees
+the global metric. A worker holding no rows (``predt`` of shape ``(0,)``) still takes
 part in every sum with zeros.
 
 Sequences must not straddle partitions: :func:`sequence_dmatrix` checks the

@@ -7,10 +7,16 @@ supply only the structure: the transition problem, the NLL and decoding.
 =================  ==========================================  ==========================
 mode               Hessian per row and label                    transitions
 =================  ==========================================  ==========================
-``"gbcrf"``        ``gamma_t * p * (1 - p)`` (Theorem 4.1)      refit every round
-``"treecrf"``      ``1`` (first order, Dietterich et al.)       refit every round
+``"gbcrf"``        ``gamma_t * p * (1 - p)`` (Theorem 4.1)      a step every round
+``"treecrf"``      ``1`` (first order, Dietterich et al.)       a step every round
 ``"logitboost"``   ``2 * p * (1 - p)``                          none (independent rows)
 =================  ==========================================  ==========================
+
+A step is taken from the round's own forward-backward pass
+(:mod:`structboost.transitions.onestep`, the default with ``"lbfgs"`` and
+``"newton"``) or by a refit before the pass (``"majorize"``, another
+``transition_iter``, and the rounds :mod:`~structboost.transitions.onestep`
+names).
 
 The gradient is always ``G = p - onehot(y)`` with ``p`` the CRF node
 marginals. Sequence weights multiply both ``G`` and ``H``; the Hessian is

@@ -152,7 +152,7 @@ class DeviceCRFObjective(CRFObjective):
         return grad, hess
 
     def _refit(self, problem, steps):
-        """Refit the transitions before the round's G and H (one-pass rounds: the solver's default)."""
+        """Refit the transitions before the round's G and H (one-pass: the solver's default)."""
         spec = self.spec
         iters = spec.iterations if steps is None else DEFAULT_ITER[spec.transition_solver]
         with _BLAS.limit(limits=1, user_api="blas"):

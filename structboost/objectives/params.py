@@ -92,10 +92,10 @@ class ObjectiveSpec:
     )  # fmt: skip
     transition_solver: str = _setting(
         "lbfgs", "{solvers}",
-        "Solver refitting the transition, start and end scores every round:",
-        "warm-started L-BFGS, one monotone diagonal Newton step with the edge",
-        "bound (Theorem 4.2), or the Jebara & Choromanska quadratic bound",
-        "(chains only).",
+        "Solver of the transition, start and end scores' step every round:",
+        "L-BFGS with curvature pairs carried across rounds, the diagonal",
+        "Newton step with the edge bound (Theorem 4.2), or the Jebara &",
+        "Choromanska quadratic bound (chains only; a refit before the pass).",
         choices=SOLVERS,
     )  # fmt: skip
     reg_transitions: float = _setting(
