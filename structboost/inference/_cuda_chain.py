@@ -120,7 +120,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
             log_z, alpha, beta, r, into, beta_scale, marg, overlap):
     """Both sweeps of sequence ``i``; False (at once) when the sequence is lost.
 
-    The messages of :func:`structboost.inference._chain._sequence_messages`
+    The messages of :func:`structboost.inference._chain_sweeps._chunk_messages`
     without the rates (the same arithmetic per element; the CPU sweep folds its
     normalisations into the products and batches its logarithms), with the
     same fallback criterion (``TINY``, ``SAFE``).
@@ -204,7 +204,7 @@ def messages(w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max
              log_z, alpha, beta, r, into, beta_scale, marg, overlap, lost, n_lost):
     """Scaled forward-backward messages and node marginals, one thread per sequence.
 
-    The device twin of :func:`structboost.inference._chain.messages` (without
+    The device twin of :func:`structboost.inference._chain_sweeps.messages` (without
     the rates: :func:`mixing_rates`), with its buffers and its fallback
     criterion: a sequence is lost as soon as a normaliser falls below
     ``TINY`` or a normaliser times the overlap below ``SAFE``.
@@ -261,7 +261,7 @@ def scatter(dst, index, src):
 def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
     """Dobrushin coefficients of both conditional chains, one thread per sequence.
 
-    As the rates of :func:`structboost.inference._chain.messages`:
+    As the rates of :func:`structboost.inference._chain_sweeps.messages`:
     ``right[t]`` is ``1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over labels
     ``a`` of non-zero probability, zero on each sequence's last row;
     ``left[t]`` the same for ``P(y_{t-1} | y_t)``, zero on each first row.
@@ -301,7 +301,7 @@ def path_gamma(right, left, offsets, node_gamma, edge_gamma):
 
     ``node_gamma[t] = 2 (1 + to_right[t] + to_left[t])`` (Theorem 4.1) and
     ``edge_gamma[t] = 2 (3 + to_left[t] + to_right[t + 1])`` (Theorem 4.2,
-    zero on last rows), with the sums of :func:`structboost.inference._chain.path_sums`.
+    zero on last rows), with the sums of :func:`structboost.inference._chain_stats.path_sums`.
     ``right`` is overwritten with ``to_right``.
     """
     lo, hi = _sequence_rows(offsets)
@@ -475,7 +475,7 @@ def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor, grad,
 def viterbi(unary, offsets, transitions, start, end, score, back, path):
     """Most probable label path of every sequence, one thread per sequence.
 
-    As :func:`structboost.inference._chain.viterbi` (ties go to the lowest
+    As :func:`structboost.inference._chain_viterbi.viterbi` (ties go to the lowest
     label), with ``transitions (P, K, K)``. ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
     ``path (n,)`` int64.
     """
