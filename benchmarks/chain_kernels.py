@@ -86,10 +86,7 @@ def parts(lengths, k):
         "exp_rows": lambda: _chain.exp_rows(u, ws.w, ws.row_max, False),
         "messages": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, False, False),
         "messages with rates": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, True, False),
-        "mixing_rates": lambda: _chain_stats.mixing_rates(
-            offsets, emat, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.right, ws.left,
-            False,
-        ),
+        "mixing_rates": lambda: _chain_stats.mixing_rates(_chain_stats.Messages.of(ws), emat, False),
         "posterior (reused workspace)": lambda: chain.posterior(
             u, offsets, trans, z, z, workspace=ws
         ),

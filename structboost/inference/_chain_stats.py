@@ -6,6 +6,8 @@ pairwise marginals of the log-space fallback), the pairwise marginals of
 consecutive positions, the path sums of Eq. 17 and the exact node bound.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -92,66 +94,112 @@ def _rate_weights(alpha, beta, t, scale, den, inv, pen):
         pen[a] = 0.0 if ok else _EXCLUDE
 
 
-@njit(**KERNEL)
-def _rates(t, emat, emat_tt, p, alpha, beta, r, into, beta_scale, inv, pen, right, left):
-    """Mixing rates ``right[t - 1]`` and ``left[t]`` of the edge ``(t - 1, t)`` (table ``p``).
+class Messages(NamedTuple):
+    """The stored scaled messages of a batch, and the rates computed from them.
 
-    ``right[t - 1] = 1 - sum_b min_a P(y_t = b | y_{t-1} = a)`` over labels
-    ``a`` of nonzero marginal, from ``P(b | a) = E[a, b] r[t, b] /
-    (beta_scale[t - 1] beta[t - 1, a])`` (rows of ``emat_tt = E.T``);
-    ``left[t]`` likewise from ``P(a | b) = alpha[t - 1, a] E[a, b] /
-    into[t, b]`` (rows of ``E``). Labels of zero probability add nothing to
-    the total variation of Theorem 3.1.
+    Field names are those of :class:`structboost.inference.chain.Workspace`
+    and :class:`structboost.inference.chain.ChainPosterior`
+    (:meth:`of` takes them from either).
+
+    Attributes
+    ----------
+    offsets : (m + 1,) int64
+    alpha, beta, r, into : (n, K) float64
+        As in :mod:`structboost.inference._chain_sweeps`.
+    beta_scale : (n,) float64
+    right, left : (n,) float64, output
+        The mixing rates ``right[t] = alpha_{t, t+1}`` (zero on last rows)
+        and ``left[t] = alpha_{t, t-1}`` (zero on first rows).
     """
-    _rate_weights(alpha, beta, t - 1, beta_scale[t - 1], beta, inv, pen)
-    right[t - 1] = _min_rate(emat_tt, p, inv, pen, r, t)
-    _rate_weights(alpha, beta, t, 1.0, into, inv, pen)
-    left[t] = _min_rate(emat, p, inv, pen, alpha, t - 1)
+
+    offsets: np.ndarray
+    alpha: np.ndarray
+    beta: np.ndarray
+    r: np.ndarray
+    into: np.ndarray
+    beta_scale: np.ndarray
+    right: np.ndarray
+    left: np.ndarray
+
+    @classmethod
+    def of(cls, holder):
+        """The fields' arrays of a workspace or posterior ``holder`` (views, no copies)."""
+        return cls(
+            offsets=holder.offsets, alpha=holder.alpha, beta=holder.beta, r=holder.r,
+            into=holder.into, beta_scale=holder.beta_scale, right=holder.right, left=holder.left,
+        )
 
 
 @njit(**KERNEL)
-def sequence_rates(
-    i, offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left, inv, pen,
-):
-    lo, hi = offsets[i], offsets[i + 1]
+def sequence_rates(i, msg, emat, emat_tt, inv, pen):
+    """The mixing rates of the edges of sequence ``i`` into ``msg`` (:class:`Messages`).
+
+    For the edge ``(t - 1, t)`` (table ``p``), ``right[t - 1] = 1 - sum_b
+    min_a P(y_t = b | y_{t-1} = a)`` over labels ``a`` of nonzero marginal,
+    from ``P(b | a) = E[a, b] r[t, b] / (beta_scale[t - 1] beta[t - 1, a])``
+    (rows of ``emat_tt = E.T``); ``left[t]`` likewise from ``P(a | b) =
+    alpha[t - 1, a] E[a, b] / into[t, b]`` (rows of ``E``). Labels of zero
+    probability add nothing to the total variation of Theorem 3.1. The
+    rates of a sequence's ends are zero.
+
+    Parameters
+    ----------
+    i : int
+    msg : Messages
+    emat, emat_tt : (P, K, K) float64
+        The exponentiated tables and their transposes (C-contiguous).
+    inv, pen : (K,) float64
+        Scratch.
+    """
+    alpha, beta, r, into = msg.alpha, msg.beta, msg.r, msg.into
+    beta_scale, right, left = msg.beta_scale, msg.right, msg.left
+    lo, hi = msg.offsets[i], msg.offsets[i + 1]
     right[hi - 1] = 0.0
     left[lo] = 0.0
     for t in range(lo + 1, hi):
         p = table(emat.shape[0], t)
-        _rates(t, emat, emat_tt, p, alpha, beta, r, into, beta_scale, inv, pen, right, left)
+        _rate_weights(alpha, beta, t - 1, beta_scale[t - 1], beta, inv, pen)
+        right[t - 1] = _min_rate(emat_tt, p, inv, pen, r, t)
+        _rate_weights(alpha, beta, t, 1.0, into, inv, pen)
+        left[t] = _min_rate(emat, p, inv, pen, alpha, t - 1)
 
 
 @njit(**PARALLEL)
-def _rates_parallel(offsets, emat, *args):
-    m = offsets.shape[0] - 1
+def _rates_parallel(msg, emat, emat_tt):
+    m = msg.offsets.shape[0] - 1
     k = emat.shape[1]
     for c in prange((m + CHUNK - 1) // CHUNK):
         inv = np.empty(k)
         pen = np.empty(k)
         for i in range(c * CHUNK, min(m, (c + 1) * CHUNK)):
-            sequence_rates(i, offsets, emat, *args, inv, pen)
+            sequence_rates(i, msg, emat, emat_tt, inv, pen)
 
 
 @njit(**KERNEL)
-def _rates_serial(offsets, emat, *args):
+def _rates_serial(msg, emat, emat_tt):
     k = emat.shape[1]
     inv = np.empty(k)
     pen = np.empty(k)
-    for i in range(offsets.shape[0] - 1):
-        sequence_rates(i, offsets, emat, *args, inv, pen)
+    for i in range(msg.offsets.shape[0] - 1):
+        sequence_rates(i, msg, emat, emat_tt, inv, pen)
 
 
-def mixing_rates(offsets, emat, alpha, beta, r, into, beta_scale, right, left, parallel):
-    """The mixing rates from stored messages, into ``right``, ``left``.
+def mixing_rates(msg, emat, parallel):
+    """The mixing rates from stored messages, into ``msg.right`` and ``msg.left``.
 
     Those of :func:`~structboost.inference._chain_sweeps.messages`, for
     posteriors swept without rates: one more sweep over the edges,
     without repeating the messages. Rows of lost sequences are unspecified.
+
+    Parameters
+    ----------
+    msg : Messages
+    emat : (P, K, K) float64
+        From :func:`~structboost.inference._chain.exp_tables`.
+    parallel : bool
     """
     emat_tt = np.ascontiguousarray(emat.transpose(0, 2, 1))
-    (_rates_parallel if parallel else _rates_serial)(
-        offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left
-    )
+    (_rates_parallel if parallel else _rates_serial)(msg, emat, emat_tt)
 
 
 @njit(**KERNEL)
@@ -225,7 +273,7 @@ def _row_conditional(mat, weight, out):
 
 @njit(**KERNEL)
 def _rate(emat, into_inv, weight, possible, low):
-    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`_rates`)."""
+    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`sequence_rates`)."""
     k = low.shape[0]
     low[:] = np.inf
     for i in range(k):

@@ -22,6 +22,8 @@ A sequence these messages cannot hold is marked lost by the criterion of
 :mod:`structboost.inference._chain` and recomputed in log space by the caller.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -30,7 +32,7 @@ from numba.extending import intrinsic
 
 from .._config import KERNEL, PARALLEL, SAFE, TINY
 from ._chain import CHUNK, shifted_exp, table
-from ._chain_stats import sequence_rates
+from ._chain_stats import Messages, sequence_rates
 
 # log Z adds the logarithm of a running product of the normalisers once the
 # product leaves [LOG_LO, LOG_HI], not one logarithm per position; a
@@ -147,11 +149,92 @@ def _set_rows(j, idx, act, n_tab):
         idx[_TAB, s] = table(n_tab, row)
 
 
+class Tables(NamedTuple):
+    """The factors of a pass besides the node scores.
+
+    Attributes
+    ----------
+    emat : (P, K, K) float64
+        ``exp(trans - emax)`` (:func:`~structboost.inference._chain.exp_tables`).
+    emat_t : (P, K, K) float64
+        Its transpose (the backward product): C-contiguous for one table, a
+        view of ``emat`` for per-position tables.
+    emat_tt : (P, K, K) float64
+        Its transpose, C-contiguous (the rows the rates read); ``emat_t``
+        itself where that is contiguous or no rates are asked for.
+    emax : (P,) float64
+    start_e, end_e : (K,) float64
+        ``exp(start - start_max)``, ``exp(end - end_max)``
+        (:func:`~structboost.inference._chain.shifted_exp`).
+    start_max, end_max : float
+    """
+
+    emat: np.ndarray
+    emat_t: np.ndarray
+    emat_tt: np.ndarray
+    emax: np.ndarray
+    start_e: np.ndarray
+    start_max: float
+    end_e: np.ndarray
+    end_max: float
+
+
+class Nodes(NamedTuple):
+    """The per-node buffers of a pass besides the stored messages (``Messages``).
+
+    Attributes
+    ----------
+    w : (n, K) float64
+        ``exp(unary - row_max)`` (:func:`~structboost.inference._chain.exp_rows`).
+    row_max : (n,) float64
+    log_z : (m,) float64, output
+    marg : (n, K) float64, output
+        The node marginals.
+    overlap : (n,) float64, output
+        ``alpha[t] @ beta[t]``.
+    lost : (m,) bool, output
+        The sequences the scaled messages cannot hold.
+    """
+
+    w: np.ndarray
+    row_max: np.ndarray
+    log_z: np.ndarray
+    marg: np.ndarray
+    overlap: np.ndarray
+    lost: np.ndarray
+
+
+class Scratch(NamedTuple):
+    """One task's scratch.
+
+    Attributes
+    ----------
+    buf : (5, K, lanes) float64
+    vec : (5, lanes) float64
+    idx : (5, lanes) int64
+        Of the lockstep sweeps (:func:`_chunk_messages`).
+    inv, pen : (K,) float64
+        Of the rates (:func:`~structboost.inference._chain_stats.sequence_rates`).
+    """
+
+    buf: np.ndarray
+    vec: np.ndarray
+    idx: np.ndarray
+    inv: np.ndarray
+    pen: np.ndarray
+
+
 @njit(**KERNEL)
-def _chunk_messages(
-    c, w, row_max, offsets, emat, emat_t, emax, start_e, start_max, end_e, end_max,
-    log_z, alpha, beta, r, into, beta_scale, marg, overlap, lost, buf, vec, idx,
-):
+def _scratch(k):
+    """A fresh :class:`Scratch` for ``k`` labels and :data:`CHUNK` lanes."""
+    return Scratch(
+        np.empty((5, k, CHUNK)), np.empty((5, CHUNK)), np.empty((5, CHUNK), dtype=np.int64),
+        np.empty(k), np.empty(k),
+    )
+
+
+@njit(**KERNEL)
+def _chunk_messages(c, msg, nodes, tab, scratch):
     """Both sweeps of the sequences of chunk ``c`` (see :func:`messages`), in lockstep.
 
     The chunk's sequences, sorted longest first, are the lanes of the
@@ -162,8 +245,17 @@ def _chunk_messages(
     sweep starts a lane with ``end`` at its last row. Each lane's arithmetic
     is that of its sequence alone. A lane that the criterion of
     :mod:`structboost.inference._chain` marks lost goes on computing (its
-    rows are unspecified).
+    rows are unspecified). The arrays come from ``msg`` (``Messages``),
+    ``nodes`` (:class:`Nodes`), ``tab`` (:class:`Tables`) and ``scratch``
+    (:class:`Scratch`), unpacked once per chunk.
     """
+    offsets, alpha, beta, r, into = msg.offsets, msg.alpha, msg.beta, msg.r, msg.into
+    beta_scale = msg.beta_scale
+    w, row_max, log_z, marg = nodes.w, nodes.row_max, nodes.log_z, nodes.marg
+    overlap, lost = nodes.overlap, nodes.lost
+    emat, emat_t, emax = tab.emat, tab.emat_t, tab.emax
+    start_e, start_max, end_e, end_max = tab.start_e, tab.start_max, tab.end_e, tab.end_max
+    buf, vec, idx = scratch.buf, scratch.vec, scratch.idx
     m = offsets.shape[0] - 1
     k = w.shape[1]
     n_tab = emat.shape[0]
@@ -293,47 +385,28 @@ def _chunk_messages(
 
 
 @njit(**KERNEL)
-def _chunk_pass(
-    c, offsets, emat, emat_tt, with_rates, alpha, beta, r, into, beta_scale, right, left, lost,
-    w, row_max, emat_t, emax, start_e, start_max, end_e, end_max, log_z, marg, overlap,
-    buf, vec, idx, inv, pen,
-):
+def _chunk_pass(c, msg, nodes, tab, with_rates, scratch):
     """:func:`_chunk_messages` of chunk ``c``, then its rates while its rows are in cache."""
-    _chunk_messages(
-        c, w, row_max, offsets, emat, emat_t, emax, start_e, start_max, end_e, end_max, log_z,
-        alpha, beta, r, into, beta_scale, marg, overlap, lost, buf, vec, idx,
-    )
+    _chunk_messages(c, msg, nodes, tab, scratch)
     if with_rates:
-        for i in range(c * CHUNK, min(offsets.shape[0] - 1, (c + 1) * CHUNK)):
+        emat, emat_tt, inv, pen, lost = tab.emat, tab.emat_tt, scratch.inv, scratch.pen, nodes.lost
+        for i in range(c * CHUNK, min(msg.offsets.shape[0] - 1, (c + 1) * CHUNK)):
             if not lost[i]:
-                sequence_rates(
-                    i, offsets, emat, emat_tt, alpha, beta, r, into, beta_scale, right, left,
-                    inv, pen,
-                )
+                sequence_rates(i, msg, emat, emat_tt, inv, pen)
 
 
 @njit(**PARALLEL)
-def _messages_parallel(offsets, emat, *args):
-    k = emat.shape[1]
-    for c in prange((offsets.shape[0] + CHUNK - 2) // CHUNK):
-        buf = np.empty((5, k, CHUNK))
-        vec = np.empty((5, CHUNK))
-        idx = np.empty((5, CHUNK), dtype=np.int64)
-        inv = np.empty(k)
-        pen = np.empty(k)
-        _chunk_pass(c, offsets, emat, *args, buf, vec, idx, inv, pen)
+def _messages_parallel(msg, nodes, tab, with_rates):
+    k = tab.emat.shape[1]
+    for c in prange((msg.offsets.shape[0] + CHUNK - 2) // CHUNK):
+        _chunk_pass(c, msg, nodes, tab, with_rates, _scratch(k))
 
 
 @njit(**KERNEL)
-def _messages_serial(offsets, emat, *args):
-    k = emat.shape[1]
-    buf = np.empty((5, k, CHUNK))
-    vec = np.empty((5, CHUNK))
-    idx = np.empty((5, CHUNK), dtype=np.int64)
-    inv = np.empty(k)
-    pen = np.empty(k)
-    for c in range((offsets.shape[0] + CHUNK - 2) // CHUNK):
-        _chunk_pass(c, offsets, emat, *args, buf, vec, idx, inv, pen)
+def _messages_serial(msg, nodes, tab, with_rates):
+    scratch = _scratch(tab.emat.shape[1])
+    for c in range((msg.offsets.shape[0] + CHUNK - 2) // CHUNK):
+        _chunk_pass(c, msg, nodes, tab, with_rates, scratch)
 
 
 def messages(ws, emat, emax, start, end, with_rates, parallel):
@@ -370,8 +443,8 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
     start_e, s_max = shifted_exp(start)
     end_e, e_max = shifted_exp(end)
     emat_tt = emat_t if emat.shape[0] == 1 or not with_rates else np.ascontiguousarray(emat_t)
-    (_messages_parallel if parallel else _messages_serial)(
-        ws.offsets, emat, emat_tt, with_rates, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale,
-        ws.right, ws.left, ws.lost, ws.w, ws.row_max, emat_t, emax, start_e, s_max, end_e,
-        e_max, ws.log_z, ws.marg, ws.overlap,
+    tab = Tables(emat, emat_t, emat_tt, emax, start_e, s_max, end_e, e_max)
+    nodes = Nodes(
+        w=ws.w, row_max=ws.row_max, log_z=ws.log_z, marg=ws.marg, overlap=ws.overlap, lost=ws.lost
     )
+    (_messages_parallel if parallel else _messages_serial)(Messages.of(ws), nodes, tab, with_rates)

@@ -357,10 +357,7 @@ class ChainPosterior:
     def _path_sums(self):
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
         if not self.has_rates:
-            _chain_stats.mixing_rates(
-                self.offsets, self.emat, self.alpha, self.beta, self.r, self.into, self.beta_scale,
-                self.right, self.left, self.parallel,
-            )
+            _chain_stats.mixing_rates(_chain_stats.Messages.of(self), self.emat, self.parallel)
             part = self.log_space
             if part is not None:
                 self.right[part.rows], self.left[part.rows] = _chain_stats.pairwise_rates(
@@ -479,8 +476,9 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
         if rates:
             ws.right[rows], ws.left[rows] = _chain_stats.pairwise_rates(part.pairwise, part.offsets)
     return ChainPosterior(
-        offsets, trans, emat, ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg,
-        ws.overlap, ws.right, ws.left, rates, part,
+        offsets=offsets, transitions=trans, emat=emat, log_z=ws.log_z, alpha=ws.alpha,
+        beta=ws.beta, r=ws.r, into=ws.into, beta_scale=ws.beta_scale, marg=ws.marg,
+        overlap=ws.overlap, right=ws.right, left=ws.left, has_rates=rates, log_space=part,
     )
 
 

@@ -356,10 +356,14 @@ class DevicePosterior:
 
         Built without the rates (``right``/``left`` None): the device computes those.
         """
-        host = (a.copy_to_host() for a in (self.alpha, self.beta, self.r, self.into,
-                                           self.beta_scale, self.marg, self.overlap))
-        return ChainPosterior(self.offsets, self.transitions, self.emat, self.log_z, *host,
-                              None, None, self.log_space)
+        return ChainPosterior(
+            offsets=self.offsets, transitions=self.transitions, emat=self.emat, log_z=self.log_z,
+            alpha=self.alpha.copy_to_host(), beta=self.beta.copy_to_host(),
+            r=self.r.copy_to_host(), into=self.into.copy_to_host(),
+            beta_scale=self.beta_scale.copy_to_host(), marg=self.marg.copy_to_host(),
+            overlap=self.overlap.copy_to_host(), right=None, left=None, has_rates=False,
+            log_space=self.log_space,
+        )
 
 
 def _host_chain(unary, lengths, transitions, start, end):

@@ -104,6 +104,22 @@ def test_log_space_fallback_matches_the_oracle(case):
     np.testing.assert_array_equal(gpu.viterbi(*crf), inference.viterbi(*crf))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_exact_bound_takes_log_space_rows_from_their_pairwise_marginals(seed):
+    """A lost sequence with an uncertain posterior: the host copy behind the exact bound keeps
+    the log-space part, as the CPU posterior does."""
+    rng = np.random.default_rng(seed)
+    unary = rng.normal(size=(4, 3))
+    unary[1, 2] = -800.0  # the only label position 1 allows: below the scaled messages' range
+    transitions = rng.normal(size=(4, 3, 3))
+    transitions[1, :, :2] = -np.inf
+    crf = (unary, np.array([4]), transitions, rng.normal(size=3), rng.normal(size=3))
+    device, cpu = _device_posterior(*crf)
+    np.testing.assert_array_equal(device.log_space.sequences, [0])
+    np.testing.assert_allclose(device.node_gamma("exact").copy_to_host(), cpu.node_gamma("exact"),
+                               rtol=1e-12)
+
+
 def _device_posterior(unary, lengths, transitions, start, end):
     """:class:`gpu.DevicePosterior` and the CPU's ``ChainPosterior`` of one batch."""
     u, offsets, trans, s, e = chain_inference.check_chain(unary, lengths, transitions, start, end)
