@@ -72,6 +72,116 @@ from .base import XGBoostTraining, evaluate_metrics
 from .chain_base import _CRFClassifier
 
 
+class _LinearTransitions:
+    """``transitions_from="linear"``: one K x K table, refit by the transition solver.
+
+    The estimator's questions that depend on where the transitions come
+    from; :class:`_BoostedTransitions` answers them for boosted ones.
+    """
+
+    #: Columns the engine sees after the input features.
+    engine_columns = 0
+
+    @staticmethod
+    def objective(est, n_classes, spec):
+        """The training objective, its transitions started (from a base model's, if any)."""
+        # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
+        obj = crf_objective(n_classes, spec, device=est._engine_kwargs().get("device", "cpu"))
+        est._start_transitions(obj)
+        return obj
+
+    @staticmethod
+    def dmatrix(X, labels, lengths, seq_weight, base_margin, num_labels, feature_names, engine,
+                threads):
+        """A DMatrix of the rows, one row per position (see ``XGBCRFClassifier._dmatrix``)."""
+        return xgb.DMatrix(
+            X,
+            label=labels,
+            group=lengths,
+            weight=seq_weight,
+            base_margin=base_margin,
+            feature_names=feature_names,
+            enable_categorical=isinstance(X, pd.DataFrame),
+            nthread=threads,
+        )
+
+    @staticmethod
+    def engine_data(est, X):
+        """What prediction hands the engine: the DMatrix of ``X``."""
+        return est._dmatrix(X)
+
+    @staticmethod
+    def load_state(booster):
+        """The CRF state the booster carries (:func:`structboost.engines.xgboost.load_state`)."""
+        return load_xgb_state(booster)
+
+    @staticmethod
+    def feature_gain(gain):
+        """Total gain per input feature from the engine's per-column gain."""
+        return gain
+
+    @staticmethod
+    def check_single_table():
+        """Nothing to refuse: the transitions are one table."""
+
+
+class _BoostedTransitions:
+    """``transitions_from="input"``: boosted, input-dependent transitions (edge rows)."""
+
+    #: The previous label, the edge rows' last column.
+    engine_columns = 1
+
+    @staticmethod
+    def objective(est, n_classes, spec):
+        """The edge objective; a base model has no place here."""
+        if est.base_model is not None:
+            raise ValueError(
+                "base_model boosts from a linear model's node scores and transitions; "
+                'with transitions_from="input" the trees score the transitions: drop '
+                'base_model or use transitions_from="linear".'
+            )
+        return edge_crf_objective(n_classes, spec)
+
+    @staticmethod
+    def dmatrix(X, labels, lengths, seq_weight, base_margin, num_labels, feature_names, engine,
+                threads):
+        """The edge rows of ``num_labels`` labels (K rows per position)."""
+        return edge_dmatrix(
+            X, labels, lengths, num_labels=num_labels, weight=seq_weight,
+            feature_names=feature_names,
+            # vector-leaf trees do not split on categorical features
+            categorical=engine.get("multi_strategy") != "multi_output_tree", nthread=threads,
+        )  # fmt: skip
+
+    @staticmethod
+    def engine_data(est, X):
+        """What prediction hands the engine: ``X`` itself (the edge rows need the lengths)."""
+        return X
+
+    @staticmethod
+    def load_state(booster):
+        """The edge objective's state the booster carries."""
+        return load_xgb_state(booster, EDGE_STATE_KEY)
+
+    @staticmethod
+    def feature_gain(gain):
+        """The input features' gain: the last column (the previous label) dropped."""
+        return gain[:-1]
+
+    @staticmethod
+    def check_single_table():
+        """Refuse: the transitions differ at every position."""
+        raise ValueError(
+            'with transitions_from="input" the transition scores depend on the input at '
+            "every position: there is no single table. Get them per position from "
+            "structboost.engines.predict.crf_inputs(clf.booster_, X, lengths=...)."
+        )
+
+
+#: The route of each ``transitions_from``, chosen once per fit or load.
+_TRANSITION_ROUTES = {"linear": _LinearTransitions, "input": _BoostedTransitions}
+
+
 @fill_doc(
     "mode", "hessian_bound", "step", "transition_solver", "reg_transitions", "transitions_from",
     shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
@@ -174,63 +284,38 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.transitions_from = transitions_from
         super().__init__(**kwargs)
 
-    @property
-    def _boosted_transitions(self):
-        if self.transitions_from not in TRANSITIONS_FROM:
+    def _check_params(self):
+        """Check the parameters and choose the transitions' route once (fit and load)."""
+        super()._check_params()
+        if self.transitions_from not in _TRANSITION_ROUTES:
             raise ValueError(
                 f"transitions_from must be one of {TRANSITIONS_FROM}; got {self.transitions_from!r}."
             )
-        return self.transitions_from == "input"
+        self._transitions = _TRANSITION_ROUTES[self.transitions_from]
 
     def _require_engine(self):
         """XGBoost is a dependency: nothing to check."""
 
     def _engine_data(self, X):
-        # Boosted transitions: prediction builds the edge rows from X and the lengths.
-        return X if self._boosted_transitions else self._dmatrix(X)
+        return self._transitions.engine_data(self, X)
 
     def _dmatrix(
         self, X, labels=None, lengths=None, seq_weight=None, base_margin=None, num_labels=None
     ):
         """Training or evaluation DMatrix (edge rows of ``num_labels`` labels when boosted)."""
         names = getattr(self, "feature_names_in_", None)
-        engine = self._engine_kwargs()
         threads = self._n_jobs()  # building a DMatrix counts no idle cores
-        if self._boosted_transitions:
-            return edge_dmatrix(
-                X, labels, lengths, num_labels=num_labels, weight=seq_weight,
-                feature_names=None if names is None else list(names),
-                # vector-leaf trees do not split on categorical features
-                categorical=engine.get("multi_strategy") != "multi_output_tree",
-                nthread=-1 if threads is None else threads,
-            )  # fmt: skip
-        return xgb.DMatrix(
-            X,
-            label=labels,
-            group=lengths,
-            weight=seq_weight,
-            base_margin=base_margin,
-            feature_names=None if names is None else list(names),
-            enable_categorical=isinstance(X, pd.DataFrame),
-            nthread=-1 if threads is None else threads,
-        )
+        return self._transitions.dmatrix(
+            X, labels, lengths, seq_weight, base_margin, num_labels,
+            feature_names=None if names is None else list(names), engine=self._engine_kwargs(),
+            threads=-1 if threads is None else threads,
+        )  # fmt: skip
 
     def _route(self):
         return {"transitions_from": self.transitions_from}
 
     def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
-        if self._boosted_transitions:
-            if self.base_model is not None:
-                raise ValueError(
-                    "base_model boosts from a linear model's node scores and transitions; "
-                    'with transitions_from="input" the trees score the transitions: drop '
-                    'base_model or use transitions_from="linear".'
-                )
-            obj = edge_crf_objective(n_classes, spec)
-        else:
-            # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
-            obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
-            self._start_transitions(obj)
+        obj = self._transitions.objective(self, n_classes, spec)
         params = xgb_params(
             n_classes,
             eta=self.learning_rate,
@@ -242,18 +327,13 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics, stopping)
 
     def _load_state(self):
-        if self._boosted_transitions:
-            return load_xgb_state(self.booster_, EDGE_STATE_KEY)
-        return load_xgb_state(self.booster_)
+        return self._transitions.load_state(self.booster_)
 
-    @staticmethod
-    def _engine_columns(params):
-        return int(params.get("transitions_from", "linear") == "input")  # the previous label
+    def _engine_columns(self):
+        return self._transitions.engine_columns
 
     def _gain_importance(self):
-        gain = super()._gain_importance()
-        # The edge rows' last column is the previous label (booster_.get_score shows it).
-        return gain[:-1] if self._boosted_transitions else gain
+        return self._transitions.feature_gain(super()._gain_importance())
 
     @property
     def transitions_(self):
@@ -268,12 +348,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             ``(n_classes, n_classes)``, index and columns ``classes_``.
         """
         check_is_fitted(self)
-        if self._boosted_transitions:
-            raise ValueError(
-                'with transitions_from="input" the transition scores depend on the input at '
-                "every position: there is no single table. Get them per position from "
-                "structboost.engines.predict.crf_inputs(clf.booster_, X, lengths=...)."
-            )
+        self._transitions.check_single_table()
         return super().transitions_
 
 
