@@ -60,7 +60,6 @@ import pandas as pd
 import xgboost as xgb
 from sklearn.utils.validation import check_is_fitted
 
-from .._compat import lgb_eval_sets
 from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
 from ..engines.xgboost import crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
@@ -357,7 +356,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class LGBMCRFClassifier(_CRFClassifier):
-    """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.LGBMModel``).
+    """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.train``).
 
     Parameters
     ----------
@@ -461,7 +460,6 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         import lightgbm as lgb
 
-        from ..engines.base import build_batch
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
 
         X, y, lengths, seq_weight, init_score = train
@@ -469,46 +467,39 @@ class LGBMCRFClassifier(_CRFClassifier):
         self._start_transitions(obj)
         params = lgb_params(
             n_classes,
+            objective=obj,
             learning_rate=self.learning_rate,
             max_depth=self.max_depth,
             num_leaves=self.num_leaves,
             **self._engine_params(),
         )
-        if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
-            params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")
-        model = lgb.LGBMModel(
-            objective=obj.sklearn_objective, n_estimators=stopping.rounds, **params
-        )
-        callbacks = [obj.callback(), *(self.callbacks or ())]
+        train_set = lgb.Dataset(
+            X, label=y, weight=self._row_weights(seq_weight, lengths), group=lengths,
+            init_score=init_score,
+        )  # fmt: skip
+        valid_sets = [
+            lgb.Dataset(Xe, label=ye, weight=self._row_weights(we, le), group=le, init_score=ie)
+            for Xe, ye, le, we, ie in evals
+        ]
+        evals_result = {}
+        callbacks = [obj.callback(), *(self.callbacks or ()), lgb.record_evaluation(evals_result)]
         if verbose:
             callbacks.append(lgb.log_evaluation(int(verbose)))
         if stopping.patience is not None:
             stop = lgb.early_stopping(stopping.patience, first_metric_only=True, verbose=False)
             callbacks.append(stop)
-        fit = {
-            "sample_weight": self._row_weights(seq_weight, lengths),
-            "init_score": init_score,
-            "group": lengths,
-            # LightGBM stops on the first metric, XGBoost on the last: put it first.
-            "eval_metric": lambda y_true, y_pred, weight, group: [
-                (name, value, False)
-                for name, value in evaluate_metrics(
-                    obj.crf, [metrics[-1], *metrics[:-1]], y_pred,
-                    build_batch(n_classes, y_true, group, row_weight=weight),
-                )
-            ],
-            "callbacks": callbacks,
-        }
-        if evals:
-            fit.update(lgb_eval_sets([e[0] for e in evals], [e[1] for e in evals]))
-            fit.update(
-                eval_group=[e[2] for e in evals],
-                eval_sample_weight=[self._row_weights(e[3], e[2]) for e in evals],
-                eval_init_score=[e[4] for e in evals],
-                eval_names=names,
-            )
         try:
-            model.fit(X, y, **fit)
+            booster = lgb.train(
+                params, train_set, num_boost_round=stopping.rounds, valid_sets=valid_sets,
+                valid_names=names, callbacks=callbacks,
+                # LightGBM stops on the first metric, XGBoost on the last: put it first.
+                feval=lambda preds, data: [
+                    (name, value, False)
+                    for name, value in evaluate_metrics(
+                        obj.crf, [metrics[-1], *metrics[:-1]], preds, obj.batch(data)
+                    )
+                ],
+            )  # fmt: skip
         except lgb.basic.LightGBMError as err:
             if "num_features()) > (0)" not in str(err):
                 raise
@@ -517,7 +508,7 @@ class LGBMCRFClassifier(_CRFClassifier):
                 "constant or cannot split off min_child_samples rows (default 20) on each "
                 "side. Lower min_child_samples or train on more rows."
             ) from err
-        return model.booster_, model.evals_result_
+        return booster, evals_result
 
     def _kept_rounds(self):
         from ..engines.lightgbm import kept_rounds
