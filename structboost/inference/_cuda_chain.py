@@ -441,6 +441,69 @@ def node_sums(marg, rows, weight, gamma, with_curvature, total, curvature):
         cuda.atomic.add(curvature, j, s2)
 
 
+#: Most blocks of the grid-stride reductions (:func:`step_sums`, :func:`label_scores`).
+MAX_BLOCKS = 4 if SIMULATOR else 2048
+
+
+def reduction_blocks(n):
+    """Blocks of the grid-stride reductions over ``n`` rows."""
+    return min(blocks(n), MAX_BLOCKS)
+
+
+@cuda.jit(device=True)
+def _block_add(s1, s2, out):
+    """Sum ``s1``, ``s2`` over the block's threads; thread 0 adds them to ``out[0]``, ``out[1]``."""
+    buf = cuda.shared.array((THREADS, 2), float64)
+    tid = cuda.threadIdx.x
+    buf[tid, 0] = s1
+    buf[tid, 1] = s2
+    cuda.syncthreads()
+    if tid == 0:
+        for i in range(1, cuda.blockDim.x):
+            s1 += buf[i, 0]
+            s2 += buf[i, 1]
+        cuda.atomic.add(out, 0, s1)
+        cuda.atomic.add(out, 1, s2)
+
+
+@cuda.jit
+def step_sums(new, old, a, b, out):
+    """``out[0] += sum a (new - old)`` and ``out[1] += sum b (new - old)^2`` over ``(n, K)``.
+
+    The adaptive step's secant sums (:class:`structboost.objectives.step.SecantScale`).
+    A grid-stride loop over rows, summed per block in shared memory, one
+    atomic add per block and output; launch :func:`reduction_blocks` blocks
+    of :data:`THREADS` threads on a zeroed ``out (2,)``.
+    """
+    s1 = 0.0
+    s2 = 0.0
+    for t in range(cuda.grid(1), new.shape[0], cuda.gridsize(1)):
+        for j in range(new.shape[1]):
+            d = new[t, j] - old[t, j]
+            s1 += a[t, j] * d
+            s2 += b[t, j] * d * d
+    _block_add(s1, s2, out)
+
+
+@cuda.jit
+def copy_rows(src, dst):
+    """``dst[t] = src[t]`` (with ``dst``'s dtype), one thread per row of ``(n, K)``."""
+    t = cuda.grid(1)
+    if t >= src.shape[0]:
+        return
+    for j in range(src.shape[1]):
+        dst[t, j] = src[t, j]
+
+
+@cuda.jit
+def label_scores(unary, labels, row_weight, out):
+    """``out[0] += sum_t row_weight[t] unary[t, labels[t]]`` (launched as :func:`step_sums`)."""
+    s1 = 0.0
+    for t in range(cuda.grid(1), unary.shape[0], cuda.gridsize(1)):
+        s1 += row_weight[t] * unary[t, labels[t]]
+    _block_add(s1, 0.0, out)
+
+
 @cuda.jit
 def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor, grad, hess):
     """Node gradient and Hessian of one boosting round, one thread per row.

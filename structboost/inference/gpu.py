@@ -451,6 +451,34 @@ def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor):
     return grad, hess
 
 
+def step_sums(new, old, a, b):
+    """``[sum a (new - old), sum b (new - old)^2]`` over ``(n, K)`` device arrays (float).
+
+    The adaptive step's secant sums, on the device: only the two sums cross the bus.
+    """
+    out = zeros(2)
+    kern.step_sums[kern.reduction_blocks(new.shape[0]), kern.THREADS](new, old, a, b, out)
+    return out.copy_to_host()
+
+
+def copy_into(src, dst):
+    """Copy the ``(n, K)`` device array ``src`` into ``dst``, converting to ``dst``'s dtype."""
+    launch(kern.copy_rows, src.shape[0], src, dst)
+
+
+def label_score(unary, structure):
+    """Weighted sum of the labels' node scores ``sum_t w_t unary[t, y_t]`` (float).
+
+    ``unary (n, K)`` is a device array and ``structure`` the
+    :class:`DeviceStructure` of its batch, with labels.
+    """
+    out = zeros(2)
+    kern.label_scores[kern.reduction_blocks(unary.shape[0]), kern.THREADS](
+        unary, structure.d_labels, structure.d_row_weight, out
+    )
+    return float(out.copy_to_host()[0])
+
+
 def viterbi_labels(unary, d_offsets, transitions, start, end):
     """Device Viterbi path ``(n,)`` int64 of :class:`DeviceUnary` potentials.
 
