@@ -51,7 +51,7 @@ from threadpoolctl import threadpool_limits
 
 from structboost import inference
 from structboost.datasets import load_ocr
-from structboost.inference import _chain, chain
+from structboost.inference import _chain, _chain_stats, _chain_sweeps, chain
 from structboost.sequences import offsets_from_lengths
 
 
@@ -84,12 +84,9 @@ def parts(lengths, k):
     emat, emax = _chain.exp_tables(trans[None])
     return {
         "exp_rows": lambda: _chain.exp_rows(u, ws.w, ws.row_max, False),
-        "messages": lambda: _chain.messages(ws, emat, emax, z, z, False, False),
-        "messages with rates": lambda: _chain.messages(ws, emat, emax, z, z, True, False),
-        "mixing_rates": lambda: _chain.mixing_rates(
-            offsets, emat, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.right, ws.left,
-            False,
-        ),
+        "messages": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, False, False),
+        "messages with rates": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, True, False),
+        "mixing_rates": lambda: _chain_stats.mixing_rates(_chain_stats.Messages.of(ws), emat, False),
         "posterior (reused workspace)": lambda: chain.posterior(
             u, offsets, trans, z, z, workspace=ws
         ),
@@ -147,12 +144,15 @@ def limit_table(lengths, k, repeat, threads, baseline):
     calls = {"matmul": lambda: np.matmul(u, trans, out=product)}
     for side, mod in sides.items():
         ws = mod.Workspace(n, k, len(lengths)).load(u, offsets)
-        kern = sys.modules[mod.__name__.rsplit(".", 1)[0] + "._chain"]
+        package = mod.__name__.rsplit(".", 1)[0]
+        kern = sys.modules[package + "._chain"]
+        # Revisions before the split of the chain kernels sweep in ``_chain`` itself.
+        sweeps = sys.modules.get(package + "._chain_sweeps", kern)
         emat, emax = kern.exp_tables(trans[None])
-        calls[side] = lambda ws=ws, kern=kern, e=(emat, emax): kern.messages(
+        calls[side] = lambda ws=ws, sweeps=sweeps, e=(emat, emax): sweeps.messages(
             ws, *e, z, z, False, False
         )
-        calls[side + ", prange"] = lambda ws=ws, kern=kern, e=(emat, emax): kern.messages(
+        calls[side + ", prange"] = lambda ws=ws, sweeps=sweeps, e=(emat, emax): sweeps.messages(
             ws, *e, z, z, False, True
         )
     serial = {name: fn for name, fn in calls.items() if "prange" not in name}

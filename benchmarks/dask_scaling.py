@@ -1,13 +1,17 @@
 """Distributed CRF boosting on a local Dask cluster: time per round, allreduce cost, memory.
 
-For each row count and worker count a fresh ``LocalCluster`` (loopback, one
-thread per worker) generates sticky-chain data on the workers (sequences of
-``--length`` rows, K labels, K noisy one-hot features, two partitions per
-worker, no sequence split), then trains ``--rounds`` rounds with
-:func:`structboost.engines.dask`'s distributed objective. Measured on every
-worker and reduced with XGBoost's collective (max over workers):
+For each row count, model and worker count a fresh ``LocalCluster``
+(loopback, one thread per worker) generates sticky-chain data on the
+workers (sequences of ``--length`` rows, K labels, K noisy one-hot
+features, two partitions per worker, no sequence split), then trains
+``--warm`` + ``--rounds`` rounds: GBCRF with
+:func:`structboost.engines.dask`'s distributed objective and the library's
+defaults, and native ``multi:softprob`` through ``xgboost.dask`` on the
+same data as the baseline. Measured on every worker and reduced with
+XGBoost's collective (max over workers):
 
-- seconds per round (rounds after the first, which warms the caches up),
+- seconds per round (the ``--rounds`` rounds after ``--warm`` untimed ones:
+  by default past the one-pass rounds' warm-up refits),
 - seconds per round spent inside the objective's allreduce calls (waiting
   for the slowest worker included) and the number of calls per round,
 - peak resident memory of the worker process (``ru_maxrss``).
@@ -17,7 +21,8 @@ Usage::
     python benchmarks/dask_scaling.py --rows 1000000 --workers 1 2
     python benchmarks/dask_scaling.py --rows 1000000 10000000 --workers 1 2 --rounds 5
 
-Results are appended to ``benchmarks/results/dask_scaling.csv``.
+Results are appended to ``benchmarks/results/dask_scaling.csv`` (rows of an
+older header are kept, with the new columns empty).
 """
 
 import argparse
@@ -36,6 +41,7 @@ from xgboost import dask as dxgb
 
 import structboost as sb
 from structboost.engines import dask as sbd
+from structboost.transitions.onestep import WARMUP
 
 RESULTS = Path(__file__).parent / "results" / "dask_scaling.csv"
 
@@ -86,11 +92,15 @@ class TimedAllreduce:
 
 
 class Probe(xgb.callback.TrainingCallback):
-    """Round wall times, allreduce totals and peak memory, stored on the booster (max over workers)."""
+    """Round wall times, allreduce totals and peak memory, stored on the booster (max over workers).
 
-    def __init__(self, timer):
+    ``warm``: rounds left out of the means.
+    """
+
+    def __init__(self, timer, warm):
         super().__init__()
         self.timer = timer
+        self.warm = warm
         self.rounds = []
         self.marks = []
 
@@ -106,14 +116,14 @@ class Probe(xgb.callback.TrainingCallback):
         return False
 
     def after_training(self, model):
-        steady = np.array(self.rounds[1:] or self.rounds).mean(axis=0)
+        steady = np.array(self.rounds[self.warm:] or self.rounds).mean(axis=0)
         rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         stats = collective.allreduce(np.append(steady, rss_mib), collective.Op.MAX)
         model.set_attr(probe=" ".join(repr(float(v)) for v in stats))
         return model
 
 
-def run(rows, workers, rounds, length, num_labels, threads):
+def run(rows, workers, model, rounds, warm, length, num_labels, threads):
     with LocalCluster(
         n_workers=workers,
         threads_per_worker=threads,
@@ -122,27 +132,35 @@ def run(rows, workers, rounds, length, num_labels, threads):
         dashboard_address=None,
     ) as cluster, Client(cluster) as client:
         X, y, ids = (client.persist(c) for c in generate(rows, 2 * workers, length, num_labels))
-        t0 = time.perf_counter()
-        dtrain = sbd.sequence_dmatrix(client, X, y, groups=ids)
-        build = time.perf_counter() - t0
-        dobj = sbd.distributed_objective(sb.crf_objective(num_labels))
         timer = TimedAllreduce()
-        dobj.crf.allreduce = timer
-        params = sb.xgb_params(num_labels, max_depth=6, eta=0.3, nthread=threads)
+        callbacks = [Probe(timer, warm)]
         t0 = time.perf_counter()
-        out = dxgb.train(
-            client, params, dtrain, rounds, obj=dobj,
-            callbacks=[dobj.callback(), Probe(timer)], verbose_eval=False,
-        )
+        if model == "gbcrf":
+            dtrain = sbd.sequence_dmatrix(client, X, y, groups=ids)
+            dobj = sbd.distributed_objective(sb.crf_objective(num_labels))
+            dobj.crf.allreduce = timer
+            params = sb.xgb_params(num_labels, max_depth=6, eta=0.3, nthread=threads)
+            callbacks.insert(0, dobj.callback())
+        else:
+            dtrain = dxgb.DaskDMatrix(client, X, y)
+            dobj = None
+            params = {"objective": "multi:softprob", "num_class": num_labels, "max_depth": 6,
+                      "eta": 0.3, "nthread": threads, "tree_method": "hist"}
+        build = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = dxgb.train(client, params, dtrain, warm + rounds, obj=dobj, callbacks=callbacks,
+                         verbose_eval=False)
         total = time.perf_counter() - t0
         per_round, allreduce_s, calls, rss = map(float, out["booster"].attr("probe").split())
     return {
         "rows": rows,
         "workers": workers,
+        "model": model,
         "threads_per_worker": threads,
         "K": num_labels,
         "seq_length": length,
         "rounds": rounds,
+        "warm": warm,
         "dmatrix_s": round(build, 2),
         "train_s": round(total, 2),
         "s_per_round": round(per_round, 3),
@@ -152,26 +170,42 @@ def run(rows, workers, rounds, length, num_labels, threads):
     }
 
 
+def append_row(path, row):
+    """Append ``row`` to the CSV at ``path``, widening an older header (missing cells empty)."""
+    rows, fields = [], list(row)
+    if path.exists():
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            fields += [f for f in reader.fieldnames or () if f not in fields]
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows + [row])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds timed, after --warm")
+    parser.add_argument("--warm", type=int, default=WARMUP + 1,
+                        help="untimed rounds first (default: past the one-pass warm-up refits)")
+    parser.add_argument("--models", nargs="+", choices=("native", "gbcrf"),
+                        default=["native", "gbcrf"])
     parser.add_argument("--length", type=int, default=20, help="rows per sequence")
     parser.add_argument("--labels", type=int, default=10, help="K")
     parser.add_argument("--threads", type=int, default=1, help="threads per worker")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="CSV the rows are appended to")
     args = parser.parse_args()
-    RESULTS.parent.mkdir(exist_ok=True)
+    args.out.parent.mkdir(exist_ok=True)
     for rows in args.rows:
-        for workers in args.workers:
-            row = run(rows, workers, args.rounds, args.length, args.labels, args.threads)
-            print(row, flush=True)
-            new = not RESULTS.exists()
-            with RESULTS.open("a", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=list(row))
-                if new:
-                    writer.writeheader()
-                writer.writerow(row)
+        for model in args.models:
+            for workers in args.workers:
+                row = run(rows, workers, model, args.rounds, args.warm, args.length,
+                          args.labels, args.threads)
+                print(row, flush=True)
+                append_row(args.out, row)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 Generates ``--rows`` rows (default 1M) of sequences of ``--length`` rows
 (default 10) with ``--features`` dense float32 features and sticky labels,
-for each ``K`` in ``--labels`` (default 26 and 100), and times, after one
-warm-up round, the wall seconds per round of
+for each ``K`` in ``--labels`` (default 26 and 100), and times, after
+``--warm`` untimed rounds (by default past the one-pass rounds' warm-up
+refits, :data:`structboost.transitions.onestep.WARMUP`), the wall seconds
+per round of
 
 1. native ``multi:softprob`` (``device=--device``);
 2. GBCRF, ``xgboost.train(obj=crf_objective(K, device=...))``: XGBoost
@@ -42,6 +44,7 @@ import xgboost as xgb
 import structboost as sb
 from structboost.inference.chain import posterior
 from structboost.objectives.chain import SequenceBatch
+from structboost.transitions.onestep import WARMUP
 
 
 def make_data(rows, length, k, d, seed):
@@ -72,34 +75,47 @@ def synced(device):
     return clock
 
 
-def per_round(params, dtrain, rounds, clock, obj=None):
-    """Wall seconds per round after one warm-up round."""
-    xgb.train(params, dtrain, 1, obj=obj)
-    t0 = clock()
-    xgb.train(params, dtrain, rounds, obj=obj)
-    return (clock() - t0) / rounds
+class _RoundClock(xgb.callback.TrainingCallback):
+    """Records the clock at the end of every round."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+        self.times = [clock()]
+
+    def after_iteration(self, model, epoch, evals_log):
+        self.times.append(self.clock())
+        return False
 
 
-def boost_on_device(params, dtrain, X_dev, batch, k, rounds, clock):
+def steady(times, rounds):
+    """Mean seconds of the last ``rounds`` rounds of the clock readings ``times``."""
+    return (times[-1] - times[-1 - rounds]) / rounds
+
+
+def per_round(params, dtrain, rounds, warm, clock, obj=None):
+    """Wall seconds per round of the ``rounds`` rounds after ``warm`` warm-up rounds."""
+    timer = _RoundClock(clock)
+    xgb.train(params, dtrain, warm + rounds, obj=obj, callbacks=[timer])
+    return steady(timer.times, rounds)
+
+
+def boost_on_device(params, dtrain, X_dev, batch, k, rounds, warm, clock, obj_params):
     """Seconds per round of a ``Booster.boost`` loop with device margins."""
     import cupy
 
-    def run(n_rounds):
-        obj = sb.crf_objective(k, device="cuda")
-        booster = xgb.Booster(params, [dtrain])
-        margins = cupy.zeros((batch.labels.size, k), dtype=cupy.float32)
-        for i in range(n_rounds):
-            grad, hess = obj.crf.grad_hess(margins, batch)
-            booster.boost(dtrain, i, grad=grad, hess=hess)
-            margins += booster.inplace_predict(
-                X_dev, iteration_range=(i, i + 1), predict_type="margin"
-            )
-        return booster
-
-    run(1)
-    t0 = clock()
-    run(rounds)
-    return (clock() - t0) / rounds
+    obj = sb.crf_objective(k, device="cuda", **obj_params)
+    booster = xgb.Booster(params, [dtrain])
+    margins = cupy.zeros((batch.labels.size, k), dtype=cupy.float32)
+    times = [clock()]
+    for i in range(warm + rounds):
+        grad, hess = obj.crf.grad_hess(margins, batch)
+        booster.boost(dtrain, i, grad=grad, hess=hess)
+        margins += booster.inplace_predict(
+            X_dev, iteration_range=(i, i + 1), predict_type="margin"
+        )
+        times.append(clock())
+    return steady(times, rounds)
 
 
 def kernel_and_transfer(X, y, lengths, k, device, clock, repeats=3):
@@ -150,7 +166,13 @@ def main():
     ap.add_argument("--length", type=int, default=10)
     ap.add_argument("--features", type=int, default=50)
     ap.add_argument("--labels", type=int, nargs="+", default=[26, 100])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds timed, after --warm")
+    ap.add_argument("--warm", type=int, default=WARMUP + 1,
+                    help="untimed rounds first (default: past the one-pass warm-up refits)")
+    ap.add_argument("--transition-iter", type=int, default=None,
+                    help="the objective's transition_iter (default: the library's)")
+    ap.add_argument("--cpu-labels", type=int, nargs="*", default=None,
+                    help="the K that also time the CPU objective (default: all)")
     ap.add_argument("--max-depth", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -159,14 +181,15 @@ def main():
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"device={args.device}; python {platform.python_version()}, xgboost {xgb.__version__}, "
         f"numba {numba.__version__}, structboost {sb.__version__}; {args.rows} rows, sequences "
-        f"of {args.length}, d={args.features}, depth {args.max_depth}, {args.rounds} rounds; "
-        "wall seconds"
+        f"of {args.length}, d={args.features}, depth {args.max_depth}, {args.rounds} rounds "
+        f"timed after {args.warm}; transition_iter={args.transition_iter}; wall seconds"
     )
     if args.device == "cuda":
         import cupy
         from numba import cuda
 
         print(f"GPU: {cuda.get_current_device().name}, cupy {cupy.__version__}")
+    obj_params = {} if args.transition_iter is None else {"transition_iter": args.transition_iter}
     tree = {"max_depth": args.max_depth, "eta": 0.3, "device": args.device, "tree_method": "hist"}
     for k in args.labels:
         X, y, lengths = make_data(args.rows, args.length, k, args.features, args.seed)
@@ -176,20 +199,23 @@ def main():
         rows = []
         dnative = xgb.QuantileDMatrix(X_in, label=y)
         native = per_round({**tree, "objective": "multi:softprob", "num_class": k}, dnative,
-                           args.rounds, clock)
+                           args.rounds, args.warm, clock)
         rows.append(("native multi:softprob", native))
         dtrain = xgb.QuantileDMatrix(X_in, label=y, group=lengths)
         params = sb.xgb_params(k, **tree)
         if args.device == "cuda":
             rows.append(("GBCRF, GPU objective, xgboost.train(obj=...)",
-                         per_round(params, dtrain, args.rounds, clock,
-                                   sb.crf_objective(k, device="cuda"))))
-        rows.append(("GBCRF, CPU objective, xgboost.train(obj=...)",
-                     per_round(params, dtrain, args.rounds, clock, sb.crf_objective(k))))
+                         per_round(params, dtrain, args.rounds, args.warm, clock,
+                                   sb.crf_objective(k, device="cuda", **obj_params))))
+        if args.cpu_labels is None or k in args.cpu_labels:
+            rows.append(("GBCRF, CPU objective, xgboost.train(obj=...)",
+                         per_round(params, dtrain, args.rounds, args.warm, clock,
+                                   sb.crf_objective(k, **obj_params))))
         if args.device == "cuda":
             batch = SequenceBatch.build(y, lengths, k)
             rows.append(("GBCRF, GPU objective, Booster.boost + device margins",
-                         boost_on_device(params, dtrain, X_in, batch, k, args.rounds, clock)))
+                         boost_on_device(params, dtrain, X_in, batch, k, args.rounds, args.warm,
+                                         clock, obj_params)))
         print(f"\nK = {k}, {y.size} rows, {lengths.size} sequences\n")
         print("| run | s / round | ratio to native |")
         print("|---|---|---|")

@@ -38,6 +38,7 @@ Usage::
 
     python benchmarks/scaling.py [--rounds 20] [--threads 2]
     python benchmarks/scaling.py --large [--max-rows 1000000] [--k-rows 100000] [--quick]
+    python benchmarks/scaling.py --large --parts large memory --large-k 10 --large-threads 1 --warm 11
 
 Writes ``benchmarks/results/scaling.csv`` and ``scaling.png`` (``--large``:
 ``scaling_large.csv``, ``scaling_large.png``) and prints Markdown tables.
@@ -168,7 +169,8 @@ def measure(config):
     """Train one configuration in this process; per-round seconds and peak RSS.
 
     ``config``: ``rows``, ``K``, ``model`` ("native" or "gbcrf"),
-    ``threads``, ``rounds``, ``train_metric`` (bool), ``seed``.
+    ``threads``, ``rounds`` (timed), ``warm`` (untimed rounds first),
+    ``train_metric`` (bool), ``seed``.
     """
     k, threads = config["K"], config["threads"]
     X, y, lengths = sticky_chains(config["rows"], k, config["seed"])
@@ -191,7 +193,7 @@ def measure(config):
             params, dtrain, rounds, obj=obj, evals=evals, xgb_model=model,
             custom_metric=obj.metric if evals else None, callbacks=[obj.callback()],
             verbose_eval=False)
-    booster = train(1)  # warm-up: numba compilation, quantile sketch
+    booster = train(config["warm"])  # numba compilation, quantile sketch, one-pass warm-up
     before = dict(obj.crf.timings) if obj is not None else {}
     rounds = config["rounds"]
     w0, c0 = time.perf_counter(), time.process_time()
@@ -226,24 +228,27 @@ def slope(xs, ys):
 
 def large_configs(args):
     """(experiment, config) of every large-scale run asked for, the cheap curves first."""
-    base = {"rounds": args.rounds, "seed": args.seed, "train_metric": False}
+    base = {"rounds": args.rounds, "warm": args.warm, "seed": args.seed, "train_metric": False}
     out = []
-    for n in CURVE_ROWS:
+    parts = set(args.parts)
+    for n in CURVE_ROWS if "rows" in parts else ():
         if n <= args.max_rows:
             for model in ("native", "gbcrf"):
                 out.append(("rows", {**base, "rows": n, "K": 10, "model": model, "threads": 1}))
-    for k in CURVE_LABELS[::2] if args.quick else CURVE_LABELS:
+    for k in () if "labels" not in parts else CURVE_LABELS[::2] if args.quick else CURVE_LABELS:
         for model in ("native", "gbcrf"):
             out.append(("labels", {**base, "rows": args.k_rows, "K": k, "model": model,
                                    "threads": 1}))
     rows = min(args.max_rows, 10_000_000)
-    for k in (10,) if args.quick else (10, 26):
+    for k in (10,) if args.quick else args.large_k:
         for model in ("native", "gbcrf"):
-            for threads in (1, 2):
+            for threads in args.large_threads if "large" in parts else ():
                 out.append(("large", {**base, "rows": rows, "K": k, "model": model,
                                       "threads": threads}))
-            out.append(("memory", {**base, "rows": rows, "K": k, "model": model, "threads": 2,
-                                   "train_metric": True}))
+            if "memory" in parts:
+                out.append(("memory", {**base, "rows": rows, "K": k, "model": model,
+                                       "threads": max(args.large_threads),
+                                       "train_metric": True}))
     return out
 
 
@@ -322,6 +327,15 @@ def main():
     ap.add_argument("--k-rows", type=int, default=1_000_000, help="rows of the K curve")
     ap.add_argument("--quick", action="store_true",
                     help="K = 10 only in (c), every other K in the K curve")
+    ap.add_argument("--warm", type=int, default=1,
+                    help="untimed rounds before the timed ones (--large; 11 passes the "
+                         "one-pass rounds' warm-up refits)")
+    ap.add_argument("--parts", nargs="+", choices=("rows", "labels", "large", "memory"),
+                    default=["rows", "labels", "large", "memory"],
+                    help="experiments of the large-scale part to run")
+    ap.add_argument("--large-k", type=int, nargs="+", default=[10, 26], help="K of (c)")
+    ap.add_argument("--large-threads", type=int, nargs="+", default=[1, 2],
+                    help="threads of (c); the memory runs take the largest")
     ap.add_argument("--replot", action="store_true",
                     help="redraw scaling_large.png from scaling_large.csv")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # a JSON config: measure() it

@@ -5,8 +5,6 @@ on either side of it; the rest of the package asks here instead of reading
 versions or signatures itself.
 """
 
-import inspect
-
 import xgboost as xgb
 
 
@@ -18,25 +16,3 @@ def _release(version):
 #: XGBoost 3.1 made the intercept one value per output: a model saved by it
 #: stores K values, and continuing training with a scalar ``base_score`` fails.
 XGB_VECTOR_INTERCEPT = _release(xgb.__version__) >= (3, 1)
-
-
-def lgb_eval_sets(eval_X, eval_y):
-    """``lightgbm.LGBMModel.fit`` keywords for the evaluation features and labels.
-
-    LightGBM 4.7 takes ``eval_X`` and ``eval_y`` tuples; earlier releases
-    take ``eval_set``, a list of ``(X, y)`` pairs.
-
-    Parameters
-    ----------
-    eval_X, eval_y : sequence
-        The features and the labels of every evaluation set, in order.
-
-    Returns
-    -------
-    dict
-    """
-    import lightgbm as lgb
-
-    if "eval_X" in inspect.signature(lgb.LGBMModel.fit).parameters:
-        return {"eval_X": tuple(eval_X), "eval_y": tuple(eval_y)}
-    return {"eval_set": list(zip(eval_X, eval_y))}

@@ -622,15 +622,13 @@ class XGBoostTraining:
     def _engine_document(self):
         return {"xgboost_json": self.booster_.save_raw("json").decode("utf-8")}
 
-    #: Columns the engine sees after the input features (the edge route's previous label).
-    @staticmethod
-    def _engine_columns(params):
+    def _engine_columns(self):
+        """Columns the engine sees after the input features (the edge route's previous label)."""
         return 0
 
-    @classmethod
-    def _booster_from_document(cls, doc, where, num_features, num_labels, params):
+    def _booster_from_document(self, doc, where, num_features, num_labels, params):
         model = field(doc, "xgboost_json", str, where)
-        return booster_from_json(model, where, num_features + cls._engine_columns(params),
+        return booster_from_json(model, where, num_features + self._engine_columns(),
                                  num_labels)  # fmt: skip
 
     def _gain_importance(self):

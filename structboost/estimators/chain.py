@@ -60,7 +60,6 @@ import pandas as pd
 import xgboost as xgb
 from sklearn.utils.validation import check_is_fitted
 
-from .._compat import lgb_eval_sets
 from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
 from ..engines.xgboost import crf_objective, xgb_params
 from ..engines.xgboost import load_state as load_xgb_state
@@ -70,6 +69,116 @@ from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
 from .checks import LIGHTGBM
 from .base import XGBoostTraining, evaluate_metrics
 from .chain_base import _CRFClassifier
+
+
+class _LinearTransitions:
+    """``transitions_from="linear"``: one K x K table, refit by the transition solver.
+
+    The estimator's questions that depend on where the transitions come
+    from; :class:`_BoostedTransitions` answers them for boosted ones.
+    """
+
+    #: Columns the engine sees after the input features.
+    engine_columns = 0
+
+    @staticmethod
+    def objective(est, n_classes, spec):
+        """The training objective, its transitions started (from a base model's, if any)."""
+        # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
+        obj = crf_objective(n_classes, spec, device=est._engine_kwargs().get("device", "cpu"))
+        est._start_transitions(obj)
+        return obj
+
+    @staticmethod
+    def dmatrix(X, labels, lengths, seq_weight, base_margin, num_labels, feature_names, engine,
+                threads):
+        """A DMatrix of the rows, one row per position (see ``XGBCRFClassifier._dmatrix``)."""
+        return xgb.DMatrix(
+            X,
+            label=labels,
+            group=lengths,
+            weight=seq_weight,
+            base_margin=base_margin,
+            feature_names=feature_names,
+            enable_categorical=isinstance(X, pd.DataFrame),
+            nthread=threads,
+        )
+
+    @staticmethod
+    def engine_data(est, X):
+        """What prediction hands the engine: the DMatrix of ``X``."""
+        return est._dmatrix(X)
+
+    @staticmethod
+    def load_state(booster):
+        """The CRF state the booster carries (:func:`structboost.engines.xgboost.load_state`)."""
+        return load_xgb_state(booster)
+
+    @staticmethod
+    def feature_gain(gain):
+        """Total gain per input feature from the engine's per-column gain."""
+        return gain
+
+    @staticmethod
+    def check_single_table():
+        """Nothing to refuse: the transitions are one table."""
+
+
+class _BoostedTransitions:
+    """``transitions_from="input"``: boosted, input-dependent transitions (edge rows)."""
+
+    #: The previous label, the edge rows' last column.
+    engine_columns = 1
+
+    @staticmethod
+    def objective(est, n_classes, spec):
+        """The edge objective; a base model has no place here."""
+        if est.base_model is not None:
+            raise ValueError(
+                "base_model boosts from a linear model's node scores and transitions; "
+                'with transitions_from="input" the trees score the transitions: drop '
+                'base_model or use transitions_from="linear".'
+            )
+        return edge_crf_objective(n_classes, spec)
+
+    @staticmethod
+    def dmatrix(X, labels, lengths, seq_weight, base_margin, num_labels, feature_names, engine,
+                threads):
+        """The edge rows of ``num_labels`` labels (K rows per position)."""
+        return edge_dmatrix(
+            X, labels, lengths, num_labels=num_labels, weight=seq_weight,
+            feature_names=feature_names,
+            # vector-leaf trees do not split on categorical features
+            categorical=engine.get("multi_strategy") != "multi_output_tree", nthread=threads,
+        )  # fmt: skip
+
+    @staticmethod
+    def engine_data(est, X):
+        """What prediction hands the engine: ``X`` itself (the edge rows need the lengths)."""
+        return X
+
+    @staticmethod
+    def load_state(booster):
+        """The edge objective's state the booster carries."""
+        return load_xgb_state(booster, EDGE_STATE_KEY)
+
+    @staticmethod
+    def feature_gain(gain):
+        """The input features' gain: the last column (the previous label) dropped."""
+        return gain[:-1]
+
+    @staticmethod
+    def check_single_table():
+        """Refuse: the transitions differ at every position."""
+        raise ValueError(
+            'with transitions_from="input" the transition scores depend on the input at '
+            "every position: there is no single table. Get them per position from "
+            "structboost.engines.predict.crf_inputs(clf.booster_, X, lengths=...)."
+        )
+
+
+#: The route of each ``transitions_from``, chosen once per fit or load.
+_TRANSITION_ROUTES = {"linear": _LinearTransitions, "input": _BoostedTransitions}
 
 
 @fill_doc(
@@ -174,63 +283,38 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.transitions_from = transitions_from
         super().__init__(**kwargs)
 
-    @property
-    def _boosted_transitions(self):
-        if self.transitions_from not in TRANSITIONS_FROM:
+    def _check_params(self):
+        """Check the parameters and choose the transitions' route once (fit and load)."""
+        super()._check_params()
+        if self.transitions_from not in _TRANSITION_ROUTES:
             raise ValueError(
                 f"transitions_from must be one of {TRANSITIONS_FROM}; got {self.transitions_from!r}."
             )
-        return self.transitions_from == "input"
+        self._transitions = _TRANSITION_ROUTES[self.transitions_from]
 
     def _require_engine(self):
         """XGBoost is a dependency: nothing to check."""
 
     def _engine_data(self, X):
-        # Boosted transitions: prediction builds the edge rows from X and the lengths.
-        return X if self._boosted_transitions else self._dmatrix(X)
+        return self._transitions.engine_data(self, X)
 
     def _dmatrix(
         self, X, labels=None, lengths=None, seq_weight=None, base_margin=None, num_labels=None
     ):
         """Training or evaluation DMatrix (edge rows of ``num_labels`` labels when boosted)."""
         names = getattr(self, "feature_names_in_", None)
-        engine = self._engine_kwargs()
         threads = self._n_jobs()  # building a DMatrix counts no idle cores
-        if self._boosted_transitions:
-            return edge_dmatrix(
-                X, labels, lengths, num_labels=num_labels, weight=seq_weight,
-                feature_names=None if names is None else list(names),
-                # vector-leaf trees do not split on categorical features
-                categorical=engine.get("multi_strategy") != "multi_output_tree",
-                nthread=-1 if threads is None else threads,
-            )  # fmt: skip
-        return xgb.DMatrix(
-            X,
-            label=labels,
-            group=lengths,
-            weight=seq_weight,
-            base_margin=base_margin,
-            feature_names=None if names is None else list(names),
-            enable_categorical=isinstance(X, pd.DataFrame),
-            nthread=-1 if threads is None else threads,
-        )
+        return self._transitions.dmatrix(
+            X, labels, lengths, seq_weight, base_margin, num_labels,
+            feature_names=None if names is None else list(names), engine=self._engine_kwargs(),
+            threads=-1 if threads is None else threads,
+        )  # fmt: skip
 
     def _route(self):
         return {"transitions_from": self.transitions_from}
 
     def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
-        if self._boosted_transitions:
-            if self.base_model is not None:
-                raise ValueError(
-                    "base_model boosts from a linear model's node scores and transitions; "
-                    'with transitions_from="input" the trees score the transitions: drop '
-                    'base_model or use transitions_from="linear".'
-                )
-            obj = edge_crf_objective(n_classes, spec)
-        else:
-            # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
-            obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
-            self._start_transitions(obj)
+        obj = self._transitions.objective(self, n_classes, spec)
         params = xgb_params(
             n_classes,
             eta=self.learning_rate,
@@ -242,18 +326,13 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics, stopping)
 
     def _load_state(self):
-        if self._boosted_transitions:
-            return load_xgb_state(self.booster_, EDGE_STATE_KEY)
-        return load_xgb_state(self.booster_)
+        return self._transitions.load_state(self.booster_)
 
-    @staticmethod
-    def _engine_columns(params):
-        return int(params.get("transitions_from", "linear") == "input")  # the previous label
+    def _engine_columns(self):
+        return self._transitions.engine_columns
 
     def _gain_importance(self):
-        gain = super()._gain_importance()
-        # The edge rows' last column is the previous label (booster_.get_score shows it).
-        return gain[:-1] if self._boosted_transitions else gain
+        return self._transitions.feature_gain(super()._gain_importance())
 
     @property
     def transitions_(self):
@@ -268,12 +347,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             ``(n_classes, n_classes)``, index and columns ``classes_``.
         """
         check_is_fitted(self)
-        if self._boosted_transitions:
-            raise ValueError(
-                'with transitions_from="input" the transition scores depend on the input at '
-                "every position: there is no single table. Get them per position from "
-                "structboost.engines.predict.crf_inputs(clf.booster_, X, lengths=...)."
-            )
+        self._transitions.check_single_table()
         return super().transitions_
 
 
@@ -282,7 +356,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class LGBMCRFClassifier(_CRFClassifier):
-    """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.LGBMModel``).
+    """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.train``).
 
     Parameters
     ----------
@@ -386,7 +460,6 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
         import lightgbm as lgb
 
-        from ..engines.base import build_batch
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
 
         X, y, lengths, seq_weight, init_score = train
@@ -394,46 +467,39 @@ class LGBMCRFClassifier(_CRFClassifier):
         self._start_transitions(obj)
         params = lgb_params(
             n_classes,
+            objective=obj,
             learning_rate=self.learning_rate,
             max_depth=self.max_depth,
             num_leaves=self.num_leaves,
             **self._engine_params(),
         )
-        if "min_sum_hessian_in_leaf" in params:  # LGBMModel's own name for it
-            params["min_child_weight"] = params.pop("min_sum_hessian_in_leaf")
-        model = lgb.LGBMModel(
-            objective=obj.sklearn_objective, n_estimators=stopping.rounds, **params
-        )
-        callbacks = [obj.callback(), *(self.callbacks or ())]
+        train_set = lgb.Dataset(
+            X, label=y, weight=self._row_weights(seq_weight, lengths), group=lengths,
+            init_score=init_score,
+        )  # fmt: skip
+        valid_sets = [
+            lgb.Dataset(Xe, label=ye, weight=self._row_weights(we, le), group=le, init_score=ie)
+            for Xe, ye, le, we, ie in evals
+        ]
+        evals_result = {}
+        callbacks = [obj.callback(), *(self.callbacks or ()), lgb.record_evaluation(evals_result)]
         if verbose:
             callbacks.append(lgb.log_evaluation(int(verbose)))
         if stopping.patience is not None:
             stop = lgb.early_stopping(stopping.patience, first_metric_only=True, verbose=False)
             callbacks.append(stop)
-        fit = {
-            "sample_weight": self._row_weights(seq_weight, lengths),
-            "init_score": init_score,
-            "group": lengths,
-            # LightGBM stops on the first metric, XGBoost on the last: put it first.
-            "eval_metric": lambda y_true, y_pred, weight, group: [
-                (name, value, False)
-                for name, value in evaluate_metrics(
-                    obj.crf, [metrics[-1], *metrics[:-1]], y_pred,
-                    build_batch(n_classes, y_true, group, row_weight=weight),
-                )
-            ],
-            "callbacks": callbacks,
-        }
-        if evals:
-            fit.update(lgb_eval_sets([e[0] for e in evals], [e[1] for e in evals]))
-            fit.update(
-                eval_group=[e[2] for e in evals],
-                eval_sample_weight=[self._row_weights(e[3], e[2]) for e in evals],
-                eval_init_score=[e[4] for e in evals],
-                eval_names=names,
-            )
         try:
-            model.fit(X, y, **fit)
+            booster = lgb.train(
+                params, train_set, num_boost_round=stopping.rounds, valid_sets=valid_sets,
+                valid_names=names, callbacks=callbacks,
+                # LightGBM stops on the first metric, XGBoost on the last: put it first.
+                feval=lambda preds, data: [
+                    (name, value, False)
+                    for name, value in evaluate_metrics(
+                        obj.crf, [metrics[-1], *metrics[:-1]], preds, obj.batch(data)
+                    )
+                ],
+            )  # fmt: skip
         except lgb.basic.LightGBMError as err:
             if "num_features()) > (0)" not in str(err):
                 raise
@@ -442,7 +508,7 @@ class LGBMCRFClassifier(_CRFClassifier):
                 "constant or cannot split off min_child_samples rows (default 20) on each "
                 "side. Lower min_child_samples or train on more rows."
             ) from err
-        return model.booster_, model.evals_result_
+        return booster, evals_result
 
     def _kept_rounds(self):
         from ..engines.lightgbm import kept_rounds

@@ -35,7 +35,8 @@ class ModelFile:
     The estimator supplies ``_engine_document()`` (its booster as a JSON
     dict), ``_booster_from_document(doc, where, num_features, num_labels,
     params)`` (the booster, its engine model checked against the file's
-    feature and label counts), ``_load_state()`` and ``_kept_rounds()``; it
+    feature and label counts; called on the fresh estimator the file's
+    parameters are set on and checked), ``_load_state()`` and ``_kept_rounds()``; it
     may override ``_state_loaded(state)`` to set fitted attributes the CRF
     state determines. An estimator built around another one (the multi-label
     tree CRF) overrides :meth:`to_document` and :meth:`from_document` and
@@ -231,7 +232,7 @@ class ModelFile:
         staged.set_params(**params)
         try:
             staged._check_params()
-            staged.booster_ = self._booster_from_document(
+            staged.booster_ = staged._booster_from_document(
                 field(doc, "engine", dict, where), where,
                 num_features=n_features, num_labels=len(classes), params=params,
             )  # fmt: skip

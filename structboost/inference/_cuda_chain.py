@@ -120,7 +120,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
             log_z, alpha, beta, r, into, beta_scale, marg, overlap):
     """Both sweeps of sequence ``i``; False (at once) when the sequence is lost.
 
-    The messages of :func:`structboost.inference._chain._sequence_messages`
+    The messages of :func:`structboost.inference._chain_sweeps._chunk_messages`
     without the rates (the same arithmetic per element; the CPU sweep folds its
     normalisations into the products and batches its logarithms), with the
     same fallback criterion (``TINY``, ``SAFE``).
@@ -204,7 +204,7 @@ def messages(w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max
              log_z, alpha, beta, r, into, beta_scale, marg, overlap, lost, n_lost):
     """Scaled forward-backward messages and node marginals, one thread per sequence.
 
-    The device twin of :func:`structboost.inference._chain.messages` (without
+    The device twin of :func:`structboost.inference._chain_sweeps.messages` (without
     the rates: :func:`mixing_rates`), with its buffers and its fallback
     criterion: a sequence is lost as soon as a normaliser falls below
     ``TINY`` or a normaliser times the overlap below ``SAFE``.
@@ -261,7 +261,7 @@ def scatter(dst, index, src):
 def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
     """Dobrushin coefficients of both conditional chains, one thread per sequence.
 
-    As the rates of :func:`structboost.inference._chain.messages`:
+    As the rates of :func:`structboost.inference._chain_sweeps.messages`:
     ``right[t]`` is ``1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over labels
     ``a`` of non-zero probability, zero on each sequence's last row;
     ``left[t]`` the same for ``P(y_{t-1} | y_t)``, zero on each first row.
@@ -301,7 +301,7 @@ def path_gamma(right, left, offsets, node_gamma, edge_gamma):
 
     ``node_gamma[t] = 2 (1 + to_right[t] + to_left[t])`` (Theorem 4.1) and
     ``edge_gamma[t] = 2 (3 + to_left[t] + to_right[t + 1])`` (Theorem 4.2,
-    zero on last rows), with the sums of :func:`structboost.inference._chain.path_sums`.
+    zero on last rows), with the sums of :func:`structboost.inference._chain_stats.path_sums`.
     ``right`` is overwritten with ``to_right``.
     """
     lo, hi = _sequence_rows(offsets)
@@ -441,6 +441,69 @@ def node_sums(marg, rows, weight, gamma, with_curvature, total, curvature):
         cuda.atomic.add(curvature, j, s2)
 
 
+#: Most blocks of the grid-stride reductions (:func:`step_sums`, :func:`label_scores`).
+MAX_BLOCKS = 4 if SIMULATOR else 2048
+
+
+def reduction_blocks(n):
+    """Blocks of the grid-stride reductions over ``n`` rows."""
+    return min(blocks(n), MAX_BLOCKS)
+
+
+@cuda.jit(device=True)
+def _block_add(s1, s2, out):
+    """Sum ``s1``, ``s2`` over the block's threads; thread 0 adds them to ``out[0]``, ``out[1]``."""
+    buf = cuda.shared.array((THREADS, 2), float64)
+    tid = cuda.threadIdx.x
+    buf[tid, 0] = s1
+    buf[tid, 1] = s2
+    cuda.syncthreads()
+    if tid == 0:
+        for i in range(1, cuda.blockDim.x):
+            s1 += buf[i, 0]
+            s2 += buf[i, 1]
+        cuda.atomic.add(out, 0, s1)
+        cuda.atomic.add(out, 1, s2)
+
+
+@cuda.jit
+def step_sums(new, old, a, b, out):
+    """``out[0] += sum a (new - old)`` and ``out[1] += sum b (new - old)^2`` over ``(n, K)``.
+
+    The adaptive step's secant sums (:class:`structboost.objectives.step.SecantScale`).
+    A grid-stride loop over rows, summed per block in shared memory, one
+    atomic add per block and output; launch :func:`reduction_blocks` blocks
+    of :data:`THREADS` threads on a zeroed ``out (2,)``.
+    """
+    s1 = 0.0
+    s2 = 0.0
+    for t in range(cuda.grid(1), new.shape[0], cuda.gridsize(1)):
+        for j in range(new.shape[1]):
+            d = new[t, j] - old[t, j]
+            s1 += a[t, j] * d
+            s2 += b[t, j] * d * d
+    _block_add(s1, s2, out)
+
+
+@cuda.jit
+def copy_rows(src, dst):
+    """``dst[t] = src[t]`` (with ``dst``'s dtype), one thread per row of ``(n, K)``."""
+    t = cuda.grid(1)
+    if t >= src.shape[0]:
+        return
+    for j in range(src.shape[1]):
+        dst[t, j] = src[t, j]
+
+
+@cuda.jit
+def label_scores(unary, labels, row_weight, out):
+    """``out[0] += sum_t row_weight[t] unary[t, labels[t]]`` (launched as :func:`step_sums`)."""
+    s1 = 0.0
+    for t in range(cuda.grid(1), unary.shape[0], cuda.gridsize(1)):
+        s1 += row_weight[t] * unary[t, labels[t]]
+    _block_add(s1, 0.0, out)
+
+
 @cuda.jit
 def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor, grad, hess):
     """Node gradient and Hessian of one boosting round, one thread per row.
@@ -475,7 +538,7 @@ def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor, grad,
 def viterbi(unary, offsets, transitions, start, end, score, back, path):
     """Most probable label path of every sequence, one thread per sequence.
 
-    As :func:`structboost.inference._chain.viterbi` (ties go to the lowest
+    As :func:`structboost.inference._chain_viterbi.viterbi` (ties go to the lowest
     label), with ``transitions (P, K, K)``. ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
     ``path (n,)`` int64.
     """

@@ -33,7 +33,7 @@ from .._typing import ArrayLike, Floats, Ints
 
 from .. import _config
 from ..sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
-from . import _chain
+from . import _chain, _chain_stats, _chain_sweeps, _chain_viterbi
 
 GAMMA_METHODS = ("mixing", "length", "exact")
 
@@ -103,7 +103,7 @@ class Workspace:
     """Buffers of the message passes over one batch, reused from pass to pass.
 
     Holds ``exp(unary - row max)`` (:meth:`load`) and every per-row output
-    of :func:`structboost.inference._chain.messages`. A :class:`ChainPosterior` built
+    of :func:`structboost.inference._chain_sweeps.messages`. A :class:`ChainPosterior` built
     on a workspace views its buffers, so it is valid until the next pass on
     the same workspace.
 
@@ -284,7 +284,7 @@ class ChainPosterior:
 
     def edge_marginals(self):
         """Pairwise marginals ``(n, K, K)``; row ``t`` joins ``t`` and ``t + 1``."""
-        out = _chain.edge_marginals(self.alpha, self.r, self.offsets, self.emat, self.parallel)
+        out = _chain_stats.edge_marginals(self.alpha, self.r, self.offsets, self.emat, self.parallel)
         if self.log_space is not None:
             out[self.log_space.rows] = self.log_space.pairwise
         return out
@@ -357,17 +357,14 @@ class ChainPosterior:
     def _path_sums(self):
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
         if not self.has_rates:
-            _chain.mixing_rates(
-                self.offsets, self.emat, self.alpha, self.beta, self.r, self.into, self.beta_scale,
-                self.right, self.left, self.parallel,
-            )
+            _chain_stats.mixing_rates(_chain_stats.Messages.of(self), self.emat, self.parallel)
             part = self.log_space
             if part is not None:
-                self.right[part.rows], self.left[part.rows] = _chain.pairwise_rates(
+                self.right[part.rows], self.left[part.rows] = _chain_stats.pairwise_rates(
                     part.pairwise, part.offsets
                 )
             self.has_rates = True
-        return _chain.path_sums(self.right, self.left, self.offsets)
+        return _chain_stats.path_sums(self.right, self.left, self.offsets)
 
     def node_gamma(self, method="mixing", marginals=None):
         """Per-position node bound ``(n,)`` (Theorem 4.1, Corollary 4.1 or exact)."""
@@ -379,10 +376,10 @@ class ChainPosterior:
             return np.repeat(2.0 * lengths, lengths).astype(np.float64)
         if method == "exact":
             p = self.marginals() if marginals is None else marginals
-            out = _chain.exact_gamma(self.alpha, self.r, p, self.offsets, self.emat)
+            out = _chain_stats.exact_gamma(self.alpha, self.r, p, self.offsets, self.emat)
             part = self.log_space
             if part is not None:
-                out[part.rows] = _chain.exact_gamma_pairwise(part.pairwise, part.marginals, part.offsets)
+                out[part.rows] = _chain_stats.exact_gamma_pairwise(part.pairwise, part.marginals, part.offsets)
             return out
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
 
@@ -468,7 +465,7 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
     parallel = _config.parallel(n)
     trans = as_tables(transitions)
     emat, emax = _chain.exp_tables(trans, parallel and trans.shape[0] > 1)
-    _chain.messages(ws, emat, emax, start, end, rates, parallel)
+    _chain_sweeps.messages(ws, emat, emax, start, end, rates, parallel)
     lost = np.flatnonzero(ws.lost)
     part = None
     if lost.size:
@@ -477,17 +474,18 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
         for name, value in log_space_fill(part, k).items():
             getattr(ws, name)[rows] = value
         if rates:
-            ws.right[rows], ws.left[rows] = _chain.pairwise_rates(part.pairwise, part.offsets)
+            ws.right[rows], ws.left[rows] = _chain_stats.pairwise_rates(part.pairwise, part.offsets)
     return ChainPosterior(
-        offsets, trans, emat, ws.log_z, ws.alpha, ws.beta, ws.r, ws.into, ws.beta_scale, ws.marg,
-        ws.overlap, ws.right, ws.left, rates, part,
+        offsets=offsets, transitions=trans, emat=emat, log_z=ws.log_z, alpha=ws.alpha,
+        beta=ws.beta, r=ws.r, into=ws.into, beta_scale=ws.beta_scale, marg=ws.marg,
+        overlap=ws.overlap, right=ws.right, left=ws.left, has_rates=rates, log_space=part,
     )
 
 
 def path_scores(unary, offsets, labels, transitions, start, end):
     """Score of a given labelling of every sequence.
 
-    One sweep over the rows (:func:`structboost.inference._chain.label_scores`):
+    One sweep over the rows (:func:`structboost.inference._chain_viterbi.label_scores`):
     no row-sized temporaries, so a training-set metric costs no memory
     beside the margins.
 
@@ -504,7 +502,7 @@ def path_scores(unary, offsets, labels, transitions, start, end):
     (m,) float64
     """
     out = np.empty(offsets.shape[0] - 1)
-    _chain.label_scores(unary, offsets, labels, as_tables(transitions), start, end, True, out)
+    _chain_viterbi.label_scores(unary, offsets, labels, as_tables(transitions), start, end, True, out)
     return out
 
 
@@ -516,7 +514,7 @@ def label_node_scores(unary, offsets, labels):
     """
     out = np.empty(offsets.shape[0] - 1)
     empty = np.zeros(0)
-    _chain.label_scores(unary, offsets, labels, np.zeros((1, 0, 0)), empty, empty, False, out)
+    _chain_viterbi.label_scores(unary, offsets, labels, np.zeros((1, 0, 0)), empty, empty, False, out)
     return out
 
 
@@ -530,7 +528,7 @@ def map_labels(unary, offsets, transitions, start, end):
         scores -inf), as :func:`posterior` does, instead of returning a path
         that takes a forbidden move.
     """
-    labels = _chain.viterbi(
+    labels = _chain_viterbi.viterbi(
         unary, offsets, as_tables(transitions), start, end, _config.parallel(unary.shape[0])
     )
     if unary.shape[0]:

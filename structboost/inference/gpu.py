@@ -40,7 +40,7 @@ import numpy as np
 from numba import cuda
 
 from ..sequences import check_lengths, offsets_from_lengths
-from . import _chain
+from . import _chain, _chain_stats
 from . import _cuda_chain as kern
 from .chain import (
     GAMMA_METHODS,
@@ -280,7 +280,7 @@ class DevicePosterior:
         )
         part = self.log_space
         if part is not None:
-            for dst, src in zip((right, left), _chain.pairwise_rates(part.pairwise, part.offsets)):
+            for dst, src in zip((right, left), _chain_stats.pairwise_rates(part.pairwise, part.offsets)):
                 set_rows(dst, part.rows, src)
         node, edge = cuda.device_array(n), cuda.device_array(n)
         launch(kern.path_gamma, self.structure.num_sequences, right, left,
@@ -356,10 +356,14 @@ class DevicePosterior:
 
         Built without the rates (``right``/``left`` None): the device computes those.
         """
-        host = (a.copy_to_host() for a in (self.alpha, self.beta, self.r, self.into,
-                                           self.beta_scale, self.marg, self.overlap))
-        return ChainPosterior(self.offsets, self.transitions, self.emat, self.log_z, *host,
-                              None, None, self.log_space)
+        return ChainPosterior(
+            offsets=self.offsets, transitions=self.transitions, emat=self.emat, log_z=self.log_z,
+            alpha=self.alpha.copy_to_host(), beta=self.beta.copy_to_host(),
+            r=self.r.copy_to_host(), into=self.into.copy_to_host(),
+            beta_scale=self.beta_scale.copy_to_host(), marg=self.marg.copy_to_host(),
+            overlap=self.overlap.copy_to_host(), right=None, left=None, has_rates=False,
+            log_space=self.log_space,
+        )
 
 
 def _host_chain(unary, lengths, transitions, start, end):
@@ -445,6 +449,34 @@ def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor):
     launch(kern.grad_hess, n, p, labels, row_weight, gamma, scale, mode, step, hess_floor,
            grad, hess)
     return grad, hess
+
+
+def step_sums(new, old, a, b):
+    """``[sum a (new - old), sum b (new - old)^2]`` over ``(n, K)`` device arrays (float).
+
+    The adaptive step's secant sums, on the device: only the two sums cross the bus.
+    """
+    out = zeros(2)
+    kern.step_sums[kern.reduction_blocks(new.shape[0]), kern.THREADS](new, old, a, b, out)
+    return out.copy_to_host()
+
+
+def copy_into(src, dst):
+    """Copy the ``(n, K)`` device array ``src`` into ``dst``, converting to ``dst``'s dtype."""
+    launch(kern.copy_rows, src.shape[0], src, dst)
+
+
+def label_score(unary, structure):
+    """Weighted sum of the labels' node scores ``sum_t w_t unary[t, y_t]`` (float).
+
+    ``unary (n, K)`` is a device array and ``structure`` the
+    :class:`DeviceStructure` of its batch, with labels.
+    """
+    out = zeros(2)
+    kern.label_scores[kern.reduction_blocks(unary.shape[0]), kern.THREADS](
+        unary, structure.d_labels, structure.d_row_weight, out
+    )
+    return float(out.copy_to_host()[0])
 
 
 def viterbi_labels(unary, d_offsets, transitions, start, end):

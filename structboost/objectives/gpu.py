@@ -15,17 +15,58 @@ from ..inference.gpu import (
     DevicePosterior,
     DeviceStructure,
     as_device,
+    copy_into,
     device_unary,
     grad_hess,
     is_device_array,
+    label_score,
     softmax,
+    step_sums,
     viterbi_labels,
 )
 from ..transitions.chain import refit
 from ..transitions.gpu import DeviceTransitionProblem
-from .base import _BLAS, _node_score
+from .base import _BLAS
 from .chain import CRFObjective
 from .params import DEFAULT_ITER
+from .step import SecantScale
+
+
+class DeviceSecant(SecantScale):
+    """:class:`~structboost.objectives.step.SecantScale` whose sums run on the device.
+
+    It keeps float32 device copies of the last round's node potentials, G
+    and H (as the host secant keeps host ones) and reduces them on the
+    device: two floats cross the bus per sum, where the host secant copied
+    ``3 n K`` floats each round. ``structure`` is the
+    :class:`~structboost.inference.gpu.DeviceStructure` of the training
+    batch, set by the objective before each round's first call.
+    """
+
+    structure = None
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("structure", None)  # device arrays, set again by the next round
+        return state
+
+    def nll(self, margins, log_z, batch):
+        """As :meth:`SecantScale.nll`, ``margins`` an ``(n, K)`` float64 device array."""
+        return float(batch.seq_weight @ log_z) - label_score(margins, self.structure)
+
+    def _along(self, margins, grad, hess=None):
+        slope, model = step_sums(margins, self._last[0], grad, grad if hess is None else hess)
+        return [slope, 0.0 if hess is None else model]
+
+    def remember(self, margins, log_z, batch, grad, hess, borrow=False):
+        """Keep float32 device copies of ``margins``, ``grad`` and ``hess`` ``(n, K)``."""
+        arrays = (margins, grad, hess)
+        if self._copies is None or self._copies[0].shape != margins.shape:
+            self._copies = tuple(cuda.device_array(margins.shape, np.float32) for _ in arrays)
+        for new, copy in zip(arrays, self._copies):
+            copy_into(new, copy)
+        self._stamp = None
+        self._last = (*self._copies, self.nll(margins, log_z, batch))
 
 
 class DeviceCRFObjective(CRFObjective):
@@ -51,6 +92,8 @@ class DeviceCRFObjective(CRFObjective):
 
     def __init__(self, num_labels, spec=None, **params):
         super().__init__(num_labels, spec, **params)
+        if self.step_scale is not None:
+            self.step_scale = DeviceSecant()
         if self.spec.transition_solver == "majorize":
             raise ValueError(
                 'transition_solver="majorize" runs on the CPU only; use "lbfgs" or "newton" '
@@ -95,20 +138,19 @@ class DeviceCRFObjective(CRFObjective):
         gamma = st.d_row_weight
         spec = self.spec
         mode, scale, step = 0, 2.0, 1.0
-        secant, u, steps = self.step_scale, None, None
-        if secant is not None:  # the secant's sums run on host copies
-            u = self._host_margins(margins)
+        secant, steps = self.step_scale, None
+        if secant is not None:
+            secant.structure = st
         if self.uses_transitions:
             free = None if self.constraints is None else self.constraints.free_vector()
             problem = DeviceTransitionProblem(du, st, batch.counts, spec.reg_transitions, free)
             problem.allreduce = self.allreduce
             steps = self._steps()
             params = None if steps is None else steps.params(problem, self.params)
-            node = None if u is None else _node_score(u, batch)
             if params is None:  # the refit round (see NodeObjective._grad_hess)
                 if secant is not None:
                     before = problem.posterior(self.params).log_z
-                    step = secant.update(u, before, batch, self.allreduce)
+                    step = secant.update(du.unary, before, batch, self.allreduce)
                 self._refit(problem, steps)
             else:
                 self.params = params
@@ -119,15 +161,14 @@ class DeviceCRFObjective(CRFObjective):
             p = softmax(du.w)
         args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)
         if steps is not None and params is not None:  # one pass: its sums and the secant's
-            measured = None if secant is None else secant.measure(u)  # in one allreduce
+            measured = None if secant is None else secant.measure(du.unary)  # in one allreduce
             grad, _ = grad_hess(*args, step, spec.hess_floor)  # G; H waits for the scale
-            host_grad = None if secant is None else grad.copy_to_host()
             with _BLAS.limit(limits=1, user_api="blas"):
-                local = steps.local_sums(problem, self.params, node)
+                local = steps.local_sums(problem, self.params, label_score(du.unary, st))
             own = None
             if measured is not None:
-                own = secant.local_sums(u, post.log_z, batch,
-                                        host_grad if steps.moved else None, measured)
+                own = secant.local_sums(du.unary, post.log_z, batch,
+                                        grad if steps.moved else None, measured)
                 own[0] -= steps.path_change(problem)
             summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
             if secant is not None:
@@ -140,12 +181,12 @@ class DeviceCRFObjective(CRFObjective):
                 params = None
         if steps is not None and params is None:  # the next round checks against this pass
             with _BLAS.limit(limits=1, user_api="blas"):
-                steps.start(problem, self.params,
-                            self.allreduce(steps.local_sums(problem, self.params, node)))
+                local = steps.local_sums(problem, self.params, label_score(du.unary, st))
+                steps.start(problem, self.params, self.allreduce(local))
         grad, hess = grad_hess(*args, step, spec.hess_floor)
-        cuda.synchronize()
         if secant is not None:
-            secant.remember(u, post.log_z, batch, grad.copy_to_host(), hess.copy_to_host())
+            secant.remember(du.unary, post.log_z, batch, grad, hess)
+        cuda.synchronize()
         t2 = time.perf_counter()
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += t2 - t1

@@ -90,6 +90,21 @@ def test_early_stopping_model_files_and_clone(data, tmp_path):
     assert clone(est).get_params()["transitions_from"] == "input"
 
 
+def test_estimator_model_file_keeps_the_boosted_route(data, fitted, tmp_path):
+    """``save_model`` / ``load_model``: the previous-label column, the edge state, no table."""
+    frame_v, _ = data["test"]
+    fitted.save_model(tmp_path / "edge.json")
+    back = sb.XGBCRFClassifier().load_model(tmp_path / "edge.json")
+    assert back.transitions_from == "input"
+    np.testing.assert_array_equal(
+        back.predict_marginals(frame_v, groups="sentence_id"),
+        fitted.predict_marginals(frame_v, groups="sentence_id"),
+    )
+    np.testing.assert_array_equal(back.feature_importances_, fitted.feature_importances_)
+    with pytest.raises(ValueError, match="single table"):
+        back.transitions_
+
+
 def test_numpy_and_allowed_transitions(data):
     frame, y = data["train"]
     X, groups = frame[["obs", "switch"]].to_numpy(), frame["sentence_id"].to_numpy()

@@ -23,6 +23,7 @@ from structboost import inference
 from structboost.inference import chain as chain_inference
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.objectives.params import ObjectiveSpec
+from structboost.transitions import onestep
 from structboost.transitions.chain import TransitionParams, TransitionProblem
 from chains import forbidding_extreme, make_crf, make_forbidding_crf
 
@@ -102,6 +103,22 @@ def test_log_space_fallback_matches_the_oracle(case):
     np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-9)
     np.testing.assert_allclose(gpu.gamma(*crf), inference.gamma(*crf), rtol=1e-12)
     np.testing.assert_array_equal(gpu.viterbi(*crf), inference.viterbi(*crf))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_exact_bound_takes_log_space_rows_from_their_pairwise_marginals(seed):
+    """A lost sequence with an uncertain posterior: the host copy behind the exact bound keeps
+    the log-space part, as the CPU posterior does."""
+    rng = np.random.default_rng(seed)
+    unary = rng.normal(size=(4, 3))
+    unary[1, 2] = -800.0  # the only label position 1 allows: below the scaled messages' range
+    transitions = rng.normal(size=(4, 3, 3))
+    transitions[1, :, :2] = -np.inf
+    crf = (unary, np.array([4]), transitions, rng.normal(size=3), rng.normal(size=3))
+    device, cpu = _device_posterior(*crf)
+    np.testing.assert_array_equal(device.log_space.sequences, [0])
+    np.testing.assert_allclose(device.node_gamma("exact").copy_to_host(), cpu.node_gamma("exact"),
+                               rtol=1e-12)
 
 
 def _device_posterior(unary, lengths, transitions, start, end):
@@ -276,6 +293,27 @@ def test_objective_round_matches_the_cpu(mode, gamma, solver):
     if solver == "adaptive":
         np.testing.assert_allclose(dev.step_scale.history, cpu.step_scale.history, rtol=1e-6)
         assert cpu.step_scale.history[-1] < 1.0  # the scaled Hessian was compared
+
+
+@pytest.mark.parametrize("solver, step", [("lbfgs", "adaptive"), ("newton", "adaptive"),
+                                          ("newton", "bound")])
+def test_one_pass_rounds_match_the_cpu(solver, step):
+    """Past the refit warm-up, rounds of one pass (the secant's sums on the device) match."""
+    margins, batch = _problem(3)
+    kwargs = dict(transition_solver=solver, step=step, transition_iter=1)
+    cpu, dev = CRFObjective(3, **kwargs), objectives_gpu.DeviceCRFObjective(3, **kwargs)
+    rng = np.random.default_rng(3)
+    for _ in range(onestep.WARMUP + 3):
+        margins = margins + rng.normal(scale=0.2, size=margins.shape)
+        want = cpu.grad_hess(margins, batch)
+        got = dev.grad_hess(margins, batch)
+        np.testing.assert_allclose(dev.params.to_vector(), cpu.params.to_vector(), rtol=1e-6,
+                                   atol=1e-8)
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g.copy_to_host(), w, rtol=1e-6, atol=1e-9)
+    assert dev._one_step.refits == cpu._one_step.refits < onestep.WARMUP + 3  # one-pass rounds ran
+    if step == "adaptive":
+        np.testing.assert_allclose(dev.step_scale.history, cpu.step_scale.history, rtol=1e-6)
 
 
 def test_objective_takes_the_cpu_parameters_starts_from_given_transitions_and_pickles():

@@ -1,0 +1,444 @@
+"""What derives from the messages or pairwise marginals of linear chains.
+
+The Dobrushin mixing rates of every edge (from the stored scaled messages
+of :func:`structboost.inference._chain_sweeps.messages`, or from the
+pairwise marginals of the log-space fallback), the pairwise marginals of
+consecutive positions, the path sums of Eq. 17 and the exact node bound.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from .._config import FINITE, KERNEL, PARALLEL
+from ._chain import CHUNK, table
+
+# Added to the conditionals given a label of zero probability: no finite
+# conditional (at most 1 / TINY) comes near it.
+_EXCLUDE = 1e300
+
+
+@intrinsic
+def _fmin(typingctx, a, b):
+    """``min(a, b)`` of two float64 as LLVM's ``minnum``, which LLVM vectorises in reductions.
+
+    numba's ``min`` lowers to a compare and select that LLVM 22 keeps scalar
+    inside a reduction loop; ``minnum`` becomes ``vminpd``.
+    """
+    sig = types.float64(types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        d = ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.minnum", [d], ir.FunctionType(d, [d, d]))
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@njit(**FINITE)
+def _kept(m):
+    """A row minimum, or 0 for a row with no finite entry (every label excluded)."""
+    return m if m < _EXCLUDE else 0.0
+
+
+@njit(**FINITE)
+def _min_rate(mat, p, inv, pen, weights, row_w):
+    """``1 - sum_i w[i] min_j (mat[p, i, j] inv[j] + pen[j])``, ``w = weights[row_w]``.
+
+    Rows with no finite minimum are skipped. ``pen[j]`` is 0 for labels
+    ``j`` of nonzero probability and ``_EXCLUDE`` otherwise (with ``inv[j] =
+    0``), so that every value stays finite and the minimum vectorises. Rows
+    go four at a time, sharing the loads of ``inv`` and ``pen`` (a third
+    faster at K = 26 than one row at a time). Tables and rows are indexed,
+    never sliced: a slice passed on is a new array whose reference count
+    costs two atomic operations.
+    """
+    k = inv.shape[0]
+    total = 0.0
+    top = k - k % 4
+    for i in range(0, top, 4):
+        m0 = m1 = m2 = m3 = _EXCLUDE
+        for j in range(k):
+            s, q = inv[j], pen[j]
+            m0 = _fmin(m0, mat[p, i, j] * s + q)
+            m1 = _fmin(m1, mat[p, i + 1, j] * s + q)
+            m2 = _fmin(m2, mat[p, i + 2, j] * s + q)
+            m3 = _fmin(m3, mat[p, i + 3, j] * s + q)
+        total += weights[row_w, i] * _kept(m0) + weights[row_w, i + 1] * _kept(m1)
+        total += weights[row_w, i + 2] * _kept(m2) + weights[row_w, i + 3] * _kept(m3)
+    for i in range(top, k):
+        m = _EXCLUDE
+        for j in range(k):
+            m = _fmin(m, mat[p, i, j] * inv[j] + pen[j])
+        total += weights[row_w, i] * _kept(m)
+    return max(0.0, 1.0 - total)
+
+
+@njit(**FINITE)
+def _rate_weights(alpha, beta, t, scale, den, inv, pen):
+    """The ``inv`` and ``pen`` of :func:`_min_rate` for the labels of position ``t``.
+
+    ``inv = 1 / (scale * den[t])`` and ``pen = 0`` where ``alpha[t] *
+    beta[t] > 0`` (a possible label), else ``inv = 0`` and ``pen =
+    _EXCLUDE``. Branch-free (the division of an excluded label, possibly
+    ``1 / 0``, is computed and discarded), so that the ``K`` divisions
+    vectorise.
+    """
+    for a in range(inv.shape[0]):
+        ok = alpha[t, a] * beta[t, a] > 0.0
+        x = 1.0 / (scale * den[t, a])
+        inv[a] = x if ok else 0.0
+        pen[a] = 0.0 if ok else _EXCLUDE
+
+
+class Messages(NamedTuple):
+    """The stored scaled messages of a batch, and the rates computed from them.
+
+    Field names are those of :class:`structboost.inference.chain.Workspace`
+    and :class:`structboost.inference.chain.ChainPosterior`
+    (:meth:`of` takes them from either).
+
+    Attributes
+    ----------
+    offsets : (m + 1,) int64
+    alpha, beta, r, into : (n, K) float64
+        As in :mod:`structboost.inference._chain_sweeps`.
+    beta_scale : (n,) float64
+    right, left : (n,) float64, output
+        The mixing rates ``right[t] = alpha_{t, t+1}`` (zero on last rows)
+        and ``left[t] = alpha_{t, t-1}`` (zero on first rows).
+    """
+
+    offsets: np.ndarray
+    alpha: np.ndarray
+    beta: np.ndarray
+    r: np.ndarray
+    into: np.ndarray
+    beta_scale: np.ndarray
+    right: np.ndarray
+    left: np.ndarray
+
+    @classmethod
+    def of(cls, holder):
+        """The fields' arrays of a workspace or posterior ``holder`` (views, no copies)."""
+        return cls(
+            offsets=holder.offsets, alpha=holder.alpha, beta=holder.beta, r=holder.r,
+            into=holder.into, beta_scale=holder.beta_scale, right=holder.right, left=holder.left,
+        )
+
+
+@njit(**KERNEL)
+def sequence_rates(i, msg, emat, emat_tt, inv, pen):
+    """The mixing rates of the edges of sequence ``i`` into ``msg`` (:class:`Messages`).
+
+    For the edge ``(t - 1, t)`` (table ``p``), ``right[t - 1] = 1 - sum_b
+    min_a P(y_t = b | y_{t-1} = a)`` over labels ``a`` of nonzero marginal,
+    from ``P(b | a) = E[a, b] r[t, b] / (beta_scale[t - 1] beta[t - 1, a])``
+    (rows of ``emat_tt = E.T``); ``left[t]`` likewise from ``P(a | b) =
+    alpha[t - 1, a] E[a, b] / into[t, b]`` (rows of ``E``). Labels of zero
+    probability add nothing to the total variation of Theorem 3.1. The
+    rates of a sequence's ends are zero.
+
+    Parameters
+    ----------
+    i : int
+    msg : Messages
+    emat, emat_tt : (P, K, K) float64
+        The exponentiated tables and their transposes (C-contiguous).
+    inv, pen : (K,) float64
+        Scratch.
+    """
+    alpha, beta, r, into = msg.alpha, msg.beta, msg.r, msg.into
+    beta_scale, right, left = msg.beta_scale, msg.right, msg.left
+    lo, hi = msg.offsets[i], msg.offsets[i + 1]
+    right[hi - 1] = 0.0
+    left[lo] = 0.0
+    for t in range(lo + 1, hi):
+        p = table(emat.shape[0], t)
+        _rate_weights(alpha, beta, t - 1, beta_scale[t - 1], beta, inv, pen)
+        right[t - 1] = _min_rate(emat_tt, p, inv, pen, r, t)
+        _rate_weights(alpha, beta, t, 1.0, into, inv, pen)
+        left[t] = _min_rate(emat, p, inv, pen, alpha, t - 1)
+
+
+@njit(**PARALLEL)
+def _rates_parallel(msg, emat, emat_tt):
+    m = msg.offsets.shape[0] - 1
+    k = emat.shape[1]
+    for c in prange((m + CHUNK - 1) // CHUNK):
+        inv = np.empty(k)
+        pen = np.empty(k)
+        for i in range(c * CHUNK, min(m, (c + 1) * CHUNK)):
+            sequence_rates(i, msg, emat, emat_tt, inv, pen)
+
+
+@njit(**KERNEL)
+def _rates_serial(msg, emat, emat_tt):
+    k = emat.shape[1]
+    inv = np.empty(k)
+    pen = np.empty(k)
+    for i in range(msg.offsets.shape[0] - 1):
+        sequence_rates(i, msg, emat, emat_tt, inv, pen)
+
+
+def mixing_rates(msg, emat, parallel):
+    """The mixing rates from stored messages, into ``msg.right`` and ``msg.left``.
+
+    Those of :func:`~structboost.inference._chain_sweeps.messages`, for
+    posteriors swept without rates: one more sweep over the edges,
+    without repeating the messages. Rows of lost sequences are unspecified.
+
+    Parameters
+    ----------
+    msg : Messages
+    emat : (P, K, K) float64
+        From :func:`~structboost.inference._chain.exp_tables`.
+    parallel : bool
+    """
+    emat_tt = np.ascontiguousarray(emat.transpose(0, 2, 1))
+    (_rates_parallel if parallel else _rates_serial)(msg, emat, emat_tt)
+
+
+@njit(**KERNEL)
+def _edge_joint(alpha_t, emat, r_next, out):
+    """``out[a, b] = P(y_t = a, y_{t+1} = b)`` from the scaled messages."""
+    k = alpha_t.shape[0]
+    s = 0.0
+    for a in range(k):
+        for b in range(k):
+            v = alpha_t[a] * emat[a, b] * r_next[b]
+            out[a, b] = v
+            s += v
+    inv = 1.0 / s
+    for a in range(k):
+        for b in range(k):
+            out[a, b] *= inv
+
+
+@njit(**KERNEL)
+def _sequence_edges(i, alpha, r, offsets, emat, out):
+    for t in range(offsets[i], offsets[i + 1] - 1):
+        _edge_joint(alpha[t], emat[table(emat.shape[0], t + 1)], r[t + 1], out[t])
+
+
+@njit(**PARALLEL)
+def _edges_parallel(alpha, r, offsets, emat, out):
+    for i in prange(offsets.shape[0] - 1):
+        _sequence_edges(i, alpha, r, offsets, emat, out)
+
+
+@njit(**KERNEL)
+def _edges_serial(alpha, r, offsets, emat, out):
+    for i in range(offsets.shape[0] - 1):
+        _sequence_edges(i, alpha, r, offsets, emat, out)
+
+
+def edge_marginals(alpha, r, offsets, emat, parallel):
+    """Pairwise marginals of consecutive positions.
+
+    Returns
+    -------
+    (n, K, K) float64
+        Row ``t`` is ``P(y_t = a, y_{t+1} = b)``; the last row of every
+        sequence is zero.
+    """
+    n, k = alpha.shape
+    out = np.zeros((n, k, k))
+    (_edges_parallel if parallel else _edges_serial)(alpha, r, offsets, emat, out)
+    return out
+
+
+@njit(**KERNEL)
+def _row_conditional(mat, weight, out):
+    """``out[i, j] = mat[i, j] * weight[j]`` normalised over ``j``; zero rows stay zero.
+
+    With ``mat = E`` and ``weight = r[t + 1]``, row ``a`` is
+    ``P(y_{t+1} | y_t = a)``; with ``mat = E.T`` and ``weight = alpha[t]``,
+    row ``b`` is ``P(y_t | y_{t+1} = b)``.
+    """
+    k = weight.shape[0]
+    for i in range(k):
+        s = 0.0
+        for j in range(k):
+            v = mat[i, j] * weight[j]
+            out[i, j] = v
+            s += v
+        inv = 1.0 / s if s > 0.0 else 0.0
+        for j in range(k):
+            out[i, j] *= inv
+
+
+@njit(**KERNEL)
+def _rate(emat, into_inv, weight, possible, low):
+    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`sequence_rates`)."""
+    k = low.shape[0]
+    low[:] = np.inf
+    for i in range(k):
+        if possible[i]:
+            s = into_inv[i]
+            for j in range(k):
+                v = emat[i, j] * s
+                low[j] = v if v < low[j] else low[j]
+    total = 0.0
+    for j in range(k):
+        if low[j] < np.inf:
+            total += low[j] * weight[j]
+    return max(0.0, 1.0 - total)
+
+
+@njit(**KERNEL)
+def path_sums(right, left, offsets):
+    """Eq. 17 on a chain: sums over other positions of the products of rates.
+
+    Returns
+    -------
+    to_right : (n,) float64
+        ``beta_{t+1 -> t} = sum_{s > t} prod_{h=t}^{s-1} right[h]``.
+    to_left : (n,) float64
+        ``beta_{t-1 -> t} = sum_{s < t} prod_{h=s+1}^{t} left[h]``.
+    """
+    n = right.shape[0]
+    to_right = np.zeros(n)
+    to_left = np.zeros(n)
+    for i in range(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        for t in range(hi - 2, lo - 1, -1):
+            to_right[t] = right[t] * (1.0 + to_right[t + 1])
+        for t in range(lo + 1, hi):
+            to_left[t] = left[t] * (1.0 + to_left[t - 1])
+    return to_right, to_left
+
+
+@njit(**KERNEL)
+def _sequence_exact_gamma(fwd, bwd, marginals, lo, out):
+    """Exact node bound of one sequence from its one-step conditionals.
+
+    ``fwd[t]`` is ``P(y_{t+1} | y_t)`` (rows: ``y_t``), ``bwd[t]`` is
+    ``P(y_{t-1} | y_t)`` (rows: ``y_t``), both ``(L, K, K)``; writes
+    ``out[lo:lo + L]``.
+    """
+    length, k, _ = fwd.shape
+    for t in range(length):
+        tv = np.zeros(k)
+        for direction in range(2):
+            cond = np.eye(k)
+            s = t
+            while True:
+                s = s + 1 if direction == 0 else s - 1
+                if s < 0 or s >= length:
+                    break
+                step = fwd[s - 1] if direction == 0 else bwd[s + 1]
+                cond = cond @ step
+                for kk in range(k):
+                    d = 0.0
+                    for j in range(k):
+                        d += abs(cond[kk, j] - marginals[lo + s, j])
+                    tv[kk] += 0.5 * d
+        best = 0.0
+        for kk in range(k):
+            p = marginals[lo + t, kk]
+            if p * (1.0 - p) >= 1e-12:
+                g = 2.0 * (1.0 + tv[kk] / (1.0 - p))
+                if g > best:
+                    best = g
+        out[lo + t] = best if best > 0.0 else 2.0
+
+
+@njit(**PARALLEL)
+def exact_gamma(alpha, r, marginals, offsets, emat):
+    """Smallest valid node bound: ``max_k sum_j |H_ij| / H_ii`` per position.
+
+    Uses Lemma 3.1: ``sum_j |H_ij| = 2 p_i sum_s TV(P(y_s | y_t = k), P(y_s))``
+    with the conditionals propagated along the chain. Cost
+    ``O(sum_i L_i^2 K^3)``; labels with ``p (1 - p) < 1e-12`` are skipped.
+
+    Returns
+    -------
+    (n,) float64
+    """
+    n, k = alpha.shape
+    out = np.zeros(n)
+    for i in prange(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        length = hi - lo
+        fwd = np.zeros((length, k, k))
+        bwd = np.zeros((length, k, k))
+        for t in range(length - 1):
+            e = emat[table(emat.shape[0], lo + t + 1)]
+            _row_conditional(e, r[lo + t + 1], fwd[t])
+            _row_conditional(np.ascontiguousarray(e.T), alpha[lo + t], bwd[t + 1])
+        _sequence_exact_gamma(fwd, bwd, marginals, lo, out)
+    return out
+
+
+@njit(**KERNEL)
+def exact_gamma_pairwise(pairwise, marginals, offsets):
+    """:func:`exact_gamma` from pairwise marginals (rows of the log-space fallback).
+
+    Parameters
+    ----------
+    pairwise : (r, K, K) float64
+        ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
+    marginals : (r, K) float64
+    offsets : (s + 1,) int64
+
+    Returns
+    -------
+    (r,) float64
+    """
+    r, k = marginals.shape
+    ones = np.ones(k)
+    out = np.zeros(r)
+    for i in range(offsets.shape[0] - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        length = hi - lo
+        fwd = np.zeros((length, k, k))
+        bwd = np.zeros((length, k, k))
+        for t in range(length - 1):
+            _row_conditional(pairwise[lo + t], ones, fwd[t])
+            _row_conditional(np.ascontiguousarray(pairwise[lo + t].T), ones, bwd[t + 1])
+        _sequence_exact_gamma(fwd, bwd, marginals, lo, out)
+    return out
+
+
+@njit(**KERNEL)
+def pairwise_rates(pairwise, offsets):
+    """Mixing rates from pairwise marginals (rows of the log-space fallback).
+
+    Parameters
+    ----------
+    pairwise : (r, K, K) float64
+        ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
+    offsets : (s + 1,) int64
+
+    Returns
+    -------
+    right, left : (r,) float64
+        As filled by :func:`~structboost.inference._chain_sweeps.messages`.
+    """
+    r, k, _ = pairwise.shape
+    right = np.zeros(r)
+    left = np.zeros(r)
+    ones = np.ones(k)
+    inv = np.empty(k)
+    low = np.empty(k)
+    possible = np.empty(k, dtype=np.bool_)
+    for i in range(offsets.shape[0] - 1):
+        for t in range(offsets[i], offsets[i + 1] - 1):
+            joint = pairwise[t]
+            joint_t = np.ascontiguousarray(joint.T)
+            for side in range(2):
+                mat = joint if side == 0 else joint_t
+                for a in range(k):
+                    s = mat[a].sum()
+                    possible[a] = s > 0.0
+                    inv[a] = 1.0 / s if possible[a] else 0.0
+                rate = _rate(mat, inv, ones, possible, low)
+                if side == 0:
+                    right[t] = rate
+                else:
+                    left[t + 1] = rate
+    return right, left

@@ -1,0 +1,450 @@
+"""The scaled forward and backward sweeps of linear-chain CRFs (see :mod:`._chain`).
+
+Messages
+--------
+Messages are kept in scaled probability space, so the inner loops are plain
+multiply-adds with no ``exp``/``log``; ``exp`` runs once per round over all
+node scores (:func:`~structboost.inference._chain.exp_rows`, a
+vectorisable polynomial):
+
+* ``alpha[t]`` is proportional to the forward message *including* the unary
+  factor of position ``t`` and sums to one;
+* ``into[t] = alpha[t - 1] @ E_t`` is the forward message entering ``t``;
+* ``beta[t]`` is proportional to the backward message *excluding* position
+  ``t`` and sums to one; ``E_{t+1} @ r[t + 1] = beta_scale[t] * beta[t]``;
+* ``r[t]`` is proportional to ``exp(unary[t]) * beta[t]`` and sums to one.
+
+Hence ``P(y_t = k) ~ alpha[t, k] * beta[t, k]`` and
+``P(y_t = a, y_{t+1} = b) ~ alpha[t, a] * E_{t+1}[a, b] * r[t + 1, b]``.
+One forward and one backward sweep (:func:`messages`) give log Z, the node
+marginals and, on request, both Dobrushin mixing rates of every edge.
+A sequence these messages cannot hold is marked lost by the criterion of
+:mod:`structboost.inference._chain` and recomputed in log space by the caller.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .._config import KERNEL, PARALLEL, SAFE, TINY
+from ._chain import CHUNK, shifted_exp, table
+from ._chain_stats import Messages, sequence_rates
+
+# log Z adds the logarithm of a running product of the normalisers once the
+# product leaves [LOG_LO, LOG_HI], not one logarithm per position; a
+# normaliser below LOG_LO (at least TINY) is logged alone, so that the
+# product never leaves float64's normal range.
+LOG_LO = 1e-100
+LOG_HI = 1e100
+# Planes of the chunk's scratch ``buf (5, K, lanes)``: the incoming message,
+# alpha (forward) or its stored rows (backward), w, r and the marginals.
+_IN, _MSG, _W, _R, _MARG = 0, 1, 2, 3, 4
+# Rows of ``vec (5, lanes)``: sums, their inverses, overlaps, log Z's
+# running sum and running product of normalisers.
+_SUM, _INV, _OV, _ACC, _RUN = 0, 1, 2, 3, 4
+# Rows of ``idx (5, lanes)`` int64: sequence, first row, length, current row, table.
+_SEQ, _FIRST, _LEN, _ROW, _TAB = 0, 1, 2, 3, 4
+
+
+@intrinsic
+def _prefetch(typingctx, arr, row, col):
+    """Prefetch, for writing, the cache line of ``arr[row, col]`` (a 2-d array).
+
+    LLVM's ``llvm.prefetch``: no effect on results. The sweeps' lanes write
+    rows far apart, more streams than the hardware prefetcher follows.
+    """
+    sig = types.void(arr, row, col)
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(**KERNEL)
+def _gather(src, idx, act, buf, q):
+    """``buf[q, a, s] = src[row_s, a]`` for the first ``act`` lanes."""
+    for s in range(act):
+        row = idx[_ROW, s]
+        for a in range(src.shape[1]):
+            buf[q, a, s] = src[row, a]
+
+
+@njit(**KERNEL)
+def _scatter(buf, q, idx, act, dst):
+    """``dst[row_s, a] = buf[q, a, s]`` for the first ``act`` lanes."""
+    for s in range(act):
+        row = idx[_ROW, s]
+        for a in range(dst.shape[1]):
+            dst[row, a] = buf[q, a, s]
+
+
+@njit(**KERNEL)
+def _lanes_times(buf, src, dst, mat, idx, act, vec):
+    """``buf[dst, b, s] = sum_a buf[src, a, s] mat[tab_s, a, b]``, ``vec[_SUM] =`` its sums.
+
+    For the first ``act`` lanes. One shared table: each entry is loaded once
+    for all lanes, and the lanes are the vector dimension (no horizontal
+    sums), four rows of the table per pass over ``buf[dst]``. Per-position
+    tables (``mat`` may be a transposed view) are read lane by lane.
+    """
+    k = mat.shape[1]
+    for b in range(k):
+        for s in range(act):
+            buf[dst, b, s] = 0.0
+    if mat.shape[0] == 1:
+        top = k - k % 4
+        for a in range(0, top, 4):
+            for b in range(k):
+                e0, e1, e2, e3 = mat[0, a, b], mat[0, a + 1, b], mat[0, a + 2, b], mat[0, a + 3, b]
+                for s in range(act):
+                    buf[dst, b, s] += (buf[src, a, s] * e0 + buf[src, a + 1, s] * e1
+                                       + buf[src, a + 2, s] * e2 + buf[src, a + 3, s] * e3)
+        for a in range(top, k):
+            for b in range(k):
+                e0 = mat[0, a, b]
+                for s in range(act):
+                    buf[dst, b, s] += buf[src, a, s] * e0
+    else:
+        for a in range(k):
+            for b in range(k):
+                for s in range(act):
+                    buf[dst, b, s] += buf[src, a, s] * mat[idx[_TAB, s], a, b]
+    for s in range(act):
+        vec[_SUM, s] = 0.0
+    for b in range(k):
+        for s in range(act):
+            vec[_SUM, s] += buf[dst, b, s]
+
+
+@njit(**KERNEL)
+def _prefetch_rows(idx, act, step, dst):
+    """Prefetch the rows ``row_s + step`` of ``dst (n, K)`` of the first ``act`` lanes."""
+    last = dst.shape[1] - 1
+    for s in range(act):
+        row = idx[_ROW, s] + step
+        for a in range(0, last, 8):
+            _prefetch(dst, row, a)
+        _prefetch(dst, row, last)
+
+
+@njit(**KERNEL)
+def _set_rows(j, idx, act, n_tab):
+    """Point the first ``act`` lanes at their row ``j`` and its table."""
+    for s in range(act):
+        row = idx[_FIRST, s] + j
+        idx[_ROW, s] = row
+        idx[_TAB, s] = table(n_tab, row)
+
+
+class Tables(NamedTuple):
+    """The factors of a pass besides the node scores.
+
+    Attributes
+    ----------
+    emat : (P, K, K) float64
+        ``exp(trans - emax)`` (:func:`~structboost.inference._chain.exp_tables`).
+    emat_t : (P, K, K) float64
+        Its transpose (the backward product): C-contiguous for one table, a
+        view of ``emat`` for per-position tables.
+    emat_tt : (P, K, K) float64
+        Its transpose, C-contiguous (the rows the rates read); ``emat_t``
+        itself where that is contiguous or no rates are asked for.
+    emax : (P,) float64
+    start_e, end_e : (K,) float64
+        ``exp(start - start_max)``, ``exp(end - end_max)``
+        (:func:`~structboost.inference._chain.shifted_exp`).
+    start_max, end_max : float
+    """
+
+    emat: np.ndarray
+    emat_t: np.ndarray
+    emat_tt: np.ndarray
+    emax: np.ndarray
+    start_e: np.ndarray
+    start_max: float
+    end_e: np.ndarray
+    end_max: float
+
+
+class Nodes(NamedTuple):
+    """The per-node buffers of a pass besides the stored messages (``Messages``).
+
+    Attributes
+    ----------
+    w : (n, K) float64
+        ``exp(unary - row_max)`` (:func:`~structboost.inference._chain.exp_rows`).
+    row_max : (n,) float64
+    log_z : (m,) float64, output
+    marg : (n, K) float64, output
+        The node marginals.
+    overlap : (n,) float64, output
+        ``alpha[t] @ beta[t]``.
+    lost : (m,) bool, output
+        The sequences the scaled messages cannot hold.
+    """
+
+    w: np.ndarray
+    row_max: np.ndarray
+    log_z: np.ndarray
+    marg: np.ndarray
+    overlap: np.ndarray
+    lost: np.ndarray
+
+
+class Scratch(NamedTuple):
+    """One task's scratch.
+
+    Attributes
+    ----------
+    buf : (5, K, lanes) float64
+    vec : (5, lanes) float64
+    idx : (5, lanes) int64
+        Of the lockstep sweeps (:func:`_chunk_messages`).
+    inv, pen : (K,) float64
+        Of the rates (:func:`~structboost.inference._chain_stats.sequence_rates`).
+    """
+
+    buf: np.ndarray
+    vec: np.ndarray
+    idx: np.ndarray
+    inv: np.ndarray
+    pen: np.ndarray
+
+
+@njit(**KERNEL)
+def _scratch(k):
+    """A fresh :class:`Scratch` for ``k`` labels and :data:`CHUNK` lanes."""
+    return Scratch(
+        np.empty((5, k, CHUNK)), np.empty((5, CHUNK)), np.empty((5, CHUNK), dtype=np.int64),
+        np.empty(k), np.empty(k),
+    )
+
+
+@njit(**KERNEL)
+def _chunk_messages(c, msg, nodes, tab, scratch):
+    """Both sweeps of the sequences of chunk ``c`` (see :func:`messages`), in lockstep.
+
+    The chunk's sequences, sorted longest first, are the lanes of the
+    scratch ``buf (5, K, lanes)``, ``vec (5, lanes)`` and ``idx (5, lanes)``
+    (lanes innermost), so that every pass over the labels and every product
+    runs over all lanes at once with no horizontal sums. At position ``j``
+    the lanes of the sequences longer than ``j`` are a prefix; the backward
+    sweep starts a lane with ``end`` at its last row. Each lane's arithmetic
+    is that of its sequence alone. A lane that the criterion of
+    :mod:`structboost.inference._chain` marks lost goes on computing (its
+    rows are unspecified). The arrays come from ``msg`` (``Messages``),
+    ``nodes`` (:class:`Nodes`), ``tab`` (:class:`Tables`) and ``scratch``
+    (:class:`Scratch`), unpacked once per chunk.
+    """
+    offsets, alpha, beta, r, into = msg.offsets, msg.alpha, msg.beta, msg.r, msg.into
+    beta_scale = msg.beta_scale
+    w, row_max, log_z, marg = nodes.w, nodes.row_max, nodes.log_z, nodes.marg
+    overlap, lost = nodes.overlap, nodes.lost
+    emat, emat_t, emax = tab.emat, tab.emat_t, tab.emax
+    start_e, start_max, end_e, end_max = tab.start_e, tab.start_max, tab.end_e, tab.end_max
+    buf, vec, idx = scratch.buf, scratch.vec, scratch.idx
+    m = offsets.shape[0] - 1
+    k = w.shape[1]
+    n_tab = emat.shape[0]
+    lo, hi = c * CHUNK, min(m, (c + 1) * CHUNK)
+    lanes = hi - lo
+    lengths = np.empty(lanes, dtype=np.int64)
+    for i in range(lo, hi):
+        lengths[i - lo] = offsets[i] - offsets[i + 1]  # negated: longest first
+    order = np.argsort(lengths, kind="mergesort")
+    for s in range(lanes):
+        i = lo + order[s]
+        idx[_SEQ, s] = i
+        idx[_FIRST, s] = offsets[i]
+        idx[_LEN, s] = offsets[i + 1] - offsets[i]
+        lost[i] = False
+        vec[_ACC, s] = start_max
+        vec[_RUN, s] = 1.0
+    top = idx[_LEN, 0]
+    e_sum = 0.0
+    for a in range(k):
+        e_sum += end_e[a]
+    # Forward: buf[_IN] = alpha[t - 1] @ E_t, buf[_MSG] = alpha[t] (normalised).
+    act = lanes
+    for j in range(top):
+        while idx[_LEN, act - 1] <= j:
+            act -= 1
+        _set_rows(j, idx, act, n_tab)
+        _gather(w, idx, act, buf, _W)
+        if j == 0:
+            for a in range(k):
+                for s in range(act):
+                    buf[_IN, a, s] = start_e[a]
+        else:
+            _lanes_times(buf, _MSG, _IN, emat, idx, act, vec)
+        for s in range(act):
+            vec[_SUM, s] = 0.0
+        for a in range(k):
+            for s in range(act):
+                v = buf[_IN, a, s] * buf[_W, a, s]
+                buf[_MSG, a, s] = v
+                vec[_SUM, s] += v
+        for s in range(act):
+            vec[_INV, s] = 1.0 / vec[_SUM, s]
+        for a in range(k):
+            for s in range(act):
+                buf[_MSG, a, s] *= vec[_INV, s]
+        _scatter(buf, _IN, idx, act, into)
+        _scatter(buf, _MSG, idx, act, alpha)
+        if j + 1 < top:
+            _prefetch_rows(idx, act, 1, into)
+            _prefetch_rows(idx, act, 1, alpha)
+            _prefetch_rows(idx, act, 1, w)
+        for s in range(act):
+            row, i = idx[_ROW, s], idx[_SEQ, s]
+            sm = vec[_SUM, s]
+            if not sm >= TINY:
+                lost[i] = True
+            overlap[row] = sm
+            acc = vec[_ACC, s] + row_max[row] + (emax[idx[_TAB, s]] if j > 0 else 0.0)
+            run = vec[_RUN, s]
+            if sm >= LOG_LO:
+                run *= sm
+            else:
+                acc += np.log(sm)
+            if not LOG_LO <= run <= LOG_HI:
+                acc += np.log(run)
+                run = 1.0
+            vec[_ACC, s] = acc
+            vec[_RUN, s] = run
+            if j == idx[_LEN, s] - 1:
+                last = 0.0
+                for a in range(k):
+                    last += buf[_MSG, a, s] * end_e[a]
+                if not last >= TINY:
+                    lost[i] = True
+                log_z[i] = acc + np.log(run) + end_max + np.log(last)
+    # Backward: buf[_IN] = E_{t+1} @ r[t + 1] (or end) with its sums in vec[_SUM].
+    act = 0
+    for j in range(top - 1, -1, -1):
+        new = act
+        while act < lanes and idx[_LEN, act] > j:
+            act += 1
+        for s in range(new, act):
+            for a in range(k):
+                buf[_IN, a, s] = end_e[a]
+            vec[_SUM, s] = e_sum
+        _set_rows(j, idx, act, n_tab)
+        _gather(alpha, idx, act, buf, _MSG)
+        _gather(w, idx, act, buf, _W)
+        for s in range(act):
+            vec[_INV, s] = 1.0 / vec[_SUM, s]
+            vec[_OV, s] = 0.0
+        for a in range(k):
+            for s in range(act):
+                b = buf[_IN, a, s] * vec[_INV, s]
+                buf[_IN, a, s] = b
+                vec[_OV, s] += buf[_MSG, a, s] * b
+                buf[_R, a, s] = b * buf[_W, a, s]
+        for s in range(act):
+            row = idx[_ROW, s]
+            bs, ov = vec[_SUM, s], vec[_OV, s]
+            if not (bs >= TINY and overlap[row] * ov >= SAFE and bs * ov >= SAFE):
+                lost[idx[_SEQ, s]] = True
+            beta_scale[row] = bs
+            overlap[row] = ov
+            vec[_INV, s] = 1.0 / ov
+            vec[_SUM, s] = 0.0
+        for a in range(k):
+            for s in range(act):
+                buf[_MARG, a, s] = buf[_MSG, a, s] * buf[_IN, a, s] * vec[_INV, s]
+                vec[_SUM, s] += buf[_R, a, s]
+        for s in range(act):
+            if not vec[_SUM, s] >= TINY:
+                lost[idx[_SEQ, s]] = True
+            vec[_INV, s] = 1.0 / vec[_SUM, s]
+        for a in range(k):
+            for s in range(act):
+                buf[_R, a, s] *= vec[_INV, s]
+        _scatter(buf, _IN, idx, act, beta)
+        _scatter(buf, _R, idx, act, r)
+        _scatter(buf, _MARG, idx, act, marg)
+        if j > 0:
+            _prefetch_rows(idx, act, -1, beta)
+            _prefetch_rows(idx, act, -1, r)
+            _prefetch_rows(idx, act, -1, marg)
+            _lanes_times(buf, _R, _IN, emat_t, idx, act, vec)
+
+
+@njit(**KERNEL)
+def _chunk_pass(c, msg, nodes, tab, with_rates, scratch):
+    """:func:`_chunk_messages` of chunk ``c``, then its rates while its rows are in cache."""
+    _chunk_messages(c, msg, nodes, tab, scratch)
+    if with_rates:
+        emat, emat_tt, inv, pen, lost = tab.emat, tab.emat_tt, scratch.inv, scratch.pen, nodes.lost
+        for i in range(c * CHUNK, min(msg.offsets.shape[0] - 1, (c + 1) * CHUNK)):
+            if not lost[i]:
+                sequence_rates(i, msg, emat, emat_tt, inv, pen)
+
+
+@njit(**PARALLEL)
+def _messages_parallel(msg, nodes, tab, with_rates):
+    k = tab.emat.shape[1]
+    for c in prange((msg.offsets.shape[0] + CHUNK - 2) // CHUNK):
+        _chunk_pass(c, msg, nodes, tab, with_rates, _scratch(k))
+
+
+@njit(**KERNEL)
+def _messages_serial(msg, nodes, tab, with_rates):
+    scratch = _scratch(tab.emat.shape[1])
+    for c in range((msg.offsets.shape[0] + CHUNK - 2) // CHUNK):
+        _chunk_pass(c, msg, nodes, tab, with_rates, scratch)
+
+
+def messages(ws, emat, emax, start, end, with_rates, parallel):
+    """Scaled forward-backward messages, marginals and mixing rates of every sequence.
+
+    Parameters
+    ----------
+    ws : Workspace-like
+        Holds ``w, row_max`` (from
+        :func:`~structboost.inference._chain.exp_rows`) and ``offsets``, and
+        the output buffers ``log_z (m,)``, ``alpha, beta, r, into, marg (n, K)``,
+        ``beta_scale, overlap, right, left (n,)`` and ``lost (m,)`` bool.
+    emat, emax : (P, K, K), (P,) float64
+        From :func:`~structboost.inference._chain.exp_tables`.
+    start, end : (K,) float64
+    with_rates : bool
+        Fill ``right[t] = alpha_{t, t+1}`` (zero on last rows) and
+        ``left[t] = alpha_{t, t-1}`` (zero on first rows), from the stored
+        messages of each chunk right after its sweeps.
+    parallel : bool
+
+    Notes
+    -----
+    ``marg`` holds the node marginals, ``overlap[t] = alpha[t] @ beta[t]``
+    (so that ``alpha[t] @ E @ r[t + 1] = beta_scale[t] * overlap[t]``).
+    Rows of sequences with ``lost[i]`` set are unspecified: the caller
+    recomputes them in log space. The sweeps run the sequences
+    of a chunk in lockstep (:func:`_chunk_messages`).
+    """
+    # The backward product is the forward one with the tables transposed.
+    emat_t = emat.transpose(0, 2, 1)
+    if emat.shape[0] == 1:
+        emat_t = np.ascontiguousarray(emat_t)
+    start_e, s_max = shifted_exp(start)
+    end_e, e_max = shifted_exp(end)
+    emat_tt = emat_t if emat.shape[0] == 1 or not with_rates else np.ascontiguousarray(emat_t)
+    tab = Tables(emat, emat_t, emat_tt, emax, start_e, s_max, end_e, e_max)
+    nodes = Nodes(
+        w=ws.w, row_max=ws.row_max, log_z=ws.log_z, marg=ws.marg, overlap=ws.overlap, lost=ws.lost
+    )
+    (_messages_parallel if parallel else _messages_serial)(Messages.of(ws), nodes, tab, with_rates)
