@@ -132,3 +132,31 @@ def test_the_step_waits_for_the_next_round_and_a_copy_refits_first():
     assert not np.array_equal(obj.params.to_vector(), first)  # the step of the last pass
     clone = pickle.loads(pickle.dumps(obj))
     assert clone._one_step.params(clone._problem(margins, batch), clone.params) is None
+
+
+def test_a_lagging_round_refits_from_its_pass_before_its_g_and_h(monkeypatch):
+    """``LAG`` 0: every L-BFGS round after the first of one pass refits from its own pass.
+
+    Its G is then at the refit transitions (a second pass), not at those of
+    the lagging pass, and the next round is checked against that pass.
+    """
+    monkeypatch.setattr(onestep, "LAG", 0.0)
+    monkeypatch.setattr(onestep, "WARMUP", 2)
+    rng = np.random.default_rng(6)
+    _, y, lengths = _hmm(6)
+    batch = SequenceBatch.build(y, lengths, K)
+    margins = rng.normal(size=(len(y), K))
+    obj = CRFObjective(K, step="bound")  # the default: one pass a round
+    calls = _count_passes(monkeypatch)
+    for _ in range(onestep.WARMUP + 1):  # the warm-up, then a round of one pass
+        g, h = obj.grad_hess(margins, batch)
+        margins = margins - 0.5 * g / h
+    refits, before = obj._one_step.refits, len(calls)
+    lagging = obj._one_step.params(obj._problem(margins, batch), obj.params)
+    g, _ = obj.grad_hess(margins, batch)
+    assert obj._one_step.refits == refits + 1 and len(calls) - before > 2
+    assert not np.array_equal(obj.params.to_vector(), lagging.to_vector())
+    p = obj.params
+    _, marg = sb.inference.forward_backward(margins, lengths, p.transitions, p.start, p.end)
+    np.testing.assert_allclose(g + np.eye(K)[y], marg, atol=1e-12)
+    assert obj._one_step._nll is not None and not obj._one_step.moved
