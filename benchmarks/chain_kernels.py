@@ -9,13 +9,15 @@ alike):
 * ``exp_rows``: ``w = exp(unary - row max)`` into a loaded workspace;
 * ``messages``: both sweeps (log Z, marginals, the stored messages) on the
   workspace's buffers, without and with the mixing rates;
-* ``mixing_rates``: the rates alone from the stored messages;
+* ``late_rates``: the rates alone, for a pass swept without them
+  (``beta`` and ``into`` restored from the stored messages, then the rates);
 * ``posterior``: validation-free ``inference.chain.posterior`` on a reused
   workspace (exp of the table, both sweeps);
 * ``forward_backward``: the public function, which validates its input and
   allocates fresh buffers on every call (page faults included);
-* ``stream``: one pass writing five and reading one ``(n, K)`` float64 array
-  (what the sweeps must move at least), for the memory-traffic floor.
+* ``stream``: one pass writing three and reading one ``(n, K)`` float64 array
+  (what the sweeps must move at least: they write ``alpha``, ``r`` and the
+  marginals), for the memory-traffic floor.
 
 A second table sets the pass (``messages``, both sweeps on a reused
 workspace) against the arithmetic limit: a pass is ``4 n K^2`` flops (a
@@ -56,8 +58,8 @@ from structboost.sequences import offsets_from_lengths
 
 
 @numba.njit(cache=True)
-def _stream(src, a, b, c, d, e):
-    """Write five arrays from one: the sweeps' least memory traffic."""
+def _stream(src, a, b, c):
+    """Write three arrays from one: the sweeps' least memory traffic."""
     n, k = src.shape
     for t in range(n):
         for j in range(k):
@@ -65,8 +67,6 @@ def _stream(src, a, b, c, d, e):
             a[t, j] = v
             b[t, j] = v
             c[t, j] = v
-            d[t, j] = v
-            e[t, j] = v
 
 
 def random_chain(lengths, k):
@@ -86,16 +86,16 @@ def parts(lengths, k):
         "exp_rows": lambda: _chain.exp_rows(u, ws.w, ws.row_max, False),
         "messages": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, False, False),
         "messages with rates": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, True, False),
-        "mixing_rates": lambda: _chain_stats.mixing_rates(_chain_stats.Messages.of(ws), emat, False),
+        "late_rates": lambda: _chain_sweeps.late_rates(
+            _chain_stats.Messages.of(ws), emat, ws.lost, False
+        ),
         "posterior (reused workspace)": lambda: chain.posterior(
             u, offsets, trans, z, z, workspace=ws
         ),
         "forward_backward (public, fresh buffers)": lambda: inference.forward_backward(
             u, lengths, trans, z, z
         ),
-        "stream: read 1, write 5 (n, K) arrays": lambda: _stream(
-            ws.w, ws.alpha, ws.beta, ws.r, ws.into, ws.marg
-        ),
+        "stream: read 1, write 3 (n, K) arrays": lambda: _stream(ws.w, ws.alpha, ws.r, ws.marg),
     }
 
 

@@ -1,9 +1,10 @@
 """What derives from the messages or pairwise marginals of linear chains.
 
 The Dobrushin mixing rates of every edge (from the stored scaled messages
-of :func:`structboost.inference._chain_sweeps.messages`, or from the
-pairwise marginals of the log-space fallback), the pairwise marginals of
-consecutive positions, the path sums of Eq. 17 and the exact node bound.
+of :func:`structboost.inference._chain_sweeps.messages`, one sequence at a
+time, or from the pairwise marginals of the log-space fallback), the
+pairwise marginals of consecutive positions, the path sums of Eq. 17 and
+the exact node bound.
 """
 
 from typing import NamedTuple
@@ -14,7 +15,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from .._config import FINITE, KERNEL, PARALLEL
-from ._chain import CHUNK, table
+from ._chain import table
 
 # Added to the conditionals given a label of zero probability: no finite
 # conditional (at most 1 / TINY) comes near it.
@@ -162,44 +163,6 @@ def sequence_rates(i, msg, emat, emat_tt, inv, pen):
         right[t - 1] = _min_rate(emat_tt, p, inv, pen, r, t)
         _rate_weights(alpha, beta, t, 1.0, into, inv, pen)
         left[t] = _min_rate(emat, p, inv, pen, alpha, t - 1)
-
-
-@njit(**PARALLEL)
-def _rates_parallel(msg, emat, emat_tt):
-    m = msg.offsets.shape[0] - 1
-    k = emat.shape[1]
-    for c in prange((m + CHUNK - 1) // CHUNK):
-        inv = np.empty(k)
-        pen = np.empty(k)
-        for i in range(c * CHUNK, min(m, (c + 1) * CHUNK)):
-            sequence_rates(i, msg, emat, emat_tt, inv, pen)
-
-
-@njit(**KERNEL)
-def _rates_serial(msg, emat, emat_tt):
-    k = emat.shape[1]
-    inv = np.empty(k)
-    pen = np.empty(k)
-    for i in range(msg.offsets.shape[0] - 1):
-        sequence_rates(i, msg, emat, emat_tt, inv, pen)
-
-
-def mixing_rates(msg, emat, parallel):
-    """The mixing rates from stored messages, into ``msg.right`` and ``msg.left``.
-
-    Those of :func:`~structboost.inference._chain_sweeps.messages`, for
-    posteriors swept without rates: one more sweep over the edges,
-    without repeating the messages. Rows of lost sequences are unspecified.
-
-    Parameters
-    ----------
-    msg : Messages
-    emat : (P, K, K) float64
-        From :func:`~structboost.inference._chain.exp_tables`.
-    parallel : bool
-    """
-    emat_tt = np.ascontiguousarray(emat.transpose(0, 2, 1))
-    (_rates_parallel if parallel else _rates_serial)(msg, emat, emat_tt)
 
 
 @njit(**KERNEL)

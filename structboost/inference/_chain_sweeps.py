@@ -83,9 +83,9 @@ def _gather(src, idx, act, buf, q):
 
 
 @njit(**KERNEL)
-def _scatter(buf, q, idx, act, dst):
-    """``dst[row_s, a] = buf[q, a, s]`` for the first ``act`` lanes."""
-    for s in range(act):
+def _scatter(buf, q, idx, lo, act, dst):
+    """``dst[row_s, a] = buf[q, a, s]`` for the lanes ``lo <= s < act``."""
+    for s in range(lo, act):
         row = idx[_ROW, s]
         for a in range(dst.shape[1]):
             dst[row, a] = buf[q, a, s]
@@ -234,7 +234,27 @@ def _scratch(k):
 
 
 @njit(**KERNEL)
-def _chunk_messages(c, msg, nodes, tab, scratch):
+def _chunk_lanes(c, offsets, idx):
+    """Point the lanes of ``idx`` at the sequences of chunk ``c``, longest first; their count.
+
+    Fills the rows ``_SEQ``, ``_FIRST`` and ``_LEN`` of ``idx (5, lanes)``.
+    """
+    lo, hi = c * CHUNK, min(offsets.shape[0] - 1, (c + 1) * CHUNK)
+    lanes = hi - lo
+    lengths = np.empty(lanes, dtype=np.int64)
+    for i in range(lo, hi):
+        lengths[i - lo] = offsets[i] - offsets[i + 1]  # negated: longest first
+    order = np.argsort(lengths, kind="mergesort")
+    for s in range(lanes):
+        i = lo + order[s]
+        idx[_SEQ, s] = i
+        idx[_FIRST, s] = offsets[i]
+        idx[_LEN, s] = offsets[i + 1] - offsets[i]
+    return lanes
+
+
+@njit(**KERNEL)
+def _chunk_messages(c, msg, nodes, tab, store_all, scratch):
     """Both sweeps of the sequences of chunk ``c`` (see :func:`messages`), in lockstep.
 
     The chunk's sequences, sorted longest first, are the lanes of the
@@ -256,21 +276,11 @@ def _chunk_messages(c, msg, nodes, tab, scratch):
     emat, emat_t, emax = tab.emat, tab.emat_t, tab.emax
     start_e, start_max, end_e, end_max = tab.start_e, tab.start_max, tab.end_e, tab.end_max
     buf, vec, idx = scratch.buf, scratch.vec, scratch.idx
-    m = offsets.shape[0] - 1
     k = w.shape[1]
     n_tab = emat.shape[0]
-    lo, hi = c * CHUNK, min(m, (c + 1) * CHUNK)
-    lanes = hi - lo
-    lengths = np.empty(lanes, dtype=np.int64)
-    for i in range(lo, hi):
-        lengths[i - lo] = offsets[i] - offsets[i + 1]  # negated: longest first
-    order = np.argsort(lengths, kind="mergesort")
+    lanes = _chunk_lanes(c, offsets, idx)
     for s in range(lanes):
-        i = lo + order[s]
-        idx[_SEQ, s] = i
-        idx[_FIRST, s] = offsets[i]
-        idx[_LEN, s] = offsets[i + 1] - offsets[i]
-        lost[i] = False
+        lost[idx[_SEQ, s]] = False
         vec[_ACC, s] = start_max
         vec[_RUN, s] = 1.0
     top = idx[_LEN, 0]
@@ -302,10 +312,12 @@ def _chunk_messages(c, msg, nodes, tab, scratch):
         for a in range(k):
             for s in range(act):
                 buf[_MSG, a, s] *= vec[_INV, s]
-        _scatter(buf, _IN, idx, act, into)
-        _scatter(buf, _MSG, idx, act, alpha)
+        if store_all:
+            _scatter(buf, _IN, idx, 0, act, into)
+        _scatter(buf, _MSG, idx, 0, act, alpha)
         if j + 1 < top:
-            _prefetch_rows(idx, act, 1, into)
+            if store_all:
+                _prefetch_rows(idx, act, 1, into)
             _prefetch_rows(idx, act, 1, alpha)
             _prefetch_rows(idx, act, 1, w)
         for s in range(act):
@@ -374,21 +386,70 @@ def _chunk_messages(c, msg, nodes, tab, scratch):
         for a in range(k):
             for s in range(act):
                 buf[_R, a, s] *= vec[_INV, s]
-        _scatter(buf, _IN, idx, act, beta)
-        _scatter(buf, _R, idx, act, r)
-        _scatter(buf, _MARG, idx, act, marg)
+        _scatter(buf, _IN, idx, 0 if store_all else new, act, beta)
+        _scatter(buf, _R, idx, 0, act, r)
+        _scatter(buf, _MARG, idx, 0, act, marg)
         if j > 0:
-            _prefetch_rows(idx, act, -1, beta)
+            if store_all:
+                _prefetch_rows(idx, act, -1, beta)
             _prefetch_rows(idx, act, -1, r)
             _prefetch_rows(idx, act, -1, marg)
             _lanes_times(buf, _R, _IN, emat_t, idx, act, vec)
 
 
 @njit(**KERNEL)
-def _chunk_pass(c, msg, nodes, tab, with_rates, scratch):
-    """:func:`_chunk_messages` of chunk ``c``, then its rates while its rows are in cache."""
-    _chunk_messages(c, msg, nodes, tab, scratch)
-    if with_rates:
+def _chunk_restore(c, msg, tab, scratch):
+    """The rows of ``into`` and ``beta`` of chunk ``c`` that a sweep without the rates skips.
+
+    ``into[t] = alpha[t - 1] @ E_t`` on every row but a sequence's first and
+    ``beta[t] = (E_{t+1} @ r[t + 1]) / beta_scale[t]`` on every row but its
+    last, from the stored ``alpha``, ``r`` and ``beta_scale``: the sweeps'
+    own products (:func:`_lanes_times`) in the same lanes, so the values are
+    those :func:`_chunk_messages` stores when it writes every row.
+    """
+    offsets, alpha, beta, r, into = msg.offsets, msg.alpha, msg.beta, msg.r, msg.into
+    emat, emat_t = tab.emat, tab.emat_t
+    buf, vec, idx = scratch.buf, scratch.vec, scratch.idx
+    k = emat.shape[1]
+    n_tab = emat.shape[0]
+    act = _chunk_lanes(c, offsets, idx)
+    for j in range(1, idx[_LEN, 0]):
+        while idx[_LEN, act - 1] <= j:
+            act -= 1
+        _set_rows(j - 1, idx, act, n_tab)
+        _gather(alpha, idx, act, buf, _MSG)
+        _set_rows(j, idx, act, n_tab)
+        _gather(r, idx, act, buf, _R)
+        _lanes_times(buf, _MSG, _IN, emat, idx, act, vec)
+        _scatter(buf, _IN, idx, 0, act, into)
+        _lanes_times(buf, _R, _IN, emat_t, idx, act, vec)
+        for s in range(act):
+            vec[_INV, s] = 1.0 / vec[_SUM, s]
+        for a in range(k):
+            for s in range(act):
+                buf[_IN, a, s] *= vec[_INV, s]
+        _set_rows(j - 1, idx, act, n_tab)
+        _scatter(buf, _IN, idx, 0, act, beta)
+
+
+#: What a chunk's task does (:func:`_chunk_pass`): both sweeps; both sweeps
+#: and the rates; the rates of swept messages.
+SWEEPS, SWEEPS_RATES, RATES = 0, 1, 2
+
+
+@njit(**KERNEL)
+def _chunk_pass(c, msg, nodes, tab, task, scratch):
+    """The ``task`` of chunk ``c``; its rates right after its sweeps, while its rows are in cache.
+
+    The rates read ``beta`` and ``into``: the sweeps store every row of
+    them only for ``SWEEPS_RATES``; ``RATES`` restores them first
+    (:func:`_chunk_restore`).
+    """
+    if task == RATES:
+        _chunk_restore(c, msg, tab, scratch)
+    else:
+        _chunk_messages(c, msg, nodes, tab, task == SWEEPS_RATES, scratch)
+    if task != SWEEPS:
         emat, emat_tt, inv, pen, lost = tab.emat, tab.emat_tt, scratch.inv, scratch.pen, nodes.lost
         for i in range(c * CHUNK, min(msg.offsets.shape[0] - 1, (c + 1) * CHUNK)):
             if not lost[i]:
@@ -396,17 +457,29 @@ def _chunk_pass(c, msg, nodes, tab, with_rates, scratch):
 
 
 @njit(**PARALLEL)
-def _messages_parallel(msg, nodes, tab, with_rates):
+def _pass_parallel(msg, nodes, tab, task):
     k = tab.emat.shape[1]
     for c in prange((msg.offsets.shape[0] + CHUNK - 2) // CHUNK):
-        _chunk_pass(c, msg, nodes, tab, with_rates, _scratch(k))
+        _chunk_pass(c, msg, nodes, tab, task, _scratch(k))
 
 
 @njit(**KERNEL)
-def _messages_serial(msg, nodes, tab, with_rates):
+def _pass_serial(msg, nodes, tab, task):
     scratch = _scratch(tab.emat.shape[1])
     for c in range((msg.offsets.shape[0] + CHUNK - 2) // CHUNK):
-        _chunk_pass(c, msg, nodes, tab, with_rates, scratch)
+        _chunk_pass(c, msg, nodes, tab, task, scratch)
+
+
+def _tables(emat, emax, start, end, with_rates):
+    """The :class:`Tables` of a pass (``emat_tt`` contiguous when ``with_rates``)."""
+    # The backward product is the forward one with the tables transposed.
+    emat_t = emat.transpose(0, 2, 1)
+    if emat.shape[0] == 1:
+        emat_t = np.ascontiguousarray(emat_t)
+    start_e, s_max = shifted_exp(start)
+    end_e, e_max = shifted_exp(end)
+    emat_tt = emat_t if emat.shape[0] == 1 or not with_rates else np.ascontiguousarray(emat_t)
+    return Tables(emat, emat_t, emat_tt, emax, start_e, s_max, end_e, e_max)
 
 
 def messages(ws, emat, emax, start, end, with_rates, parallel):
@@ -432,19 +505,45 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
     -----
     ``marg`` holds the node marginals, ``overlap[t] = alpha[t] @ beta[t]``
     (so that ``alpha[t] @ E @ r[t + 1] = beta_scale[t] * overlap[t]``).
-    Rows of sequences with ``lost[i]`` set are unspecified: the caller
-    recomputes them in log space. The sweeps run the sequences
-    of a chunk in lockstep (:func:`_chunk_messages`).
+    Only the rates read ``into`` and ``beta``: without ``with_rates`` the
+    sweeps store ``beta`` on each sequence's last row alone and no row of
+    ``into`` (two fewer ``(n, K)`` arrays written, a quarter of the pass);
+    :func:`late_rates` restores them. Rows of sequences with ``lost[i]``
+    set are unspecified: the caller recomputes them in log space. The
+    sweeps run the sequences of a chunk in lockstep
+    (:func:`_chunk_messages`).
     """
-    # The backward product is the forward one with the tables transposed.
-    emat_t = emat.transpose(0, 2, 1)
-    if emat.shape[0] == 1:
-        emat_t = np.ascontiguousarray(emat_t)
-    start_e, s_max = shifted_exp(start)
-    end_e, e_max = shifted_exp(end)
-    emat_tt = emat_t if emat.shape[0] == 1 or not with_rates else np.ascontiguousarray(emat_t)
-    tab = Tables(emat, emat_t, emat_tt, emax, start_e, s_max, end_e, e_max)
+    tab = _tables(emat, emax, start, end, with_rates)
     nodes = Nodes(
         w=ws.w, row_max=ws.row_max, log_z=ws.log_z, marg=ws.marg, overlap=ws.overlap, lost=ws.lost
     )
-    (_messages_parallel if parallel else _messages_serial)(Messages.of(ws), nodes, tab, with_rates)
+    task = SWEEPS_RATES if with_rates else SWEEPS
+    (_pass_parallel if parallel else _pass_serial)(Messages.of(ws), nodes, tab, task)
+
+
+def late_rates(msg, emat, lost, parallel):
+    """The mixing rates of messages swept without them, into ``msg.right`` and ``msg.left``.
+
+    Those :func:`messages` computes with ``with_rates``, for a posterior
+    that asks for them later: per chunk, ``into`` and ``beta`` restored
+    from the stored messages (:func:`_chunk_restore`; the products of a
+    sweep, without its exponentials and write-back of the marginals), then
+    the rates. Rows of ``lost`` sequences are unspecified (``beta`` and
+    ``into`` as well).
+
+    Parameters
+    ----------
+    msg : Messages
+        Of :func:`messages` without ``with_rates``; ``beta`` and ``into``
+        are written.
+    emat : (P, K, K) float64
+        From :func:`~structboost.inference._chain.exp_tables`.
+    lost : (m,) bool
+    parallel : bool
+    """
+    k = msg.alpha.shape[1]
+    none = np.zeros(k)
+    tab = _tables(emat, np.zeros(emat.shape[0]), none, none, True)
+    rows = np.empty((0, k))
+    nodes = Nodes(w=rows, row_max=none, log_z=none, marg=rows, overlap=none, lost=lost)
+    (_pass_parallel if parallel else _pass_serial)(msg, nodes, tab, RATES)
