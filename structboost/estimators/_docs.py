@@ -17,6 +17,15 @@ validation_fraction : float
     (None: seed 0, as the engines' own default seed).
 n_iter_no_change : int
     Patience of the automatic early stopping, in rounds.
+refit : bool
+    After automatic early stopping chose the number of rounds on the
+    held-out sequences, train again on *all* the training sequences for
+    that number divided by ``1 - validation_fraction`` (rounded up, at most
+    ``n_estimators``), without early stopping: the held-out sequences are
+    trained on too, and more sequences take more rounds to overfit. The
+    fit then costs about twice as much. ``False`` keeps the model trained
+    on the rest, as scikit-learn's ``HistGradientBoostingClassifier``
+    does. Nothing is refit after an ``eval_set``.
 class_weight : dict, "balanced" or None
     Weights of the labels, as in scikit-learn (``{label: weight}``, or
     ``"balanced"``: ``n / (K * count)``): each training sequence is
@@ -59,6 +68,12 @@ evals_result_ : dict
 validation_sequences_ : (v,) int64 ndarray
     Positions (0-based, in row order) of the training sequences that
     automatic early stopping held out; empty when none were.
+validation_best_iteration_ : int or None
+    The 0-based round at which the metric on the held-out sequences was
+    best (``best_iteration`` of the run that held them out; with
+    ``refit=True`` the final model keeps ``best_iteration + 1`` = that
+    count scaled by ``1 / (1 - validation_fraction)``); None when nothing
+    was held out.
 best_score_ : float
     The stopping metric on the last ``eval_set`` entry at
     ``best_iteration_`` (only with an ``eval_set``).
