@@ -172,6 +172,14 @@ def test_model_file_keeps_the_curve_best_round_and_held_out_sequences(cls, tmp_p
     assert back.best_iteration_ == est.best_iteration_
     assert back.validation_best_iteration_ == est.validation_best_iteration_ is not None
     np.testing.assert_array_equal(back.predict(X, lengths=lengths), est.predict(X, lengths=lengths))
+    doc = est.to_document()
+    for bad in (-1, 2.5, "3", True):
+        with pytest.raises(ValueError, match="validation_best_iteration must be null"):
+            cls().from_document({**doc, "validation_best_iteration": bad}, "model.json")
+    with pytest.raises(ValueError, match="validation_best_iteration must be null"):
+        cls().from_document({**doc, "validation_sequences": []}, "model.json")
+    older = {k: v for k, v in doc.items() if k != "validation_best_iteration"}
+    assert cls().from_document(older).validation_best_iteration_ is None
 
 
 def test_tree_estimators_hold_out_instances():
