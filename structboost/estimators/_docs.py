@@ -23,9 +23,10 @@ refit : bool
     that number divided by ``1 - validation_fraction`` (rounded up, at most
     ``n_estimators``), without early stopping: the held-out sequences are
     trained on too, and more sequences take more rounds to overfit. The
-    fit then costs about twice as much. ``False`` keeps the model trained
-    on the rest, as scikit-learn's ``HistGradientBoostingClassifier``
-    does. Nothing is refit after an ``eval_set``.
+    fit then costs about twice as much, and ``callbacks`` run in both
+    runs. ``False`` keeps the model trained on the rest, as scikit-learn's
+    ``HistGradientBoostingClassifier`` does. Nothing is refit after an
+    ``eval_set``.
 class_weight : dict, "balanced" or None
     Weights of the labels, as in scikit-learn (``{label: weight}``, or
     ``"balanced"``: ``n / (K * count)``): each training sequence is
