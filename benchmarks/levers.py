@@ -68,6 +68,8 @@ AS_SHIPPED = {
     "defaults patience30": {"n_iter_no_change": 30},
     "defaults no-refit": {"refit": False},  # the hold-out run's model, as scikit-learn keeps it
     "defaults eta0.1": {"learning_rate": 0.1},
+    "defaults hold-out0.2": {"validation_fraction": 0.2},
+    "defaults stop-error patience30": {"eval_metric": "crf-error", "n_iter_no_change": 30},
     # the named presets (structboost.presets.preset), automatic early stopping as the defaults
     "preset dense": preset("dense"),
     "preset dense eta0.3": preset("dense", learning_rate=0.3),

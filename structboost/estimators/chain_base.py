@@ -133,7 +133,8 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
-        metrics = eval_metrics(self.eval_metric)
+        stopping = self._stopping(lengths, bool(eval_set))
+        metrics = eval_metrics(self.eval_metric, held_out=stopping.held_out is not None)
         self.constraints_ = resolve_constraints(
             self.allowed_transitions, len(classes), labels=classes
         )
@@ -143,7 +144,6 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         seq_weight = self._class_weighted(
             self._sequence_weights(sample_weight, lengths), codes, lengths, classes
         )
-        stopping = self._stopping(lengths, bool(eval_set))
         data = (X, codes, lengths, base_X, seq_weight)
         run = (eval_set, classes, spec, verbose, metrics)
         booster, evals_result = self._boost(data, stopping, *run)

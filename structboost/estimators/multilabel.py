@@ -431,9 +431,9 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         Seed of the pair models and of the CRF booster.
     eval_metric : str, callable or list of them, optional
         The CRF's metrics, as in :class:`structboost.TreeCRFClassifier`:
-        ``"crf-nll"`` (default), ``"crf-error"`` or callables ``f(y_true,
-        y_proba[, sample_weight=])`` of the label nodes (``y_true`` ``(n *
-        L,)`` 0/1, ``y_proba`` ``(n * L, 2)``); the last drives early stopping.
+        ``"crf-nll"`` (default; with held-out inputs also ``"crf-error"``), ``"crf-error"``
+        or callables ``f(y_true, y_proba[, sample_weight=])`` of the label nodes (``y_true``
+        ``(n * L,)`` 0/1, ``y_proba`` ``(n * L, 2)``); the last drives early stopping.
     **kwargs
         Any other XGBoost parameter of the CRF booster (``n_jobs``,
         ``min_child_weight``, ...).
@@ -486,7 +486,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         early_stopping_rounds: int | None = None,
         early_stopping: str | bool = "auto",
         validation_fraction: float = 0.1,
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = 30,
         refit: bool = True,
         edge_typing: str = "pair",
         pairwise: str = "xgboost",

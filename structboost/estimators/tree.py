@@ -82,7 +82,8 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         DataFrame column holding the per-row instance id, read on every call
         (never a feature); see :mod:`structboost.estimators.base`.
     eval_metric : str, callable or list of them, optional
-        ``"crf-nll"`` (default), ``"crf-error"`` or callables ``f(y_true,
+        ``"crf-nll"`` (default; ``["crf-nll", "crf-error"]`` on held-out
+        instances), ``"crf-error"`` or callables ``f(y_true,
         y_proba[, sample_weight=])`` of the node marginals, as in
         :class:`structboost.XGBCRFClassifier`; the last drives early stopping.
     callbacks : list of xgboost.callback.TrainingCallback, optional
@@ -139,7 +140,7 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         early_stopping_rounds: int | None = None,
         early_stopping: str | bool = "auto",
         validation_fraction: float = 0.1,
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = 30,
         refit: bool = True,
         class_weight: Any = None,
         sequence_column: str | None = None,
@@ -228,10 +229,10 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y, X.shape[0])
         parents, edge_types = _flat_structure(parents, edge_types, lengths)
-        metrics = eval_metrics(self.eval_metric)
+        stopping = self._stopping(lengths, bool(eval_set))
+        metrics = eval_metrics(self.eval_metric, held_out=stopping.held_out is not None)
         self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
         spec = self._objective_spec(metrics)
-        stopping = self._stopping(lengths, bool(eval_set))
         seq_weight = self._class_weighted(
             None if sample_weight is None else sequence_weights(sample_weight, lengths),
             codes, lengths, classes,

@@ -54,14 +54,19 @@ def test_auto_holds_out_sequences_above_the_threshold_and_stops(cls, above):
     held = est.validation_sequences_
     assert len(held) == math.ceil(0.1 * ABOVE)
     assert np.all(np.diff(held) > 0) and held[-1] < ABOVE
-    curve = np.asarray(est.evals_result_["validation"]["crf-nll"])
+    curves = est.evals_result_["validation"]
+    assert sorted(curves) == ["crf-error", "crf-nll"]  # both recorded, the error decides
+    error = np.asarray(curves["crf-error"])
     # Stopped: n_iter_no_change rounds after the best one, far below the bound.
-    assert est.best_iteration == est.validation_best_iteration_ == int(np.argmin(curve))
-    assert len(curve) == est.best_iteration + 1 + 3 < ROUNDS_STOPPED
-    # The curve is the NLL per sequence of exactly the held-out sequences.
+    best = est.best_iteration
+    assert best == est.validation_best_iteration_ == int(np.argmin(error))
+    assert len(error) == len(curves["crf-nll"]) == best + 1 + 3 < ROUNDS_STOPPED
+    # The curves are those of exactly the held-out sequences: NLL per sequence, token error.
     rows = held_rows(lengths, held)
     nll = -est.predict_log_likelihood(X[rows], y[rows], lengths=lengths[held]).mean()
-    assert est.best_score_ == pytest.approx(nll, rel=1e-5)
+    assert curves["crf-nll"][best] == pytest.approx(nll, rel=1e-5)
+    wrong = np.mean(est.predict(X[rows], lengths=lengths[held]) != y[rows])
+    assert est.best_score_ == error[best] == pytest.approx(wrong)
 
 
 @ESTIMATORS
@@ -104,12 +109,12 @@ def test_rounds_patience_and_hold_out_by_setting():
     est = XGBCRFClassifier()
     assert est._stopping(np.full(BELOW, LENGTH), False) == (ROUNDS_FIXED, None, None)
     rounds, patience, held = est._stopping(np.full(BELOW + 1, LENGTH), False)
-    assert (rounds, patience, len(held)) == (ROUNDS_STOPPED, 10, math.ceil(0.1 * (BELOW + 1)))
+    assert (rounds, patience, len(held)) == (ROUNDS_STOPPED, 30, math.ceil(0.1 * (BELOW + 1)))
     # True forces it on small data, False off on large data; n_estimators stays a bound.
     rounds, patience, held = est.set_params(early_stopping=True, n_estimators=50)._stopping(
         np.full(20, 3), False
     )
-    assert (rounds, patience, held.tolist()) == (50, 10, sorted(held.tolist()))
+    assert (rounds, patience, held.tolist()) == (50, 30, sorted(held.tolist()))
     assert len(held) == 2
     est.set_params(early_stopping=False, n_estimators=None)
     assert est._stopping(np.full(BELOW + 1, LENGTH), False) == (ROUNDS_FIXED, None, None)
@@ -124,7 +129,7 @@ def test_an_eval_set_or_early_stopping_rounds_keeps_xgboost_behaviour():
     )
     # early_stopping=True with an eval_set: its patience on that set, nothing held out.
     est.set_params(early_stopping=True, early_stopping_rounds=None)
-    assert est._stopping(lengths, True) == (ROUNDS_STOPPED, 10, None)
+    assert est._stopping(lengths, True) == (ROUNDS_STOPPED, 30, None)
 
 
 def test_an_eval_set_overrides_the_hold_out(above):
@@ -133,7 +138,8 @@ def test_an_eval_set_overrides_the_hold_out(above):
     est = XGBCRFClassifier(**SMALL[XGBCRFClassifier], n_estimators=4).fit(
         X, y, lengths=lengths, eval_set=[(X[:cut], y[:cut], lengths[:100])]
     )
-    assert list(est.evals_result_) == ["validation_0"]
+    assert est.evals_result_ == {"validation_0": {"crf-nll": est.evals_result_["validation_0"][
+        "crf-nll"]}}  # eval_metric=None on an eval_set: the NLL alone, as before
     assert len(est.evals_result_["validation_0"]["crf-nll"]) == 4
     assert len(est.validation_sequences_) == 0
 
