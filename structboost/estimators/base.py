@@ -26,7 +26,8 @@
   ``early_stopping="auto"`` holds out ``validation_fraction`` of the
   training *sequences* (drawn with ``random_state``) when there are more
   than :data:`AUTO_EARLY_STOPPING_ROWS` rows and stops after
-  ``n_iter_no_change`` rounds without progress; ``n_estimators=None`` is
+  ``n_iter_no_change`` rounds without progress (of the Viterbi token error
+  by default, :data:`AUTO_STOP_METRICS`); ``n_estimators=None`` is
   then a bound of :data:`ROUNDS_STOPPED` rounds. An ``eval_set`` or
   ``early_stopping_rounds`` keeps XGBoost's behaviour (see
   :meth:`BoostedCRFClassifier._stopping`). Unlike scikit-learn, ``refit=True``
