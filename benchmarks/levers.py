@@ -8,7 +8,9 @@ rows also keep the training NLL per sequence of the fitted model. The
 rows of ``AS_SHIPPED`` are the estimator exactly as a user first meets it
 (no argument but the dataset's label scheme and, for LogitBoost, the mode;
 no ``eval_set``: since issue 30 the defaults hold out 10% of the training
-sequences and stop on them when there are more than 10,000 training rows).
+sequences and stop on them when there are more than 10,000 training rows,
+then refit on all of them; the "preset" rows add :func:`structboost.presets.preset`'s
+parameters).
 
 Datasets (all read by path from ``--data-dir``, never copied):
 
@@ -47,6 +49,7 @@ import structboost as sb
 from structboost import XGBCRFClassifier
 from structboost.datasets import convert_tags, load_ocr, ocr_split, read_conll
 from structboost.metrics import span_prf, token_accuracy
+from structboost.presets import preset
 from structboost.text.lexical import TokenFeatures
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -64,6 +67,14 @@ AS_SHIPPED = {
     "defaults no-stop": {"early_stopping": False},
     "defaults stop-error": {"eval_metric": "crf-error"},
     "defaults patience30": {"n_iter_no_change": 30},
+    "defaults no-refit": {"refit": False},  # the hold-out run's model, as scikit-learn keeps it
+    "defaults eta0.1": {"learning_rate": 0.1},
+    "defaults hold-out0.2": {"validation_fraction": 0.2},
+    "defaults stop-error patience30": {"eval_metric": "crf-error", "n_iter_no_change": 30},
+    # the named presets (structboost.presets.preset), automatic early stopping as the defaults
+    "preset dense": preset("dense"),
+    "preset dense eta0.3": preset("dense", learning_rate=0.3),
+    "preset sparse-text": preset("sparse-text"),
 }
 #: The levers: keyword arguments of XGBCRFClassifier on top of the budget
 #: ("mo8": one multi-output tree per round, depth 8; "stop-error": early

@@ -38,6 +38,7 @@ LAYERS = {
     "warmup": 7,
     "xgboost": 7,
     "lightgbm": 7,
+    "presets": 7,
     "__init__": 8,
 }
 ENGINE_PACKAGES = ("xgboost", "lightgbm", "sklearn")

@@ -8,7 +8,10 @@ early_stopping : {"auto", True, False}
     improved for ``n_iter_no_change`` rounds, as scikit-learn's
     ``HistGradientBoostingClassifier``: ``"auto"`` does so when the training
     set has more than 10,000 rows (and two sequences or more), ``True``
-    always, ``False`` never. An ``eval_set`` or ``early_stopping_rounds``
+    always, ``False`` never. With ``eval_metric=None`` the held-out
+    sequences record the NLL (``"crf-nll"``) and the Viterbi token error
+    (``"crf-error"``), and the error decides: the NLL's minimum comes
+    rounds before the error's. An ``eval_set`` or ``early_stopping_rounds``
     keeps XGBoost's behaviour instead: nothing is held out
     (``early_stopping=True`` with an ``eval_set`` stops on its last entry
     with ``n_iter_no_change`` patience).
@@ -16,7 +19,19 @@ validation_fraction : float
     Share of the training sequences held out, drawn with ``random_state``
     (None: seed 0, as the engines' own default seed).
 n_iter_no_change : int
-    Patience of the automatic early stopping, in rounds.
+    Patience of the automatic early stopping, in rounds (30: the token
+    error of a few held-out sequences moves in steps, and rests on
+    plateaus that a patience of 10 mistakes for its minimum).
+refit : bool
+    After automatic early stopping chose the number of rounds on the
+    held-out sequences, train again on *all* the training sequences for
+    that number divided by ``1 - validation_fraction`` (rounded up, at most
+    ``n_estimators``), without early stopping: the held-out sequences are
+    trained on too, and more sequences take more rounds to overfit. The
+    fit then costs about twice as much, and ``callbacks`` run in both
+    runs. ``False`` keeps the model trained on the rest, as scikit-learn's
+    ``HistGradientBoostingClassifier`` does. Nothing is refit after an
+    ``eval_set``.
 class_weight : dict, "balanced" or None
     Weights of the labels, as in scikit-learn (``{label: weight}``, or
     ``"balanced"``: ``n / (K * count)``): each training sequence is
@@ -37,7 +52,9 @@ sequence_column : str, optional
 eval_metric : str, callable or list of them, optional
     What ``evals_result_`` records on every ``eval_set`` entry, as in
     XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
-    log-likelihood per sequence), ``"crf-error"`` (Viterbi token error)
+    log-likelihood per sequence; on the held-out sequences of automatic
+    early stopping ``["crf-nll", "crf-error"]``), ``"crf-error"`` (Viterbi
+    token error)
     or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
     ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
     ``__name__``); the last one drives early stopping.
@@ -59,6 +76,12 @@ evals_result_ : dict
 validation_sequences_ : (v,) int64 ndarray
     Positions (0-based, in row order) of the training sequences that
     automatic early stopping held out; empty when none were.
+validation_best_iteration_ : int or None
+    The 0-based round at which the metric on the held-out sequences was
+    best (``best_iteration`` of the run that held them out; with
+    ``refit=True`` the final model keeps ``best_iteration + 1`` = that
+    count scaled by ``1 / (1 - validation_fraction)``); None when nothing
+    was held out.
 best_score_ : float
     The stopping metric on the last ``eval_set`` entry at
     ``best_iteration_`` (only with an ``eval_set``).

@@ -252,7 +252,8 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         early_stopping_rounds: int | None = None,
         early_stopping: str | bool = 'auto',
         validation_fraction: float = 0.1,
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = 30,
+        refit: bool = True,
         class_weight: Any = None,
         base_model: Any = None,
         allowed_transitions: Any = None,
@@ -274,6 +275,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
+        self.refit = refit
         self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions
@@ -415,7 +417,8 @@ class LGBMCRFClassifier(_CRFClassifier):
         early_stopping_rounds: int | None = None,
         early_stopping: str | bool = 'auto',
         validation_fraction: float = 0.1,
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = 30,
+        refit: bool = True,
         class_weight: Any = None,
         base_model: Any = None,
         allowed_transitions: Any = None,
@@ -437,6 +440,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
+        self.refit = refit
         self.class_weight = class_weight
         self.base_model = base_model
         self.allowed_transitions = allowed_transitions

@@ -133,7 +133,8 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
-        metrics = eval_metrics(self.eval_metric)
+        stopping = self._stopping(lengths, bool(eval_set))
+        metrics = eval_metrics(self.eval_metric, held_out=stopping.held_out is not None)
         self.constraints_ = resolve_constraints(
             self.allowed_transitions, len(classes), labels=classes
         )
@@ -143,7 +144,34 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         seq_weight = self._class_weighted(
             self._sequence_weights(sample_weight, lengths), codes, lengths, classes
         )
-        stopping = self._stopping(lengths, bool(eval_set))
+        data = (X, codes, lengths, base_X, seq_weight)
+        run = (eval_set, classes, spec, verbose, metrics)
+        booster, evals_result = self._boost(data, stopping, *run)
+        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
+        refit = self._refit_stopping(stopping)
+        if refit is not None:
+            self._set_refitted(self._boost(data, refit, *run)[0])
+        return self
+
+    def _boost(self, data, stopping, eval_set, classes, spec, verbose, metrics):
+        """Base model and boosting of one run of :meth:`fit`, held-out sequences split off.
+
+        Parameters
+        ----------
+        data : tuple
+            ``(X, codes, lengths, base_X, seq_weight)`` of all the training
+            sequences (``base_X`` and ``seq_weight`` may be None).
+        stopping : Stopping
+            From :meth:`_stopping` or :meth:`_refit_stopping`.
+        eval_set, classes, spec, verbose, metrics
+            As in :meth:`fit`.
+
+        Returns
+        -------
+        booster, evals_result
+            Of :meth:`_train`; sets ``base_model_``.
+        """
+        X, codes, lengths, base_X, seq_weight = data
         if stopping.held_out is not None:
             (lengths, X, codes, base_X, seq_weight), held = split_sequences(
                 stopping.held_out, lengths, (X, codes, base_X), (seq_weight,)
@@ -161,11 +189,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             margin_h = self._base_margin(Xh, base_h, len(classes))
             evals.append((Xh, codes_h, lengths_h, weight_h, margin_h))
             names.append(HELD_OUT_NAME)
-        booster, evals_result = self._train(
-            train, evals, spec, len(classes), verbose, names, metrics, stopping
-        )
-        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
-        return self
+        return self._train(train, evals, spec, len(classes), verbose, names, metrics, stopping)
 
     # -- predict ----------------------------------------------------------
     def _data(self, X, groups, lengths, base_X):

@@ -118,6 +118,7 @@ BOOSTING = {
     "early_stopping": [Options("auto"), "boolean"],
     "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
     "n_iter_no_change": [Interval(Integral, 1, None)],
+    "refit": ["boolean"],
     "max_depth": [Interval(Integral, 0, None)],
     "early_stopping_rounds": [None, Interval(Integral, 1, None)],
     "class_weight": [None, Options("balanced"), dict],

@@ -82,7 +82,8 @@ class ModelFile:
             ``n_features_in``, ``feature_names_in``, ``evals_result``,
             ``best_iteration``, ``best_score`` (None without an ``eval_set``),
             ``vectorizer`` (the feature names of dict input, or None),
-            ``validation_sequences`` (held out by automatic early stopping)
+            ``validation_sequences`` (held out by automatic early stopping),
+            ``validation_best_iteration`` (the round they chose, or None)
             and ``engine`` (the engine's model and the CRF state).
         """
         check_is_fitted(self)
@@ -100,6 +101,7 @@ class ModelFile:
             "best_score": None if best_score is None else float(best_score),
             "vectorizer": None if vectorizer is None else vectorizer_document(vectorizer),
             "validation_sequences": self.validation_sequences_.tolist(),
+            "validation_best_iteration": self.validation_best_iteration_,
             "boundaries": getattr(self, "boundaries_", "sequences"),
             "id_column": getattr(self, "id_column_", None),
             "engine": self._engine_document(),
@@ -221,6 +223,12 @@ class ModelFile:
             raise ValueError(
                 f"{where} is damaged: validation_sequences must be a list of sequence positions."
             )
+        chosen = doc.get("validation_best_iteration")
+        if chosen is not None and (type(chosen) is not int or chosen < 0 or not held_out):
+            raise ValueError(
+                f"{where} is damaged: validation_best_iteration must be null, or a round "
+                "number (>= 0) when validation_sequences lists the held-out sequences."
+            )
         best_score = doc.get("best_score")
         if best_score is not None and (
             type(best_score) not in (int, float) or not np.isfinite(best_score)
@@ -265,6 +273,7 @@ class ModelFile:
             staged.feature_names_in_ = np.asarray(names, dtype=object)
         staged.evals_result_ = evals_result
         staged.validation_sequences_ = np.asarray(held_out, dtype=np.int64)
+        staged.validation_best_iteration_ = chosen
         staged.boundaries_ = boundaries
         staged.id_column_ = id_column
         staged.vectorizer_ = vectorizer

@@ -411,7 +411,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
     early_stopping_rounds : int, optional
         Stop when the last ``eval_metric`` on the last ``eval_set`` entry
         has not improved for this many rounds.
-    early_stopping, validation_fraction, n_iter_no_change
+    early_stopping, validation_fraction, n_iter_no_change, refit
         Automatic early stopping on held-out inputs, as in
         :class:`structboost.TreeCRFClassifier` (the threshold counts label
         nodes: inputs times labels); the structure learner sees every input.
@@ -431,9 +431,9 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         Seed of the pair models and of the CRF booster.
     eval_metric : str, callable or list of them, optional
         The CRF's metrics, as in :class:`structboost.TreeCRFClassifier`:
-        ``"crf-nll"`` (default), ``"crf-error"`` or callables ``f(y_true,
-        y_proba[, sample_weight=])`` of the label nodes (``y_true`` ``(n *
-        L,)`` 0/1, ``y_proba`` ``(n * L, 2)``); the last drives early stopping.
+        ``"crf-nll"`` (default; with held-out inputs also ``"crf-error"``), ``"crf-error"``
+        or callables ``f(y_true, y_proba[, sample_weight=])`` of the label nodes (``y_true``
+        ``(n * L,)`` 0/1, ``y_proba`` ``(n * L, 2)``); the last drives early stopping.
     **kwargs
         Any other XGBoost parameter of the CRF booster (``n_jobs``,
         ``min_child_weight``, ...).
@@ -457,8 +457,9 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
     evals_result_ : dict
         CRF metric per round for each ``eval_set`` entry (``validation_i``),
         or for the held-out inputs (``"validation"``).
-    validation_sequences_ : (v,) int64 ndarray
-        Rows of ``X`` held out by automatic early stopping (empty when none).
+    validation_sequences_, validation_best_iteration_ : (v,) int64 ndarray, int or None
+        Rows of ``X`` held out by automatic early stopping (empty when none)
+        and the round they chose (None), as in :class:`structboost.TreeCRFClassifier`.
     feature_importances_ : ``(n_features_in_,)`` ndarray
         Total gain of the CRF's splits on each input feature.
 
@@ -485,7 +486,8 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         early_stopping_rounds: int | None = None,
         early_stopping: str | bool = "auto",
         validation_fraction: float = 0.1,
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = 30,
+        refit: bool = True,
         edge_typing: str = "pair",
         pairwise: str = "xgboost",
         max_pairs: int = 45,
@@ -509,6 +511,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
+        self.refit = refit
         self.edge_typing = edge_typing
         self.pairwise = pairwise
         self.max_pairs = max_pairs
@@ -554,6 +557,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
             early_stopping=self.early_stopping,
             validation_fraction=self.validation_fraction,
             n_iter_no_change=self.n_iter_no_change,
+            refit=self.refit,
             eval_metric=self.eval_metric,
             **{"seed": self.random_state, **self._engine_params()},
         )
@@ -561,9 +565,9 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
     def _adopt_crf(self, crf):
         self.crf_ = crf
         self.booster_ = crf.booster_
-        self.evals_result_ = crf.evals_result_
-        self.best_iteration_ = crf.best_iteration_
-        self.validation_sequences_ = crf.validation_sequences_
+        for name in ("evals_result_", "best_iteration_", "validation_sequences_",
+                     "validation_best_iteration_"):
+            setattr(self, name, getattr(crf, name))
 
     def _top_pairs(self):
         n_labels = self.n_labels_

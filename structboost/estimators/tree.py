@@ -82,7 +82,8 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         DataFrame column holding the per-row instance id, read on every call
         (never a feature); see :mod:`structboost.estimators.base`.
     eval_metric : str, callable or list of them, optional
-        ``"crf-nll"`` (default), ``"crf-error"`` or callables ``f(y_true,
+        ``"crf-nll"`` (default; ``["crf-nll", "crf-error"]`` on held-out
+        instances), ``"crf-error"`` or callables ``f(y_true,
         y_proba[, sample_weight=])`` of the node marginals, as in
         :class:`structboost.XGBCRFClassifier`; the last drives early stopping.
     callbacks : list of xgboost.callback.TrainingCallback, optional
@@ -109,6 +110,10 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
     validation_sequences_ : (v,) int64 ndarray
         Positions of the training instances held out by automatic early
         stopping (empty when none were).
+    validation_best_iteration_ : int or None
+        The 0-based round at which the metric on the held-out instances was
+        best; with ``refit=True`` the final model keeps that count scaled by
+        ``1 / (1 - validation_fraction)``. None when nothing was held out.
     n_classes_ : int
     feature_importances_ : ndarray, shape ``(n_features_in_,)``
     n_features_in_ : int
@@ -135,7 +140,8 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         early_stopping_rounds: int | None = None,
         early_stopping: str | bool = "auto",
         validation_fraction: float = 0.1,
-        n_iter_no_change: int = 10,
+        n_iter_no_change: int = 30,
+        refit: bool = True,
         class_weight: Any = None,
         sequence_column: str | None = None,
         eval_metric: Any = None,
@@ -155,6 +161,7 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
+        self.refit = refit
         self.class_weight = class_weight
         self.sequence_column = sequence_column
         self.eval_metric = eval_metric
@@ -222,10 +229,10 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
         classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y, X.shape[0])
         parents, edge_types = _flat_structure(parents, edge_types, lengths)
-        metrics = eval_metrics(self.eval_metric)
-        self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
-        obj = tree_crf_objective(len(classes), self.n_edge_types_, self._objective_spec(metrics))
         stopping = self._stopping(lengths, bool(eval_set))
+        metrics = eval_metrics(self.eval_metric, held_out=stopping.held_out is not None)
+        self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
+        spec = self._objective_spec(metrics)
         seq_weight = self._class_weighted(
             None if sample_weight is None else sequence_weights(sample_weight, lengths),
             codes, lengths, classes,
@@ -233,15 +240,6 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         if seq_weight is not None:
             sample_weight = np.repeat(seq_weight, np.asarray(lengths))
         train = (X, codes, lengths, parents, edge_types, sample_weight)
-        dvalid, names = [], []
-        if stopping.held_out is not None:
-            parts = split_sequences(stopping.held_out, lengths, (X, codes, parents, edge_types,
-                                                                 sample_weight))  # fmt: skip
-            # (lengths, X, codes, ...) -> the _dmatrix order (X, codes, lengths, ...)
-            train, held = ((p[1], p[2], p[0], *p[3:]) for p in parts)
-            dvalid.append(self._dmatrix(*held))
-            names.append(HELD_OUT_NAME)
-        dtrain = self._dmatrix(*train)
 
         def convert(e, where):
             Xe, le, codes_e = self._eval_rows(e, where, classes)
@@ -249,16 +247,52 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
             return self._dmatrix(Xe, codes_e, le, par, types, e["sample_weight"])
 
         evals, eval_names = self._eval_set(eval_set, convert, _STRUCTURE)
-        dvalid += evals
-        names += eval_names
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
         )
-        booster, evals_result = self._xgb_train(
-            params, obj, dtrain, dvalid, verbose, names, metrics, stopping
-        )
+        run = (params, len(classes), spec, verbose, metrics)
+        booster, evals_result = self._boost(train, stopping, evals, eval_names, *run)
         self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
+        refit = self._refit_stopping(stopping)
+        if refit is not None:
+            self._set_refitted(self._boost(train, refit, [], [], *run)[0])
         return self
+
+    def _boost(self, train, stopping, evals, eval_names, params, n_labels, spec, verbose,
+               metrics):
+        """One boosting run of :meth:`fit`, held-out instances split off.
+
+        Parameters
+        ----------
+        train : tuple
+            ``(X, codes, lengths, parents, edge_types, sample_weight)`` of all
+            the training instances (the last may be None).
+        stopping : Stopping
+            From :meth:`_stopping` or :meth:`_refit_stopping`.
+        evals : list of xgboost.DMatrix
+            The ``eval_set``'s.
+        eval_names : list of str
+        params : dict
+        n_labels : int
+        spec : ObjectiveSpec
+            Every run starts a fresh objective (its transitions at zero).
+        verbose, metrics
+            As :meth:`_xgb_train` takes them.
+
+        Returns
+        -------
+        booster, evals_result
+        """
+        dvalid, names = [], []
+        if stopping.held_out is not None:
+            parts = split_sequences(stopping.held_out, train[2], (train[0], train[1], *train[3:]))
+            # (lengths, X, codes, ...) -> the _dmatrix order (X, codes, lengths, ...)
+            train, held = ((p[1], p[2], p[0], *p[3:]) for p in parts)
+            dvalid.append(self._dmatrix(*held))
+            names.append(HELD_OUT_NAME)
+        obj = tree_crf_objective(n_labels, self.n_edge_types_, spec)
+        return self._xgb_train(params, obj, self._dmatrix(*train), dvalid + evals, verbose,
+                               names + eval_names, metrics, stopping)  # fmt: skip
 
     def _load_state(self):
         return load_state(self.booster_, TREE_STATE_KEY, TreeTransitionParams,

@@ -7,7 +7,12 @@ import pytest
 from sklearn.base import clone
 
 from structboost import ESSTreeCRFClassifier, TreeCRFClassifier
-from structboost.estimators.base import AUTO_EARLY_STOPPING_ROWS, ROUNDS_FIXED, ROUNDS_STOPPED
+from structboost.estimators.base import (
+    AUTO_EARLY_STOPPING_ROWS,
+    ROUNDS_FIXED,
+    ROUNDS_STOPPED,
+    Stopping,
+)
 from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
@@ -45,18 +50,51 @@ def held_rows(lengths, held):
 @ESTIMATORS
 def test_auto_holds_out_sequences_above_the_threshold_and_stops(cls, above):
     X, y, lengths = above
-    est = cls(**SMALL[cls]).fit(X, y, lengths=lengths)
+    est = cls(**SMALL[cls], refit=False).fit(X, y, lengths=lengths)
     held = est.validation_sequences_
     assert len(held) == math.ceil(0.1 * ABOVE)
     assert np.all(np.diff(held) > 0) and held[-1] < ABOVE
-    curve = np.asarray(est.evals_result_["validation"]["crf-nll"])
+    curves = est.evals_result_["validation"]
+    assert sorted(curves) == ["crf-error", "crf-nll"]  # both recorded, the error decides
+    error = np.asarray(curves["crf-error"])
     # Stopped: n_iter_no_change rounds after the best one, far below the bound.
-    assert est.best_iteration == int(np.argmin(curve))
-    assert len(curve) == est.best_iteration + 1 + 3 < ROUNDS_STOPPED
-    # The curve is the NLL per sequence of exactly the held-out sequences.
+    best = est.best_iteration
+    assert best == est.validation_best_iteration_ == int(np.argmin(error))
+    assert len(error) == len(curves["crf-nll"]) == best + 1 + 3 < ROUNDS_STOPPED
+    # The curves are those of exactly the held-out sequences: NLL per sequence, token error.
     rows = held_rows(lengths, held)
     nll = -est.predict_log_likelihood(X[rows], y[rows], lengths=lengths[held]).mean()
-    assert est.best_score_ == pytest.approx(nll, rel=1e-5)
+    assert curves["crf-nll"][best] == pytest.approx(nll, rel=1e-5)
+    wrong = np.mean(est.predict(X[rows], lengths=lengths[held]) != y[rows])
+    assert est.best_score_ == error[best] == pytest.approx(wrong)
+
+
+@ESTIMATORS
+def test_refit_trains_all_sequences_for_the_scaled_rounds(cls, above):
+    """The refit model is the one early_stopping=False trains on everything for those rounds."""
+    X, y, lengths = above
+    est = cls(**SMALL[cls]).fit(X, y, lengths=lengths)
+    held = cls(**SMALL[cls], refit=False).fit(X, y, lengths=lengths)
+    chosen = held.best_iteration
+    assert est.validation_best_iteration_ == chosen
+    assert est.evals_result_ == held.evals_result_ and est.best_score_ == held.best_score_
+    np.testing.assert_array_equal(est.validation_sequences_, held.validation_sequences_)
+    rounds = math.ceil((chosen + 1) / 0.9)
+    assert est.best_iteration + 1 == rounds
+    plain = cls(**SMALL[cls], early_stopping=False, n_estimators=rounds).fit(
+        X, y, lengths=lengths)
+    np.testing.assert_allclose(est.predict_proba(X[:500], lengths=lengths[:100]),
+                               plain.predict_proba(X[:500], lengths=lengths[:100]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("chosen, bound, rounds", [(9, 1000, 10), (90, 1000, 100), (95, 100, 100)])
+def test_refit_rounds_scale_by_the_kept_share_up_to_the_bound(chosen, bound, rounds):
+    est = XGBCRFClassifier()
+    est.validation_best_iteration_ = chosen - 1
+    held = np.arange(3)
+    assert est._refit_stopping(Stopping(bound, 10, held)) == (rounds, None, None)
+    assert est._refit_stopping(Stopping(bound, 10, None)) is None
+    assert est.set_params(refit=False)._refit_stopping(Stopping(bound, 10, held)) is None
 
 
 @ESTIMATORS
@@ -64,19 +102,19 @@ def test_auto_is_off_at_the_threshold(cls):
     X, y, lengths = noise(BELOW)
     est = cls(**{**SMALL[cls], "n_estimators": 4}).fit(X, y, lengths=lengths)
     assert est.evals_result_ == {} and len(est.validation_sequences_) == 0
-    assert est.best_iteration == 3
+    assert est.best_iteration == 3 and est.validation_best_iteration_ is None
 
 
 def test_rounds_patience_and_hold_out_by_setting():
     est = XGBCRFClassifier()
     assert est._stopping(np.full(BELOW, LENGTH), False) == (ROUNDS_FIXED, None, None)
     rounds, patience, held = est._stopping(np.full(BELOW + 1, LENGTH), False)
-    assert (rounds, patience, len(held)) == (ROUNDS_STOPPED, 10, math.ceil(0.1 * (BELOW + 1)))
+    assert (rounds, patience, len(held)) == (ROUNDS_STOPPED, 30, math.ceil(0.1 * (BELOW + 1)))
     # True forces it on small data, False off on large data; n_estimators stays a bound.
     rounds, patience, held = est.set_params(early_stopping=True, n_estimators=50)._stopping(
         np.full(20, 3), False
     )
-    assert (rounds, patience, held.tolist()) == (50, 10, sorted(held.tolist()))
+    assert (rounds, patience, held.tolist()) == (50, 30, sorted(held.tolist()))
     assert len(held) == 2
     est.set_params(early_stopping=False, n_estimators=None)
     assert est._stopping(np.full(BELOW + 1, LENGTH), False) == (ROUNDS_FIXED, None, None)
@@ -91,7 +129,7 @@ def test_an_eval_set_or_early_stopping_rounds_keeps_xgboost_behaviour():
     )
     # early_stopping=True with an eval_set: its patience on that set, nothing held out.
     est.set_params(early_stopping=True, early_stopping_rounds=None)
-    assert est._stopping(lengths, True) == (ROUNDS_STOPPED, 10, None)
+    assert est._stopping(lengths, True) == (ROUNDS_STOPPED, 30, None)
 
 
 def test_an_eval_set_overrides_the_hold_out(above):
@@ -100,7 +138,8 @@ def test_an_eval_set_overrides_the_hold_out(above):
     est = XGBCRFClassifier(**SMALL[XGBCRFClassifier], n_estimators=4).fit(
         X, y, lengths=lengths, eval_set=[(X[:cut], y[:cut], lengths[:100])]
     )
-    assert list(est.evals_result_) == ["validation_0"]
+    assert est.evals_result_ == {"validation_0": {"crf-nll": est.evals_result_["validation_0"][
+        "crf-nll"]}}  # eval_metric=None on an eval_set: the NLL alone, as before
     assert len(est.evals_result_["validation_0"]["crf-nll"]) == 4
     assert len(est.validation_sequences_) == 0
 
@@ -137,7 +176,16 @@ def test_model_file_keeps_the_curve_best_round_and_held_out_sequences(cls, tmp_p
     assert np.array_equal(back.validation_sequences_, est.validation_sequences_)
     assert back.evals_result_ == est.evals_result_
     assert back.best_iteration_ == est.best_iteration_
+    assert back.validation_best_iteration_ == est.validation_best_iteration_ is not None
     np.testing.assert_array_equal(back.predict(X, lengths=lengths), est.predict(X, lengths=lengths))
+    doc = est.to_document()
+    for bad in (-1, 2.5, "3", True):
+        with pytest.raises(ValueError, match="validation_best_iteration must be null"):
+            cls().from_document({**doc, "validation_best_iteration": bad}, "model.json")
+    with pytest.raises(ValueError, match="validation_best_iteration must be null"):
+        cls().from_document({**doc, "validation_sequences": []}, "model.json")
+    older = {k: v for k, v in doc.items() if k != "validation_best_iteration"}
+    assert cls().from_document(older).validation_best_iteration_ is None
 
 
 def test_tree_estimators_hold_out_instances():
@@ -149,7 +197,9 @@ def test_tree_estimators_hold_out_instances():
     est = TreeCRFClassifier(max_depth=2, n_jobs=1, early_stopping=True, n_iter_no_change=2,
                             n_estimators=40).fit(X, y, parents=parents, lengths=np.full(m, size))
     assert len(est.validation_sequences_) == 6
-    assert len(est.evals_result_["validation"]["crf-nll"]) == est.best_iteration_ + 3
+    chosen = est.validation_best_iteration_
+    assert len(est.evals_result_["validation"]["crf-nll"]) == chosen + 3
+    assert est.best_iteration_ + 1 == math.ceil((chosen + 1) / 0.9)  # refit on all instances
     Y = rng.integers(0, 2, size=(40, 3))
     ess = ESSTreeCRFClassifier(structure="chow-liu", max_depth=2, n_jobs=1, early_stopping=True,
                                n_estimators=20).fit(rng.normal(size=(40, 2)), Y)
@@ -166,6 +216,7 @@ def test_tree_estimators_hold_out_instances():
         ({"early_stopping": False, "early_stopping_rounds": 5}, "drop one of them"),
         ({"early_stopping_rounds": 5}, "early_stopping=True to hold out"),
         ({"n_estimators": 0}, "n_estimators must be"),
+        ({"refit": "yes"}, "refit must be"),
     ],
 )
 def test_bad_settings_are_named(params, message):
