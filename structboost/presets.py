@@ -39,7 +39,12 @@ test fold; the numbers are in the project's benchmarks/README.md, section
     not name ``multi_strategy``, which LightGBM does not know): each label
     splits on its own few indicator columns, and vector-leaf trees cost
     several times the time there for no gain. The Newton transition step.
-    Both engines.
+    Both engines. Chosen with the tag scheme's constraints
+    (``allowed_transitions``), as for named entities: without them the
+    Newton step starts much slower on text (1,000 CoNLL-2003 sentences,
+    training NLL per sentence after 20 rounds 4.0 against 0.81 with the
+    default L-BFGS step), so unconstrained tags are better served by the
+    defaults.
 """
 
 from types import MappingProxyType
