@@ -160,15 +160,17 @@ class DeviceCRFObjective(CRFObjective):
             t1 = t0
             p = softmax(du.w)
         args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)
+        node = None if steps is None else label_score(du.unary, st)  # the pass's NLL check
         if steps is not None and params is not None:  # one pass: its sums and the secant's
             measured = None if secant is None else secant.measure(du.unary)  # in one allreduce
-            grad, _ = grad_hess(*args, step, spec.hess_floor)  # G; H waits for the scale
             with _BLAS.limit(limits=1, user_api="blas"):
-                local = steps.local_sums(problem, self.params, label_score(du.unary, st))
+                local = steps.local_sums(problem, self.params, node)
             own = None
             if measured is not None:
-                own = secant.local_sums(du.unary, post.log_z, batch,
-                                        grad if steps.moved else None, measured)
+                grad = None  # G at scale 1 for the gradient secant (H waits for the scale)
+                if steps.moved:
+                    grad, _ = grad_hess(*args, step, spec.hess_floor)
+                own = secant.local_sums(du.unary, post.log_z, batch, grad, measured)
                 own[0] -= steps.path_change(problem)
             summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
             if secant is not None:
@@ -181,7 +183,7 @@ class DeviceCRFObjective(CRFObjective):
                 params = None
         if steps is not None and params is None:  # the next round checks against this pass
             with _BLAS.limit(limits=1, user_api="blas"):
-                local = steps.local_sums(problem, self.params, label_score(du.unary, st))
+                local = steps.local_sums(problem, self.params, node)
                 steps.start(problem, self.params, self.allreduce(local))
         grad, hess = grad_hess(*args, step, spec.hess_floor)
         if secant is not None:
