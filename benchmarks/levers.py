@@ -75,6 +75,7 @@ AS_SHIPPED = {
     "preset dense": preset("dense"),
     "preset dense eta0.3": preset("dense", learning_rate=0.3),
     "preset sparse-text": preset("sparse-text"),
+    "preset per-token": preset("per-token"),
 }
 #: The levers: keyword arguments of XGBCRFClassifier on top of the budget
 #: ("mo8": one multi-output tree per round, depth 8; "stop-error": early

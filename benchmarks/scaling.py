@@ -60,6 +60,7 @@ import xgboost as xgb
 import structboost as sb
 from structboost.datasets import make_hmm_sequences
 from structboost.features import SlidingWindow
+from structboost.transitions import onestep
 
 from protein_qs import machine_line
 
@@ -170,9 +171,12 @@ def measure(config):
 
     ``config``: ``rows``, ``K``, ``model`` ("native" or "gbcrf"),
     ``threads``, ``rounds`` (timed), ``warm`` (untimed rounds first),
-    ``train_metric`` (bool), ``seed``.
+    ``train_metric`` (bool), ``seed``; optional ``warmup_refits`` (the
+    one-pass rounds' warm-up refit rounds, the library's when absent).
     """
     k, threads = config["K"], config["threads"]
+    if config.get("warmup_refits") is not None:
+        onestep.WARMUP = config["warmup_refits"]  # see --warmup-refits
     X, y, lengths = sticky_chains(config["rows"], k, config["seed"])
     t0 = time.perf_counter()
     dtrain = xgb.DMatrix(X, label=y, group=lengths, nthread=threads)
@@ -229,6 +233,8 @@ def slope(xs, ys):
 def large_configs(args):
     """(experiment, config) of every large-scale run asked for, the cheap curves first."""
     base = {"rounds": args.rounds, "warm": args.warm, "seed": args.seed, "train_metric": False}
+    if args.warmup_refits is not None:
+        base["warmup_refits"] = args.warmup_refits
     out = []
     parts = set(args.parts)
     for n in CURVE_ROWS if "rows" in parts else ():
@@ -330,6 +336,10 @@ def main():
     ap.add_argument("--warm", type=int, default=1,
                     help="untimed rounds before the timed ones (--large; 11 passes the "
                          "one-pass rounds' warm-up refits)")
+    ap.add_argument("--warmup-refits", type=int, default=None,
+                    help="warm-up refit rounds of the one-pass transition step (default: the "
+                         "library's WARMUP); fewer make steady rounds affordable at large K, "
+                         "where one refit round costs 5-7 passes")
     ap.add_argument("--parts", nargs="+", choices=("rows", "labels", "large", "memory"),
                     default=["rows", "labels", "large", "memory"],
                     help="experiments of the large-scale part to run")

@@ -1,8 +1,8 @@
 """Named presets: the structural choices that the defaults leave alone, one line each.
 
-The estimators' defaults are one setting for every dataset. Two choices
-depend on the data's shape and no default serves both kinds well, so they
-come as presets: parameter dicts to unpack into the constructor (or into
+The estimators' defaults are one setting for every dataset. Three choices
+depend on the data and no default serves every kind well, so they come as
+presets: parameter dicts to unpack into the constructor (or into
 ``set_params``), as XGBoost users pass parameter dicts::
 
     from structboost import XGBCRFClassifier
@@ -45,6 +45,19 @@ test fold; the numbers are in the project's benchmarks/README.md, section
     training NLL per sentence after 20 rounds 4.0 against 0.81 with the
     default L-BFGS step), so unconstrained tags are better served by the
     defaults.
+``"per-token"``
+    Scored position by position (residues, frames, letters) where the
+    features already carry the context, as windows do, and the labels'
+    chain adds little: ``predict`` returns each position's most probable
+    label under the posterior marginals (``decode="marginal"``) instead of
+    the single most probable sequence, and the automatic early stopping
+    watches the NLL, which scores those marginals. The Viterbi path of a
+    noisy chain commits to long runs and loses per-position accuracy
+    (protein secondary structure, 3 splits of the training proteins: the
+    validation parts 61.14% against 57.86% for the defaults and 60.44% for
+    LogitBoost). The labels of neighbours need not form an allowed path,
+    so tag schemes with constraints (IOB2 spans) keep the defaults. Both
+    engines.
 """
 
 from types import MappingProxyType
@@ -61,6 +74,9 @@ PRESETS = MappingProxyType({
     "sparse-text": MappingProxyType({
         "transition_solver": "newton",
     }),
+    "per-token": MappingProxyType({
+        "decode": "marginal",
+    }),
 })  # fmt: skip
 
 
@@ -69,7 +85,7 @@ def preset(name: str, **overrides: Any) -> dict[str, Any]:
 
     Parameters
     ----------
-    name : {"dense", "sparse-text"}
+    name : {"dense", "sparse-text", "per-token"}
         The preset (see :mod:`structboost.presets` for what each
         sets and the measurements behind it).
     **overrides

@@ -58,6 +58,17 @@ eval_metric : str, callable or list of them, optional
     or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
     ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
     ``__name__``); the last one drives early stopping.
+decode : {"viterbi", "marginal"}
+    What :meth:`predict` returns (and so ``score``, ``cross_val_score``
+    and grid searches see): ``"viterbi"``, the most probable label
+    sequence (a consistent path: never a forbidden move), or
+    ``"marginal"``, each position's most probable label under the
+    posterior marginals (the most labels right in expectation: better
+    per-token accuracy where the features already carry the context, as
+    windows of residues do, but the labels of neighbours need not form an
+    allowed path). With automatic early stopping and ``eval_metric=None``,
+    ``"marginal"`` stops on the NLL, which scores the marginals it reads.
+    ``predict(decode=...)`` overrides it for one call.
 """
 CHAIN_ATTRIBUTES = """
 best_iteration_ : int

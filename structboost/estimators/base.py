@@ -27,7 +27,8 @@
   training *sequences* (drawn with ``random_state``) when there are more
   than :data:`AUTO_EARLY_STOPPING_ROWS` rows and stops after
   ``n_iter_no_change`` rounds without progress (of the Viterbi token error
-  by default, :data:`AUTO_STOP_METRICS`); ``n_estimators=None`` is
+  by default, of the NLL with ``decode="marginal"``: :data:`AUTO_STOP_METRICS`);
+  ``n_estimators=None`` is
   then a bound of :data:`ROUNDS_STOPPED` rounds. An ``eval_set`` or
   ``early_stopping_rounds`` keeps XGBoost's behaviour (see
   :meth:`BoostedCRFClassifier._stopping`). Unlike scikit-learn, ``refit=True``
@@ -51,7 +52,9 @@
   ``best_score``, ``validation_sequences_``, ``validation_best_iteration_``
   (the round the held-out sequences chose, before a refit),
   ``feature_importances_``;
-  predictions are ``predict``, ``predict_proba`` (= ``predict_marginals``)
+  predictions are ``predict`` (decoded as the ``decode`` parameter says:
+  the Viterbi path or each position's most probable label), ``predict_proba``
+  (= ``predict_marginals``)
   and ``predict_log_likelihood``.
 """
 
@@ -85,10 +88,12 @@ AUTO_EARLY_STOPPING_ROWS = 10_000
 ROUNDS_STOPPED, ROUNDS_FIXED = 1000, 100
 #: Name of the held-out sequences in ``evals_result_``.
 HELD_OUT_NAME = "validation"
-#: ``eval_metric=None`` on the held-out sequences of automatic early stopping:
-#: both recorded, the last (Viterbi token error) drives the stop (issue 30:
-#: level with the NLL on OCR and CoNLL, +1.9 points on protein, validation parts).
-AUTO_STOP_METRICS = ("crf-nll", "crf-error")
+#: ``eval_metric=None`` on the held-out sequences of automatic early stopping,
+#: by the estimator's ``decode``: both recorded, the last drives the stop. The
+#: Viterbi token error for Viterbi decoding (issue 30: level with the NLL on OCR
+#: and CoNLL, +1.9 points on protein, validation parts); the NLL, which scores
+#: the marginals themselves, for marginal decoding.
+AUTO_STOP_METRICS = {"viterbi": ("crf-nll", "crf-error"), "marginal": ("crf-error", "crf-nll")}
 
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
@@ -96,7 +101,7 @@ _RESERVED = ("objective", "num_class", "num_target", "metric")
 _ENGINE_THREADS = ("nthread", "num_threads")
 
 
-def eval_metrics(eval_metric, held_out=False):
+def eval_metrics(eval_metric, held_out=False, decode="viterbi"):
     """``eval_metric`` as a list of ``(name, metric)``; the last drives early stopping.
 
     Parameters
@@ -109,9 +114,13 @@ def eval_metrics(eval_metric, held_out=False):
         ``"crf-nll"``, or with ``held_out`` ``["crf-nll", "crf-error"]``.
     held_out : bool
         Whether the fit stops on held-out training sequences (automatic
-        early stopping): by default it then records the NLL and stops on
-        the Viterbi token error, which the NLL's minimum comes rounds
-        before (:data:`AUTO_STOP_METRICS`).
+        early stopping): by default it then records the NLL and the
+        Viterbi token error, and stops on the metric of ``decode``
+        (:data:`AUTO_STOP_METRICS`).
+    decode : {"viterbi", "marginal"}
+        The estimator's decoding: with ``held_out`` and no ``eval_metric``
+        the Viterbi token error (whose best round comes rounds after the
+        NLL's) or the NLL decides.
 
     Returns
     -------
@@ -120,7 +129,7 @@ def eval_metrics(eval_metric, held_out=False):
         of :data:`~structboost.objectives.params.METRICS` or the callable).
     """
     if eval_metric is None:
-        items = list(AUTO_STOP_METRICS) if held_out else ["crf-nll"]
+        items = list(AUTO_STOP_METRICS[decode]) if held_out else ["crf-nll"]
     elif isinstance(eval_metric, str) or callable(eval_metric):
         items = [eval_metric]
     else:

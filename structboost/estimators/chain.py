@@ -259,6 +259,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         allowed_transitions: Any = None,
         sequence_column: str | None = None,
         eval_metric: Any = None,
+        decode: str = 'viterbi',
         callbacks: Sequence[Any] | None = None,
         transitions_from: str = DEFAULTS['transitions_from'],
         **kwargs: Any,
@@ -281,6 +282,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
         self.eval_metric = eval_metric
+        self.decode = decode
         self.callbacks = callbacks
         self.transitions_from = transitions_from
         super().__init__(**kwargs)
@@ -424,6 +426,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         allowed_transitions: Any = None,
         sequence_column: str | None = None,
         eval_metric: Any = None,
+        decode: str = 'viterbi',
         callbacks: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -446,6 +449,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         self.allowed_transitions = allowed_transitions
         self.sequence_column = sequence_column
         self.eval_metric = eval_metric
+        self.decode = decode
         self.callbacks = callbacks
         super().__init__(**kwargs)
 

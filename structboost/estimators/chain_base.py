@@ -134,7 +134,9 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y,
                                            X.shape[0])  # fmt: skip
         stopping = self._stopping(lengths, bool(eval_set))
-        metrics = eval_metrics(self.eval_metric, held_out=stopping.held_out is not None)
+        metrics = eval_metrics(
+            self.eval_metric, held_out=stopping.held_out is not None, decode=self.decode
+        )
         self.constraints_ = resolve_constraints(
             self.allowed_transitions, len(classes), labels=classes
         )
@@ -205,7 +207,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         *,
         groups: ArrayLike | str | None = None,
         lengths: ArrayLike | None = None,
-        decode: str = 'viterbi',
+        decode: str | None = None,
         base_X: Any = None,
     ) -> Any:
         """Predicted labels, in the original label values.
@@ -216,9 +218,10 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             As in :meth:`fit`.
         groups : array-like of shape (n,) or str, optional
         lengths : array-like of int, shape (m,), optional
-        decode : {"viterbi", "marginal"}
+        decode : {"viterbi", "marginal"}, optional
             The most probable sequence, or each position's most probable
-            label (see :func:`structboost.engines.predict`).
+            label (see :func:`structboost.engines.predict`); None: the
+            estimator's ``decode``.
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of the base model, when ``fit`` was given one.
 
@@ -233,7 +236,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
                 self.booster_,
                 data,
                 lengths=lengths,
-                decode=decode,
+                decode=self.decode if decode is None else decode,
                 base_margin=margin,
                 allowed_transitions=self.constraints_,
             )
@@ -244,7 +247,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         self,
         xseq: Any,
         *,
-        decode: str = 'viterbi',
+        decode: str | None = None,
         base_X: Any = None,
     ) -> Any:
         """Labels of one sequence, as sklearn-crfsuite's ``predict_single``.
@@ -254,7 +257,8 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         xseq : list of dict or array-like of shape (n_i, d)
             The sequence's feature dicts (one per position) or rows, the
             same kind of input as ``fit`` got.
-        decode : {"viterbi", "marginal"}
+        decode : {"viterbi", "marginal"}, optional
+            As in :meth:`predict` (None: the estimator's ``decode``).
         base_X : array-like of shape (n_i, p), optional
             The base model's input, when ``fit`` was given one.
 

@@ -13,6 +13,8 @@ regularisation and floors) are checked by the objective.
 import math
 from numbers import Integral, Real
 
+from ..engines.predict import DECODINGS
+
 
 class Interval:
     """Numbers of ``kind`` (``Integral`` or ``Real``) between ``low`` and ``high``.
@@ -124,6 +126,7 @@ BOOSTING = {
     "class_weight": [None, Options("balanced"), dict],
     "n_jobs": [None, Interval(Integral, None, None)],
     "sequence_column": [None, str],
+    "decode": [Options(*DECODINGS)],
     "callbacks": [None, list, tuple],
 }
 # LightGBM: max_depth=-1 is "no limit"; a tree needs two leaves to split.

@@ -59,6 +59,9 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         The metric recorded in ``evals_result_`` and watched by early
         stopping, summed over the workers (default ``"crf-nll"``). One name:
         a callable would see one worker's rows only.
+    decode : {"viterbi", "marginal"}
+        What :meth:`predict` returns: the most probable label sequence, or
+        each position's most probable label under the posterior marginals.
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``n_jobs``, ...).
 
@@ -96,6 +99,7 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         max_depth=6,
         early_stopping_rounds=None,
         eval_metric=None,
+        decode="viterbi",
         **kwargs,
     ):
         self.mode = mode
@@ -108,6 +112,7 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         self.max_depth = max_depth
         self.early_stopping_rounds = early_stopping_rounds
         self.eval_metric = eval_metric
+        self.decode = decode
         self._client = None
         super().__init__(**kwargs)
 
@@ -195,20 +200,22 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         self._set_fitted(classes, out["booster"], out["history"], metrics)
         return self
 
-    def predict(self, X, *, groups, decode="viterbi"):
+    def predict(self, X, *, groups, decode=None):
         """Predicted labels (``classes_`` values), a dask collection partitioned like ``X``.
 
         Parameters
         ----------
         X : dask DataFrame or dask Array, shape (n, d)
         groups : str, dask Series or dask Array (n,)
-        decode : {"viterbi", "marginal"}
+        decode : {"viterbi", "marginal"}, optional
+            None: the estimator's ``decode``.
 
         Returns
         -------
         dask Series or dask Array, shape (n,)
         """
         check_is_fitted(self)
+        decode = self.decode if decode is None else decode
         codes = engine.predict(self.client, self.booster_, X, groups=groups, decode=decode)
         classes = self.classes_
         return _map_rows(codes, lambda c: classes[c], classes.dtype)

@@ -70,6 +70,18 @@ def test_auto_holds_out_sequences_above_the_threshold_and_stops(cls, above):
 
 
 @ESTIMATORS
+def test_marginal_decoding_stops_on_the_nll(cls, above):
+    X, y, lengths = above
+    est = cls(**SMALL[cls], refit=False, decode="marginal").fit(X, y, lengths=lengths)
+    curves = est.evals_result_["validation"]
+    assert sorted(curves) == ["crf-error", "crf-nll"]  # both recorded, the NLL decides
+    nll = np.asarray(curves["crf-nll"])
+    best = est.best_iteration
+    assert best == int(np.argmin(nll)) and est.best_score_ == nll[best]
+    assert len(nll) == best + 1 + 3 < ROUNDS_STOPPED
+
+
+@ESTIMATORS
 def test_refit_trains_all_sequences_for_the_scaled_rounds(cls, above):
     """The refit model is the one early_stopping=False trains on everything for those rounds."""
     X, y, lengths = above

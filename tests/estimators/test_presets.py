@@ -14,7 +14,8 @@ def test_each_preset_sets_what_it_names():
         "transition_solver": "newton",
     }
     assert preset("sparse-text") == {"transition_solver": "newton"}
-    assert sorted(PRESETS) == ["dense", "sparse-text"]
+    assert preset("per-token") == {"decode": "marginal"}
+    assert sorted(PRESETS) == ["dense", "per-token", "sparse-text"]
 
 
 def test_the_estimator_takes_them_as_its_own_parameters():
@@ -43,6 +44,16 @@ def test_a_fit_uses_the_preset_tree_shape():
     assert '"multi_strategy":"multi_output_tree"' in config and '"max_depth":"8"' in config
 
 
+def test_per_token_predicts_each_positions_most_probable_label():
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(200, 3)), rng.integers(0, 3, size=200)
+    lengths = np.full(20, 10)
+    est = LGBMCRFClassifier(**preset("per-token", n_estimators=3, n_jobs=1)).fit(
+        X, y, lengths=lengths, verbose=False)
+    marginals = est.predict_marginals(X, lengths=lengths)
+    np.testing.assert_array_equal(est.predict(X, lengths=lengths), est.classes_[marginals.argmax(1)])
+
+
 def test_the_presets_cannot_be_changed_in_place():
     with pytest.raises(TypeError):
         PRESETS["dense"]["max_depth"] = 3
@@ -52,5 +63,5 @@ def test_the_presets_cannot_be_changed_in_place():
 
 @pytest.mark.parametrize("name", ["Dense", "sparse", None, 3])
 def test_unknown_names_are_refused_with_the_choices(name):
-    with pytest.raises(ValueError, match=r"is not one of \['dense', 'sparse-text'\]"):
+    with pytest.raises(ValueError, match=r"is not one of \['dense', 'per-token', 'sparse-text'\]"):
         preset(name)
