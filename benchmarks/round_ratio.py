@@ -1,12 +1,14 @@
 """Issue 27's round ratio: GBCRF's steady round against the native one, best of interleaved runs.
 
 On the OCR quick split (training folds 1-8 of ``--data-dir``, 42,393
-letters, K = 26), one thread, for both tree shapes of ``objective_speed.py``
+letters, K = 26), on ``--threads`` threads (one by default), for both tree
+shapes of ``objective_speed.py``
 (one tree per label of depth 6; one multi-output tree of depth 8), trains
 native ``multi:softprob``, LogitBoost and GBCRF with the library's defaults
-for ``--warm`` + ``--rounds`` rounds and takes the mean CPU seconds of the
-last ``--rounds`` rounds (by default past the one-pass rounds' warm-up
-refits). The models run interleaved, ``--repeat`` times, and each keeps its
+for ``--warm`` + ``--rounds`` rounds and takes the mean CPU and wall
+seconds of the last ``--rounds`` rounds (by default past the one-pass
+rounds' warm-up refits; ``--warm 0 --rounds 30`` times a whole 30-round
+fit). The ratio is of CPU time on one thread, of wall time on more. The models run interleaved, ``--repeat`` times, and each keeps its
 best mean: single runs of the same native round move by up to 50% on a
 shared virtual machine, more than the differences measured here. Also
 prints the trees' nodes per round (the tree cost follows the gradients).
@@ -14,6 +16,7 @@ prints the trees' nodes per round (the tree cost follows the gradients).
 Usage::
 
     python benchmarks/round_ratio.py --data-dir ../shared/data/ocr [--repeat 3]
+    python benchmarks/round_ratio.py --data-dir ../shared/data/ocr --threads 2 --warm 0 --rounds 30
 """
 
 import argparse
@@ -36,26 +39,27 @@ K = 26
 
 
 class _Clock(xgb.callback.TrainingCallback):
-    """Process CPU time at the end of every round."""
+    """Process CPU and wall time at the end of every round, ``(rounds + 1, 2)``."""
 
     def __init__(self):
         super().__init__()
-        self.times = [time.process_time()]
+        self.times = [(time.process_time(), time.perf_counter())]
 
     def after_iteration(self, model, epoch, evals_log):
-        self.times.append(time.process_time())
+        self.times.append((time.process_time(), time.perf_counter()))
         return False
 
 
 def steady(dtrain, params, objective, warm, rounds):
-    """Mean CPU seconds of the last ``rounds`` rounds, and nodes per round over them."""
+    """Mean (CPU, wall) seconds of the last ``rounds`` rounds, and nodes per round over them."""
     clock = _Clock()
     callbacks = [clock] + ([objective.callback()] if objective is not None else [])
     booster = xgb.train(params, dtrain, warm + rounds, obj=objective, callbacks=callbacks)
     model = json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]
     per_tree = np.array([int(t["tree_param"]["num_nodes"]) for t in model["trees"]])
     per_round = per_tree.reshape(warm + rounds, -1).sum(axis=1)
-    return float(np.diff(clock.times)[warm:].mean()), float(per_round[warm:].mean())
+    return np.diff(np.asarray(clock.times), axis=0)[warm:].mean(axis=0), float(
+        per_round[warm:].mean())
 
 
 def main():
@@ -64,33 +68,38 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=10, help="rounds timed, after --warm")
     ap.add_argument("--warm", type=int, default=WARMUP + 1)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads of XGBoost and of the objective (wall time decides above 1)")
     args = ap.parse_args()
+    threads, clock = args.threads, 0 if args.threads == 1 else 1
     print(machine_line(), f"load average {os.getloadavg()[0]:.2f}")
     train, _, _ = ocr_split(load_ocr(args.data_dir), test_folds=[0], valid_folds=[9])
     dtrain = xgb.DMatrix(train.X.astype(np.float32), label=np.asarray(train.y),
-                         group=np.asarray(train.lengths), nthread=1)
-    base = {"eta": 0.3, "nthread": 1, "tree_method": "hist"}
+                         group=np.asarray(train.lengths), nthread=threads)
+    base = {"eta": 0.3, "nthread": threads, "tree_method": "hist"}
     runs = {}
     for shape, tree in SHAPES.items():
         runs[shape, "native"] = ({**base, **tree, "objective": "multi:softprob",
                                   "num_class": K}, lambda: None)
         runs[shape, "logitboost"] = (sb.xgb_params(K, **base, **tree),
-                                     lambda: sb.crf_objective(K, mode="logitboost", nthread=1))
+                                     lambda: sb.crf_objective(K, mode="logitboost", nthread=threads))
         runs[shape, "gbcrf (defaults)"] = (sb.xgb_params(K, **base, **tree),
-                                           lambda: sb.crf_objective(K, nthread=1))
+                                           lambda: sb.crf_objective(K, nthread=threads))
     best = {}
     for _ in range(args.repeat):
         for key, (params, make) in runs.items():
             seconds, nodes = steady(dtrain, params, make(), args.warm, args.rounds)
-            if key not in best or seconds < best[key][0]:
+            if key not in best or seconds[clock] < best[key][0][clock]:
                 best[key] = (seconds, nodes)
-    print(f"\nbest of {args.repeat}, CPU s per round of rounds {args.warm + 1}-"
-          f"{args.warm + args.rounds}, one thread\n")
-    print("| trees | run | CPU s / round | ratio to native | nodes / round |")
-    print("|---|---|---|---|---|")
+    print(f"\nbest of {args.repeat} by {('CPU', 'wall')[clock]} time, seconds per round of "
+          f"rounds {args.warm + 1}-{args.warm + args.rounds}, {threads} thread(s)\n")
+    print(f"| trees | run | CPU s / round | wall s / round | ratio to native "
+          f"({('CPU', 'wall')[clock]}) | nodes / round |")
+    print("|---|---|---|---|---|---|")
     for (shape, name), (seconds, nodes) in best.items():
-        ratio = seconds / best[shape, "native"][0]
-        print(f"| {shape} | {name} | {seconds:.3f} | {ratio:.2f} | {nodes:.0f} |")
+        ratio = seconds[clock] / best[shape, "native"][0][clock]
+        print(f"| {shape} | {name} | {seconds[0]:.3f} | {seconds[1]:.3f} | {ratio:.2f} | "
+              f"{nodes:.0f} |")
 
 
 if __name__ == "__main__":
