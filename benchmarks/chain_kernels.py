@@ -87,7 +87,7 @@ def parts(lengths, k):
         "messages": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, False, False),
         "messages with rates": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, True, False),
         "late_rates": lambda: _chain_sweeps.late_rates(
-            _chain_stats.Messages.of(ws), emat, ws.lost, False
+            _chain_stats.Messages.of(ws), emat, False
         ),
         "posterior (reused workspace)": lambda: chain.posterior(
             u, offsets, trans, z, z, workspace=ws

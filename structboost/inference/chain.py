@@ -362,16 +362,11 @@ class ChainPosterior:
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
         if not self.has_rates:
             part = self.log_space
-            lost = np.zeros(self.offsets.shape[0] - 1, dtype=bool)
-            if part is not None:
-                lost[part.sequences] = True
-            _chain_sweeps.late_rates(_chain_stats.Messages.of(self), self.emat, lost, self.parallel)
+            _chain_sweeps.late_rates(_chain_stats.Messages.of(self), self.emat, self.parallel)
             if part is not None:
                 self.right[part.rows], self.left[part.rows] = _chain_stats.pairwise_rates(
                     part.pairwise, part.offsets
                 )
-                fill = log_space_fill(part, self.alpha.shape[1])
-                self.beta[part.rows], self.into[part.rows] = fill["beta"], fill["into"]
             self.has_rates = True
         return _chain_stats.path_sums(self.right, self.left, self.offsets)
 
