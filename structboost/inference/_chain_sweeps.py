@@ -46,16 +46,20 @@ LOG_HI = 1e100
 # penalties (:func:`_lanes_rates`).
 _IN, _MSG, _W, _R, _MARG, _PREV, _R2, _RINV, _RPEN = 0, 1, 2, 3, 4, 5, 6, 7, 8
 _PLANES = 9
-# Rows of ``vec (7, lanes)``: sums, their inverses, overlaps, log Z's
-# running sum and running product of normalisers, beta_scale and the rates'
-# totals.
-_SUM, _INV, _OV, _ACC, _RUN, _BS, _TOT = 0, 1, 2, 3, 4, 5, 6
-_VECS = 7
+# Rows of ``vec (8, lanes)``: sums, their inverses, overlaps, log Z's
+# running sum and running product of normalisers, beta_scale, the rates'
+# totals and the forward sweep's normaliser.
+_SUM, _INV, _OV, _ACC, _RUN, _BS, _TOT, _FS = 0, 1, 2, 3, 4, 5, 6, 7
+_VECS = 8
 # Rows of ``idx (5, lanes)`` int64: sequence, first row, length, current row, table.
 _SEQ, _FIRST, _LEN, _ROW, _TAB = 0, 1, 2, 3, 4
 # Added to the conditionals given a label of zero probability (the mixing
 # rates, whose inverse is then zero): above every finite one.
 _EXCLUDE = np.inf
+# The largest inverse of a possible label's weight (the inverse of a
+# subnormal one overflows): keeps every conditional finite, as ``minnum``
+# under FINITE's ``nnan`` needs.
+_HUGE = np.finfo(np.float64).max
 
 
 @intrinsic
@@ -155,18 +159,34 @@ def _lanes_times(buf, src, dst, mat, idx, act, vec):
 
 
 @njit(**FINITE)
-def _lanes_min(buf, dst, mat, idx, act, shift):
+def _lanes_min(buf, dst, mat, idx, act, shift, penalised):
     """``buf[dst, b, s] = min_a (mat[tab_s + shift, a, b] buf[_RINV, a, s] + buf[_RPEN, a, s])``.
 
     For the first ``act`` lanes: :func:`_lanes_times` with ``min`` for the
     sum and the penalty of excluded labels added (``shift`` picks the
-    next position's table when tables are per position).
+    next position's table when tables are per position). Without
+    ``penalised`` (no label of these lanes is excluded: every penalty is
+    zero) the penalties are not read.
     """
     k = mat.shape[1]
     for b in range(k):
         for s in range(act):
             buf[dst, b, s] = _EXCLUDE
-    if mat.shape[0] == 1:
+    if mat.shape[0] == 1 and not penalised:
+        top = k - k % 4
+        for a in range(0, top, 4):
+            for b in range(k):
+                e0, e1, e2, e3 = mat[0, a, b], mat[0, a + 1, b], mat[0, a + 2, b], mat[0, a + 3, b]
+                for s in range(act):
+                    m01 = _fmin(buf[_RINV, a, s] * e0, buf[_RINV, a + 1, s] * e1)
+                    m23 = _fmin(buf[_RINV, a + 2, s] * e2, buf[_RINV, a + 3, s] * e3)
+                    buf[dst, b, s] = _fmin(buf[dst, b, s], _fmin(m01, m23))
+        for a in range(top, k):
+            for b in range(k):
+                e0 = mat[0, a, b]
+                for s in range(act):
+                    buf[dst, b, s] = _fmin(buf[dst, b, s], buf[_RINV, a, s] * e0)
+    elif mat.shape[0] == 1:
         top = k - k % 4
         for a in range(0, top, 4):
             for b in range(k):
@@ -209,7 +229,7 @@ def _lanes_rate(buf, weights, mins, act, vec, scaled, idx, out):
 
 
 @njit(**KERNEL)
-def _lanes_rates(j, new, act, am, pm, ro, alpha, tab, scratch, right, left):
+def _lanes_rates(j, new, act, am, pm, ro, swept, alpha, tab, scratch, right, left):
     """The mixing rates of the edges at position ``j`` of the lanes, into ``right`` and ``left``.
 
     On entry, for the first ``act`` lanes, ``buf[am]`` holds ``alpha[t]``
@@ -223,25 +243,32 @@ def _lanes_rates(j, new, act, am, pm, ro, alpha, tab, scratch, right, left):
     zero where ``t`` is last;
     ``left[t] = 1 - sum_a min_b P(y_{t-1} = a | y_t = b)`` over labels
     ``b`` of nonzero marginal, from ``P(a | b) = alpha[t - 1, a] E[a, b] /
-    into[t, b]`` with ``into[t] = alpha[t - 1] @ E_t`` (the forward sweep's
-    product, recomputed), zero where ``t`` is first (``j == 0``). Labels of
-    zero probability add nothing to the total variation of Theorem 3.1;
-    they get ``inv = 0`` and the penalty ``_EXCLUDE`` (branch-free, so that
-    the divisions vectorise). Leaves ``alpha[t - 1]`` in ``buf[pm]``
-    (``j > 0``); uses the planes ``_RINV``, ``_RPEN``, ``_W`` and ``_MARG``.
+    into[t, b]`` with ``into[t] = alpha[t - 1] @ E_t``, zero where ``t`` is
+    first (``j == 0``). Within the sweep (``swept``: ``buf[_W]`` holds
+    ``w[t]`` and ``vec[_FS]`` the forward normaliser ``s_t`` of ``alpha[t]
+    = into[t] w[t] / s_t``) ``1 / into[t, b] = w[t, b] / (alpha[t, b]
+    s_t)``, one division instead of a product; otherwise ``into[t]`` is the
+    forward sweep's product, recomputed. Labels of zero probability add
+    nothing to the total variation of Theorem 3.1; they get ``inv = 0`` and
+    the penalty ``_EXCLUDE`` (branch-free, so that the divisions
+    vectorise). Leaves ``alpha[t - 1]`` in ``buf[pm]`` (``j > 0``); uses
+    the planes ``_RINV``, ``_RPEN`` and ``_MARG``.
     """
     buf, vec, idx = scratch.buf, scratch.vec, scratch.idx
     emat, emat_t = tab.emat, tab.emat_t
     k = buf.shape[1]
+    excluded = 0
     for a in range(k):
         for s in range(act):
             ok = buf[am, a, s] * buf[_IN, a, s] > 0.0
-            x = 1.0 / buf[_IN, a, s]
+            x = min(1.0 / buf[_IN, a, s], _HUGE)
             buf[_RINV, a, s] = x if ok else 0.0
             buf[_RPEN, a, s] = 0.0 if ok else _EXCLUDE
+            excluded += 0 if ok else 1
+    pen = excluded > 0
     if new > 0:
-        _lanes_min(buf, _W, emat, idx, new, 1 if emat.shape[0] > 1 else 0)
-        _lanes_rate(buf, ro, _W, new, vec, True, idx, right)
+        _lanes_min(buf, _MARG, emat, idx, new, 1 if emat.shape[0] > 1 else 0, pen)
+        _lanes_rate(buf, ro, _MARG, new, vec, True, idx, right)
     for s in range(new, act):
         right[idx[_ROW, s]] = 0.0
     if j == 0:
@@ -249,13 +276,19 @@ def _lanes_rates(j, new, act, am, pm, ro, alpha, tab, scratch, right, left):
             left[idx[_ROW, s]] = 0.0
         return
     _gather(alpha, idx, 0, act, -1, buf, pm)
-    _lanes_times(buf, pm, _MARG, emat, idx, act, vec)
-    for b in range(k):
-        for s in range(act):
-            x = 1.0 / buf[_MARG, b, s]
-            buf[_RINV, b, s] = x if buf[_RPEN, b, s] == 0.0 else 0.0
-    _lanes_min(buf, _W, emat_t, idx, act, 0)
-    _lanes_rate(buf, pm, _W, act, vec, False, idx, left)
+    if swept:
+        for b in range(k):
+            for s in range(act):
+                x = min(buf[_W, b, s] / (buf[am, b, s] * vec[_FS, s]), _HUGE)
+                buf[_RINV, b, s] = x if buf[_RPEN, b, s] == 0.0 else 0.0
+    else:
+        _lanes_times(buf, pm, _MARG, emat, idx, act, vec)
+        for b in range(k):
+            for s in range(act):
+                x = min(1.0 / buf[_MARG, b, s], _HUGE)
+                buf[_RINV, b, s] = x if buf[_RPEN, b, s] == 0.0 else 0.0
+    _lanes_min(buf, _MARG, emat_t, idx, act, 0, pen)
+    _lanes_rate(buf, pm, _MARG, act, vec, False, idx, left)
 
 
 @njit(**KERNEL)
@@ -494,6 +527,7 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
                 lost[idx[_SEQ, s]] = True
             beta_scale[row] = bs
             vec[_BS, s] = bs
+            vec[_FS, s] = overlap[row]
             overlap[row] = ov
             vec[_INV, s] = 1.0 / ov
             vec[_SUM, s] = 0.0
@@ -512,7 +546,7 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
         _scatter(buf, rn, idx, 0, act, r)
         _scatter(buf, _MARG, idx, 0, act, marg)
         if rates:
-            _lanes_rates(j, new, act, am, pm, ro, alpha, tab, scratch, msg.right, msg.left)
+            _lanes_rates(j, new, act, am, pm, ro, True, alpha, tab, scratch, msg.right, msg.left)
             am, pm, rn, ro = pm, am, ro, rn
         if j > 0:
             _prefetch_rows(idx, act, -1, r)
@@ -546,7 +580,7 @@ def _chunk_late_rates(c, msg, tab, scratch):
         _set_rows(j, idx, act, n_tab)
         _gather(beta, idx, new, act, 0, buf, _IN)
         _gather(alpha, idx, new, act, 0, buf, am)
-        _lanes_rates(j, new, act, am, pm, _R, alpha, tab, scratch, msg.right, msg.left)
+        _lanes_rates(j, new, act, am, pm, _R, False, alpha, tab, scratch, msg.right, msg.left)
         am, pm = pm, am
         if j > 0:
             _gather(r, idx, 0, act, 0, buf, _R)
