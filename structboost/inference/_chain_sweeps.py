@@ -9,7 +9,8 @@ vectorisable polynomial):
 
 * ``alpha[t]`` is proportional to the forward message *including* the unary
   factor of position ``t`` and sums to one;
-* ``into[t] = alpha[t - 1] @ E_t`` is the forward message entering ``t``;
+* ``into[t] = alpha[t - 1] @ E_t`` is the forward message entering ``t``
+  (never stored: the rates derive it, :func:`_lanes_rates`);
 * ``beta[t]`` is proportional to the backward message *excluding* position
   ``t`` and sums to one; ``E_{t+1} @ r[t + 1] = beta_scale[t] * beta[t]``;
 * ``r[t]`` is proportional to ``exp(unary[t]) * beta[t]`` and sums to one.

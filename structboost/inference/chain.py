@@ -247,11 +247,11 @@ class ChainPosterior:
     ``transitions`` and ``emat`` are ``(P, K, K)`` (see
     :mod:`structboost.inference._chain`); ``marg`` holds the node marginals,
     ``right``/``left`` the mixing rates once ``has_rates`` (the first bound
-    asked for fills them from the stored messages when the sweep did not).
-    Only the rates read ``beta`` and ``into``, and a sweep without the rates
-    stores neither (but ``beta``'s last row of each sequence): the first
-    bound asked for restores them
-    (:func:`~structboost.inference._chain_sweeps.late_rates`). On
+    asked for fills them from the stored messages when the sweep did not,
+    :func:`~structboost.inference._chain_sweeps.late_rates`). The sweeps
+    store ``beta`` on each sequence's last row alone and no row of
+    ``into`` (the rates derive both within a backward sweep; ``into`` is
+    filled only by the GPU posterior and on log-space rows). On
     the rows of the sequences in ``log_space`` (if any), ``alpha`` and
     ``marg`` hold the node marginals and ``beta`` ones, while ``r``,
     ``into``, ``beta_scale`` and ``overlap`` are finite placeholders: every
