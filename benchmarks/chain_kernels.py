@@ -34,10 +34,13 @@ the same loop (old vs new, calls alternating). With ``--threads 2`` the
 ``prange`` driver is timed too, in wall time at one and at two threads, to
 see that it scales.
 
+With ``--fixed 1000000:20:10`` the limit table is also run on 1M rows of
+sequences of 20 at ``K = 10`` (``dask_scaling.py``'s generator).
+
 Usage::
 
     NUMBA_NUM_THREADS=2 python benchmarks/chain_kernels.py --data-dir ../shared/data/ocr \
-        --baseline /tmp/base
+        --baseline /tmp/base --fixed 1000000:20:10
 
 Prints Markdown tables for benchmarks/README.md.
 """
@@ -183,6 +186,11 @@ def main():
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--baseline", help="a checkout of another revision to time beside this one")
     ap.add_argument("--threads", type=int, default=1, help="numba threads of the prange row")
+    ap.add_argument(
+        "--fixed", metavar="ROWS:LENGTH:K",
+        help="also the limit table on ROWS rows of sequences of LENGTH at K labels "
+        "(dask_scaling.py's generator: 1000000:20:10)",
+    )
     args = ap.parse_args()
     baseline = None if args.baseline is None else load_baseline(args.baseline)
     numba.set_num_threads(1)
@@ -221,6 +229,17 @@ def main():
         print("|---|---|---|")
         with threadpool_limits(1):
             print("\n".join(limit_table(lengths, k, args.repeat, args.threads, baseline)))
+    if args.fixed:
+        rows, length, k = (int(x) for x in args.fixed.split(":"))
+        print()
+        print(f"Pass against the matmul-rate bound, {rows // length} sequences of {length} rows, "
+              f"K = {k} (CPU ms, best of {args.repeat}; load average {os.getloadavg()[0]:.1f}):")
+        print()
+        print("| what | ms | / bound |")
+        print("|---|---|---|")
+        fixed = np.full(rows // length, length, dtype=np.int64)
+        with threadpool_limits(1):
+            print("\n".join(limit_table(fixed, k, args.repeat, args.threads, baseline)))
 
 
 if __name__ == "__main__":
