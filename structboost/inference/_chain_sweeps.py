@@ -564,7 +564,9 @@ def _chunk_late_rates(c, msg, tab, scratch):
     beta_scale[t]`` from the stored ``r`` (the sweep's own product, so the
     values are those of the sweep; ``beta`` is read on each sequence's last
     row alone), ``alpha`` gathered, then :func:`_lanes_rates` at each
-    position, as the sweep with the rates computes them.
+    position: the rates of the sweep with the rates, to rounding (``into``
+    here is the forward sweep's product, recomputed, where the sweep
+    derives its inverse from ``w``).
     """
     offsets, alpha, beta, r = msg.offsets, msg.alpha, msg.beta, msg.r
     emat_t = tab.emat_t
