@@ -1,16 +1,16 @@
 """Where one forward-backward pass spends its time: the chain kernels part by part.
 
 On all OCR letters (52,152 rows, 6,877 words) with random node scores
-``N(0, 1)`` and a random ``(K, K)`` table, at ``K = 26`` (OCR) and ``K = 9``
-(CoNLL-2003's tags), on one numba thread, in CPU milliseconds (best of
-``--repeat``; the parts alternate, so that a noisy neighbour hits them
-alike):
+``N(0, 1)`` and a random ``(K, K)`` table, at ``K = 26`` (OCR), ``K = 10``
+(``dask_scaling.py``'s generator) and ``K = 9`` (CoNLL-2003's tags), on one
+numba thread, in CPU milliseconds (best of ``--repeat``; the parts
+alternate, so that a noisy neighbour hits them alike):
 
 * ``exp_rows``: ``w = exp(unary - row max)`` into a loaded workspace;
 * ``messages``: both sweeps (log Z, marginals, the stored messages) on the
   workspace's buffers, without and with the mixing rates;
-* ``late_rates``: the rates alone, for a pass swept without them
-  (``beta`` and ``into`` restored from the stored messages, then the rates);
+* ``late_rates``: the rates alone, for a pass swept without them (a
+  backward sweep over the stored messages);
 * ``posterior``: validation-free ``inference.chain.posterior`` on a reused
   workspace (exp of the table, both sweeps);
 * ``forward_backward``: the public function, which validates its input and
@@ -24,17 +24,23 @@ workspace) against the arithmetic limit: a pass is ``4 n K^2`` flops (a
 vector-matrix product forward and one backward per position), and the
 bound is that work at the rate of one BLAS product ``(n, K) @ (K, K)`` in
 float64 on the same core (``2 n K^2`` flops), so ``bound = 2 x`` that
-product's time; the ratio is pass / bound. With ``--baseline PATH`` (a
+product's time; the ratio is pass / bound. The same table times the pass
+with the mixing rates (what the default objective's round runs: the
+``"mixing"`` Hessian bound) against the same bound; its rates add two
+``K x K`` min-products per position. With ``--baseline PATH`` (a
 checkout of another revision, e.g. ``git worktree add /tmp/base main``)
 that checkout's package is loaded beside this one and its pass is timed in
 the same loop (old vs new, calls alternating). With ``--threads 2`` the
 ``prange`` driver is timed too, in wall time at one and at two threads, to
 see that it scales.
 
+With ``--fixed 1000000:20:10`` the limit table is also run on 1M rows of
+sequences of 20 at ``K = 10`` (``dask_scaling.py``'s generator).
+
 Usage::
 
     NUMBA_NUM_THREADS=2 python benchmarks/chain_kernels.py --data-dir ../shared/data/ocr \
-        --baseline /tmp/base
+        --baseline /tmp/base --fixed 1000000:20:10
 
 Prints Markdown tables for benchmarks/README.md.
 """
@@ -87,7 +93,7 @@ def parts(lengths, k):
         "messages": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, False, False),
         "messages with rates": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, True, False),
         "late_rates": lambda: _chain_sweeps.late_rates(
-            _chain_stats.Messages.of(ws), emat, ws.lost, False
+            _chain_stats.Messages.of(ws), emat, False
         ),
         "posterior (reused workspace)": lambda: chain.posterior(
             u, offsets, trans, z, z, workspace=ws
@@ -152,6 +158,9 @@ def limit_table(lengths, k, repeat, threads, baseline):
         calls[side] = lambda ws=ws, sweeps=sweeps, e=(emat, emax): sweeps.messages(
             ws, *e, z, z, False, False
         )
+        calls[side + ", with the mixing rates"] = (
+            lambda ws=ws, sweeps=sweeps, e=(emat, emax): sweeps.messages(ws, *e, z, z, True, False)
+        )
         calls[side + ", prange"] = lambda ws=ws, sweeps=sweeps, e=(emat, emax): sweeps.messages(
             ws, *e, z, z, False, True
         )
@@ -173,10 +182,15 @@ def limit_table(lengths, k, repeat, threads, baseline):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", required=True, help="folder holding letters.npz (OCR)")
-    ap.add_argument("--labels", default="26,9", help="comma-separated K")
+    ap.add_argument("--labels", default="26,10,9", help="comma-separated K")
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--baseline", help="a checkout of another revision to time beside this one")
     ap.add_argument("--threads", type=int, default=1, help="numba threads of the prange row")
+    ap.add_argument(
+        "--fixed", metavar="ROWS:LENGTH:K",
+        help="also the limit table on ROWS rows of sequences of LENGTH at K labels "
+        "(dask_scaling.py's generator: 1000000:20:10)",
+    )
     args = ap.parse_args()
     baseline = None if args.baseline is None else load_baseline(args.baseline)
     numba.set_num_threads(1)
@@ -215,6 +229,17 @@ def main():
         print("|---|---|---|")
         with threadpool_limits(1):
             print("\n".join(limit_table(lengths, k, args.repeat, args.threads, baseline)))
+    if args.fixed:
+        rows, length, k = (int(x) for x in args.fixed.split(":"))
+        print()
+        print(f"Pass against the matmul-rate bound, {rows // length} sequences of {length} rows, "
+              f"K = {k} (CPU ms, best of {args.repeat}; load average {os.getloadavg()[0]:.1f}):")
+        print()
+        print("| what | ms | / bound |")
+        print("|---|---|---|")
+        fixed = np.full(rows // length, length, dtype=np.int64)
+        with threadpool_limits(1):
+            print("\n".join(limit_table(fixed, k, args.repeat, args.threads, baseline)))
 
 
 if __name__ == "__main__":

@@ -68,8 +68,8 @@ _LN2_HI = 6.93147180369123816490e-01
 _LN2_LO = 1.90821492927058770002e-10
 _EXP_BLOCK = 4096
 
-#: Sequences per task of the sweeps (and of the rates after them): a chunk's
-#: sequences run in lockstep
+#: Sequences per task of the sweeps (and of the mixing rates, computed in
+#: their lanes): a chunk's sequences run in lockstep
 #: (:func:`~structboost.inference._chain_sweeps._chunk_messages`), longest
 #: first, one vector lane each.
 CHUNK = 32

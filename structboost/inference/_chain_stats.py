@@ -1,98 +1,19 @@
 """What derives from the messages or pairwise marginals of linear chains.
 
-The Dobrushin mixing rates of every edge (from the stored scaled messages
-of :func:`structboost.inference._chain_sweeps.messages`, one sequence at a
-time, or from the pairwise marginals of the log-space fallback), the
-pairwise marginals of consecutive positions, the path sums of Eq. 17 and
-the exact node bound.
+The stored scaled messages (:class:`Messages`; the sweeps of
+:mod:`structboost.inference._chain_sweeps` fill them and compute the
+mixing rates from them), the mixing rates from the pairwise marginals of
+the log-space fallback, the pairwise marginals of consecutive positions,
+the path sums of Eq. 17 and the exact node bound.
 """
 
 from typing import NamedTuple
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, prange
 
-from .._config import FINITE, KERNEL, PARALLEL
+from .._config import KERNEL, PARALLEL
 from ._chain import table
-
-# Added to the conditionals given a label of zero probability: no finite
-# conditional (at most 1 / TINY) comes near it.
-_EXCLUDE = 1e300
-
-
-@intrinsic
-def _fmin(typingctx, a, b):
-    """``min(a, b)`` of two float64 as LLVM's ``minnum``, which LLVM vectorises in reductions.
-
-    numba's ``min`` lowers to a compare and select that LLVM 22 keeps scalar
-    inside a reduction loop; ``minnum`` becomes ``vminpd``.
-    """
-    sig = types.float64(types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        d = ir.DoubleType()
-        fn = builder.module.declare_intrinsic("llvm.minnum", [d], ir.FunctionType(d, [d, d]))
-        return builder.call(fn, args)
-
-    return sig, codegen
-
-
-@njit(**FINITE)
-def _kept(m):
-    """A row minimum, or 0 for a row with no finite entry (every label excluded)."""
-    return m if m < _EXCLUDE else 0.0
-
-
-@njit(**FINITE)
-def _min_rate(mat, p, inv, pen, weights, row_w):
-    """``1 - sum_i w[i] min_j (mat[p, i, j] inv[j] + pen[j])``, ``w = weights[row_w]``.
-
-    Rows with no finite minimum are skipped. ``pen[j]`` is 0 for labels
-    ``j`` of nonzero probability and ``_EXCLUDE`` otherwise (with ``inv[j] =
-    0``), so that every value stays finite and the minimum vectorises. Rows
-    go four at a time, sharing the loads of ``inv`` and ``pen`` (a third
-    faster at K = 26 than one row at a time). Tables and rows are indexed,
-    never sliced: a slice passed on is a new array whose reference count
-    costs two atomic operations.
-    """
-    k = inv.shape[0]
-    total = 0.0
-    top = k - k % 4
-    for i in range(0, top, 4):
-        m0 = m1 = m2 = m3 = _EXCLUDE
-        for j in range(k):
-            s, q = inv[j], pen[j]
-            m0 = _fmin(m0, mat[p, i, j] * s + q)
-            m1 = _fmin(m1, mat[p, i + 1, j] * s + q)
-            m2 = _fmin(m2, mat[p, i + 2, j] * s + q)
-            m3 = _fmin(m3, mat[p, i + 3, j] * s + q)
-        total += weights[row_w, i] * _kept(m0) + weights[row_w, i + 1] * _kept(m1)
-        total += weights[row_w, i + 2] * _kept(m2) + weights[row_w, i + 3] * _kept(m3)
-    for i in range(top, k):
-        m = _EXCLUDE
-        for j in range(k):
-            m = _fmin(m, mat[p, i, j] * inv[j] + pen[j])
-        total += weights[row_w, i] * _kept(m)
-    return max(0.0, 1.0 - total)
-
-
-@njit(**FINITE)
-def _rate_weights(alpha, beta, t, scale, den, inv, pen):
-    """The ``inv`` and ``pen`` of :func:`_min_rate` for the labels of position ``t``.
-
-    ``inv = 1 / (scale * den[t])`` and ``pen = 0`` where ``alpha[t] *
-    beta[t] > 0`` (a possible label), else ``inv = 0`` and ``pen =
-    _EXCLUDE``. Branch-free (the division of an excluded label, possibly
-    ``1 / 0``, is computed and discarded), so that the ``K`` divisions
-    vectorise.
-    """
-    for a in range(inv.shape[0]):
-        ok = alpha[t, a] * beta[t, a] > 0.0
-        x = 1.0 / (scale * den[t, a])
-        inv[a] = x if ok else 0.0
-        pen[a] = 0.0 if ok else _EXCLUDE
 
 
 class Messages(NamedTuple):
@@ -105,8 +26,9 @@ class Messages(NamedTuple):
     Attributes
     ----------
     offsets : (m + 1,) int64
-    alpha, beta, r, into : (n, K) float64
-        As in :mod:`structboost.inference._chain_sweeps`.
+    alpha, beta, r : (n, K) float64
+        As in :mod:`structboost.inference._chain_sweeps` (``beta`` on each
+        sequence's last row).
     beta_scale : (n,) float64
     right, left : (n,) float64, output
         The mixing rates ``right[t] = alpha_{t, t+1}`` (zero on last rows)
@@ -117,7 +39,6 @@ class Messages(NamedTuple):
     alpha: np.ndarray
     beta: np.ndarray
     r: np.ndarray
-    into: np.ndarray
     beta_scale: np.ndarray
     right: np.ndarray
     left: np.ndarray
@@ -127,42 +48,8 @@ class Messages(NamedTuple):
         """The fields' arrays of a workspace or posterior ``holder`` (views, no copies)."""
         return cls(
             offsets=holder.offsets, alpha=holder.alpha, beta=holder.beta, r=holder.r,
-            into=holder.into, beta_scale=holder.beta_scale, right=holder.right, left=holder.left,
+            beta_scale=holder.beta_scale, right=holder.right, left=holder.left,
         )
-
-
-@njit(**KERNEL)
-def sequence_rates(i, msg, emat, emat_tt, inv, pen):
-    """The mixing rates of the edges of sequence ``i`` into ``msg`` (:class:`Messages`).
-
-    For the edge ``(t - 1, t)`` (table ``p``), ``right[t - 1] = 1 - sum_b
-    min_a P(y_t = b | y_{t-1} = a)`` over labels ``a`` of nonzero marginal,
-    from ``P(b | a) = E[a, b] r[t, b] / (beta_scale[t - 1] beta[t - 1, a])``
-    (rows of ``emat_tt = E.T``); ``left[t]`` likewise from ``P(a | b) =
-    alpha[t - 1, a] E[a, b] / into[t, b]`` (rows of ``E``). Labels of zero
-    probability add nothing to the total variation of Theorem 3.1. The
-    rates of a sequence's ends are zero.
-
-    Parameters
-    ----------
-    i : int
-    msg : Messages
-    emat, emat_tt : (P, K, K) float64
-        The exponentiated tables and their transposes (C-contiguous).
-    inv, pen : (K,) float64
-        Scratch.
-    """
-    alpha, beta, r, into = msg.alpha, msg.beta, msg.r, msg.into
-    beta_scale, right, left = msg.beta_scale, msg.right, msg.left
-    lo, hi = msg.offsets[i], msg.offsets[i + 1]
-    right[hi - 1] = 0.0
-    left[lo] = 0.0
-    for t in range(lo + 1, hi):
-        p = table(emat.shape[0], t)
-        _rate_weights(alpha, beta, t - 1, beta_scale[t - 1], beta, inv, pen)
-        right[t - 1] = _min_rate(emat_tt, p, inv, pen, r, t)
-        _rate_weights(alpha, beta, t, 1.0, into, inv, pen)
-        left[t] = _min_rate(emat, p, inv, pen, alpha, t - 1)
 
 
 @njit(**KERNEL)
@@ -236,7 +123,7 @@ def _row_conditional(mat, weight, out):
 
 @njit(**KERNEL)
 def _rate(emat, into_inv, weight, possible, low):
-    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`sequence_rates`)."""
+    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`~structboost.inference._chain_sweeps._lanes_rates`)."""
     k = low.shape[0]
     low[:] = np.inf
     for i in range(k):

@@ -247,11 +247,11 @@ class ChainPosterior:
     ``transitions`` and ``emat`` are ``(P, K, K)`` (see
     :mod:`structboost.inference._chain`); ``marg`` holds the node marginals,
     ``right``/``left`` the mixing rates once ``has_rates`` (the first bound
-    asked for fills them from the stored messages when the sweep did not).
-    Only the rates read ``beta`` and ``into``, and a sweep without the rates
-    stores neither (but ``beta``'s last row of each sequence): the first
-    bound asked for restores them
-    (:func:`~structboost.inference._chain_sweeps.late_rates`). On
+    asked for fills them from the stored messages when the sweep did not,
+    :func:`~structboost.inference._chain_sweeps.late_rates`). The sweeps
+    store ``beta`` on each sequence's last row alone and no row of
+    ``into`` (the rates derive both within a backward sweep; ``into`` is
+    filled only by the GPU posterior and on log-space rows). On
     the rows of the sequences in ``log_space`` (if any), ``alpha`` and
     ``marg`` hold the node marginals and ``beta`` ones, while ``r``,
     ``into``, ``beta_scale`` and ``overlap`` are finite placeholders: every
@@ -362,16 +362,11 @@ class ChainPosterior:
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
         if not self.has_rates:
             part = self.log_space
-            lost = np.zeros(self.offsets.shape[0] - 1, dtype=bool)
-            if part is not None:
-                lost[part.sequences] = True
-            _chain_sweeps.late_rates(_chain_stats.Messages.of(self), self.emat, lost, self.parallel)
+            _chain_sweeps.late_rates(_chain_stats.Messages.of(self), self.emat, self.parallel)
             if part is not None:
                 self.right[part.rows], self.left[part.rows] = _chain_stats.pairwise_rates(
                     part.pairwise, part.offsets
                 )
-                fill = log_space_fill(part, self.alpha.shape[1])
-                self.beta[part.rows], self.into[part.rows] = fill["beta"], fill["into"]
             self.has_rates = True
         return _chain_stats.path_sums(self.right, self.left, self.offsets)
 
