@@ -208,6 +208,18 @@ def test_margin_check_names_the_row_in_a_later_block(monkeypatch):
     check_margin_values(margins[:20], "the margin", "cause")
 
 
+@pytest.mark.parametrize("layout", ["F", "strided"])
+def test_margin_check_reads_every_layout(layout):
+    """Column-major margins (LightGBM's) and non-contiguous ones are checked too."""
+    margins = np.zeros((30, 2 * K))
+    margins[17, 4] = -np.inf
+    given = np.asfortranarray(margins) if layout == "F" else margins[:, ::2]
+    label = 4 if layout == "F" else 2
+    with pytest.raises(ValueError, match=rf"row 17, label {label} is -inf \(not finite; 1 value"):
+        check_margin_values(given, "the margin", "cause")
+    check_margin_values(np.asfortranarray(margins[:17]), "the margin", "cause")
+
+
 @pytest.mark.parametrize("block", [None, SMALL])
 @pytest.mark.parametrize("step", ["adaptive", "bound"])
 def test_xgboost_float32_gradients_train_the_same_model(monkeypatch, block, step):
