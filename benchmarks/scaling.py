@@ -166,10 +166,51 @@ def sticky_chains(rows, num_labels, seed=0):
     return X, y, np.full(n_seq, SEQ_LENGTH, dtype=np.int64)
 
 
+def softmax_objective(dtrain, num_labels, block_rows=65536):
+    """The cheapest custom objective: XGBoost's own softmax G and H, from Python.
+
+    ``obj(predt, dtrain) -> (grad, hess)`` writes float32 ``p - onehot(y)``
+    and ``max(2 p (1 - p), 1e-16)`` into two ``(n, K)`` buffers it reuses,
+    in blocks of ``block_rows`` rows. Its peak RSS is the floor of any
+    objective handed through ``xgboost.train(obj=...)``: XGBoost's
+    prediction output, Python's copy of it, and the handed G and H.
+    """
+    labels = dtrain.get_label().astype(np.int64)
+    kept = []
+
+    def obj(predt, _):
+        if not kept:
+            kept.extend(np.empty_like(predt) for _ in range(2))
+        grad, hess = kept
+        for a in range(0, predt.shape[0], block_rows):
+            p = predt[a : a + block_rows] - predt[a : a + block_rows].max(axis=1, keepdims=True)
+            np.exp(p, out=p)
+            p /= p.sum(axis=1, keepdims=True)
+            hess[a : a + block_rows] = np.maximum(2.0 * p * (1.0 - p), 1e-16)
+            p[np.arange(p.shape[0]), labels[a : a + block_rows]] -= 1.0
+            grad[a : a + block_rows] = p
+        return grad, hess
+
+    return obj
+
+
+def softmax_logloss(predt, dtrain, block_rows=65536):
+    """``("mlogloss", mean)`` of ``predt (n, K)`` margins, in blocks (a Python metric's floor)."""
+    labels = dtrain.get_label().astype(np.int64)
+    total = 0.0
+    for a in range(0, predt.shape[0], block_rows):
+        z = predt[a : a + block_rows].astype(np.float64)
+        top = z.max(axis=1)
+        lse = top + np.log(np.exp(z - top[:, None]).sum(axis=1))
+        total += float((lse - z[np.arange(z.shape[0]), labels[a : a + block_rows]]).sum())
+    return "mlogloss", total / predt.shape[0]
+
+
 def measure(config):
     """Train one configuration in this process; per-round seconds and peak RSS.
 
-    ``config``: ``rows``, ``K``, ``model`` ("native" or "gbcrf"),
+    ``config``: ``rows``, ``K``, ``model`` ("native", "softmax-obj": XGBoost's
+    softmax as a Python objective, see :func:`softmax_objective`, or "gbcrf"),
     ``threads``, ``rounds`` (timed), ``warm`` (untimed rounds first),
     ``train_metric`` (bool), ``seed``; optional ``warmup_refits`` (the
     one-pass rounds' warm-up refit rounds, the library's when absent).
@@ -189,6 +230,13 @@ def measure(config):
                   "nthread": threads, "eval_metric": "mlogloss", **LARGE_TREE}
         train = lambda rounds, model=None: xgb.train(  # noqa: E731
             params, dtrain, rounds, evals=evals, xgb_model=model, verbose_eval=False)
+        obj = None
+    elif config["model"] == "softmax-obj":
+        params = sb.xgb_params(k, nthread=threads, **LARGE_TREE)
+        fobj = softmax_objective(dtrain, k)
+        train = lambda rounds, model=None: xgb.train(  # noqa: E731
+            params, dtrain, rounds, obj=fobj, evals=evals, xgb_model=model,
+            custom_metric=softmax_logloss if evals else None, verbose_eval=False)
         obj = None
     else:
         params = sb.xgb_params(k, nthread=threads, **LARGE_TREE)

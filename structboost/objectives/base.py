@@ -35,12 +35,13 @@ from threadpoolctl import ThreadpoolController
 
 from .. import _config
 from .._typing import Floats
+from ..inference.chain import label_node_scores
 from ..sequences import sequence_blocks
 from ..transitions.base import CURVATURE, VALUE, identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
 from ..transitions.onestep import OneStep
-from ._kernels import finish_hess, node_grad_hess
+from ._kernels import all_within, finish_bound_hess, node_grad_hess
 from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, metric_name
 from .step import SecantScale, bound_factor
 
@@ -67,7 +68,8 @@ DIVERGED = (
 def check_margin_values(margins, what, cause):
     """Raise naming the first row whose margin is NaN, infinite or beyond :data:`MARGIN_LIMIT`.
 
-    Checked in row blocks (no full-size temporary).
+    Checked in one read without temporaries (C- or F-contiguous margins;
+    others in row blocks), the message's row found in row blocks.
 
     Parameters
     ----------
@@ -77,6 +79,9 @@ def check_margin_values(margins, what, cause):
     cause : str
         Where such margins come from and what to do.
     """
+    flat = margins.ravel(order="K") if margins.flags.forc else None
+    if flat is not None and all_within(flat, MARGIN_LIMIT):
+        return
     step = max(1, _config.BLOCK_ENTRIES // max(1, margins.shape[1]))
     beyond = lambda a: ~(np.abs(margins[a : a + step]) <= MARGIN_LIMIT)  # noqa: E731 (NaN too)
     for lo in range(0, margins.shape[0], step):
@@ -120,11 +125,14 @@ def _timed(items, clock):
         yield item
 
 
-def _node_score(margins, batch, rows_w=None):
-    """Weighted sum of the labels' node scores in ``margins (n, K)`` (float)."""
-    if rows_w is None:
-        rows_w = np.repeat(batch.seq_weight, np.diff(batch.offsets))
-    return float(rows_w @ margins[np.arange(margins.shape[0]), batch.labels])
+def label_score(margins, batch):
+    """Weighted sum of the labels' node scores in ``margins (n, K)`` (float).
+
+    One sweep over the rows, no row-sized temporaries
+    (:func:`~structboost.inference.chain.label_node_scores`); a round sums
+    it once for its NLL check and the adaptive step's secant.
+    """
+    return float(batch.seq_weight @ label_node_scores(margins, batch.offsets, batch.labels))
 
 
 def row_blocks(offsets, shape):
@@ -208,7 +216,6 @@ class NodeObjective:
     decode: Callable[[Any, Any], Any]
     allreduce = staticmethod(identity)
     _buffers = None  # float32 G and H handed to an engine (see grad_hess)
-    _raw = None  # float64 p (1 - p) of a blocked one-pass round (see _one_pass)
 
     def __init__(self, num_labels, spec=None, **params):
         if not _is_count(num_labels):
@@ -242,7 +249,7 @@ class NodeObjective:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_buffers"] = state["_raw"] = None  # buffers, rebuilt on the next round
+        state["_buffers"] = None  # buffers, rebuilt on the next round
         return state
 
     def margin_rows(self, margins: Any) -> np.ndarray:
@@ -348,29 +355,29 @@ class NodeObjective:
             return bound_factor(gamma, scale), False
         return np.full(rows, 2.0), self.mode == "treecrf"
 
-    def _scale_hess(self, raw, gamma, scale, row_w, hess):
-        """Finish into ``hess`` a Hessian written as ``p (1 - p)`` into ``raw``.
+    def _scale_hess(self, gamma, scale, batch, hess):
+        """Finish in place a GBCRF Hessian ``hess (n, K)`` written as ``p (1 - p)``.
 
-        ``raw (n, K)`` float64 (``hess`` itself when that is float64), as
-        :meth:`_write_blocks` writes it with no scale, ``gamma (n,)`` and
-        ``row_w (n,)``; in chunks of :data:`GH_ROWS` rows.
+        As :meth:`_write_blocks` writes it with no scale (in the engine's
+        dtype: float32 rounds ``p (1 - p)`` once more, so the result is
+        within one float32 ulp of the float64 one rounded), ``gamma (n,)``
+        the node bound; weighted by ``batch.seq_weight`` per sequence
+        (:func:`~._kernels.finish_bound_hess`).
         """
-        for a in range(0, raw.shape[0], GH_ROWS):
-            b = min(raw.shape[0], a + GH_ROWS)
-            factor, _ = self._factor(gamma[a:b], scale, b - a)
-            finish_hess(raw[a:b], factor, self.spec.hess_floor, row_w[a:b], hess[a:b])
+        finish_bound_hess(hess, gamma, scale, self.spec.hess_floor, batch.offsets,
+                          batch.seq_weight, hess)  # fmt: skip
 
-    def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None, raw=None):
+    def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None):
         """Write G and H of every block of ``blocks`` (see :meth:`_node_blocks`) into ``out``.
 
         G is ``p - onehot(y)`` and H the mode's (see the module notes), both
         weighted, written in chunks of :data:`GH_ROWS` rows straight into
         the outputs (:func:`~._kernels.node_grad_hess`). ``scale`` None
-        writes ``p (1 - p)`` into ``raw (n, K)`` float64 in place of H, and
-        the node bound into ``gamma_rows (n,)`` (see :meth:`_scale_hess`);
-        ``log_z (m,)``, if given, receives the blocks' ``log Z``.
+        writes ``p (1 - p)`` in place of H, and the node bound into
+        ``gamma_rows (n,)`` (see :meth:`_scale_hess`); ``log_z (m,)``, if
+        given, receives the blocks' ``log Z``.
         """
-        grad, hess = out if scale is not None else (out[0], raw)
+        grad, hess = out
         lengths = np.diff(batch.offsets)
         floor = self.spec.hess_floor
         for rows, seqs, post, p in blocks:
@@ -397,12 +404,6 @@ class NodeObjective:
                 node_grad_hess(p[a:b], labels[a:b], row_w[a:b], factor, unit, floor,
                                scale is not None, g_out[a:b], h_out[a:b])  # fmt: skip
 
-    def _raw_hess(self, shape):
-        """A float64 ``shape`` buffer, kept across rounds, for H before its scale is known."""
-        if self._raw is None or self._raw.shape != shape:
-            self._raw = np.empty(shape)
-        return self._raw
-
     def _steps(self):
         """The :class:`~structboost.transitions.onestep.OneStep` of one-pass rounds, or None."""
         if not self.one_pass:
@@ -418,13 +419,17 @@ class NodeObjective:
         t0 = time.process_time()
         problem = params = scale = None
         steps = self._steps() if self.uses_transitions else None
+        # the labels' node score, once a round: the pass's NLL check and the secant's
+        node = None
+        if steps is not None or self.step_scale is not None:
+            node = label_score(u, batch)
         if self.uses_transitions:
             problem = self._problem(u, batch)
             problem.allreduce = self.allreduce
             params = None if steps is None else steps.params(problem, self.params)
         if params is not None:
             self.params = params
-            if self._one_pass(u, batch, out, problem, steps, t0):
+            if self._one_pass(u, batch, out, problem, steps, node, t0):
                 return out
             # the transitions lag: this round refits from its pass (the solver's
             # first evaluation), at the scale that pass fitted
@@ -437,7 +442,9 @@ class NodeObjective:
                 before = problem.evaluate(
                     self.params, FIRST_NEED[solver], rates=solver == "newton"
                 ).log_z
-                scale = self.step_scale.update(u, before, batch, self.allreduce)
+                scale = self.step_scale.update(
+                    u, self.step_scale.nll(before, node, batch), self.allreduce
+                )
             iters = DEFAULT_ITER[solver] if steps is not None else self.spec.iterations
             self.params = refit(problem, self.params, solver, iters, self._lbfgs_memory)
         t1 = time.process_time()
@@ -449,44 +456,46 @@ class NodeObjective:
         self._write_blocks(blocks, batch, out, bound_scale, log_z, None)
         if steps is not None:  # the next round steps from its own pass, checked against this one
             steps.start(problem, self.params, self.allreduce(
-                steps.local_sums(problem, self.params, _node_score(u, batch))
+                steps.local_sums(problem, self.params, node)
             ))  # fmt: skip
         if self.step_scale is not None:
-            self.step_scale.remember(u, log_z, batch, *out, borrow=out[0].dtype == np.float32)
+            self.step_scale.remember(u, self.step_scale.nll(log_z, node, batch), *out,
+                                     borrow=out[0].dtype == np.float32)  # fmt: skip
         t2 = time.process_time()
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += inference[0]
         self.timings["gamma"] += t2 - t1 - inference[0]
         return out
 
-    def _one_pass(self, u, batch, out, problem, steps, t0):
+    def _one_pass(self, u, batch, out, problem, steps, node, t0):
         """The round of one pass at ``self.params`` (see :mod:`structboost.transitions.onestep`).
 
-        The pass writes G and, with the adaptive step, ``p (1 - p)`` (H
-        waits for the scale); its sums and the secant's cross the workers
-        in one allreduce; the scale finishes H and the sums give the next
-        round's transition step. Returns False, with the secant's scale
-        fitted and nothing else kept, when the round must refit from its
-        pass instead (:meth:`~structboost.transitions.onestep.OneStep.finish`).
+        The pass writes G and, with the adaptive step, ``p (1 - p)`` in
+        place of H (H waits for the scale); its sums and the secant's cross
+        the workers in one allreduce; the scale finishes H in place and the
+        sums give the next round's transition step. ``node``: the labels'
+        node score (:func:`label_score`). Returns False, with the secant's
+        scale fitted and nothing else kept, when the round must refit from
+        its pass instead (:meth:`~structboost.transitions.onestep.OneStep.finish`).
         """
         secant = self.step_scale
         inference = [0.0]
-        log_z = gamma_rows = raw = None
-        if secant is not None:  # H waits for the scale: p (1 - p) kept in float64 meanwhile
+        log_z = gamma_rows = None
+        if secant is not None:  # H waits for the scale: p (1 - p) and gamma meanwhile
             log_z = np.empty(batch.offsets.shape[0] - 1)
-            gamma_rows = np.empty(u.shape[0])
-            raw = out[1] if out[1].dtype == np.float64 else self._raw_hess(out[1].shape)
+            gamma_rows = np.empty(u.shape[0])  # (freed before the engine's tree: its peak)
         # the secant's sums along the old G and H, before their buffers are rewritten
         measured = None if secant is None else secant.measure(u)
         blocks = _timed(self._node_blocks(u, batch, problem, steps.need), inference)
-        self._write_blocks(blocks, batch, out, None if secant else 1.0, log_z, gamma_rows, raw)
+        self._write_blocks(blocks, batch, out, None if secant else 1.0, log_z, gamma_rows)
         t1 = time.process_time()
-        rows_w = np.repeat(batch.seq_weight, np.diff(batch.offsets))
-        local = steps.local_sums(problem, self.params, _node_score(u, batch, rows_w))
+        local = steps.local_sums(problem, self.params, node)
         moved = steps.moved
-        own = None
+        own = nll = None
+        if secant is not None:
+            nll = secant.nll(log_z, node, batch)
         if measured is not None:
-            own = secant.local_sums(u, log_z, batch, out[0] if moved else None, measured)
+            own = secant.local_sums(u, nll, out[0] if moved else None, measured)
             own[0] -= steps.path_change(problem)  # the weighted NLL's change
         summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
         if secant is not None:
@@ -501,8 +510,8 @@ class NodeObjective:
         if refit_now:
             return False
         if secant is not None:
-            self._scale_hess(raw, gamma_rows, scale, rows_w, out[1])
-            secant.remember(u, log_z, batch, *out, borrow=out[0].dtype == np.float32)
+            self._scale_hess(gamma_rows, scale, batch, out[1])
+            secant.remember(u, nll, *out, borrow=out[0].dtype == np.float32)
         return True
 
     def evaluate(

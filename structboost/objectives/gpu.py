@@ -50,15 +50,11 @@ class DeviceSecant(SecantScale):
         state.pop("structure", None)  # device arrays, set again by the next round
         return state
 
-    def nll(self, margins, log_z, batch):
-        """As :meth:`SecantScale.nll`, ``margins`` an ``(n, K)`` float64 device array."""
-        return float(batch.seq_weight @ log_z) - label_score(margins, self.structure)
-
     def _along(self, margins, grad, hess=None):
         slope, model = step_sums(margins, self._last[0], grad, grad if hess is None else hess)
         return [slope, 0.0 if hess is None else model]
 
-    def remember(self, margins, log_z, batch, grad, hess, borrow=False):
+    def remember(self, margins, nll, grad, hess, borrow=False):
         """Keep float32 device copies of ``margins``, ``grad`` and ``hess`` ``(n, K)``."""
         arrays = (margins, grad, hess)
         if self._copies is None or self._copies[0].shape != margins.shape:
@@ -66,7 +62,7 @@ class DeviceSecant(SecantScale):
         for new, copy in zip(arrays, self._copies):
             copy_into(new, copy)
         self._stamp = None
-        self._last = (*self._copies, self.nll(margins, log_z, batch))
+        self._last = (*self._copies, nll)
 
 
 class DeviceCRFObjective(CRFObjective):
@@ -138,7 +134,7 @@ class DeviceCRFObjective(CRFObjective):
         gamma = st.d_row_weight
         spec = self.spec
         mode, scale, step = 0, 2.0, 1.0
-        secant, steps = self.step_scale, None
+        secant, steps, node = self.step_scale, None, None
         if secant is not None:
             secant.structure = st
         if self.uses_transitions:
@@ -150,7 +146,9 @@ class DeviceCRFObjective(CRFObjective):
             if params is None:  # the refit round (see NodeObjective._grad_hess)
                 if secant is not None:
                     before = problem.posterior(self.params).log_z
-                    step = secant.update(du.unary, before, batch, self.allreduce)
+                    node = label_score(du.unary, st)
+                    step = secant.update(du.unary, secant.nll(before, node, batch),
+                                         self.allreduce)
                 self._refit(problem, steps)
             else:
                 self.params = params
@@ -160,7 +158,8 @@ class DeviceCRFObjective(CRFObjective):
             t1 = t0
             p = softmax(du.w)
         args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)
-        node = None if steps is None else label_score(du.unary, st)  # the pass's NLL check
+        if node is None and (steps is not None or secant is not None):  # the labels' node
+            node = label_score(du.unary, st)  # score: the NLL check's and the secant's
         if steps is not None and params is not None:  # one pass: its sums and the secant's
             measured = None if secant is None else secant.measure(du.unary)  # in one allreduce
             with _BLAS.limit(limits=1, user_api="blas"):
@@ -170,7 +169,8 @@ class DeviceCRFObjective(CRFObjective):
                 grad = None  # G at scale 1 for the gradient secant (H waits for the scale)
                 if steps.moved:
                     grad, _ = grad_hess(*args, step, spec.hess_floor)
-                own = secant.local_sums(du.unary, post.log_z, batch, grad, measured)
+                own = secant.local_sums(du.unary, secant.nll(post.log_z, node, batch), grad,
+                                        measured)
                 own[0] -= steps.path_change(problem)
             summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
             if secant is not None:
@@ -187,7 +187,7 @@ class DeviceCRFObjective(CRFObjective):
                 steps.start(problem, self.params, self.allreduce(local))
         grad, hess = grad_hess(*args, step, spec.hess_floor)
         if secant is not None:
-            secant.remember(du.unary, post.log_z, batch, grad, hess)
+            secant.remember(du.unary, secant.nll(post.log_z, node, batch), grad, hess)
         cuda.synchronize()
         t2 = time.perf_counter()
         self.timings["transitions"] += t1 - t0

@@ -37,7 +37,6 @@ curvature along ``d`` plus the cross term of the two steps).
 
 import numpy as np
 
-from ..inference.chain import label_node_scores
 from ._kernels import step_sums
 
 #: Largest factor by which the scale may shrink in one round.
@@ -84,28 +83,26 @@ class SecantScale:
         return state
 
     @staticmethod
-    def nll(margins, log_z, batch):
+    def nll(log_z, node, batch):
         """Weighted NLL ``(float)`` of ``batch`` up to the transition path term.
 
         The transition part of the path score is the same for any node
         scores, so differences at fixed transitions need only ``log_z (m,)``
-        and the labels' node scores (``margins (n, K)``, float32 or float64).
+        and ``node``, the weighted sum of the labels' node scores (the
+        round computes it once, see :func:`~.base.label_score`).
         """
-        node = label_node_scores(margins, batch.offsets, batch.labels)
-        return float(batch.seq_weight @ (log_z - node))
+        return float(batch.seq_weight @ log_z) - node
 
-    def update(self, margins, log_z, batch, allreduce):
+    def update(self, margins, nll, allreduce):
         """Fit the scale to the step from the last round's margins to ``margins``.
 
         Parameters
         ----------
         margins : (n, K) float32 or float64
             This round's node scores (any memory layout; read in row blocks).
-        log_z : (m,) float64
-            Log-partition of each sequence at these margins and the
-            transitions the last round's gradient was computed with.
-        batch
-            The training batch (``labels``, ``offsets``, ``seq_weight``).
+        nll : float
+            :meth:`nll` at these margins, with ``log_z`` at the transitions
+            the last round's gradient was computed with.
         allreduce : callable
             Sums a float64 array over the workers of a distributed run.
 
@@ -114,20 +111,20 @@ class SecantScale:
         float
             The scale for this round's Hessian.
         """
-        sums = self.local_sums(margins, log_z, batch)
+        sums = self.local_sums(margins, nll)
         return self.fit(None if sums is None else allreduce(sums))
 
-    def local_sums(self, margins, log_z, batch, grad=None, measured=None):
+    def local_sums(self, margins, nll, grad=None, measured=None):
         """This worker's ``[change, slope, model, new_slope]`` of the secant, or None.
 
         None without a last round (or one of another shape).
 
-        ``change`` is that of :meth:`nll`, ``slope = G . d`` and ``model =
-        d' H d``, with ``d`` the change of the margins since the last round
-        and ``G``, ``H`` what it handed the engine (or ``measured``, those
-        two from :meth:`measure`, taken before they were overwritten);
-        ``new_slope = G_new . d`` with ``grad``, this round's weighted
-        gradient ``(n, K)`` (0 without). Arguments otherwise as for
+        ``change`` is that of :meth:`nll` (``nll`` this round's), ``slope =
+        G . d`` and ``model = d' H d``, with ``d`` the change of the margins
+        since the last round and ``G``, ``H`` what it handed the engine (or
+        ``measured``, those two from :meth:`measure`, taken before they were
+        overwritten); ``new_slope = G_new . d`` with ``grad``, this round's
+        weighted gradient ``(n, K)`` (0 without). Arguments otherwise as for
         :meth:`update`, whose sums these are; a caller may sum them with
         others in one allreduce and hand them to :meth:`fit`.
         """
@@ -136,8 +133,7 @@ class SecantScale:
         if measured is None:
             return None
         new_slope = 0.0 if grad is None else self._along(margins, grad)[0]
-        change = self.nll(margins, log_z, batch) - self._last[3]
-        return np.array([change, *measured, new_slope])
+        return np.array([nll - self._last[3], *measured, new_slope])
 
     def measure(self, margins):
         """``[slope, model]`` of the step to ``margins (n, K)`` (see :meth:`local_sums`), or None.
@@ -186,14 +182,14 @@ class SecantScale:
         self.history.append(self.scale)
         return self.scale
 
-    def remember(self, margins, log_z, batch, grad, hess, borrow=False):
+    def remember(self, margins, nll, grad, hess, borrow=False):
         """Keep what the next round's :meth:`update` needs.
 
         ``margins``, ``grad`` and ``hess`` are ``(n, K)`` (the weighted
-        gradient and Hessian handed to the engine) and ``log_z (m,)`` is at
-        the transitions they were computed with. Kept in float32: the
-        engines' margins are float32 already, and the scale needs three
-        sums.
+        gradient and Hessian handed to the engine) and ``nll`` is
+        :meth:`nll` with ``log_z`` at the transitions they were computed
+        with. Kept in float32: the engines' margins are float32 already,
+        and the scale needs three sums.
 
         ``borrow``: keep float32 arrays as they are instead of copies
         (XGBoost's fresh margins of each round, and the float32 buffers an
@@ -203,7 +199,6 @@ class SecantScale:
         the margins. Copies otherwise (LightGBM updates its margins in
         place).
         """
-        nll = self.nll(margins, log_z, batch)
         arrays = (margins, grad, hess)
         self._stamp = None
         if borrow and margins.flags.c_contiguous and all(a.dtype == np.float32 for a in arrays):

@@ -17,6 +17,7 @@ from structboost.objectives import base as objectives_base
 from structboost.objectives.base import check_margin_values
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.sequences import offsets_from_lengths, sequence_blocks
+from structboost.transitions import onestep
 from structboost.transitions.base import CURVATURE, GRADIENT
 from structboost.transitions.chain import TransitionParams, TransitionProblem
 
@@ -164,6 +165,30 @@ def test_float32_outputs_are_the_float64_ones_rounded(monkeypatch, order):
         obj.grad_hess(margins, batch, dtype=np.int64)
 
 
+def test_one_pass_float32_hessian_is_the_float64_one_within_an_ulp(monkeypatch):
+    """A one-pass round with the adaptive step finishes H in the engine's float32 buffer.
+
+    ``p (1 - p)`` waits there for the scale, rounded once more: H is within
+    one float32 ulp of the float64 round's H rounded, G is exact. (Newton:
+    its rounds never refit from their pass, whose H would be exact.)
+    """
+    solver = "newton"
+    monkeypatch.setattr(onestep, "WARMUP", 2)
+    margins, labels, lengths, weights = chain_data(6)
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    small_blocks(monkeypatch)
+    wide = CRFObjective(K, transition_solver=solver)
+    narrow = CRFObjective(K, transition_solver=solver)
+    wide_rounds = rounds(wide, margins, batch, n_rounds=3)
+    narrow_rounds = rounds(narrow, margins, batch, n_rounds=3, dtype=np.float32)
+    assert narrow._one_step.refits == 2 and narrow._one_step.rounds == 3  # one pass last
+    (g1, h1, p1), (g2, h2, p2) = wide_rounds[-1], narrow_rounds[-1]
+    np.testing.assert_array_equal(p2, p1)
+    np.testing.assert_array_equal(g2, g1.astype(np.float32))
+    np.testing.assert_array_max_ulp(h2, h1.astype(np.float32), maxulp=1)
+    assert narrow.step_scale.history == wide.step_scale.history
+
+
 def test_a_batch_up_to_the_whole_batch_size_is_one_block():
     n = _config.WHOLE_BATCH_ENTRIES // 10
     assert _config.block_rows(n, 10) == n
@@ -181,6 +206,18 @@ def test_margin_check_names_the_row_in_a_later_block(monkeypatch):
     with pytest.raises(ValueError, match=r"row 23, label 2 is nan \(not finite; 3 value"):
         check_margin_values(margins, "the margin", "cause")
     check_margin_values(margins[:20], "the margin", "cause")
+
+
+@pytest.mark.parametrize("layout", ["F", "strided"])
+def test_margin_check_reads_every_layout(layout):
+    """Column-major margins (LightGBM's) and non-contiguous ones are checked too."""
+    margins = np.zeros((30, 2 * K))
+    margins[17, 4] = -np.inf
+    given = np.asfortranarray(margins) if layout == "F" else margins[:, ::2]
+    label = 4 if layout == "F" else 2
+    with pytest.raises(ValueError, match=rf"row 17, label {label} is -inf \(not finite; 1 value"):
+        check_margin_values(given, "the margin", "cause")
+    check_margin_values(np.asfortranarray(margins[:17]), "the margin", "cause")
 
 
 @pytest.mark.parametrize("block", [None, SMALL])
