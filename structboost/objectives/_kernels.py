@@ -27,10 +27,25 @@ def _tasks(size, per_task):
 
 
 @njit(**KERNEL)
-def _grad_hess_rows(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, lo, hi):
-    """Rows ``lo:hi`` of :func:`node_grad_hess`."""
+def _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, c,
+                    new, old, old_g, old_h, bits, partial, checksums):  # fmt: skip
+    """Task ``c`` (rows ``c * rows`` on) of :func:`node_grad_hess`; ``new`` empty: no sums."""
+    lo = c * rows
+    hi = min(p.shape[0], lo + rows)
+    k = p.shape[1]
     bound = gamma.shape[0] > 0
+    measure = new.shape[0] > 0
+    slope = 0.0
+    model = 0.0
+    new_slope = 0.0
+    total = np.uint64(0)
     for i in range(lo, hi):
+        if measure:  # the old G and H first: they may be the buffers written below
+            for j in range(k):
+                d = np.float64(new[i, j]) - np.float64(old[i, j])
+                slope += np.float64(old_g[i, j]) * d
+                model += np.float64(old_h[i, j]) * d * d
+                total += np.uint64(bits[i, j])
         w = row_w[i]
         f = 2.0
         if bound:  # the GBCRF factor: max(scale gamma, 2) below scale 1
@@ -39,7 +54,7 @@ def _grad_hess_rows(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, l
                 f = scale * f
                 if f < 2.0:
                     f = 2.0
-        for j in range(p.shape[1]):
+        for j in range(k):
             q = p[i, j]
             g[i, j] = (q - 1.0 if j == labels[i] else q) * w
             var = q * (1.0 - q)
@@ -48,23 +63,34 @@ def _grad_hess_rows(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, l
             else:
                 v = 1.0 if unit else var * f
                 h[i, j] = (v if v > floor else floor) * w
+        if measure:  # along the new G as written (in its dtype)
+            for j in range(k):
+                new_slope += np.float64(g[i, j]) * (np.float64(new[i, j]) - np.float64(old[i, j]))
+    if measure:
+        partial[c, 0] = slope
+        partial[c, 1] = model
+        partial[c, 2] = new_slope
+        checksums[c] = total
 
 
 @njit(**PARALLEL)
-def _grad_hess_parallel(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows):
-    n = p.shape[0]
-    for c in prange(_tasks(n, rows)):
-        lo = c * rows
-        _grad_hess_rows(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, lo,
-                        min(n, lo + rows))  # fmt: skip
+def _grad_hess_parallel(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows,
+                        new, old, old_g, old_h, bits, partial, checksums):  # fmt: skip
+    for c in prange(_tasks(p.shape[0], rows)):
+        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, c,
+                        new, old, old_g, old_h, bits, partial, checksums)  # fmt: skip
 
 
 @njit(**KERNEL)
-def _grad_hess_serial(p, labels, row_w, gamma, scale, unit, floor, finish, g, h):
-    _grad_hess_rows(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, 0, p.shape[0])
+def _grad_hess_serial(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows,
+                      new, old, old_g, old_h, bits, partial, checksums):  # fmt: skip
+    for c in range(_tasks(p.shape[0], rows)):
+        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, c,
+                        new, old, old_g, old_h, bits, partial, checksums)  # fmt: skip
 
 
-def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, parallel, rows):
+def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, parallel, rows,
+                   last=None):  # fmt: skip
     """Weighted G and H of some rows, written into ``out = (g, h)``, each ``(r, K)``.
 
     ``g = (p - onehot(labels)) * w``. With ``finish``, ``h = max(q, floor) *
@@ -86,12 +112,34 @@ def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, par
     out : tuple of two (r, K) float32 or float64 arrays, output
     parallel : bool
     rows : int
-        Rows per task of the parallel driver.
+        Rows per task (the serial driver takes the same tasks).
+    last : tuple of four (r, K) arrays, optional
+        ``(new, old, old_g, old_h)``: the adaptive step's sums are taken in
+        the same read (:meth:`~.step.SecantScale.local_sums`), ``old``
+        float32. ``old_g`` and ``old_h`` are read before ``out`` is written
+        and may be the same arrays.
+
+    Returns
+    -------
+    None, or with ``last``:
+    sums : (t, 3) float64
+        Per task, ``old_g . d``, ``d' old_h d`` and ``g . d`` with ``d = new -
+        old`` (``g`` as written, in its dtype).
+    checksums : (t,) uint64
+        Per task, the sum of ``old``'s bit patterns (:func:`scan_values`).
     """
-    if parallel:
-        _grad_hess_parallel(p, labels, row_w, gamma, scale, unit, floor, finish, *out, rows)
+    tasks = _tasks(p.shape[0], rows)
+    if last is None:
+        empty = np.zeros((0, 0))
+        arrays = (empty, empty, empty, empty, np.zeros((0, 0), np.uint32))
+        partial, checksums = np.zeros((0, 3)), np.zeros(0, np.uint64)
     else:
-        _grad_hess_serial(p, labels, row_w, gamma, scale, unit, floor, finish, *out)
+        arrays = (*last, last[1].view(np.uint32))
+        partial, checksums = np.empty((tasks, 3)), np.empty(tasks, np.uint64)
+    kernel = _grad_hess_parallel if parallel else _grad_hess_serial
+    kernel(p, labels, row_w, gamma, scale, unit, floor, finish, *out, rows, *arrays, partial,
+           checksums)  # fmt: skip
+    return None if last is None else (partial, checksums)
 
 
 @njit(**KERNEL)

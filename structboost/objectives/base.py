@@ -370,7 +370,7 @@ class NodeObjective:
         finish_bound_hess(hess, gamma, scale, self.spec.hess_floor, batch.offsets,
                           batch.seq_weight, hess, _config.parallel(hess.shape[0]))  # fmt: skip
 
-    def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None):
+    def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None, last=None):
         """Write G and H of every block of ``blocks`` (see :meth:`_node_blocks`) into ``out``.
 
         G is ``p - onehot(y)`` and H the mode's (see the module notes), both
@@ -380,8 +380,16 @@ class NodeObjective:
         writes ``p (1 - p)`` in place of H, and the node bound into
         ``gamma_rows (n,)`` (see :meth:`_scale_hess`); ``log_z (m,)``, if
         given, receives the blocks' ``log Z``.
+
+        ``last``: ``(margins, old_g, old_h)``, the adaptive step's kept
+        arrays (:meth:`~.step.SecantScale.kept`), with ``margins`` those of
+        this round ``(n, K)``: the kernel then takes the secant's sums in the
+        same read, returned as ``[slope, model, new_slope]`` (summed task by
+        task in order) and the kept margins' checksum
+        (:func:`~._kernels.node_grad_hess`); None otherwise.
         """
         grad, hess = out
+        summed, checksum = np.zeros(3), 0
         lengths = np.diff(batch.offsets)
         floor = self.spec.hess_floor
         parallel = _config.parallel(grad.shape[0])
@@ -400,9 +408,15 @@ class NodeObjective:
                 if scale is None:
                     gamma_rows[rows] = gamma
             row_w = np.repeat(batch.seq_weight[seqs], lengths[seqs])
-            node_grad_hess(p, batch.labels[rows], row_w, gamma, 1.0 if scale is None else scale,
-                           self.mode == "treecrf", floor, scale is not None,
-                           (grad[rows], hess[rows]), parallel, GH_ROWS)  # fmt: skip
+            sums = node_grad_hess(
+                p, batch.labels[rows], row_w, gamma, 1.0 if scale is None else scale,
+                self.mode == "treecrf", floor, scale is not None, (grad[rows], hess[rows]),
+                parallel, GH_ROWS, None if last is None else tuple(a[rows] for a in last),
+            )  # fmt: skip
+            if sums is not None:
+                summed += np.add.reduce(sums[0], axis=0)
+                checksum = (checksum + int(np.add.reduce(sums[1]))) % 2**64
+        return None if last is None else ([float(x) for x in summed], checksum)
 
     def _steps(self):
         """The :class:`~structboost.transitions.onestep.OneStep` of one-pass rounds, or None."""
@@ -485,10 +499,14 @@ class NodeObjective:
         if secant is not None:  # H waits for the scale: p (1 - p) and gamma meanwhile
             log_z = np.empty(batch.offsets.shape[0] - 1)
             gamma_rows = np.empty(u.shape[0])  # (freed before the engine's tree: its peak)
-        # the secant's sums along the old G and H, before their buffers are rewritten
-        measured = None if secant is None else secant.measure(u)
+        # the secant's sums along the old and the new G and H, taken as they are rewritten
+        kept = None if secant is None else secant.kept(u)
         blocks = _timed(self._node_blocks(u, batch, problem, steps.need), inference)
-        self._write_blocks(blocks, batch, out, None if secant else 1.0, log_z, gamma_rows)
+        measured = self._write_blocks(blocks, batch, out, None if secant else 1.0, log_z,
+                                      gamma_rows, None if kept is None else (u, *kept))  # fmt: skip
+        if measured is not None:
+            secant.check(measured[1])
+            measured = measured[0] if steps.moved else measured[0][:2]
         t1 = time.process_time()
         local = steps.local_sums(problem, self.params, node)
         moved = steps.moved
@@ -496,7 +514,7 @@ class NodeObjective:
         if secant is not None:
             nll = secant.nll(log_z, node, batch)
         if measured is not None:
-            own = secant.local_sums(u, nll, out[0] if moved else None, measured)
+            own = secant.local_sums(u, nll, measured=measured)
             own[0] -= steps.path_change(problem)  # the weighted NLL's change
         summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
         if secant is not None:

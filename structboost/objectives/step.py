@@ -112,7 +112,9 @@ class SecantScale:
         since the last round and ``G``, ``H`` what it handed the engine (or
         ``measured``, those two from :meth:`measure`, taken before they were
         overwritten); ``new_slope = G_new . d`` with ``grad``, this round's
-        weighted gradient ``(n, K)`` (0 without). Arguments otherwise as for
+        weighted gradient ``(n, K)`` (0 without), or ``measured[2]`` where
+        ``measured`` has three entries (all three taken while G_new was
+        written, see :meth:`kept`). Arguments otherwise as for
         :meth:`update`, whose sums these are; a caller may sum them with
         others in one allreduce and hand them to :meth:`fit`.
         """
@@ -120,6 +122,8 @@ class SecantScale:
             measured = self.measure(margins)
         if measured is None:
             return None
+        if len(measured) == 3:
+            return np.array([nll - self._last[3], *measured])
         new_slope = 0.0 if grad is None else self._along(margins, grad)[0]
         return np.array([nll - self._last[3], *measured, new_slope])
 
@@ -129,10 +133,29 @@ class SecantScale:
         None without a last round (or one of another shape). Reads the last
         round's G and H: a caller that reuses their buffers measures first.
         """
+        last = self.kept(margins)
+        return None if last is None else self._along(margins, last[1], last[2])
+
+    def kept(self, margins):
+        """The last round's float32 ``(margins, G, H)``, each ``(n, K)``; None as :meth:`measure`.
+
+        For a caller that takes the secant's sums while it writes this
+        round's G and H (:func:`~._kernels.node_grad_hess`), instead of
+        :meth:`measure` before and a read of ``G_new`` after; it hands the
+        checksum of the kept margins to :meth:`check`.
+        """
         last = self._last
-        if last is None or last[0].shape != margins.shape:
-            return None
-        return self._along(margins, last[1], last[2])
+        return None if last is None or last[0].shape != margins.shape else last[:3]
+
+    def check(self, checksum):
+        """Raise if borrowed margins no longer have the stamp :meth:`remember` took."""
+        if self._stamp is not None and checksum != self._stamp:
+            raise ValueError(
+                "the margins of the objective's last round changed after it returned (the "
+                "adaptive step keeps them, with float32 results, until this round): hand "
+                "the objective a fresh margin array each round, as xgboost.train does, or "
+                "a copy."
+            )
 
     def _along(self, margins, grad, hess=None):
         """``[grad . d, d' hess d]`` (0 without ``hess``), ``d`` the step to ``margins``.
@@ -143,13 +166,7 @@ class SecantScale:
         sums, checksum = step_sums(
             margins, self._last[0], grad, hess, _config.parallel(margins.shape[0])
         )
-        if self._stamp is not None and checksum != self._stamp:
-            raise ValueError(
-                "the margins of the objective's last round changed after it returned (the "
-                "adaptive step keeps them, with float32 results, until this round): hand "
-                "the objective a fresh margin array each round, as xgboost.train does, or "
-                "a copy."
-            )
+        self.check(checksum)
         return sums
 
     def fit(self, sums, moved=False, explained=0.0):

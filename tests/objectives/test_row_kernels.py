@@ -40,7 +40,7 @@ def test_grad_hess_parallel_equals_serial_and_numpy(dtype, order, scale, kind):
         gamma = np.zeros(0)
     unit, finish, floor = kind == "treecrf", kind != "unfinished", 1e-6
     results = []
-    for parallel, rows in ((False, 0), (True, 100), (True, 1)):
+    for parallel, rows in ((False, 100), (True, 100), (True, 1), (False, 1)):
         _, _, _, _, out = grad_hess_case(0, dtype, order)
         _kernels.node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out,
                                 parallel, rows)  # fmt: skip
@@ -194,3 +194,51 @@ def test_changed_margins_are_caught_in_one_pass_and_refit_rounds(monkeypatch, wa
     with pytest.raises(ValueError, match="changed after it returned"):
         obj.grad_hess(margins + np.float32(0.5), batch, dtype=np.float32)
     assert len(one_pass) == calls + (warmup == 0)  # the round that caught it: one pass or a refit
+
+
+@pytest.mark.parametrize("aliased", [False, True])
+def test_grad_hess_takes_the_secant_sums_in_its_write(aliased):
+    """``last``: the old G and H are read before the write (the same buffers when ``aliased``)."""
+    p, labels, row_w, gamma, _ = grad_hess_case(0, np.float32, "C")
+    rng = np.random.default_rng(8)
+    new = rng.normal(size=(ROWS, K)).astype(np.float32)
+    old = (new + rng.normal(scale=0.1, size=new.shape)).astype(np.float32)
+    old_g = rng.normal(size=new.shape).astype(np.float32)
+    old_h = rng.uniform(size=new.shape).astype(np.float32)
+    d = new.astype(np.float64) - old
+    results = []
+    for parallel, rows in ((False, 100), (True, 100), (True, 7)):
+        out = (old_g.copy(), old_h.copy()) if aliased else grad_hess_case(0, np.float32, "C")[4]
+        last = (new, old, *out) if aliased else (new, old, old_g, old_h)
+        sums, checksums = _kernels.node_grad_hess(p, labels, row_w, gamma, 0.5, False, 1e-6, False,
+                                                  out, parallel, rows, last)  # fmt: skip
+        assert sums.shape == (-(-ROWS // rows), 3) and checksums.shape == (sums.shape[0],)
+        results.append((np.add.reduce(sums, axis=0), int(np.add.reduce(checksums)), out))
+        if rows == 100:
+            np.testing.assert_array_equal(results[-1][0], results[0][0])
+    for total, checksum, out in results:
+        np.testing.assert_array_equal(out[0], results[0][2][0])
+        np.testing.assert_array_equal(out[1], results[0][2][1])
+        want = [np.sum(old_g * d), np.sum(old_h * d * d), np.sum(out[0] * d)]
+        np.testing.assert_allclose(total, want, rtol=1e-12)
+        assert checksum == bit_sum(old)
+
+
+def test_one_pass_round_takes_the_secant_sums_as_measure_does(monkeypatch):
+    """The sums taken in the G and H write equal :meth:`measure` before it and the new slope after."""
+    monkeypatch.setattr(onestep, "WARMUP", 0)
+    margins, batch = sticky_batch(8)
+    obj, margins, _ = rounds(margins, batch, 3)
+    secant = obj.step_scale
+    expected = secant.measure(margins)  # before the round overwrites the kept G and H
+    old = secant._last[0]
+    seen = []
+    original = secant.local_sums
+    monkeypatch.setattr(secant, "local_sums", lambda *a, **kw: seen.append(kw) or original(*a, **kw))
+    assert obj._one_step.moved  # this round's pass is at stepped transitions: G_new . d counts
+    grad, _ = obj.grad_hess(margins, batch, dtype=np.float32)
+    measured = seen[-1]["measured"]
+    np.testing.assert_allclose(measured[:2], expected, rtol=1e-10)
+    np.testing.assert_allclose(
+        measured[2], np.sum(grad * (margins.astype(np.float64) - old)), rtol=1e-10
+    )
