@@ -22,8 +22,8 @@ from .._config import KERNEL, PARALLEL
 def _edge_task(alpha, r, beta_scale, overlap, edges, weights, curv_weights, per_task, c, partial):
     """Task ``c`` of :func:`edge_products` into ``partial[c]``."""
     k = alpha.shape[1]
+    curv = curv_weights.shape[0] > 0
     acc = partial[c]
-    curv = acc.shape[0] == 3
     acc[:] = 0.0
     lo = c * per_task
     for e in range(lo, min(edges.shape[0], lo + per_task)):
@@ -74,8 +74,8 @@ def edge_products(alpha, r, beta_scale, overlap, edges, weights, curv_weights, p
     edges : (e,) int64
         Rows ``t`` of the edges ``(t, t + 1)``, none last in its sequence.
     weights : (e,) float64
-    curv_weights : (e,) float64 or None
-        None: the first product alone.
+    curv_weights : (e,) or (0,) float64
+        Empty: the first product alone.
     per_task : int
         Edges per task (and per partial sum).
     parallel : bool
@@ -87,8 +87,7 @@ def edge_products(alpha, r, beta_scale, overlap, edges, weights, curv_weights, p
     """
     k = alpha.shape[1]
     tasks = max(1, -(-edges.shape[0] // per_task))
-    partial = np.empty((tasks, 1 if curv_weights is None else 3, k, k))
-    curv_weights = weights if curv_weights is None else curv_weights  # (not read)
+    partial = np.empty((tasks, 3 if curv_weights.shape[0] else 1, k, k))
     kernel = _edges_parallel if parallel else _edges_serial
     kernel(alpha, r, beta_scale, overlap, edges, weights, curv_weights, per_task, partial)
     return np.add.reduce(partial, axis=0)

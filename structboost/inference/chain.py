@@ -297,8 +297,9 @@ class ChainPosterior:
                 curvature_weights = curvature_weights[~mine]
             edges, weights = edges[~mine], weights[~mine]
         sums = _chain_edges.edge_products(
-            self.alpha, self.r, self.beta_scale, self.overlap, edges, weights, curvature_weights,
-            EDGE_BLOCK, self.parallel,
+            self.alpha, self.r, self.beta_scale, self.overlap, edges, weights,
+            np.zeros(0) if curvature_weights is None else curvature_weights, EDGE_BLOCK,
+            self.parallel,
         )  # fmt: skip
         emat = self.emat[0]
         scaled = emat * sums[0]

@@ -747,7 +747,7 @@ def test_edge_products_parallel_equal_serial_and_numpy(with_curvature):
     beta_scale, overlap = rng.uniform(0.5, 2.0, size=n), rng.uniform(0.5, 2.0, size=n)
     edges = np.sort(rng.choice(n - 1, size=3000, replace=False))
     weights = rng.uniform(0.5, 2.0, size=edges.size)
-    curv = rng.uniform(2.0, 9.0, size=edges.size) if with_curvature else None
+    curv = rng.uniform(2.0, 9.0, size=edges.size) if with_curvature else np.zeros(0)
     got = [
         _chain_edges.edge_products(alpha, r, beta_scale, overlap, edges, weights, curv, 128, par)
         for par in (False, True)
