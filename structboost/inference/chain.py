@@ -33,7 +33,7 @@ from .._typing import ArrayLike, Floats, Ints
 
 from .. import _config
 from ..sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
-from . import _chain, _chain_edges, _chain_stats, _chain_sweeps, _chain_viterbi
+from . import _chain, _chain_stats, _chain_sweeps, _chain_viterbi
 
 GAMMA_METHODS = ("mixing", "length", "exact")
 
@@ -187,10 +187,56 @@ class LogSpacePart:
     pairwise: np.ndarray
 
 
-#: Edges per task of the shared-table edge sums
-#: (:func:`~structboost.inference._chain_edges.edge_products`): each task
-#: sums its own ``(K, K)`` products, the tasks are summed in order.
+#: Rows per block of :func:`_edge_products`: its temporaries stay in cache
+#: instead of costing fresh ``(n, K)`` arrays (page faults) on every call.
 EDGE_BLOCK = 4096
+
+
+def _edge_products(a, r, coef):
+    """Weighted products of the scaled messages over all edges, summed in blocks.
+
+    ``A' diag(coef[0]) R`` and, when ``coef`` has three rows, also
+    ``A' diag(coef[1]) R`` and ``(A^2)' diag(coef[2]) R^2`` (squares
+    elementwise), with ``A = a`` and ``R = r``.
+
+    Parameters
+    ----------
+    a, r : (e, K) float64
+        ``alpha`` and ``r`` rows of the edges (``r`` one row ahead).
+    coef : (1, e) or (3, e) float64
+        Per-edge coefficients.
+
+    Returns
+    -------
+    (len(coef), K, K) float64
+        The products, summed over blocks of :data:`EDGE_BLOCK` rows with one
+        BLAS product for the first two (they share ``A'``).
+    """
+    e, k = a.shape
+    curv = coef.shape[0] == 3
+    out = np.zeros((coef.shape[0], k, k))
+    width = 2 * k if curv else k
+    rows = min(EDGE_BLOCK, e)
+    scaled = np.empty((rows, width))
+    squares = np.empty((2, rows, k)) if curv else None
+    for lo in range(0, e, EDGE_BLOCK):
+        hi = min(e, lo + EDGE_BLOCK)
+        c = hi - lo
+        ab, rb, sb = a[lo:hi], r[lo:hi], scaled[:c]
+        np.multiply(rb, coef[0, lo:hi, None], out=sb[:, :k])
+        if curv:
+            np.multiply(rb, coef[1, lo:hi, None], out=sb[:, k:])
+            both = ab.T @ sb
+            out[0] += both[:, :k]
+            out[1] += both[:, k:]
+            a2, r2 = squares[0, :c], squares[1, :c]
+            np.multiply(ab, ab, out=a2)
+            np.multiply(rb, rb, out=r2)
+            r2 *= coef[2, lo:hi, None]
+            out[2] += a2.T @ r2
+        else:
+            out[0] += ab.T @ sb
+    return out
 
 
 @dataclass
@@ -267,15 +313,12 @@ class ChainPosterior:
 
         Notes
         -----
-        With one shared table, products of the messages over all edges at
-        once: ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t`` with
+        With one shared table, two matrix products over all edges at once:
+        ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t`` with
         ``z_t = beta_scale[t] * overlap[t]``, so
         ``sum_t c_t P_t = E * (A' diag(c / z) R)`` and
-        ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``, taken by one
-        kernel in tasks of :data:`EDGE_BLOCK` edges
-        (:func:`~structboost.inference._chain_edges.edge_products`, on
-        threads where the batch is large). Per-position tables sum the
-        pairwise marginals directly.
+        ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``. Per-position
+        tables sum the pairwise marginals directly.
         """
         if self.emat.shape[0] > 1:
             pair = self.edge_marginals()[edges]
@@ -296,11 +339,15 @@ class ChainPosterior:
                 fallback_curv = np.einsum("e,eab->ab", curvature_weights[mine], pair * (1.0 - pair))
                 curvature_weights = curvature_weights[~mine]
             edges, weights = edges[~mine], weights[~mine]
-        sums = _chain_edges.edge_products(
-            self.alpha, self.r, self.beta_scale, self.overlap, edges, weights,
-            np.zeros(0) if curvature_weights is None else curvature_weights, EDGE_BLOCK,
-            self.parallel,
-        )  # fmt: skip
+        # Every row but the last, weight zero off the chosen edges: views, no gathers.
+        n = max(self.alpha.shape[0] - 1, 0)  # edges: every row but the last (none if no rows)
+        z = self.beta_scale[edges] * self.overlap[edges]
+        coef = np.zeros((1 if curvature_weights is None else 3, n))
+        coef[0, edges] = weights / z
+        if curvature_weights is not None:
+            coef[1, edges] = curvature_weights / z
+            coef[2, edges] = coef[1, edges] / z
+        sums = _edge_products(self.alpha[:-1], self.r[1:], coef)
         emat = self.emat[0]
         scaled = emat * sums[0]
         total = scaled if part is None else total + scaled

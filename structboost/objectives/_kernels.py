@@ -27,9 +27,9 @@ def _tasks(size, per_task):
 
 
 @njit(**KERNEL)
-def _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last, c):
+def _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, c,
+                    new, old, old_g, old_h, bits, partial, checksums):  # fmt: skip
     """Task ``c`` (rows ``c * rows`` on) of :func:`node_grad_hess`; ``new`` empty: no sums."""
-    new, old, old_g, old_h, bits, partial, checksums = last
     lo = c * rows
     hi = min(p.shape[0], lo + rows)
     k = p.shape[1]
@@ -74,15 +74,19 @@ def _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, r
 
 
 @njit(**PARALLEL)
-def _grad_hess_parallel(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last):
+def _grad_hess_parallel(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows,
+                        new, old, old_g, old_h, bits, partial, checksums):  # fmt: skip
     for c in prange(_tasks(p.shape[0], rows)):
-        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last, c)
+        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, c,
+                        new, old, old_g, old_h, bits, partial, checksums)  # fmt: skip
 
 
 @njit(**KERNEL)
-def _grad_hess_serial(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last):
+def _grad_hess_serial(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows,
+                      new, old, old_g, old_h, bits, partial, checksums):  # fmt: skip
     for c in range(_tasks(p.shape[0], rows)):
-        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last, c)
+        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, c,
+                        new, old, old_g, old_h, bits, partial, checksums)  # fmt: skip
 
 
 def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, parallel, rows,
@@ -133,8 +137,8 @@ def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, par
         arrays = (*last, last[1].view(np.uint32))
         partial, checksums = np.empty((tasks, 3)), np.empty(tasks, np.uint64)
     kernel = _grad_hess_parallel if parallel else _grad_hess_serial
-    kernel(p, labels, row_w, gamma, scale, unit, floor, finish, *out, rows,
-           (*arrays, partial, checksums))  # fmt: skip
+    kernel(p, labels, row_w, gamma, scale, unit, floor, finish, *out, rows, *arrays, partial,
+           checksums)  # fmt: skip
     return None if last is None else (partial, checksums)
 
 
@@ -187,16 +191,6 @@ def finish_bound_hess(raw, gamma, scale, floor, offsets, seq_weight, h, parallel
 
 
 @njit(**KERNEL)
-def _bit_sum(bits, lo, hi):
-    """Sum of ``bits[lo:hi]`` (uint32) modulo ``2 ** 64``; 0 if ``bits`` is empty."""
-    total = np.uint64(0)
-    if bits.shape[0]:
-        for i in range(lo, hi):
-            total += np.uint64(bits[i])
-    return total
-
-
-@njit(**KERNEL)
 def _scan_task(flat, bits, limit, c, partial):
     """Task ``c`` of :func:`scan_values`: ``partial[c] = (failures, bit sum)``."""
     lo = c * TASK_ENTRIES
@@ -204,7 +198,10 @@ def _scan_task(flat, bits, limit, c, partial):
     bad = 0
     for i in range(lo, hi):
         bad += not abs(flat[i]) <= limit
-    total = _bit_sum(bits, lo, hi)
+    total = np.uint64(0)
+    if bits.shape[0]:
+        for i in range(lo, hi):
+            total += np.uint64(bits[i])
     partial[c, 0] = bad
     partial[c, 1] = total
 
@@ -255,7 +252,10 @@ def _step_task(new, old, bits, grad, hess, with_hess, c, partial, checksums):
         slope += np.float64(grad[i]) * d
         if with_hess:
             model += np.float64(hess[i]) * d * d
-    total = _bit_sum(bits, lo, hi)
+    total = np.uint64(0)
+    if bits.shape[0]:
+        for i in range(lo, hi):
+            total += np.uint64(bits[i])
     partial[c, 0] = slope
     partial[c, 1] = model
     checksums[c] = total

@@ -734,28 +734,3 @@ def test_label_scores_make_no_row_sized_temporaries(which):
         tracemalloc.stop()
     m = offsets.shape[0] - 1
     assert peak < 8 * m + 16_384, (peak, unary.shape[0])
-
-
-@pytest.mark.parametrize("with_curvature", [False, True])
-def test_edge_products_parallel_equal_serial_and_numpy(with_curvature):
-    """The shared-table edge sums' kernel: same bits on threads, the products of its formula."""
-    from structboost.inference import _chain_edges
-
-    rng = np.random.default_rng(12)
-    n, k = 5000, 4
-    alpha, r = rng.uniform(size=(n, k)), rng.uniform(size=(n, k))
-    beta_scale, overlap = rng.uniform(0.5, 2.0, size=n), rng.uniform(0.5, 2.0, size=n)
-    edges = np.sort(rng.choice(n - 1, size=3000, replace=False))
-    weights = rng.uniform(0.5, 2.0, size=edges.size)
-    curv = rng.uniform(2.0, 9.0, size=edges.size) if with_curvature else np.zeros(0)
-    got = [
-        _chain_edges.edge_products(alpha, r, beta_scale, overlap, edges, weights, curv, 128, par)
-        for par in (False, True)
-    ]
-    np.testing.assert_array_equal(got[0], got[1])
-    z = beta_scale[edges] * overlap[edges]
-    a, b = alpha[edges], r[edges + 1]
-    want = [a.T @ (b * (weights / z)[:, None])]
-    if with_curvature:
-        want += [a.T @ (b * (curv / z)[:, None]), (a * a).T @ (b * b * (curv / z**2)[:, None])]
-    np.testing.assert_allclose(got[0], np.array(want), rtol=1e-12)
