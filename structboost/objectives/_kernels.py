@@ -27,19 +27,26 @@ def _tasks(size, per_task):
 
 
 @njit(**KERNEL)
-def _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, c,
-                    new, old, old_g, old_h, bits, partial, checksums):  # fmt: skip
+def _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last, c):
     """Task ``c`` (rows ``c * rows`` on) of :func:`node_grad_hess`; ``new`` empty: no sums."""
+    new, old, old_g, old_h, bits, partial, checksums = last
     lo = c * rows
     hi = min(p.shape[0], lo + rows)
     k = p.shape[1]
     bound = gamma.shape[0] > 0
     measure = new.shape[0] > 0
+    # the task's rows as views, so that loops start at zero (no negative-index checks)
+    p, labels, row_w, g, h = p[lo:hi], labels[lo:hi], row_w[lo:hi], g[lo:hi], h[lo:hi]
+    if bound:
+        gamma = gamma[lo:hi]
+    if measure:
+        new, old, bits = new[lo:hi], old[lo:hi], bits[lo:hi]
+        old_g, old_h = old_g[lo:hi], old_h[lo:hi]
     slope = 0.0
     model = 0.0
     new_slope = 0.0
     total = np.uint64(0)
-    for i in range(lo, hi):
+    for i in range(p.shape[0]):
         if measure:  # the old G and H first: they may be the buffers written below
             for j in range(k):
                 d = np.float64(new[i, j]) - np.float64(old[i, j])
@@ -74,19 +81,15 @@ def _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, r
 
 
 @njit(**PARALLEL)
-def _grad_hess_parallel(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows,
-                        new, old, old_g, old_h, bits, partial, checksums):  # fmt: skip
+def _grad_hess_parallel(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last):
     for c in prange(_tasks(p.shape[0], rows)):
-        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, c,
-                        new, old, old_g, old_h, bits, partial, checksums)  # fmt: skip
+        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last, c)
 
 
 @njit(**KERNEL)
-def _grad_hess_serial(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows,
-                      new, old, old_g, old_h, bits, partial, checksums):  # fmt: skip
+def _grad_hess_serial(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last):
     for c in range(_tasks(p.shape[0], rows)):
-        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, c,
-                        new, old, old_g, old_h, bits, partial, checksums)  # fmt: skip
+        _grad_hess_task(p, labels, row_w, gamma, scale, unit, floor, finish, g, h, rows, last, c)
 
 
 def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, parallel, rows,
@@ -137,8 +140,8 @@ def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, par
         arrays = (*last, last[1].view(np.uint32))
         partial, checksums = np.empty((tasks, 3)), np.empty(tasks, np.uint64)
     kernel = _grad_hess_parallel if parallel else _grad_hess_serial
-    kernel(p, labels, row_w, gamma, scale, unit, floor, finish, *out, rows, *arrays, partial,
-           checksums)  # fmt: skip
+    kernel(p, labels, row_w, gamma, scale, unit, floor, finish, *out, rows,
+           (*arrays, partial, checksums))  # fmt: skip
     return None if last is None else (partial, checksums)
 
 
@@ -191,17 +194,26 @@ def finish_bound_hess(raw, gamma, scale, floor, offsets, seq_weight, h, parallel
 
 
 @njit(**KERNEL)
+def _bit_sum(bits, lo, hi):
+    """Sum of ``bits[lo:hi]`` (uint32) modulo ``2 ** 64``; 0 if ``bits`` is empty."""
+    total = np.uint64(0)
+    if bits.shape[0]:
+        part = bits[lo:hi]  # (a view: loops from zero vectorise)
+        for i in range(part.shape[0]):
+            total += np.uint64(part[i])
+    return total
+
+
+@njit(**KERNEL)
 def _scan_task(flat, bits, limit, c, partial):
     """Task ``c`` of :func:`scan_values`: ``partial[c] = (failures, bit sum)``."""
     lo = c * TASK_ENTRIES
     hi = min(flat.shape[0], lo + TASK_ENTRIES)
     bad = 0
-    for i in range(lo, hi):
-        bad += not abs(flat[i]) <= limit
-    total = np.uint64(0)
-    if bits.shape[0]:
-        for i in range(lo, hi):
-            total += np.uint64(bits[i])
+    part = flat[lo:hi]
+    for i in range(part.shape[0]):
+        bad += not abs(part[i]) <= limit
+    total = _bit_sum(bits, lo, hi)
     partial[c, 0] = bad
     partial[c, 1] = total
 
@@ -247,15 +259,13 @@ def _step_task(new, old, bits, grad, hess, with_hess, c, partial, checksums):
     hi = min(new.shape[0], lo + TASK_ENTRIES)
     slope = 0.0
     model = 0.0
-    for i in range(lo, hi):
-        d = np.float64(new[i]) - np.float64(old[i])
-        slope += np.float64(grad[i]) * d
+    a, b, ga, ha = new[lo:hi], old[lo:hi], grad[lo:hi], hess[lo:hi]
+    for i in range(a.shape[0]):
+        d = np.float64(a[i]) - np.float64(b[i])
+        slope += np.float64(ga[i]) * d
         if with_hess:
-            model += np.float64(hess[i]) * d * d
-    total = np.uint64(0)
-    if bits.shape[0]:
-        for i in range(lo, hi):
-            total += np.uint64(bits[i])
+            model += np.float64(ha[i]) * d * d
+    total = _bit_sum(bits, lo, hi)
     partial[c, 0] = slope
     partial[c, 1] = model
     checksums[c] = total
