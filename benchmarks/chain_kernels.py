@@ -35,7 +35,11 @@ the same loop (old vs new, calls alternating). With ``--threads 2`` the
 see that it scales.
 
 With ``--fixed 1000000:20:10`` the limit table is also run on 1M rows of
-sequences of 20 at ``K = 10`` (``dask_scaling.py``'s generator).
+sequences of 20 at ``K = 10`` (``dask_scaling.py``'s generator), once as
+one batch and once as the objective's round runs it: in blocks of
+``_config.block_rows`` rows of whole sequences (``BLOCK_ENTRIES`` entries,
+cache resident), timed on one block and reported per round (that time
+times the number of blocks).
 
 Usage::
 
@@ -57,7 +61,7 @@ import numba
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from structboost import inference
+from structboost import _config, inference
 from structboost.datasets import load_ocr
 from structboost.inference import _chain, _chain_stats, _chain_sweeps, chain
 from structboost.sequences import offsets_from_lengths
@@ -138,8 +142,12 @@ def best_times(calls, repeat, threads):
     return best
 
 
-def limit_table(lengths, k, repeat, threads, baseline):
-    """Rows of the pass against the matmul-rate bound at ``k`` labels (see the module notes)."""
+def limit_table(lengths, k, repeat, threads, baseline, scale=1.0):
+    """Rows of the pass against the matmul-rate bound at ``k`` labels (see the module notes).
+
+    Every time (the bound's too) is multiplied by ``scale``: the number of
+    such batches a round runs.
+    """
     u, trans, z = random_chain(lengths, k)
     n = u.shape[0]
     offsets = offsets_from_lengths(lengths)
@@ -165,7 +173,7 @@ def limit_table(lengths, k, repeat, threads, baseline):
             ws, *e, z, z, False, True
         )
     serial = {name: fn for name, fn in calls.items() if "prange" not in name}
-    best = best_times(serial, repeat, 1)
+    best = {name: t * scale for name, t in best_times(serial, repeat, 1).items()}
     bound = 2.0 * best.pop("matmul")
     rate = 4.0 * n * k * k / bound / 1e9
     rows = [f"| matmul bound: 4nK^2 at {rate:.1f} GFLOP/s | {bound * 1e3:.1f} | 1.00 |"]
@@ -174,6 +182,7 @@ def limit_table(lengths, k, repeat, threads, baseline):
         par = {name: fn for name, fn in calls.items() if "prange" in name}
         for n_threads in (1, threads):
             for name, t in best_times(par, repeat, n_threads).items():
+                t *= scale
                 label = name.replace("prange", f"prange driver, {n_threads} thread(s), wall")
                 rows.append(f"| pass, {label} | {t * 1e3:.1f} | {t / bound:.2f} |")
     return rows
@@ -240,6 +249,18 @@ def main():
         fixed = np.full(rows // length, length, dtype=np.int64)
         with threadpool_limits(1):
             print("\n".join(limit_table(fixed, k, args.repeat, args.threads, baseline)))
+        per_block = max(1, _config.block_rows(rows, k) // length)
+        blocks = len(fixed) / per_block
+        print()
+        print(f"The same in the round's blocks: one block of {per_block} sequences "
+              f"({per_block * length} rows) timed, times {blocks:.2f} blocks (CPU ms per round, "
+              f"best of {args.repeat}; load average {os.getloadavg()[0]:.1f}):")
+        print()
+        print("| what | ms | / bound |")
+        print("|---|---|---|")
+        with threadpool_limits(1):
+            print("\n".join(limit_table(fixed[:per_block], k, args.repeat, args.threads, baseline,
+                                         scale=blocks)))
 
 
 if __name__ == "__main__":

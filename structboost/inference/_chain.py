@@ -73,7 +73,7 @@ _EXP_BLOCK = 4096
 #: their lanes): a chunk's sequences run in lockstep
 #: (:func:`~structboost.inference._chain_sweeps._chunk_messages`), longest
 #: first, one vector lane each.
-CHUNK = 32
+CHUNK = 64
 
 
 @njit(inline="always")
