@@ -2,9 +2,10 @@
 
 ``KERNEL`` and ``PARALLEL`` are the keyword arguments of ``numba.njit`` for
 serial and ``prange`` kernels (:mod:`structboost.inference._chain`,
-:mod:`structboost.inference._tree`, :mod:`structboost.text._lexical`). Fast-math is limited
-to reassociation, contraction and reciprocals, which let LLVM vectorise the
-``K``-long reductions; never ``nnan``/``ninf``, because forbidden (``-inf``)
+:mod:`structboost.inference._tree`, :mod:`structboost.text._lexical`, the
+objective's row loops in :mod:`structboost.objectives._kernels`). Fast-math
+is limited to reassociation, contraction and reciprocals, which let LLVM
+vectorise the ``K``-long reductions; never ``nnan``/``ninf``, because forbidden (``-inf``)
 transitions are legal input.
 
 :func:`threads` sets numba's thread count for one call: batches below

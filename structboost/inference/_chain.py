@@ -2,9 +2,10 @@
 
 Interface
 ---------
-Every kernel takes flat, C-contiguous float64 rows of all sequences and
-``offsets (m + 1,)`` int64 with ``offsets[i]:offsets[i + 1]`` the rows of
-sequence ``i``. Transition scores come as one array ``trans (P, K, K)``:
+Every kernel takes flat, C-contiguous float64 rows of all sequences
+(:func:`exp_rows` also float32 ones in any layout) and ``offsets (m + 1,)``
+int64 with ``offsets[i]:offsets[i + 1]`` the rows of sequence ``i``.
+Transition scores come as one array ``trans (P, K, K)``:
 
 * ``P == 1``: one table shared by every position (``transitions[None]``, a
   view of the usual ``(K, K)`` table);
@@ -123,10 +124,10 @@ def _exp_block(src, lo, hi, w, row_max, bits):
     for t in range(lo, hi):
         top = -np.inf
         for j in range(k):
-            top = max(top, src[t, j])
+            top = max(top, np.float64(src[t, j]))
         row_max[t] = top
         for j in range(k):
-            w[t * k + j] = src[t, j] - top
+            w[t * k + j] = np.float64(src[t, j]) - top
     _exp_nonpositive(w[lo * k : hi * k], bits[: (hi - lo) * k])
 
 
@@ -153,9 +154,12 @@ def exp_rows(src, w, row_max, parallel):
 
     Parameters
     ----------
-    src : (n, K) float64
+    src : (n, K) float32 or float64, any memory layout
         Finite or ``-inf`` entries; a row may be all ``-inf`` (its ``w`` is
-        then NaN, and only a forbidden table has such rows).
+        then NaN, and only a forbidden table has such rows). Read in place
+        (an engine's float32 or column-major margins need no float64
+        copy): float32 entries are widened exactly, so ``w`` equals that of
+        ``src.astype(np.float64)``.
     w : (n, K) float64, output
     row_max : (n,) float64, output
     parallel : bool

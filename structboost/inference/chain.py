@@ -145,7 +145,8 @@ class Workspace:
 
         Parameters
         ----------
-        unary : (n, K) float64, C-contiguous
+        unary : (n, K) float32 or float64, any memory layout
+            Read in place (:func:`structboost.inference._chain.exp_rows`).
         offsets : (m + 1,) int64
             Starting at zero.
         """
@@ -445,7 +446,7 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
 
     Parameters
     ----------
-    unary : (n, K) float64
+    unary : (n, K) float64, or float32 in any layout (as :meth:`Workspace.load`)
     offsets : (m + 1,) int64
     transitions : (K, K) or (n, K, K) float64
     start, end : (K,) float64
@@ -473,7 +474,9 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
     lost = np.flatnonzero(ws.lost)
     part = None
     if lost.size:
-        ws.log_z[lost], part = _log_space_part(unary, offsets, lost, trans, start, end)
+        # (rare: the block's float64 rows for the log-space kernel)
+        wide = np.ascontiguousarray(unary, dtype=np.float64)
+        ws.log_z[lost], part = _log_space_part(wide, offsets, lost, trans, start, end)
         rows = part.rows
         for name, value in log_space_fill(part, k).items():
             getattr(ws, name)[rows] = value

@@ -41,9 +41,9 @@ from ..transitions.base import CURVATURE, VALUE, identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
 from ..transitions.onestep import OneStep
-from ._kernels import all_within, finish_bound_hess, node_grad_hess
+from ._kernels import finish_bound_hess, node_grad_hess, scan_values
 from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, metric_name
-from .step import SecantScale, bound_factor
+from .step import SecantScale
 
 # The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
 # gains nothing there and, beside numba's and the engine's threads, its
@@ -52,8 +52,9 @@ from .step import SecantScale, bound_factor
 _BLAS = ThreadpoolController()
 
 
-#: Rows per chunk of the G and H arithmetic: its temporaries stay in cache.
-GH_ROWS = 4096
+#: Rows per task of the G and H kernel's parallel loop
+#: (:func:`~._kernels.node_grad_hess`).
+GH_ROWS = 1024
 
 # Node scores beyond this size mean a diverged model: a probability of
 # exp(-1e12) is not a prediction, and from about 1e16 float64 can no longer
@@ -78,10 +79,19 @@ def check_margin_values(margins, what, cause):
         What the margins are, for the message (``"the margin"``).
     cause : str
         Where such margins come from and what to do.
+
+    Returns
+    -------
+    int or None
+        The checksum of C- or F-contiguous float32 margins, taken in the
+        same read (:func:`~._kernels.scan_values`: the adaptive step's stamp
+        of margins it keeps); None for others.
     """
     flat = margins.ravel(order="K") if margins.flags.forc else None
-    if flat is not None and all_within(flat, MARGIN_LIMIT):
-        return
+    if flat is not None:
+        within, checksum = scan_values(flat, MARGIN_LIMIT, _config.parallel(margins.shape[0]))
+        if within:
+            return checksum
     step = max(1, _config.BLOCK_ENTRIES // max(1, margins.shape[1]))
     beyond = lambda a: ~(np.abs(margins[a : a + step]) <= MARGIN_LIMIT)  # noqa: E731 (NaN too)
     for lo in range(0, margins.shape[0], step):
@@ -96,6 +106,7 @@ def check_margin_values(margins, what, cause):
                 f"{what} of row {row}, label {label} is {value:g} ({kind}; {count} "
                 f"value(s) in all): {cause}."
             )
+    return None
 
 
 def check_sequence_weights(seq_weight, lengths):
@@ -259,6 +270,10 @@ class NodeObjective:
         LightGBM's column-major float64); other dtypes are converted to
         float64. The values are checked in row blocks (:func:`check_margin_values`).
         """
+        return self._checked_rows(margins)[0]
+
+    def _checked_rows(self, margins):
+        """:meth:`margin_rows` and the checksum of :func:`check_margin_values`."""
         m = np.asarray(margins)
         if m.ndim == 1 and m.size % self.num_labels == 0:
             m = m.reshape(-1, self.num_labels)
@@ -270,8 +285,7 @@ class NodeObjective:
             )
         if m.dtype not in (np.float32, np.float64):
             m = m.astype(np.float64)
-        check_margin_values(m, "the margin", DIVERGED)
-        return m
+        return m, check_margin_values(m, "the margin", DIVERGED)
 
     def check_margins(self, margins: Any) -> Floats:
         """``(n, K)`` C-contiguous float64 margins, or a clear error."""
@@ -306,7 +320,6 @@ class NodeObjective:
         -------
         grad, hess : (n, K) of ``dtype``
         """
-        u = self.margin_rows(margins)
         dtype = np.dtype(dtype)
         if dtype not in (np.float64, np.float32) or order not in ("C", "F"):
             raise ValueError(
@@ -314,7 +327,8 @@ class NodeObjective:
                 f"{order!r}."
             )
         with self.threads():
-            return self._grad_hess(u, batch, self._outputs(u.shape, dtype, order))
+            u, stamp = self._checked_rows(margins)
+            return self._grad_hess(u, batch, self._outputs(u.shape, dtype, order), stamp)
 
     def _outputs(self, shape, dtype, order):
         """The ``(grad, hess)`` arrays a round writes (see :meth:`grad_hess`)."""
@@ -344,17 +358,6 @@ class NodeObjective:
         """Whether a pass that sums up to ``need`` computes the mixing rates in its sweep."""
         return (self.mode == "gbcrf" and self.spec.hessian_bound == "mixing") or need >= CURVATURE
 
-    def _factor(self, gamma, scale, rows):
-        """``(factor (r,), unit)``: the mode's Hessian is ``max(p (1 - p) factor, floor)`` per row.
-
-        ``unit``: TreeCRF's ``1`` instead; ``gamma (r,)`` the node bound
-        (``"gbcrf"`` mode; None otherwise), ``scale`` the adaptive step's
-        (1: the bound).
-        """
-        if self.mode == "gbcrf":
-            return bound_factor(gamma, scale), False
-        return np.full(rows, 2.0), self.mode == "treecrf"
-
     def _scale_hess(self, gamma, scale, batch, hess):
         """Finish in place a GBCRF Hessian ``hess (n, K)`` written as ``p (1 - p)``.
 
@@ -365,44 +368,55 @@ class NodeObjective:
         (:func:`~._kernels.finish_bound_hess`).
         """
         finish_bound_hess(hess, gamma, scale, self.spec.hess_floor, batch.offsets,
-                          batch.seq_weight, hess)  # fmt: skip
+                          batch.seq_weight, hess, _config.parallel(hess.shape[0]))  # fmt: skip
 
-    def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None):
+    def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None, last=None):
         """Write G and H of every block of ``blocks`` (see :meth:`_node_blocks`) into ``out``.
 
         G is ``p - onehot(y)`` and H the mode's (see the module notes), both
-        weighted, written in chunks of :data:`GH_ROWS` rows straight into
-        the outputs (:func:`~._kernels.node_grad_hess`). ``scale`` None
+        weighted, written straight into the outputs by one kernel a block
+        (:func:`~._kernels.node_grad_hess`, on threads in tasks of
+        :data:`GH_ROWS` rows where the batch is large). ``scale`` None
         writes ``p (1 - p)`` in place of H, and the node bound into
         ``gamma_rows (n,)`` (see :meth:`_scale_hess`); ``log_z (m,)``, if
         given, receives the blocks' ``log Z``.
+
+        ``last``: ``(margins, old_g, old_h)``, the adaptive step's kept
+        arrays (:meth:`~.step.SecantScale.kept`), with ``margins`` those of
+        this round ``(n, K)``: the kernel then takes the secant's sums in the
+        same read, returned as ``[slope, model, new_slope]`` (summed task by
+        task in order) and the kept margins' checksum
+        (:func:`~._kernels.node_grad_hess`); None otherwise.
         """
         grad, hess = out
+        summed, checksum = np.zeros(3), 0
         lengths = np.diff(batch.offsets)
         floor = self.spec.hess_floor
+        parallel = _config.parallel(grad.shape[0])
+        no_gamma = np.zeros(0)  # LogitBoost's and TreeCRF's rows: factor 2 (or unit)
         for rows, seqs, post, p in blocks:
             if log_z is not None:
                 log_z[seqs] = post.log_z
-            gamma = None
+            gamma = no_gamma
             bound = self.spec.hessian_bound
             if self.mode == "gbcrf":
                 gamma = (
                     post.node_gamma(bound, marginals=p)
                     if isinstance(bound, str)
-                    else np.full(p.shape[0], bound)
+                    else np.full(p.shape[0], float(bound))
                 )
                 if scale is None:
                     gamma_rows[rows] = gamma
-            labels = batch.labels[rows]
             row_w = np.repeat(batch.seq_weight[seqs], lengths[seqs])
-            g_out, h_out = grad[rows], hess[rows]
-            for a in range(0, p.shape[0], GH_ROWS):
-                b = min(p.shape[0], a + GH_ROWS)
-                factor, unit = self._factor(
-                    None if gamma is None else gamma[a:b], 1.0 if scale is None else scale, b - a
-                )
-                node_grad_hess(p[a:b], labels[a:b], row_w[a:b], factor, unit, floor,
-                               scale is not None, g_out[a:b], h_out[a:b])  # fmt: skip
+            sums = node_grad_hess(
+                p, batch.labels[rows], row_w, gamma, 1.0 if scale is None else scale,
+                self.mode == "treecrf", floor, scale is not None, (grad[rows], hess[rows]),
+                parallel, GH_ROWS, None if last is None else tuple(a[rows] for a in last),
+            )  # fmt: skip
+            if sums is not None:
+                summed += np.add.reduce(sums[0], axis=0)
+                checksum = (checksum + int(np.add.reduce(sums[1]))) % 2**64
+        return None if last is None else ([float(x) for x in summed], checksum)
 
     def _steps(self):
         """The :class:`~structboost.transitions.onestep.OneStep` of one-pass rounds, or None."""
@@ -415,7 +429,7 @@ class NodeObjective:
             )
         return self._one_step
 
-    def _grad_hess(self, u, batch, out):
+    def _grad_hess(self, u, batch, out, stamp):
         t0 = time.process_time()
         problem = params = scale = None
         steps = self._steps() if self.uses_transitions else None
@@ -429,7 +443,7 @@ class NodeObjective:
             params = None if steps is None else steps.params(problem, self.params)
         if params is not None:
             self.params = params
-            if self._one_pass(u, batch, out, problem, steps, node, t0):
+            if self._one_pass(u, batch, out, problem, steps, node, stamp, t0):
                 return out
             # the transitions lag: this round refits from its pass (the solver's
             # first evaluation), at the scale that pass fitted
@@ -460,21 +474,22 @@ class NodeObjective:
             ))  # fmt: skip
         if self.step_scale is not None:
             self.step_scale.remember(u, self.step_scale.nll(log_z, node, batch), *out,
-                                     borrow=out[0].dtype == np.float32)  # fmt: skip
+                                     borrow=out[0].dtype == np.float32, stamp=stamp)  # fmt: skip
         t2 = time.process_time()
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += inference[0]
         self.timings["gamma"] += t2 - t1 - inference[0]
         return out
 
-    def _one_pass(self, u, batch, out, problem, steps, node, t0):
+    def _one_pass(self, u, batch, out, problem, steps, node, stamp, t0):
         """The round of one pass at ``self.params`` (see :mod:`structboost.transitions.onestep`).
 
         The pass writes G and, with the adaptive step, ``p (1 - p)`` in
         place of H (H waits for the scale); its sums and the secant's cross
         the workers in one allreduce; the scale finishes H in place and the
         sums give the next round's transition step. ``node``: the labels'
-        node score (:func:`label_score`). Returns False, with the secant's
+        node score (:func:`label_score`); ``stamp``: the margins' checksum
+        (:func:`check_margin_values`). Returns False, with the secant's
         scale fitted and nothing else kept, when the round must refit from
         its pass instead (:meth:`~structboost.transitions.onestep.OneStep.finish`).
         """
@@ -484,10 +499,14 @@ class NodeObjective:
         if secant is not None:  # H waits for the scale: p (1 - p) and gamma meanwhile
             log_z = np.empty(batch.offsets.shape[0] - 1)
             gamma_rows = np.empty(u.shape[0])  # (freed before the engine's tree: its peak)
-        # the secant's sums along the old G and H, before their buffers are rewritten
-        measured = None if secant is None else secant.measure(u)
+        # the secant's sums along the old and the new G and H, taken as they are rewritten
+        kept = None if secant is None else secant.kept(u)
         blocks = _timed(self._node_blocks(u, batch, problem, steps.need), inference)
-        self._write_blocks(blocks, batch, out, None if secant else 1.0, log_z, gamma_rows)
+        measured = self._write_blocks(blocks, batch, out, None if secant else 1.0, log_z,
+                                      gamma_rows, None if kept is None else (u, *kept))  # fmt: skip
+        if measured is not None:
+            secant.check(measured[1])
+            measured = measured[0] if steps.moved else measured[0][:2]
         t1 = time.process_time()
         local = steps.local_sums(problem, self.params, node)
         moved = steps.moved
@@ -495,7 +514,7 @@ class NodeObjective:
         if secant is not None:
             nll = secant.nll(log_z, node, batch)
         if measured is not None:
-            own = secant.local_sums(u, nll, out[0] if moved else None, measured)
+            own = secant.local_sums(u, nll, measured=measured)
             own[0] -= steps.path_change(problem)  # the weighted NLL's change
         summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
         if secant is not None:
@@ -511,7 +530,7 @@ class NodeObjective:
             return False
         if secant is not None:
             self._scale_hess(gamma_rows, scale, batch, out[1])
-            secant.remember(u, nll, *out, borrow=out[0].dtype == np.float32)
+            secant.remember(u, nll, *out, borrow=out[0].dtype == np.float32, stamp=stamp)
         return True
 
     def evaluate(

@@ -54,7 +54,7 @@ class DeviceSecant(SecantScale):
         slope, model = step_sums(margins, self._last[0], grad, grad if hess is None else hess)
         return [slope, 0.0 if hess is None else model]
 
-    def remember(self, margins, nll, grad, hess, borrow=False):
+    def remember(self, margins, nll, grad, hess, borrow=False, stamp=None):
         """Keep float32 device copies of ``margins``, ``grad`` and ``hess`` ``(n, K)``."""
         arrays = (margins, grad, hess)
         if self._copies is None or self._copies[0].shape != margins.shape:

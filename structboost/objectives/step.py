@@ -37,25 +37,13 @@ curvature along ``d`` plus the cross term of the two steps).
 
 import numpy as np
 
+from .. import _config
 from ._kernels import step_sums
 
 #: Largest factor by which the scale may shrink in one round.
 MAX_SHRINK = 4.0
 #: Smallest scale (a floor for the controller; the Hessian floor is ``2 p (1 - p)``).
 MIN_SCALE = 1e-3
-
-
-def bound_factor(gamma, scale):
-    """Per-row multiplier ``(r,)`` of ``p (1 - p)`` in the GBCRF Hessian.
-
-    ``gamma (r,)`` is the node bound and ``scale`` the adaptive step's; below
-    1 the scaled bound is floored at LogitBoost's 2 (``max(2 p (1 - p),
-    scale gamma p (1 - p)) = p (1 - p) max(2, scale gamma)``, as ``p (1 - p)
-    >= 0``).
-    """
-    if scale >= 1.0:
-        return gamma
-    return np.maximum(scale * gamma, 2.0)
 
 
 class SecantScale:
@@ -124,7 +112,9 @@ class SecantScale:
         since the last round and ``G``, ``H`` what it handed the engine (or
         ``measured``, those two from :meth:`measure`, taken before they were
         overwritten); ``new_slope = G_new . d`` with ``grad``, this round's
-        weighted gradient ``(n, K)`` (0 without). Arguments otherwise as for
+        weighted gradient ``(n, K)`` (0 without), or ``measured[2]`` where
+        ``measured`` has three entries (all three taken while G_new was
+        written, see :meth:`kept`). Arguments otherwise as for
         :meth:`update`, whose sums these are; a caller may sum them with
         others in one allreduce and hand them to :meth:`fit`.
         """
@@ -132,6 +122,8 @@ class SecantScale:
             measured = self.measure(margins)
         if measured is None:
             return None
+        if len(measured) == 3:
+            return np.array([nll - self._last[3], *measured])
         new_slope = 0.0 if grad is None else self._along(margins, grad)[0]
         return np.array([nll - self._last[3], *measured, new_slope])
 
@@ -141,21 +133,41 @@ class SecantScale:
         None without a last round (or one of another shape). Reads the last
         round's G and H: a caller that reuses their buffers measures first.
         """
+        last = self.kept(margins)
+        return None if last is None else self._along(margins, last[1], last[2])
+
+    def kept(self, margins):
+        """The last round's float32 ``(margins, G, H)``, each ``(n, K)``; None as :meth:`measure`.
+
+        For a caller that takes the secant's sums while it writes this
+        round's G and H (:func:`~._kernels.node_grad_hess`), instead of
+        :meth:`measure` before and a read of ``G_new`` after; it hands the
+        checksum of the kept margins to :meth:`check`.
+        """
         last = self._last
-        if last is None or last[0].shape != margins.shape:
-            return None
-        if self._stamp is not None and _checksum(last[0]) != self._stamp:
+        return None if last is None or last[0].shape != margins.shape else last[:3]
+
+    def check(self, checksum):
+        """Raise if borrowed margins no longer have the stamp :meth:`remember` took."""
+        if self._stamp is not None and checksum != self._stamp:
             raise ValueError(
                 "the margins of the objective's last round changed after it returned (the "
                 "adaptive step keeps them, with float32 results, until this round): hand "
                 "the objective a fresh margin array each round, as xgboost.train does, or "
                 "a copy."
             )
-        return self._along(margins, last[1], last[2])
 
     def _along(self, margins, grad, hess=None):
-        """``[grad . d, d' hess d]`` (0 without ``hess``), ``d`` the step to ``margins``."""
-        return step_sums(margins, self._last[0], grad, hess)
+        """``[grad . d, d' hess d]`` (0 without ``hess``), ``d`` the step to ``margins``.
+
+        The same read checks that borrowed margins kept their stamp (see
+        :meth:`remember`).
+        """
+        sums, checksum = step_sums(
+            margins, self._last[0], grad, hess, _config.parallel(margins.shape[0])
+        )
+        self.check(checksum)
+        return sums
 
     def fit(self, sums, moved=False, explained=0.0):
         """Fit the scale to the summed secant ``[change, slope, model, new_slope]``; None keeps it.
@@ -182,7 +194,7 @@ class SecantScale:
         self.history.append(self.scale)
         return self.scale
 
-    def remember(self, margins, nll, grad, hess, borrow=False):
+    def remember(self, margins, nll, grad, hess, borrow=False, stamp=None):
         """Keep what the next round's :meth:`update` needs.
 
         ``margins``, ``grad`` and ``hess`` are ``(n, K)`` (the weighted
@@ -196,13 +208,18 @@ class SecantScale:
         objective hands the engine, see :meth:`NodeObjective.grad_hess
         <structboost.objectives.base.NodeObjective.grad_hess>`): the caller
         leaves them unchanged until the next :meth:`update`, which checks
-        the margins. Copies otherwise (LightGBM updates its margins in
+        the margins against ``stamp``, their checksum (taken by the round's
+        margin check, :func:`~.base.check_margin_values`; without it they
+        are copied). Copies otherwise (LightGBM updates its margins in
         place).
         """
         arrays = (margins, grad, hess)
         self._stamp = None
-        if borrow and margins.flags.c_contiguous and all(a.dtype == np.float32 for a in arrays):
-            self._stamp = _checksum(margins)
+        if (
+            borrow and stamp is not None and margins.flags.c_contiguous
+            and all(a.dtype == np.float32 for a in arrays)
+        ):  # fmt: skip
+            self._stamp = stamp
         else:
             if self._copies is None or self._copies[0].shape != margins.shape:  # (the
                 # margins' order, so that the next round's sums read them in one order)
@@ -212,7 +229,3 @@ class SecantScale:
             arrays = self._copies
         self._last = (*arrays, nll)
 
-
-def _checksum(margins):
-    """Sum of the bit patterns of C-contiguous float32 ``margins``: changes when they do."""
-    return int(np.add.reduce(margins.reshape(-1).view(np.uint32), dtype=np.uint64))

@@ -142,8 +142,9 @@ def observed_counts(labels, offsets, seq_weight, num_labels):
 class _Block:
     """Rows ``rows`` and sequences ``seqs`` of a batch, with what a pass over them needs.
 
-    ``unary (c, K)`` is float64 and C-contiguous (a copy where the batch's
-    node potentials are float32 or column-major), ``offsets`` start at zero,
+    ``unary (c, K)`` is a view of the batch's node potentials, in their
+    dtype and layout (the pass exponentiates them in place,
+    :meth:`~structboost.inference.chain.Workspace.load`), ``offsets`` start at zero,
     ``edges`` are the block's rows that have a successor in their sequence
     and ``edge_weight`` their sequences' weights.
     """
@@ -234,7 +235,7 @@ class TransitionProblem(PenalisedProblem):
         edges = np.flatnonzero(inner)
         return _Block(
             slice(r0, r1), slice(s0, s1),
-            np.ascontiguousarray(self.unary[r0:r1], dtype=np.float64), offsets, seq_weight,
+            self.unary[r0:r1], offsets, seq_weight,
             edges, np.repeat(seq_weight, np.diff(offsets))[edges],
         )  # fmt: skip
 
