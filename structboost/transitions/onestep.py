@@ -38,7 +38,7 @@ bound step, 2 passes). Measured at the library defaults on OCR, protein and
 CoNLL-2003 (benchmarks/README.md, "One pass a round"): the training NLL
 after 100 rounds within 0.35% of ten converged refits, the test scores
 within the spread that a change of the refit's own tolerance gives, at 55
-passes in a 30-round OCR fit against 82. One iteration, or ending the
+passes in a 30-round OCR fit against 81-82. One iteration, or ending the
 warm-up after the first round by the :data:`LAG` test below, let the NLL
 rise at learning rate 1 on the engine tests' sticky HMM. After the warm-up
 an L-BFGS round refits *from its own pass* when that pass shows a rise of

@@ -165,7 +165,11 @@ def test_a_lagging_round_refits_from_its_pass_before_its_g_and_h(monkeypatch):
 
 
 def test_warm_up_refits_after_the_first_continue_for_warmup_iter_iterations(monkeypatch):
-    """The first refit runs in full; the warm-up's others ``WARMUP_ITER``; a lagging round in full."""
+    """Iterations the objective asks of the refit: in the warm-up, then in a lagging round.
+
+    The first refit runs in full, the warm-up's others ``WARMUP_ITER``
+    iterations, a lagging round's refit in full.
+    """
     monkeypatch.setattr(onestep, "LAG", 0.0)  # rounds of one pass lag (see the test above)
     asked = []
     real = objectives_base.refit
