@@ -459,7 +459,7 @@ class NodeObjective:
                 scale = self.step_scale.update(
                     u, self.step_scale.nll(before, node, batch), self.allreduce
                 )
-            iters = DEFAULT_ITER[solver] if steps is not None else self.spec.iterations
+            iters = self.spec.iterations if steps is None else steps.refit_iterations(params)
             self.params = refit(problem, self.params, solver, iters, self._lbfgs_memory)
         t1 = time.process_time()
         log_z = np.empty(batch.offsets.shape[0] - 1) if self.step_scale is not None else None

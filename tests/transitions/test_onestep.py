@@ -9,7 +9,9 @@ import xgboost as xgb
 import naive
 import structboost as sb
 from structboost.datasets import make_hmm_sequences
+from structboost.objectives import base as objectives_base
 from structboost.objectives.chain import CRFObjective, SequenceBatch
+from structboost.objectives.params import DEFAULT_ITER
 from structboost.transitions import chain as transitions_chain
 from structboost.transitions import onestep
 from structboost.transitions.chain import TransitionParams, TransitionProblem
@@ -160,3 +162,32 @@ def test_a_lagging_round_refits_from_its_pass_before_its_g_and_h(monkeypatch):
     _, marg = sb.inference.forward_backward(margins, lengths, p.transitions, p.start, p.end)
     np.testing.assert_allclose(g + np.eye(K)[y], marg, atol=1e-12)
     assert obj._one_step._nll is not None and not obj._one_step.moved
+
+
+def test_warm_up_refits_after_the_first_continue_for_warmup_iter_iterations(monkeypatch):
+    """Iterations the objective asks of the refit: in the warm-up, then in a lagging round.
+
+    The first refit runs in full, the warm-up's others ``WARMUP_ITER``
+    iterations, a lagging round's refit in full.
+    """
+    monkeypatch.setattr(onestep, "LAG", 0.0)  # rounds of one pass lag (see the test above)
+    asked = []
+    real = objectives_base.refit
+
+    def recording(problem, params, solver, max_iter, memory=None):
+        asked.append(max_iter)
+        return real(problem, params, solver, max_iter, memory)
+
+    monkeypatch.setattr(objectives_base, "refit", recording)
+    rng = np.random.default_rng(7)
+    _, y, lengths = _hmm(7)
+    batch = SequenceBatch.build(y, lengths, K)
+    margins = rng.normal(size=(len(y), K))
+    obj = CRFObjective(K, step="bound")  # the default: "lbfgs", one pass a round
+    for _ in range(onestep.WARMUP + 3):
+        g, h = obj.grad_hess(margins, batch)
+        margins = margins - 0.5 * g / h
+    full = DEFAULT_ITER["lbfgs"]
+    assert onestep.WARMUP_ITER < full
+    assert asked[: onestep.WARMUP] == [full] + [onestep.WARMUP_ITER] * (onestep.WARMUP - 1)
+    assert len(asked) > onestep.WARMUP and set(asked[onestep.WARMUP :]) == {full}
