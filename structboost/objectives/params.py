@@ -36,7 +36,8 @@ EDGE_BOUNDS = ("mixing", "length")
 #: Step sizes of GBCRF: the Hessian bound itself, or scaled to the measured curvature (:mod:`.step`).
 STEPS = ("bound", "adaptive")
 #: Iterations of a refit (``transition_iter`` None with ``"majorize"``; the
-#: refit rounds of one-pass training, :mod:`structboost.transitions.onestep`).
+#: first and the lagging refit rounds of one-pass training, whose other
+#: warm-up rounds take ``WARMUP_ITER``: :mod:`structboost.transitions.onestep`).
 DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 #: Keywords of earlier development versions and their names now.
 RENAMED = {"gamma": "hessian_bound", "transitions": "transition_solver"}
