@@ -191,3 +191,37 @@ def test_warm_up_refits_after_the_first_continue_for_warmup_iter_iterations(monk
     assert onestep.WARMUP_ITER < full
     assert asked[: onestep.WARMUP] == [full] + [onestep.WARMUP_ITER] * (onestep.WARMUP - 1)
     assert len(asked) > onestep.WARMUP and set(asked[onestep.WARMUP :]) == {full}
+
+
+@pytest.mark.parametrize("gain, cleared", [(1.0, False), (0.1, True)])
+def test_a_rise_along_the_transition_step_counts_past_lag_of_the_round_gain(gain, cleared):
+    """The trapezoid rule's change along the last step ``S``, against ``LAG`` of the round's gain.
+
+    Here the data gradients before and after ``S`` give ``(g_old + g) . S / 2
+    = 0.01 > 0``. The NLL fell by ``gain``: a change of at most ``LAG * gain``
+    is the rule's own error (the cross term of the node and the transition
+    steps), and the pairs go on; a larger one is the transitions' rise,
+    which clears the pairs and refits from the pass.
+    """
+    rng = np.random.default_rng(8)
+    _, y, lengths = _hmm(8)
+    batch = SequenceBatch.build(y, lengths, K)
+    margins = rng.normal(size=(len(y), K))
+    problem = TransitionProblem(margins, batch.offsets, batch.seq_weight, batch.counts, reg=0.0)
+    d = K * K + 2 * K
+    x = 0.1 * rng.normal(size=d)
+    step = np.zeros(d)
+    step[0] = 0.1
+    g_old, g_new = np.zeros(d), np.zeros(d)
+    g_old[0], g_new[0] = -1.0, 1.2  # (g_old + g_new) . S / 2 = 0.01
+    memory = LBFGSMemory()
+    memory.push(np.eye(d)[1], np.eye(d)[1])
+    steps = onestep.OneStep("lbfgs", DEFAULT_ITER["lbfgs"], memory)
+    steps.record(TransitionParams.from_vector(x - step, K), None, step, g_old)
+    steps._nll = 10.0
+    summed = np.concatenate(([10.0 - gain], g_new))
+    assert 0.01 > onestep.LAG * 0.1 and 0.01 < onestep.LAG * 1.0
+    refit = steps.finish(problem, TransitionParams.from_vector(x, K), summed)
+    assert (memory.pairs == []) == cleared
+    if cleared:  # held a round, refit from the pass
+        assert refit and steps.damping == 0.5 and not steps.moved
