@@ -506,7 +506,7 @@ class NodeObjective:
                                       gamma_rows, None if kept is None else (u, *kept))  # fmt: skip
         if measured is not None:
             secant.check(measured[1])
-            measured = measured[0] if steps.moved else measured[0][:2]
+            measured = measured[0]  # (fit reads new_slope only when the transitions moved)
         t1 = time.process_time()
         local = steps.local_sums(problem, self.params, node)
         moved = steps.moved

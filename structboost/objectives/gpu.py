@@ -161,16 +161,15 @@ class DeviceCRFObjective(CRFObjective):
         if node is None and (steps is not None or secant is not None):  # the labels' node
             node = label_score(du.unary, st)  # score: the NLL check's and the secant's
         if steps is not None and params is not None:  # one pass: its sums and the secant's
-            measured = None if secant is None else secant.measure(du.unary)  # in one allreduce
             with _BLAS.limit(limits=1, user_api="blas"):
                 local = steps.local_sums(problem, self.params, node)
             own = None
-            if measured is not None:
+            if secant is not None and secant.kept(du.unary) is not None:  # in one allreduce
                 grad = None  # G at scale 1 for the gradient secant (H waits for the scale)
                 if steps.moved:
                     grad, _ = grad_hess(*args, step, spec.hess_floor)
-                own = secant.local_sums(du.unary, secant.nll(post.log_z, node, batch), grad,
-                                        measured)
+                own = secant.local_sums(du.unary, secant.nll(post.log_z, node, batch),
+                                        secant.measure(du.unary, grad))
                 own[0] -= steps.path_change(problem)
             summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
             if secant is not None:

@@ -102,39 +102,36 @@ class SecantScale:
         sums = self.local_sums(margins, nll)
         return self.fit(None if sums is None else allreduce(sums))
 
-    def local_sums(self, margins, nll, grad=None, measured=None):
+    def local_sums(self, margins, nll, measured=None):
         """This worker's ``[change, slope, model, new_slope]`` of the secant, or None.
 
-        None without a last round (or one of another shape).
-
-        ``change`` is that of :meth:`nll` (``nll`` this round's), ``slope =
-        G . d`` and ``model = d' H d``, with ``d`` the change of the margins
-        since the last round and ``G``, ``H`` what it handed the engine (or
-        ``measured``, those two from :meth:`measure`, taken before they were
-        overwritten); ``new_slope = G_new . d`` with ``grad``, this round's
-        weighted gradient ``(n, K)`` (0 without), or ``measured[2]`` where
-        ``measured`` has three entries (all three taken while G_new was
-        written, see :meth:`kept`). Arguments otherwise as for
-        :meth:`update`, whose sums these are; a caller may sum them with
-        others in one allreduce and hand them to :meth:`fit`.
+        ``change`` is that of :meth:`nll` (``nll`` this round's); the others
+        are ``measured`` (:meth:`measure`, taken before the last round's G
+        and H were overwritten, or while this round's were written, see
+        :meth:`kept`), by default :meth:`measure` now without this round's
+        gradient. None without a last round (or one of another shape).
+        Arguments otherwise as for :meth:`update`, whose sums these are; a
+        caller may sum them with others in one allreduce and hand them to
+        :meth:`fit`.
         """
         if measured is None:
             measured = self.measure(margins)
-        if measured is None:
-            return None
-        if len(measured) == 3:
-            return np.array([nll - self._last[3], *measured])
-        new_slope = 0.0 if grad is None else self._along(margins, grad)[0]
-        return np.array([nll - self._last[3], *measured, new_slope])
+        return None if measured is None else np.array([nll - self._last[3], *measured])
 
-    def measure(self, margins):
-        """``[slope, model]`` of the step to ``margins (n, K)`` (see :meth:`local_sums`), or None.
+    def measure(self, margins, grad=None):
+        """``[slope, model, new_slope]`` of the step ``d`` to ``margins (n, K)``, or None.
 
-        None without a last round (or one of another shape). Reads the last
-        round's G and H: a caller that reuses their buffers measures first.
+        ``slope = G . d`` and ``model = d' H d`` with the G and H the last
+        round handed the engine; ``new_slope = G_new . d`` with ``grad``,
+        this round's weighted gradient ``(n, K)`` (0 without). None without
+        a last round (or one of another shape). Reads the last round's G and
+        H: a caller that reuses their buffers measures first.
         """
         last = self.kept(margins)
-        return None if last is None else self._along(margins, last[1], last[2])
+        if last is None:
+            return None
+        new_slope = 0.0 if grad is None else self._along(margins, grad)[0]
+        return np.array([*self._along(margins, last[1], last[2]), new_slope])
 
     def kept(self, margins):
         """The last round's float32 ``(margins, G, H)``, each ``(n, K)``; None as :meth:`measure`.
