@@ -224,9 +224,14 @@ def exact_gamma(alpha, r, marginals, offsets, emat):
     return out
 
 
-@njit(**KERNEL)
 def exact_gamma_pairwise(pairwise, marginals, offsets):
     """:func:`exact_gamma` from pairwise marginals (rows of the log-space fallback).
+
+    The pairwise marginal of an edge is its table with unit message
+    weights: ``P(y_{t+1} | y_t)`` is the row-normalised ``pairwise[t]``, as
+    :func:`exact_gamma` builds it from ``E`` and ``r``, so this is
+    :func:`exact_gamma` with per-position tables ``pairwise[t]`` at the rows
+    ``t + 1`` and ``alpha = r = 1``.
 
     Parameters
     ----------
@@ -239,19 +244,9 @@ def exact_gamma_pairwise(pairwise, marginals, offsets):
     -------
     (r,) float64
     """
-    r, k = marginals.shape
-    ones = np.ones(k)
-    out = np.zeros(r)
-    for i in range(offsets.shape[0] - 1):
-        lo, hi = offsets[i], offsets[i + 1]
-        length = hi - lo
-        fwd = np.zeros((length, k, k))
-        bwd = np.zeros((length, k, k))
-        for t in range(length - 1):
-            _row_conditional(pairwise[lo + t], ones, fwd[t])
-            _row_conditional(np.ascontiguousarray(pairwise[lo + t].T), ones, bwd[t + 1])
-        _sequence_exact_gamma(fwd, bwd, marginals, lo, out)
-    return out
+    ones = np.ones_like(marginals)
+    tables = np.concatenate((np.zeros_like(pairwise[:1]), pairwise[:-1]))
+    return exact_gamma(ones, ones, marginals, offsets, tables)
 
 
 @njit(**KERNEL)
