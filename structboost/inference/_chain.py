@@ -118,7 +118,7 @@ def _exp_nonpositive(x, bits):
 
 
 @njit(**KERNEL)
-def _exp_block(src, lo, hi, w, row_max, bits):
+def _exp_block(src, lo, hi, w, row_max, bits, normalise):
     """Rows ``lo:hi`` of :func:`exp_rows` into the flat ``(n * K,)`` ``w`` (``bits``: scratch)."""
     k = src.shape[1]
     for t in range(lo, hi):
@@ -129,27 +129,35 @@ def _exp_block(src, lo, hi, w, row_max, bits):
         for j in range(k):
             w[t * k + j] = np.float64(src[t, j]) - top
     _exp_nonpositive(w[lo * k : hi * k], bits[: (hi - lo) * k])
+    if normalise:
+        for t in range(lo, hi):
+            total = 0.0
+            for j in range(k):
+                total += w[t * k + j]
+            inv = 1.0 / total
+            for j in range(k):
+                w[t * k + j] *= inv
 
 
 @njit(**PARALLEL)
-def _exp_rows_parallel(src, w, row_max):
+def _exp_rows_parallel(src, w, row_max, normalise):
     n, k = src.shape
     rows = max(1, _EXP_BLOCK // max(1, k))
     for b in prange((n + rows - 1) // rows):
         bits = np.empty(rows * k, dtype=np.int64)
-        _exp_block(src, b * rows, min(n, (b + 1) * rows), w, row_max, bits)
+        _exp_block(src, b * rows, min(n, (b + 1) * rows), w, row_max, bits, normalise)
 
 
 @njit(**KERNEL)
-def _exp_rows_serial(src, w, row_max):
+def _exp_rows_serial(src, w, row_max, normalise):
     n, k = src.shape
     rows = max(1, _EXP_BLOCK // max(1, k))
     bits = np.empty(rows * k, dtype=np.int64)  # one small scratch, not a fresh (n * K,) one
     for lo in range(0, n, rows):
-        _exp_block(src, lo, min(n, lo + rows), w, row_max, bits)
+        _exp_block(src, lo, min(n, lo + rows), w, row_max, bits, normalise)
 
 
-def exp_rows(src, w, row_max, parallel):
+def exp_rows(src, w, row_max, parallel, normalise=False):
     """Row-wise ``w = exp(src - max)``, ``row_max = max`` (in the given buffers).
 
     Parameters
@@ -161,10 +169,15 @@ def exp_rows(src, w, row_max, parallel):
         copy): float32 entries are widened exactly, so ``w`` equals that of
         ``src.astype(np.float64)``.
     w : (n, K) float64, output
+        C-contiguous.
     row_max : (n,) float64, output
     parallel : bool
+    normalise : bool
+        Divide each row of ``w`` by its sum while the block is in cache:
+        the row-wise softmax of ``src``.
     """
-    (_exp_rows_parallel if parallel else _exp_rows_serial)(src, w.reshape(-1), row_max)
+    run = _exp_rows_parallel if parallel else _exp_rows_serial
+    run(src, w.reshape(-1), row_max, normalise)
 
 
 def exp_tables(trans, parallel=False):

@@ -525,6 +525,20 @@ def label_node_scores(unary, offsets, labels):
     return out
 
 
+def node_softmax(unary):
+    """Row-wise softmax ``(n, K)`` float64 of node scores: the marginals of rows without edges.
+
+    ``unary (n, K)`` float32 or float64 in any memory layout, finite (as an
+    objective's validated margins), read in place: one sweep of
+    :func:`~structboost.inference._chain.exp_rows`' vectorised exponential,
+    each row divided by its sum while in cache, no row-sized temporaries.
+    """
+    n, k = unary.shape
+    out = np.empty((n, k))
+    _chain.exp_rows(unary, out, np.empty(n), _config.parallel(n), normalise=True)
+    return out
+
+
 def map_labels(unary, offsets, transitions, start, end):
     """Viterbi labels ``(n,)`` of validated arrays (see :func:`check_chain`).
 

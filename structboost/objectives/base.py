@@ -35,7 +35,7 @@ from threadpoolctl import ThreadpoolController
 
 from .. import _config
 from .._typing import Floats
-from ..inference.chain import label_node_scores
+from ..inference.chain import label_node_scores, node_softmax
 from ..sequences import sequence_blocks
 from ..transitions.base import CURVATURE, VALUE, identity
 from ..transitions.chain import FIRST_NEED, refit
@@ -170,7 +170,10 @@ def _threads(nthread):
 
 
 def softmax(margins):
-    """Row-wise softmax of ``(n, K)`` margins."""
+    """Row-wise softmax of ``(n, K)`` margins, NumPy or CuPy (the GPU objective's).
+
+    The CPU round takes :func:`~structboost.inference.chain.node_softmax`.
+    """
     z = margins - margins.max(axis=1, keepdims=True)
     np.exp(z, out=z)
     z /= z.sum(axis=1, keepdims=True)
@@ -352,7 +355,7 @@ class NodeObjective:
                 yield rows, seqs, post, post.marginals()
             return
         for rows, seqs in row_blocks(batch.offsets, u.shape):
-            yield rows, seqs, None, softmax(np.asarray(u[rows], dtype=np.float64))
+            yield rows, seqs, None, node_softmax(u[rows])
 
     def _rates(self, need=VALUE):
         """Whether a pass that sums up to ``need`` computes the mixing rates in its sweep."""

@@ -763,3 +763,27 @@ def test_label_scores_make_no_row_sized_temporaries(which):
         tracemalloc.stop()
     m = offsets.shape[0] - 1
     assert peak < 8 * m + 16_384, (peak, unary.shape[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("k", [1, 3, 10, 26])
+def test_node_softmax_is_the_rows_softmax(monkeypatch, dtype, order, k):
+    """The edge-free marginals, read in place in any dtype and layout, against NumPy's softmax.
+
+    Both drivers: serial, and ``prange`` (``SERIAL_ROWS`` 0) on two threads.
+    """
+    rng = np.random.default_rng(k)
+    unary = np.asarray(rng.normal(0.0, 30.0, size=(257, k)), dtype=dtype, order=order)
+    unary[0] = 700.0  # a row of equal huge scores
+    unary[1, 0] = -700.0
+    wide = unary.astype(np.float64)
+    e = np.exp(wide - wide.max(axis=1, keepdims=True))
+    expected = e / e.sum(axis=1, keepdims=True)
+    for serial_rows in (1 << 30, 0):
+        monkeypatch.setattr(_config, "SERIAL_ROWS", serial_rows)
+        with _config.threads(2):
+            got = chain_inference.node_softmax(unary)
+        assert got.dtype == np.float64 and got.shape == unary.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-14, atol=1e-300)
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-14)
