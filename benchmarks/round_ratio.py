@@ -8,10 +8,13 @@ native ``multi:softprob``, LogitBoost and GBCRF with the library's defaults
 for ``--warm`` + ``--rounds`` rounds and takes the mean CPU and wall
 seconds of the last ``--rounds`` rounds (by default past the one-pass
 rounds' warm-up refits; ``--warm 0 --rounds 30`` times a whole 30-round
-fit). The ratio is of CPU time on one thread, of wall time on more. The models run interleaved, ``--repeat`` times, and each keeps its
-best mean: single runs of the same native round move by up to 50% on a
-shared virtual machine, more than the differences measured here. Also
-prints the trees' nodes per round (the tree cost follows the gradients).
+fit). The ratio is of CPU time on one thread, of wall time on more. The
+models run interleaved, ``--repeat`` times, and each keeps its best mean:
+single runs of the same native round move by up to 50% on a shared
+virtual machine, more than the differences measured here. Also prints the
+trees' nodes per round (the tree cost follows the gradients) and GBCRF's
+refit rounds among the timed ones (each several passes: a window with one
+is not a steady round).
 
 ``--sticky-rows N`` runs issue 27's scale case instead: ``dask_scaling.py``'s
 generator in this one process (N rows, sequences of 20, K = 10 noisy one-hot
@@ -48,26 +51,31 @@ STICKY_LENGTH = 20
 
 
 class _Clock(xgb.callback.TrainingCallback):
-    """Process CPU and wall time at the end of every round, and the objective's CPU seconds so far."""
+    """CPU and wall time after every round; the objective's CPU seconds and refits so far."""
 
     def __init__(self, objective=None):
         super().__init__()
         self.objective = objective
         self.times = [(time.process_time(), time.perf_counter())]
         self.spent = [0.0]
+        self.refits = [0]
 
     def after_iteration(self, model, epoch, evals_log):
         self.times.append((time.process_time(), time.perf_counter()))
         if self.objective is not None:
-            self.spent.append(sum(self.objective.crf.timings.values()))
+            crf = self.objective.crf
+            self.spent.append(sum(crf.timings.values()))
+            steps = getattr(crf, "_one_step", None)
+            self.refits.append(0 if steps is None else steps.refits)
         return False
 
 
 def steady(dtrain, params, objective, warm, rounds):
-    """Mean CPU seconds of the last ``rounds`` rounds, nodes per round and objective seconds.
+    """Mean CPU seconds of the last ``rounds`` rounds, nodes per round, objective seconds, refits.
 
-    The objective's seconds per round (its ``timings``; 0 for native) are
-    over the same rounds.
+    The objective's seconds per round (its ``timings``; 0 for native) and
+    its refit rounds (one-pass rounds that refit their transitions, each
+    several passes) are over the same rounds.
     """
     clock = _Clock(objective)
     callbacks = [clock] + ([objective.callback()] if objective is not None else [])
@@ -76,8 +84,9 @@ def steady(dtrain, params, objective, warm, rounds):
     per_tree = np.array([int(t["tree_param"]["num_nodes"]) for t in model["trees"]])
     per_round = per_tree.reshape(warm + rounds, -1).sum(axis=1)
     own = (clock.spent[-1] - clock.spent[warm]) / rounds if objective is not None else 0.0
+    refits = clock.refits[-1] - clock.refits[warm] if objective is not None else 0
     seconds = np.diff(np.asarray(clock.times), axis=0)[warm:].mean(axis=0)  # (CPU, wall)
-    return seconds, float(per_round[warm:].mean()), own
+    return seconds, float(per_round[warm:].mean()), own, refits
 
 
 def ocr_case(data_dir, threads):
@@ -126,20 +135,20 @@ def main():
     best = {}
     for _ in range(args.repeat):
         for key, (params, make) in runs.items():
-            seconds, nodes, own = steady(dtrain, params, make(), args.warm, args.rounds)
-            if key not in best or seconds[clock] < best[key][0][clock]:
-                best[key] = (seconds, nodes, own)
+            run = steady(dtrain, params, make(), args.warm, args.rounds)
+            if key not in best or run[0][clock] < best[key][0][clock]:
+                best[key] = run
     timer = ("CPU", "wall")[clock]
     print(f"\nbest of {args.repeat} by {timer} time, seconds per round of rounds "
           f"{args.warm + 1}-{args.warm + args.rounds}, {threads} thread(s), load average "
           f"{os.getloadavg()[0]:.2f}\n")
     print(f"| trees | run | CPU s / round | wall s / round | ratio to native ({timer}) "
-          "| objective CPU s / round | nodes / round |")
-    print("|---|---|---|---|---|---|---|")
-    for (shape, name), (seconds, nodes, own) in best.items():
+          "| objective CPU s / round | nodes / round | refit rounds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (shape, name), (seconds, nodes, own, refits) in best.items():
         ratio = seconds[clock] / best[shape, "native"][0][clock]
         print(f"| {shape} | {name} | {seconds[0]:.3f} | {seconds[1]:.3f} | {ratio:.2f} | "
-              f"{own:.3f} | {nodes:.0f} |")
+              f"{own:.3f} | {nodes:.0f} | {refits} |")
 
 
 if __name__ == "__main__":
