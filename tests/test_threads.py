@@ -66,6 +66,19 @@ def test_default_threads_are_the_idle_cores_and_reach_the_engine(monkeypatch):
     assert _fit_threads(n_jobs=1)[0] == "1"  # an explicit n_jobs is never counted
 
 
+
+def test_each_fit_counts_the_idle_cores_afresh(monkeypatch):
+    """A fit right after another (within a count's lifetime) sees the load that started between them."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
+    monkeypatch.setattr(_config, "_LAST_COUNT", [-float("inf"), None])
+    monkeypatch.setattr(_config, "_COUNT_LIFETIME", 3600.0)  # every call of a test's fits within it
+    monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 2)
+    assert _fit_threads()[0] == "2"
+    monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 1)  # a busy process started
+    assert _fit_threads()[0] == "1"
+
 def test_a_passive_policy_leaves_the_engine_every_core(monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
     monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 1)

@@ -242,8 +242,13 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
             setattr(self, key, value)
 
     def _check_params(self):
-        """A ValueError naming the first parameter outside :attr:`_param_checks`."""
+        """A ValueError naming the first parameter outside :attr:`_param_checks`.
+
+        Every fit starts here, so the idle cores that ``n_jobs=None`` takes
+        are counted afresh for it (:func:`structboost._config.forget_idle_count`).
+        """
         check_params(self, self._param_checks)
+        _config.forget_idle_count()
 
     # -- parameters -------------------------------------------------------
     def _engine_kwargs(self):
