@@ -196,7 +196,7 @@ def forget_idle_count():
     Every fit calls it first: a count kept from the fit before it (up to
     :data:`_COUNT_LIFETIME` old) would miss work that started since. A
     busy process started right after one fit and before the next gave
-    the next fit both cores: 2.2x the wall time of ``n_jobs=1``
+    the next fit both cores: 2.2-2.4x the wall time of ``n_jobs=1``
     (``benchmarks/busy_threads.py``).
     """
     _LAST_COUNT[:] = [-float("inf"), None]

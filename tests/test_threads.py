@@ -51,28 +51,27 @@ def _fit_threads(**kwargs):
     return json.loads(clf.booster_.save_config())["learner"]["generic_param"]["nthread"], clf
 
 
-def test_default_threads_are_the_idle_cores_and_reach_the_engine(monkeypatch):
+def _spinning_policy(monkeypatch):
+    """OpenMP's default wait policy (no user setting): ``n_jobs=None`` counts idle cores."""
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
-    monkeypatch.setattr(_config, "_LAST_COUNT", [-float("inf"), None])
+
+
+def test_default_threads_are_the_idle_cores_and_reach_the_engine(monkeypatch):
+    _spinning_policy(monkeypatch)
     monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 1)
     nthread, clf = _fit_threads()
     assert nthread == "1"
     assert "n_jobs" not in clf.get_params()  # the estimator's parameters stay the user's
-    monkeypatch.setattr(_config, "_LAST_COUNT", [-float("inf"), None])
     monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 2)
     assert _fit_threads()[0] == "2"
     assert _fit_threads(n_jobs=1)[0] == "1"  # an explicit n_jobs is never counted
 
 
-
 def test_each_fit_counts_the_idle_cores_afresh(monkeypatch):
     """A fit right after another (within a count's lifetime) sees the load that started between them."""
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
-    monkeypatch.setattr(_config, "_LAST_COUNT", [-float("inf"), None])
+    _spinning_policy(monkeypatch)
     monkeypatch.setattr(_config, "_COUNT_LIFETIME", 3600.0)  # every call of a test's fits within it
     monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 2)
     assert _fit_threads()[0] == "2"
