@@ -18,6 +18,7 @@ LAYERS = {
     "_config": 0,
     "_extras": 0,
     "_compile_log": 0,
+    "_heap": 0,
     "_typing": 0,
     "_version": 0,
     "_io": 0,

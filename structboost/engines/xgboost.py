@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
-from .. import _compile_log
+from .. import _compile_log, _heap
 from .._compat import XGB_VECTOR_INTERCEPT
 from .._extras import require_gpu
 from ..objectives.chain import CRFObjective, SequenceBatch
@@ -207,7 +207,9 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
     booster; after training, if early stopping recorded a ``best_iteration``,
     the parameters of that iteration are put back, so the model and its
     transitions always belong together, and the parameters of every round
-    are stored as well (for slices). When training continues a booster
+    are stored as well (for slices). While it trains, the large buffers
+    that every round of a custom objective frees stay in the process's heap
+    for the next round (:mod:`structboost._heap`). When training continues a booster
     (``xgb_model=``), the objective starts from the booster's stored
     transitions and the rounds are numbered on from the booster's.
 
@@ -225,6 +227,7 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         self._compiled_before = 0.0
 
     def before_training(self, model):
+        _heap.keep_freed()
         self._compiled_before = _compile_log.CLOCK.seconds
         self._first_round = model.num_boosted_rounds()
         if self._first_round:
@@ -262,6 +265,7 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         save_state(model, self.objective.crf, self.history.for_rounds(rounds), key, rounds)
         save_history(model, self.history, key)
         _compile_log.log_wait("xgboost.train", self._compiled_before)
+        _heap.release_freed()
         return model
 
 
