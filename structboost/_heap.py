@@ -8,10 +8,11 @@ glibc serves an allocation above its mmap threshold (which its own rule
 raises to 32 MiB at most) with pages fresh from the kernel, each zeroed
 and faulted in on first touch, and returns them when it is freed, so those
 buffers cost their page faults anew every round: at 1M rows and K = 10,
-about 0.08 s of a 0.8 s native round (``benchmarks/round_ratio.py
---sticky-rows``). Native training keeps its buffers and pays nothing.
+about 0.1 s against a native round of 0.8-0.9 s (a profile of
+``benchmarks/round_ratio.py --sticky-rows 1000000``'s case). Native
+training keeps its own buffers from round to round.
 
-:func:`keep_freed` (from the training callback's ``before_training``)
+:func:`keep_freed` (from the training callback, after the first round)
 raises the mmap and trim thresholds to their largest value, so that large
 buffers come from the heap and freed ones stay there for the next round;
 :func:`release_freed` (``after_training``) sets the values glibc's rule
@@ -19,11 +20,21 @@ itself settles on once a buffer of 32 MiB or more has been freed (every
 fit of that size frees several), and returns the heap's free memory to the
 system (``malloc_trim``). The setting is the process's: two fits at once in
 threads share it, and the first to end releases it (the other goes on at
-glibc's own pace), as does a later fit's end after one that raised. Nothing
-changes where the C library is
-not glibc, or where the user tunes glibc's allocator
-(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or
-``GLIBC_TUNABLES`` set).
+glibc's own pace), as does a later fit's end after one that raised.
+Nothing changes where the C library is not glibc, or where the user tunes
+glibc's allocator (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``
+or ``GLIBC_TUNABLES`` set).
+
+The kept memory is not free: buffers of different rounds overlap in time
+(the adaptive step keeps the last round's margins), so the heap holds
+holes beside them, and the peak RSS of a fit rises by half a round's
+buffers or more (at K = 10: +65 MiB at 1M rows, +724 MiB at 10M, 8% and
+16%). Where the time matters more than that memory, in fits whose
+round's buffers take at most :data:`MAX_ROUND_BYTES`, :func:`keep_freed`
+keeps them; a larger fit runs as before. A fit that trains in a thread
+other than the main one (a Dask worker's) gains only below 64 MiB: glibc's
+arenas of other threads map any larger buffer apart, whatever the
+threshold.
 """
 
 import ctypes
@@ -36,6 +47,9 @@ _LARGEST = 2**31 - 1
 # (64-bit): the mmap threshold at 32 MiB and the trim threshold twice that.
 SETTLED_MMAP = 32 << 20
 SETTLED_TRIM = 2 * SETTLED_MMAP
+#: The largest round's buffers (bytes of the margins' copy and the gradient
+#: pairs, 12 per row and label) whose freed memory is kept: about 4.4M rows at K = 10.
+MAX_ROUND_BYTES = 512 << 20
 _USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 
@@ -52,15 +66,28 @@ def _glibc(environ=None):
     return libc
 
 
-def keep_freed(libc=None):
+def keep_freed(round_bytes, libc=None):
     """Serve large buffers from the heap and keep freed ones there until :func:`release_freed`.
 
-    ``libc``: the C library to set (glibc's; found in this process when None).
+    Parameters
+    ----------
+    round_bytes : int
+        What a round allocates afresh: nothing is kept above
+        :data:`MAX_ROUND_BYTES`.
+    libc : ctypes.CDLL, optional
+        The C library to set (glibc's; found in this process when None).
+
+    Returns
+    -------
+    bool
+        Whether freed memory is kept (then call :func:`release_freed` at the end).
     """
     libc = _glibc() if libc is None else libc
-    if libc is not None:
-        libc.mallopt(M_MMAP_THRESHOLD, _LARGEST)
-        libc.mallopt(M_TRIM_THRESHOLD, _LARGEST)
+    if libc is None or round_bytes > MAX_ROUND_BYTES:
+        return False
+    libc.mallopt(M_MMAP_THRESHOLD, _LARGEST)
+    libc.mallopt(M_TRIM_THRESHOLD, _LARGEST)
+    return True
 
 
 def release_freed(libc=None):

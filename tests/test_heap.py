@@ -31,7 +31,7 @@ class _FakeLibc:
 
 def test_a_fit_raises_both_thresholds_and_its_end_settles_and_trims():
     libc = _FakeLibc()
-    _heap.keep_freed(libc)
+    assert _heap.keep_freed(_heap.MAX_ROUND_BYTES, libc)
     assert libc.calls == [("mallopt", _heap.M_MMAP_THRESHOLD, 2**31 - 1),
                           ("mallopt", _heap.M_TRIM_THRESHOLD, 2**31 - 1)]  # fmt: skip
     libc.calls.clear()
@@ -41,6 +41,12 @@ def test_a_fit_raises_both_thresholds_and_its_end_settles_and_trims():
         ("mallopt", _heap.M_TRIM_THRESHOLD, 64 << 20),
         ("malloc_trim", 0),
     ]
+
+
+def test_a_fit_with_larger_rounds_keeps_nothing():
+    libc = _FakeLibc()
+    assert not _heap.keep_freed(_heap.MAX_ROUND_BYTES + 1, libc)
+    assert libc.calls == []
 
 
 @pytest.mark.parametrize(
@@ -66,7 +72,7 @@ def _mallinfo():
 @pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator (2.33 or later)")
 def test_a_big_buffer_comes_from_the_heap_and_stays_there_until_release():
     try:
-        _heap.keep_freed()
+        assert _heap.keep_freed(BIG)
         mapped = _mallinfo().hblkhd
         a = np.ones(BIG, dtype=np.uint8)
         assert _mallinfo().hblkhd == mapped  # not mapped apart: from the heap
@@ -80,9 +86,17 @@ def test_a_big_buffer_comes_from_the_heap_and_stays_there_until_release():
     del a
 
 
-def test_the_training_callback_keeps_freed_memory_for_the_fit_alone(monkeypatch):
+@pytest.mark.parametrize("kept", [True, False])
+def test_the_training_callback_keeps_freed_memory_after_the_first_round_to_the_end(
+    monkeypatch, kept
+):
     events = []
-    monkeypatch.setattr(xgb_engine._heap, "keep_freed", lambda: events.append("keep"))
+
+    def keep(round_bytes):
+        events.append(("keep", round_bytes))
+        return kept
+
+    monkeypatch.setattr(xgb_engine._heap, "keep_freed", keep)
     monkeypatch.setattr(xgb_engine._heap, "release_freed", lambda: events.append("release"))
     x, y, lengths = make_hmm_sequences(20, length=(3, 8), random_state=0)
     dtrain = xgb.DMatrix(x, label=y)
@@ -96,4 +110,6 @@ def test_the_training_callback_keeps_freed_memory_for_the_fit_alone(monkeypatch)
 
     monkeypatch.setattr(obj.crf, "grad_hess", recorded)
     xgb.train(sb.xgb_params(3, max_depth=2), dtrain, 3, obj=obj, callbacks=[obj.callback()])
-    assert events == ["keep", "round", "round", "round", "release"]
+    n = int(np.sum(lengths))
+    end = ["release"] if kept else []
+    assert events == ["round", ("keep", 12 * n * 3), "round", "round", *end]

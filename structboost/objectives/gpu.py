@@ -28,7 +28,6 @@ from ..transitions.chain import refit
 from ..transitions.gpu import DeviceTransitionProblem
 from .base import _BLAS
 from .chain import CRFObjective
-from .params import DEFAULT_ITER
 from .step import SecantScale
 
 
@@ -149,7 +148,7 @@ class DeviceCRFObjective(CRFObjective):
                     node = label_score(du.unary, st)
                     step = secant.update(du.unary, secant.nll(before, node, batch),
                                          self.allreduce)
-                self._refit(problem, steps)
+                self._refit(problem, steps, None)
             else:
                 self.params = params
             t1 = time.perf_counter()
@@ -176,7 +175,7 @@ class DeviceCRFObjective(CRFObjective):
                 step = secant.fit(None if own is None else summed[:4], steps.moved,
                                   steps.explained(summed[4:]))
             if steps.finish(problem, self.params, summed[4:]):  # refit from this pass
-                self._refit(problem, steps)
+                self._refit(problem, steps, params)
                 post, p, gamma, mode, scale = self._node_inputs(problem, st)
                 args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)
                 params = None
@@ -193,10 +192,15 @@ class DeviceCRFObjective(CRFObjective):
         self.timings["inference"] += t2 - t1
         return grad, hess
 
-    def _refit(self, problem, steps):
-        """Refit the transitions before the round's G and H (one-pass: the solver's default)."""
+    def _refit(self, problem, steps, lagging):
+        """Refit the transitions before the round's G and H.
+
+        One-pass rounds take :meth:`~structboost.transitions.onestep.OneStep.refit_iterations`
+        (``lagging``: the parameters of the round's own pass when it refits
+        from that pass, else None), as on the CPU.
+        """
         spec = self.spec
-        iters = spec.iterations if steps is None else DEFAULT_ITER[spec.transition_solver]
+        iters = spec.iterations if steps is None else steps.refit_iterations(lagging)
         with _BLAS.limit(limits=1, user_api="blas"):
             self.params = refit(problem, self.params, spec.transition_solver, iters,
                                 self._lbfgs_memory)

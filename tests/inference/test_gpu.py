@@ -316,6 +316,25 @@ def test_one_pass_rounds_match_the_cpu(solver, step):
         np.testing.assert_allclose(dev.step_scale.history, cpu.step_scale.history, rtol=1e-6)
 
 
+def test_warm_up_refits_take_the_cpus_iterations():
+    """L-BFGS warm-up refits continue their curvature pairs for ``WARMUP_ITER`` iterations.
+
+    A batch whose refits need more than ``WARMUP_ITER`` iterations (the
+    default problem converges in fewer), so that a device refit of the
+    solver's default count would leave other transitions.
+    """
+    k, lengths = 4, (6, 5, 7, 4, 8, 6, 5, 9)
+    margins, batch = _problem(3, k, lengths)
+    cpu, dev = CRFObjective(k), objectives_gpu.DeviceCRFObjective(k)
+    rng = np.random.default_rng(3)
+    for _ in range(onestep.WARMUP + 3):
+        margins = margins + rng.normal(scale=0.2, size=margins.shape)
+        cpu.grad_hess(margins, batch)
+        dev.grad_hess(margins, batch)
+        np.testing.assert_allclose(dev.params.to_vector(), cpu.params.to_vector(), rtol=1e-6,
+                                   atol=1e-8)
+
+
 def test_objective_takes_the_cpu_parameters_starts_from_given_transitions_and_pickles():
     """``nthread`` (ignored on the device), ``start_from`` with constraints, a pickled copy."""
     margins, batch = _problem(5)
