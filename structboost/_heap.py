@@ -8,9 +8,10 @@ glibc serves an allocation above its mmap threshold (which its own rule
 raises to 32 MiB at most) with pages fresh from the kernel, each zeroed
 and faulted in on first touch, and returns them when it is freed, so those
 buffers cost their page faults anew every round: at 1M rows and K = 10,
-about 0.1 s against a native round of 0.8-0.9 s (a profile of
-``benchmarks/round_ratio.py --sticky-rows 1000000``'s case). Native
-training keeps its own buffers from round to round.
+0.05-0.09 s of CPU time a round, against a native round of 0.75-0.8 s
+(``benchmarks/kept_buffers.py``, ``benchmarks/round_ratio.py
+--sticky-rows 1000000``). Native training keeps its own buffers from
+round to round.
 
 :func:`keep_freed` (from the training callback, after the first round)
 raises the mmap and trim thresholds to their largest value, so that large
@@ -27,14 +28,14 @@ or ``GLIBC_TUNABLES`` set).
 
 The kept memory is not free: buffers of different rounds overlap in time
 (the adaptive step keeps the last round's margins), so the heap holds
-holes beside them, and the peak RSS of a fit rises by half a round's
-buffers or more (at K = 10: +65 MiB at 1M rows, +724 MiB at 10M, 8% and
-16%). Where the time matters more than that memory, in fits whose
-round's buffers take at most :data:`MAX_ROUND_BYTES`, :func:`keep_freed`
-keeps them; a larger fit runs as before. A fit that trains in a thread
-other than the main one (a Dask worker's) gains only below 64 MiB: glibc's
-arenas of other threads map any larger buffer apart, whatever the
-threshold.
+holes beside them. At K = 10 (``benchmarks/kept_buffers.py``) a round took
+5% less CPU time at 1M rows and 6% less at 10M, and the peak RSS of the fit
+rose by 27 MiB (3%) and 245 MiB (5%). Where the time matters more than that
+memory, in fits whose round's buffers take at most
+:data:`MAX_ROUND_BYTES`, :func:`keep_freed` keeps them; a larger fit
+runs as before. A fit that trains in a thread other than the main one (a
+Dask worker's) gains only below 64 MiB: glibc's arenas of other threads
+map any larger buffer apart, whatever the threshold.
 """
 
 import ctypes

@@ -1,0 +1,113 @@
+"""The freed round buffers kept in the heap (``structboost._heap``): time and peak RSS, kept or not.
+
+Trains GBCRF with the library's defaults on ``dask_scaling.py``'s data in
+one process (``round_ratio.py --sticky-rows``: sequences of 20, K = 10,
+per-label trees of depth 6, one thread) for ``--rounds`` rounds, each
+configuration in a fresh subprocess (so that its peak RSS, ``ru_maxrss``,
+is its own), ``--repeat`` times interleaved:
+
+* ``kept``: the buffers each round frees stay in the heap for the next one
+  (forced on whatever the fit's size: ``MAX_ROUND_BYTES`` lifted);
+* ``as before``: never kept (``MAX_ROUND_BYTES`` below every fit).
+
+Prints CPU seconds per round of the rounds past the one-pass warm-up
+(mean over those rounds, best of the repeats) and the peak RSS, and
+writes them to ``--out``.
+
+Usage::
+
+    python benchmarks/kept_buffers.py --rows 1000000 [--rounds 22] [--repeat 2]
+    python benchmarks/kept_buffers.py --rows 10000000 --rounds 4 --repeat 1
+"""
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+CONFIGS = {"kept": 1 << 62, "as before": -1}
+
+
+def _child(rows, rounds, max_bytes):
+    """One fit in this process; prints ``{"cpu": [per round], "peak_mib": ...}`` as JSON."""
+    import resource
+
+    import numpy as np
+    import xgboost as xgb
+
+    import structboost as sb
+    from structboost import _heap
+
+    from round_ratio import sticky_case
+
+    _heap.MAX_ROUND_BYTES = max_bytes
+    dtrain, k, shapes = sticky_case(rows, 1)
+    times = []
+
+    class Clock(xgb.callback.TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            times.append(time.process_time())
+            return False
+
+    obj = sb.crf_objective(k, nthread=1)
+    params = sb.xgb_params(k, eta=0.3, nthread=1, tree_method="hist", **shapes["per-label, depth 6"])
+    xgb.train(params, dtrain, rounds, obj=obj, callbacks=[Clock(), obj.callback()])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"cpu": np.diff(times).tolist(), "peak_mib": peak}))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=22)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
+                                                  "kept_buffers.csv"))
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child is not None:
+        _child(args.rows, args.rounds, args.child)
+        return
+    from protein_qs import machine_line
+    from structboost.transitions.onestep import WARMUP
+
+    print(machine_line(), f"load average {os.getloadavg()[0]:.2f}")
+    # rounds past the warm-up's refit rounds (the first timed diff is round 2)
+    skip = min(WARMUP, args.rounds - 2)
+    best = {}
+    for _ in range(args.repeat):
+        for name, max_bytes in CONFIGS.items():
+            cmd = [sys.executable, __file__, "--rows", str(args.rows), "--rounds",
+                   str(args.rounds), "--child", str(max_bytes)]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            cpu = sum(got["cpu"][skip:]) / len(got["cpu"][skip:])
+            old = best.get(name)
+            best[name] = (min(cpu, old[0]), max(got["peak_mib"], old[1])) if old else (
+                cpu, got["peak_mib"])
+    base_cpu, base_peak = best["as before"]
+    print(f"\nrows {args.rows}, K = 10, one thread; CPU s per round of rounds "
+          f"{skip + 2}-{args.rounds} (best of {args.repeat}), peak RSS (highest of "
+          f"{args.repeat}); load average {os.getloadavg()[0]:.2f}\n")
+    print("| freed buffers | CPU s / round | ratio | peak RSS MiB | ratio |")
+    print("|---|---|---|---|---|")
+    rows = []
+    for name in CONFIGS:
+        cpu, peak = best[name]
+        print(f"| {name} | {cpu:.3f} | {cpu / base_cpu:.2f} | {peak:,.0f} | {peak / base_peak:.2f} |")
+        rows.append({"rows": args.rows, "rounds": args.rounds, "buffers": name,
+                     "cpu_s_per_round": round(cpu, 4), "peak_rss_mib": round(peak)})
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    new = not os.path.exists(args.out)
+    with open(args.out, "a", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=list(rows[0]))
+        if new:
+            out.writeheader()
+        out.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
