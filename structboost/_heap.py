@@ -22,9 +22,10 @@ fit of that size frees several), and returns the heap's free memory to the
 system (``malloc_trim``). The setting is the process's: two fits at once in
 threads share it, and the first to end releases it (the other goes on at
 glibc's own pace), as does a later fit's end after one that raised.
-Nothing changes where the C library is not glibc, or where the user tunes
-glibc's allocator (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``
-or ``GLIBC_TUNABLES`` set).
+Nothing changes where the C library is not glibc, or where the process
+started with glibc's allocator tuned (``MALLOC_MMAP_THRESHOLD_``,
+``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES`` set), as Dask's workers
+do (its nanny starts them with ``MALLOC_TRIM_THRESHOLD_``).
 
 The kept memory is not free: buffers of different rounds overlap in time
 (the adaptive step keeps the last round's margins), so the heap holds
@@ -33,9 +34,9 @@ holes beside them. At K = 10 (``benchmarks/kept_buffers.py``) a round took
 rose by 27 MiB (3%) and 245 MiB (5%). Where the time matters more than that
 memory, in fits whose round's buffers take at most
 :data:`MAX_ROUND_BYTES`, :func:`keep_freed` keeps them; a larger fit
-runs as before. A fit that trains in a thread other than the main one (a
-Dask worker's) gains only below 64 MiB: glibc's arenas of other threads
-map any larger buffer apart, whatever the threshold.
+runs as before. A fit that trains in a thread other than the main one
+gains only below 64 MiB: glibc's arenas of other threads map any larger
+buffer apart, whatever the threshold.
 """
 
 import ctypes
@@ -54,10 +55,28 @@ MAX_ROUND_BYTES = 512 << 20
 _USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 
-def _glibc(environ=None):
-    """The C library if it is glibc and the user leaves its allocator alone, else None."""
-    environ = os.environ if environ is None else environ
-    if any(name in environ for name in _USER_SETTINGS):
+def _start_names():
+    """Names of the environment variables this process started with: what glibc read.
+
+    ``/proc/self/environ`` where there is one, else ``os.environ``'s. A
+    variable put in ``os.environ`` later does not tune glibc (Dask's nanny
+    puts ``MALLOC_TRIM_THRESHOLD_`` there for the workers it spawns).
+    """
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return set(os.environ)
+    return {e.split(b"=", 1)[0].decode(errors="replace") for e in entries if e}
+
+
+def _glibc(names=None):
+    """The C library if it is glibc and the user leaves its allocator alone, else None.
+
+    ``names``: the environment variables glibc read (:func:`_start_names` when None).
+    """
+    names = _start_names() if names is None else names
+    if any(name in names for name in _USER_SETTINGS):
         return None
     try:
         libc = ctypes.CDLL(None)

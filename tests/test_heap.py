@@ -1,6 +1,9 @@
 """Freed round-sized buffers kept in the heap while a fit trains (structboost._heap)."""
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +14,7 @@ from structboost import _heap
 from structboost.datasets import make_hmm_sequences
 from structboost.engines import xgboost as xgb_engine
 
-ON_GLIBC = _heap._glibc({}) is not None and hasattr(ctypes.CDLL(None), "mallinfo2")
+ON_GLIBC = _heap._glibc(set()) is not None and hasattr(ctypes.CDLL(None), "mallinfo2")
 # Larger than the 32 MiB glibc's own rule ever serves from the heap.
 BIG = 64 << 20
 
@@ -53,7 +56,20 @@ def test_a_fit_with_larger_rounds_keeps_nothing():
     "name", ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"]
 )
 def test_an_allocator_the_user_tunes_is_left_alone(name):
-    assert _heap._glibc({name: "1"}) is None
+    assert _heap._glibc({name}) is None
+
+
+@pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator (2.33 or later)")
+def test_the_environment_glibc_read_decides_not_a_later_one(monkeypatch):
+    # Dask's nanny puts MALLOC_TRIM_THRESHOLD_ in os.environ for the workers
+    # it spawns: this process's glibc never read it
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    assert _heap._glibc() is not None
+    code = "from structboost import _heap; print(_heap.keep_freed(0))"
+    env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)  # fmt: skip
+    assert done.stdout.strip() == "False"
 
 
 class _Mallinfo2(ctypes.Structure):
