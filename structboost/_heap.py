@@ -92,8 +92,8 @@ def keep_freed(round_bytes, libc=None):
     Parameters
     ----------
     round_bytes : int
-        What a round allocates afresh: nothing is kept above
-        :data:`MAX_ROUND_BYTES`.
+        What a round allocates afresh in host memory: nothing is kept
+        above :data:`MAX_ROUND_BYTES`, nor for none (a GPU's rounds).
     libc : ctypes.CDLL, optional
         The C library to set (glibc's; found in this process when None).
 
@@ -103,7 +103,7 @@ def keep_freed(round_bytes, libc=None):
         Whether freed memory is kept (then call :func:`release_freed` at the end).
     """
     libc = _glibc() if libc is None else libc
-    if libc is None or round_bytes > MAX_ROUND_BYTES:
+    if libc is None or not 0 < round_bytes <= MAX_ROUND_BYTES:
         return False
     libc.mallopt(M_MMAP_THRESHOLD, _LARGEST)
     libc.mallopt(M_TRIM_THRESHOLD, _LARGEST)

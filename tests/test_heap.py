@@ -46,9 +46,10 @@ def test_a_fit_raises_both_thresholds_and_its_end_settles_and_trims():
     ]
 
 
-def test_a_fit_with_larger_rounds_keeps_nothing():
+@pytest.mark.parametrize("round_bytes", [_heap.MAX_ROUND_BYTES + 1, 0])
+def test_a_fit_with_larger_rounds_or_none_on_the_host_keeps_nothing(round_bytes):
     libc = _FakeLibc()
-    assert not _heap.keep_freed(_heap.MAX_ROUND_BYTES + 1, libc)
+    assert not _heap.keep_freed(round_bytes, libc)
     assert libc.calls == []
 
 
@@ -65,7 +66,7 @@ def test_the_environment_glibc_read_decides_not_a_later_one(monkeypatch):
     # it spawns: this process's glibc never read it
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
     assert _heap._glibc() is not None
-    code = "from structboost import _heap; print(_heap.keep_freed(0))"
+    code = "from structboost import _heap; print(_heap.keep_freed(1))"
     env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=120, check=True)  # fmt: skip
