@@ -26,37 +26,25 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 CONFIGS = {"kept": 1 << 62, "as before": -1}
 
 
-def _child(rows, rounds, max_bytes):
-    """One fit in this process; prints ``{"cpu": [per round], "peak_mib": ...}`` as JSON."""
+def _child(rows, warm, rounds, max_bytes):
+    """One fit in this process; prints ``{"cpu": s per round, "peak_mib": ...}`` as JSON."""
     import resource
-
-    import numpy as np
-    import xgboost as xgb
 
     import structboost as sb
     from structboost import _heap
 
-    from round_ratio import sticky_case
+    from round_ratio import steady, sticky_case
 
     _heap.MAX_ROUND_BYTES = max_bytes
     dtrain, k, shapes = sticky_case(rows, 1)
-    times = []
-
-    class Clock(xgb.callback.TrainingCallback):
-        def after_iteration(self, model, epoch, evals_log):
-            times.append(time.process_time())
-            return False
-
-    obj = sb.crf_objective(k, nthread=1)
     params = sb.xgb_params(k, eta=0.3, nthread=1, tree_method="hist", **shapes["per-label, depth 6"])
-    xgb.train(params, dtrain, rounds, obj=obj, callbacks=[Clock(), obj.callback()])
+    seconds = steady(dtrain, params, sb.crf_objective(k, nthread=1), warm, rounds)[0]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"cpu": np.diff(times).tolist(), "peak_mib": peak}))
+    print(json.dumps({"cpu": float(seconds[0]), "peak_mib": peak}))
 
 
 def main():
@@ -68,15 +56,16 @@ def main():
                                                   "kept_buffers.csv"))
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child is not None:
-        _child(args.rows, args.rounds, args.child)
-        return
-    from protein_qs import machine_line
     from structboost.transitions.onestep import WARMUP
 
+    # time the rounds past the warm-up's refit rounds (at least the last one)
+    warm = min(WARMUP + 1, args.rounds - 1)
+    if args.child is not None:
+        _child(args.rows, warm, args.rounds - warm, args.child)
+        return
+    from protein_qs import machine_line
+
     print(machine_line(), f"load average {os.getloadavg()[0]:.2f}")
-    # rounds past the warm-up's refit rounds (the first timed diff is round 2)
-    skip = min(WARMUP, args.rounds - 2)
     best = {}
     for _ in range(args.repeat):
         for name, max_bytes in CONFIGS.items():
@@ -84,13 +73,12 @@ def main():
                    str(args.rounds), "--child", str(max_bytes)]  # fmt: skip
             done = subprocess.run(cmd, capture_output=True, text=True, check=True)
             got = json.loads(done.stdout.strip().splitlines()[-1])
-            cpu = sum(got["cpu"][skip:]) / len(got["cpu"][skip:])
             old = best.get(name)
-            best[name] = (min(cpu, old[0]), max(got["peak_mib"], old[1])) if old else (
-                cpu, got["peak_mib"])
+            best[name] = (min(got["cpu"], old[0]), max(got["peak_mib"], old[1])) if old else (
+                got["cpu"], got["peak_mib"])
     base_cpu, base_peak = best["as before"]
     print(f"\nrows {args.rows}, K = 10, one thread; CPU s per round of rounds "
-          f"{skip + 2}-{args.rounds} (best of {args.repeat}), peak RSS (highest of "
+          f"{warm + 1}-{args.rounds} (best of {args.repeat}), peak RSS (highest of "
           f"{args.repeat}); load average {os.getloadavg()[0]:.2f}\n")
     print("| freed buffers | CPU s / round | ratio | peak RSS MiB | ratio |")
     print("|---|---|---|---|---|")

@@ -40,6 +40,7 @@ buffer apart, whatever the threshold.
 """
 
 import ctypes
+import functools
 import os
 
 # mallopt's parameters (malloc.h) and its largest value (an int).
@@ -55,6 +56,7 @@ MAX_ROUND_BYTES = 512 << 20
 _USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 
+@functools.cache
 def _start_names():
     """Names of the environment variables this process started with: what glibc read.
 
@@ -66,8 +68,19 @@ def _start_names():
         with open("/proc/self/environ", "rb") as f:
             entries = f.read().split(b"\0")
     except OSError:
-        return set(os.environ)
-    return {e.split(b"=", 1)[0].decode(errors="replace") for e in entries if e}
+        return frozenset(os.environ)
+    return frozenset(e.split(b"=", 1)[0].decode(errors="replace") for e in entries if e)
+
+
+@functools.cache
+def _libc():
+    """This process's C library if it is glibc (it has ``gnu_get_libc_version``), else None."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version, libc.mallopt, libc.malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 def _glibc(names=None):
@@ -76,14 +89,7 @@ def _glibc(names=None):
     ``names``: the environment variables glibc read (:func:`_start_names` when None).
     """
     names = _start_names() if names is None else names
-    if any(name in names for name in _USER_SETTINGS):
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version, libc.mallopt, libc.malloc_trim  # noqa: B018
-    except (OSError, AttributeError):
-        return None
-    return libc
+    return None if any(name in names for name in _USER_SETTINGS) else _libc()
 
 
 def keep_freed(round_bytes, libc=None):

@@ -295,13 +295,20 @@ def test_objective_round_matches_the_cpu(mode, gamma, solver):
         assert cpu.step_scale.history[-1] < 1.0  # the scaled Hessian was compared
 
 
-@pytest.mark.parametrize("solver, step", [("lbfgs", "adaptive"), ("newton", "adaptive"),
-                                          ("newton", "bound")])
-def test_one_pass_rounds_match_the_cpu(solver, step):
-    """Past the refit warm-up, rounds of one pass (the secant's sums on the device) match."""
-    margins, batch = _problem(3)
+@pytest.mark.parametrize("solver, step, k, lengths", [
+    ("lbfgs", "adaptive", 3, (3, 1, 4, 2)), ("newton", "adaptive", 3, (3, 1, 4, 2)),
+    ("newton", "bound", 3, (3, 1, 4, 2)), ("lbfgs", "adaptive", 4, (6, 5, 7, 4, 8, 6, 5, 9)),
+])  # fmt: skip
+def test_one_pass_rounds_match_the_cpu(solver, step, k, lengths):
+    """Past the refit warm-up, rounds of one pass (the secant's sums on the device) match.
+
+    The last batch's L-BFGS warm-up refits need more than ``WARMUP_ITER``
+    iterations (the small one's converge in fewer), so that the device must
+    take the CPU's count (``OneStep.refit_iterations``) to keep its transitions.
+    """
+    margins, batch = _problem(3, k, lengths)
     kwargs = dict(transition_solver=solver, step=step, transition_iter=1)
-    cpu, dev = CRFObjective(3, **kwargs), objectives_gpu.DeviceCRFObjective(3, **kwargs)
+    cpu, dev = CRFObjective(k, **kwargs), objectives_gpu.DeviceCRFObjective(k, **kwargs)
     rng = np.random.default_rng(3)
     for _ in range(onestep.WARMUP + 3):
         margins = margins + rng.normal(scale=0.2, size=margins.shape)
@@ -314,25 +321,6 @@ def test_one_pass_rounds_match_the_cpu(solver, step):
     assert dev._one_step.refits == cpu._one_step.refits < onestep.WARMUP + 3  # one-pass rounds ran
     if step == "adaptive":
         np.testing.assert_allclose(dev.step_scale.history, cpu.step_scale.history, rtol=1e-6)
-
-
-def test_warm_up_refits_take_the_cpus_iterations():
-    """L-BFGS warm-up refits continue their curvature pairs for ``WARMUP_ITER`` iterations.
-
-    A batch whose refits need more than ``WARMUP_ITER`` iterations (the
-    default problem converges in fewer), so that a device refit of the
-    solver's default count would leave other transitions.
-    """
-    k, lengths = 4, (6, 5, 7, 4, 8, 6, 5, 9)
-    margins, batch = _problem(3, k, lengths)
-    cpu, dev = CRFObjective(k), objectives_gpu.DeviceCRFObjective(k)
-    rng = np.random.default_rng(3)
-    for _ in range(onestep.WARMUP + 3):
-        margins = margins + rng.normal(scale=0.2, size=margins.shape)
-        cpu.grad_hess(margins, batch)
-        dev.grad_hess(margins, batch)
-        np.testing.assert_allclose(dev.params.to_vector(), cpu.params.to_vector(), rtol=1e-6,
-                                   atol=1e-8)
 
 
 def test_objective_takes_the_cpu_parameters_starts_from_given_transitions_and_pickles():
