@@ -21,16 +21,27 @@ generator in this one process (N rows, sequences of 20, K = 10 noisy one-hot
 features and labels), per-label trees of depth 6 (as ``dask_scaling.py``),
 with the objective's own CPU seconds per round beside.
 
+``--profile N`` then trains GBCRF once more per tree shape under
+``cProfile``, over the same timed rounds, and prints the ``N`` functions of
+most own CPU time per round (XGBoost's tree update, each kernel of the
+objective, the engine's copies): where the README's per-round breakdowns
+come from. The profiler's own cost makes these rounds slower than the
+table's, and the tree update (``train_one_iter``) grows with the other
+work of the machine: compare the objective's parts with each other.
+
 Usage::
 
     python benchmarks/round_ratio.py --data-dir ../shared/data/ocr [--repeat 3]
     python benchmarks/round_ratio.py --sticky-rows 1000000 [--repeat 3]
     python benchmarks/round_ratio.py --data-dir ../shared/data/ocr --threads 2 --warm 0 --rounds 30
+    python benchmarks/round_ratio.py --data-dir ../shared/data/ocr --repeat 1 --profile 12
 """
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import time
 
 import numpy as np
@@ -51,17 +62,36 @@ STICKY_LENGTH = 20
 
 
 class _Clock(xgb.callback.TrainingCallback):
-    """CPU and wall time after every round; the objective's CPU seconds and refits so far."""
+    """CPU and wall time after every round; the objective's CPU seconds and refits so far.
 
-    def __init__(self, objective=None):
+    With a ``profiler`` (``cProfile.Profile``), profiles the rounds past the
+    first ``warm`` (it is enabled after round ``warm`` and stays on to the
+    end of training).
+    """
+
+    def __init__(self, objective=None, profiler=None, warm=0):
         super().__init__()
         self.objective = objective
+        self.profiler = profiler
+        self.warm = warm
         self.times = [(time.process_time(), time.perf_counter())]
         self.spent = [0.0]
         self.refits = [0]
 
+    def before_training(self, model):
+        if self.profiler is not None and self.warm == 0:
+            self.profiler.enable()
+        return model
+
+    def after_training(self, model):
+        if self.profiler is not None:
+            self.profiler.disable()
+        return model
+
     def after_iteration(self, model, epoch, evals_log):
         self.times.append((time.process_time(), time.perf_counter()))
+        if self.profiler is not None and len(self.times) == self.warm + 1:
+            self.profiler.enable()
         if self.objective is not None:
             crf = self.objective.crf
             self.spent.append(sum(crf.timings.values()))
@@ -70,14 +100,15 @@ class _Clock(xgb.callback.TrainingCallback):
         return False
 
 
-def steady(dtrain, params, objective, warm, rounds):
+def steady(dtrain, params, objective, warm, rounds, profiler=None):
     """Mean CPU seconds of the last ``rounds`` rounds, nodes per round, objective seconds, refits.
 
     The objective's seconds per round (its ``timings``; 0 for native) and
     its refit rounds (one-pass rounds that refit their transitions, each
-    several passes) are over the same rounds.
+    several passes) are over the same rounds, which ``profiler`` (a
+    ``cProfile.Profile``, optional) profiles.
     """
-    clock = _Clock(objective)
+    clock = _Clock(objective, profiler, warm)
     callbacks = [clock] + ([objective.callback()] if objective is not None else [])
     booster = xgb.train(params, dtrain, warm + rounds, obj=objective, callbacks=callbacks)
     model = json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]
@@ -87,6 +118,18 @@ def steady(dtrain, params, objective, warm, rounds):
     refits = clock.refits[-1] - clock.refits[warm] if objective is not None else 0
     seconds = np.diff(np.asarray(clock.times), axis=0)[warm:].mean(axis=0)  # (CPU, wall)
     return seconds, float(per_round[warm:].mean()), own, refits
+
+
+def profile_rows(profiler, rounds, top):
+    """Markdown rows of the ``top`` functions by own CPU time: calls and milliseconds per round."""
+    stats = pstats.Stats(profiler).stats
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    out = []
+    for (path, line, name), (_, calls, own, total, _) in rows:
+        where = f"{os.path.basename(path)}:{line}({name})" if line else name
+        out.append(f"| `{where}` | {calls / rounds:g} | {1e3 * own / rounds:.1f} "
+                   f"| {1e3 * total / rounds:.1f} |")
+    return out
 
 
 def ocr_case(data_dir, threads):
@@ -116,7 +159,11 @@ def main():
     ap.add_argument("--warm", type=int, default=WARMUP + 1)
     ap.add_argument("--threads", type=int, default=1,
                     help="threads of XGBoost and of the objective (wall time decides above 1)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="then profile GBCRF's timed rounds and print its N costliest functions")
     args = ap.parse_args()
+    if args.profile < 0:
+        ap.error(f"--profile must be a count of functions (0 for none); got {args.profile}")
     threads, clock = args.threads, 0 if args.threads == 1 else 1
     print(machine_line(), f"load average {os.getloadavg()[0]:.2f}")
     if args.sticky_rows:
@@ -149,6 +196,15 @@ def main():
         ratio = seconds[clock] / best[shape, "native"][0][clock]
         print(f"| {shape} | {name} | {seconds[0]:.3f} | {seconds[1]:.3f} | {ratio:.2f} | "
               f"{own:.3f} | {nodes:.0f} | {refits} |")
+    for shape in shapes if args.profile else ():
+        params, make = runs[shape, "gbcrf (defaults)"]
+        profiler = cProfile.Profile()
+        steady(dtrain, params, make(), args.warm, args.rounds, profiler)
+        print(f"\nGBCRF (defaults), {shape}: the {args.profile} functions of most own CPU time "
+              f"over rounds {args.warm + 1}-{args.warm + args.rounds} (cProfile)\n")
+        print("| function | calls / round | own ms / round | with callees, ms / round |")
+        print("|---|---|---|---|")
+        print("\n".join(profile_rows(profiler, args.rounds, args.profile)))
 
 
 if __name__ == "__main__":
