@@ -16,16 +16,19 @@ round to round.
 :func:`keep_freed` (from the training callback, after the first round)
 raises the mmap and trim thresholds to their largest value, so that large
 buffers come from the heap and freed ones stay there for the next round;
-:func:`release_freed` (``after_training``) sets the values glibc's rule
-itself settles on once a buffer of 32 MiB or more has been freed (every
-fit of that size frees several), and returns the heap's free memory to the
-system (``malloc_trim``). The setting is the process's: two fits at once in
-threads share it, and the first to end releases it (the other goes on at
-glibc's own pace), as does a later fit's end after one that raised.
-Nothing changes where the C library is not glibc, or where the process
-started with glibc's allocator tuned (``MALLOC_MMAP_THRESHOLD_``,
-``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES`` set), as Dask's workers
-do (its nanny starts them with ``MALLOC_TRIM_THRESHOLD_``).
+:func:`release_freed` (``after_training``) puts back the thresholds the
+process started with (:func:`start_thresholds`) and returns the heap's
+free memory to the system (``malloc_trim``). Those are glibc's own rule
+where the process started with no threshold set, else the values it set,
+as Dask's nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``.
+In such a process every buffer above 128 KiB is mapped afresh, so a fit
+that kept nothing there lost more: at 1M rows, started as Dask starts its
+workers, a round took 0.94 s of CPU time with its buffers kept and 1.06 s
+without (0.77 s native; ``round_ratio.py --sticky-rows 1000000`` with
+``MALLOC_TRIM_THRESHOLD_=65536`` set). The setting is the process's: two
+fits at once in threads share it, and the first to end puts it back (the
+other goes on with the start thresholds), as does a later fit's end after
+one that raised. Nothing changes where the C library is not glibc.
 
 The kept memory is not free: buffers of different rounds overlap in time
 (the adaptive step keeps the last round's margins), so the heap holds
@@ -50,17 +53,24 @@ _LARGEST = 2**31 - 1
 # (64-bit): the mmap threshold at 32 MiB and the trim threshold twice that.
 SETTLED_MMAP = 32 << 20
 SETTLED_TRIM = 2 * SETTLED_MMAP
+# glibc's fixed values of both thresholds where its rule is off from the start
+# (DEFAULT_MMAP_THRESHOLD_MIN, DEFAULT_TRIM_THRESHOLD): one of them was set.
+DEFAULT_MMAP = DEFAULT_TRIM = 128 << 10
+# Each threshold's variable and its name in GLIBC_TUNABLES, which takes precedence.
+_SETTINGS = {
+    M_MMAP_THRESHOLD: ("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"),
+    M_TRIM_THRESHOLD: ("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold"),
+}
 #: The largest round's buffers (bytes of the margins' copy and the gradient
 #: pairs, 12 per row and label) whose freed memory is kept: about 4.4M rows at K = 10.
 MAX_ROUND_BYTES = 512 << 20
-_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 
 @functools.cache
-def _start_names():
-    """Names of the environment variables this process started with: what glibc read.
+def _start_environ():
+    """The environment this process started with: what glibc read.
 
-    ``/proc/self/environ`` where there is one, else ``os.environ``'s. A
+    ``/proc/self/environ`` where there is one, else ``os.environ``. A
     variable put in ``os.environ`` later does not tune glibc (Dask's nanny
     puts ``MALLOC_TRIM_THRESHOLD_`` there for the workers it spawns).
     """
@@ -68,8 +78,52 @@ def _start_names():
         with open("/proc/self/environ", "rb") as f:
             entries = f.read().split(b"\0")
     except OSError:
-        return frozenset(os.environ)
-    return frozenset(e.split(b"=", 1)[0].decode(errors="replace") for e in entries if e)
+        return dict(os.environ)
+    pairs = (e.decode(errors="replace").partition("=") for e in entries if e)
+    return {name: value for name, _, value in pairs}
+
+
+def _size(text):
+    """A size as glibc reads one (decimal, ``0x`` hex or leading-``0`` octal), else None."""
+    text = text.strip()
+    base = 16 if text[:2].lower() == "0x" else 8 if text[:1] == "0" and len(text) > 1 else 10
+    try:
+        value = int(text[2:] if base == 16 else text, base)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def start_thresholds(environ=None):
+    """The mmap and trim thresholds this process started with: ``(mmap, trim)`` bytes.
+
+    From ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` or their
+    ``GLIBC_TUNABLES`` entries (which take precedence); a value glibc
+    cannot read counts as unset, as glibc ignores it. With neither set,
+    the values glibc's own rule settles on (:data:`SETTLED_MMAP`,
+    :data:`SETTLED_TRIM`); with one set, glibc's fixed default
+    (:data:`DEFAULT_MMAP`, :data:`DEFAULT_TRIM`) for the other, since
+    setting either turns that rule off.
+
+    Parameters
+    ----------
+    environ : mapping, optional
+        The start environment (:func:`_start_environ` when None).
+    """
+    environ = _start_environ() if environ is None else environ
+    tunables = dict(
+        entry.partition("=")[::2] for entry in environ.get("GLIBC_TUNABLES", "").split(":")
+    )
+    found = {}
+    for param, (variable, tunable) in _SETTINGS.items():
+        value = _size(tunables[tunable]) if tunable in tunables else None
+        if value is None and variable in environ:
+            value = _size(environ[variable])
+        found[param] = value
+    if all(value is None for value in found.values()):
+        return SETTLED_MMAP, SETTLED_TRIM
+    mmap, trim = found[M_MMAP_THRESHOLD], found[M_TRIM_THRESHOLD]
+    return (DEFAULT_MMAP if mmap is None else mmap), (DEFAULT_TRIM if trim is None else trim)
 
 
 @functools.cache
@@ -81,15 +135,6 @@ def _libc():
     except (OSError, AttributeError):
         return None
     return libc
-
-
-def _glibc(names=None):
-    """The C library if it is glibc and the user leaves its allocator alone, else None.
-
-    ``names``: the environment variables glibc read (:func:`_start_names` when None).
-    """
-    names = _start_names() if names is None else names
-    return None if any(name in names for name in _USER_SETTINGS) else _libc()
 
 
 def keep_freed(round_bytes, libc=None):
@@ -108,7 +153,7 @@ def keep_freed(round_bytes, libc=None):
     bool
         Whether freed memory is kept (then call :func:`release_freed` at the end).
     """
-    libc = _glibc() if libc is None else libc
+    libc = _libc() if libc is None else libc
     if libc is None or not 0 < round_bytes <= MAX_ROUND_BYTES:
         return False
     libc.mallopt(M_MMAP_THRESHOLD, _LARGEST)
@@ -116,13 +161,15 @@ def keep_freed(round_bytes, libc=None):
     return True
 
 
-def release_freed(libc=None):
-    """End :func:`keep_freed`: glibc's settled thresholds back, free memory returned.
+def release_freed(libc=None, environ=None):
+    """End :func:`keep_freed`: the start thresholds back, free memory returned.
 
-    ``libc`` as for :func:`keep_freed`.
+    ``libc`` as for :func:`keep_freed`; ``environ`` as for :func:`start_thresholds`.
     """
-    libc = _glibc() if libc is None else libc
+    libc = _libc() if libc is None else libc
     if libc is not None:
-        libc.mallopt(M_MMAP_THRESHOLD, SETTLED_MMAP)
-        libc.mallopt(M_TRIM_THRESHOLD, SETTLED_TRIM)
+        mmap, trim = start_thresholds(environ)
+        # (mallopt takes an int: a larger start value is its largest)
+        libc.mallopt(M_MMAP_THRESHOLD, min(mmap, _LARGEST))
+        libc.mallopt(M_TRIM_THRESHOLD, min(trim, _LARGEST))
         libc.malloc_trim(0)

@@ -14,7 +14,7 @@ from structboost import _heap
 from structboost.datasets import make_hmm_sequences
 from structboost.engines import xgboost as xgb_engine
 
-ON_GLIBC = _heap._glibc(set()) is not None and hasattr(ctypes.CDLL(None), "mallinfo2")
+ON_GLIBC = _heap._libc() is not None and hasattr(ctypes.CDLL(None), "mallinfo2")
 # Larger than the 32 MiB glibc's own rule ever serves from the heap.
 BIG = 64 << 20
 
@@ -32,16 +32,41 @@ class _FakeLibc:
         return 1
 
 
-def test_a_fit_raises_both_thresholds_and_its_end_settles_and_trims():
+# The start environment -> the (mmap, trim) thresholds a fit's end puts back.
+START = [
+    ({}, (32 << 20, 64 << 20)),  # glibc's own rule: where it settles
+    ({"GLIBC_TUNABLES": "glibc.malloc.check=0"}, (32 << 20, 64 << 20)),
+    ({"MALLOC_TRIM_THRESHOLD_": "65536"}, (128 << 10, 65536)),  # Dask's workers
+    ({"MALLOC_MMAP_THRESHOLD_": "0x100000"}, (1 << 20, 128 << 10)),
+    ({"MALLOC_MMAP_THRESHOLD_": "0400", "MALLOC_TRIM_THRESHOLD_": "7"}, (256, 7)),
+    ({"GLIBC_TUNABLES": "glibc.malloc.check=0:glibc.malloc.trim_threshold=4096"},
+     (128 << 10, 4096)),
+    ({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=2097152", "MALLOC_MMAP_THRESHOLD_": "8"},
+     (2 << 20, 128 << 10)),  # the tunable takes precedence
+    ({"MALLOC_TRIM_THRESHOLD_": "lots", "MALLOC_MMAP_THRESHOLD_": "-1"}, (32 << 20, 64 << 20)),
+    ({"MALLOC_TRIM_THRESHOLD_": str(1 << 40)}, (128 << 10, 1 << 40)),
+]
+
+
+@pytest.mark.parametrize(("environ", "thresholds"), START)
+def test_the_thresholds_a_process_starts_with_are_read_as_glibc_reads_them(environ, thresholds):
+    assert _heap.start_thresholds(environ) == thresholds
+
+
+@pytest.mark.parametrize(("environ", "thresholds"), START)
+def test_a_fit_raises_both_thresholds_and_its_end_puts_back_the_start_ones_and_trims(
+    environ, thresholds
+):
     libc = _FakeLibc()
     assert _heap.keep_freed(_heap.MAX_ROUND_BYTES, libc)
     assert libc.calls == [("mallopt", _heap.M_MMAP_THRESHOLD, 2**31 - 1),
                           ("mallopt", _heap.M_TRIM_THRESHOLD, 2**31 - 1)]  # fmt: skip
     libc.calls.clear()
-    _heap.release_freed(libc)
+    _heap.release_freed(libc, environ)
+    mmap, trim = (min(t, 2**31 - 1) for t in thresholds)  # mallopt's int
     assert libc.calls == [
-        ("mallopt", _heap.M_MMAP_THRESHOLD, 32 << 20),
-        ("mallopt", _heap.M_TRIM_THRESHOLD, 64 << 20),
+        ("mallopt", _heap.M_MMAP_THRESHOLD, mmap),
+        ("mallopt", _heap.M_TRIM_THRESHOLD, trim),
         ("malloc_trim", 0),
     ]
 
@@ -53,24 +78,23 @@ def test_a_fit_with_larger_rounds_or_none_on_the_host_keeps_nothing(round_bytes)
     assert libc.calls == []
 
 
-@pytest.mark.parametrize(
-    "name", ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"]
-)
-def test_an_allocator_the_user_tunes_is_left_alone(name):
-    assert _heap._glibc({name}) is None
+def _python(code, **environ):
+    """The standard output of ``python -c code`` started with ``environ`` added."""
+    env = {name: value for name, value in os.environ.items() if "MALLOC" not in name}
+    env.pop("GLIBC_TUNABLES", None)
+    done = subprocess.run([sys.executable, "-c", code], env={**env, **environ},
+                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    return done.stdout.strip()
 
 
 @pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator (2.33 or later)")
-def test_the_environment_glibc_read_decides_not_a_later_one(monkeypatch):
+def test_the_environment_glibc_read_decides_not_a_later_one():
     # Dask's nanny puts MALLOC_TRIM_THRESHOLD_ in os.environ for the workers
-    # it spawns: this process's glibc never read it
-    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
-    assert _heap._glibc() is not None
-    code = "from structboost import _heap; print(_heap.keep_freed(1))"
-    env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=120, check=True)  # fmt: skip
-    assert done.stdout.strip() == "False"
+    # it spawns: the process that does so never had glibc read it
+    started = "from structboost import _heap; print(_heap.start_thresholds())"
+    later = "import os; os.environ['MALLOC_TRIM_THRESHOLD_'] = '65536'; " + started
+    assert _python(later) == str((32 << 20, 64 << 20))
+    assert _python(started, MALLOC_TRIM_THRESHOLD_="65536") == str((128 << 10, 65536))
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -101,6 +125,28 @@ def test_a_big_buffer_comes_from_the_heap_and_stays_there_until_release():
     a = np.ones(2 * BIG, dtype=np.uint8)  # above the settled threshold: mapped apart again
     assert _mallinfo().hblkhd >= mapped + 2 * BIG
     del a
+
+
+@pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator (2.33 or later)")
+def test_a_process_started_as_dask_starts_its_workers_keeps_too_and_gets_its_threshold_back():
+    # there every buffer above 128 KiB is mapped apart, and is again after the fit
+    code = f"""
+import sys
+sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+import numpy as np
+from structboost import _heap
+from test_heap import BIG, _mallinfo
+assert _heap.keep_freed(BIG)
+mapped = _mallinfo().hblkhd
+a = np.ones(BIG, dtype=np.uint8)
+kept = _mallinfo().hblkhd == mapped
+del a
+_heap.release_freed()
+mapped = _mallinfo().hblkhd
+b = np.ones(256 << 10, dtype=np.uint8)
+print(kept, _mallinfo().hblkhd >= mapped + (256 << 10))
+"""
+    assert _python(code, MALLOC_TRIM_THRESHOLD_="65536") == "True True"
 
 
 @pytest.mark.parametrize("kept", [True, False])
