@@ -12,12 +12,15 @@ is its own), ``--repeat`` times interleaved:
 
 Prints CPU seconds per round of the rounds past the one-pass warm-up
 (mean over those rounds, best of the repeats) and the peak RSS, and
-writes them to ``--out``.
+writes them to ``--out`` with the mmap and trim thresholds the processes
+started with (``structboost._heap.start_thresholds``: set them as Dask's
+nanny does, ``MALLOC_TRIM_THRESHOLD_=65536``, to measure a worker's case).
 
 Usage::
 
     python benchmarks/kept_buffers.py --rows 1000000 [--rounds 22] [--repeat 2]
     python benchmarks/kept_buffers.py --rows 10000000 --rounds 4 --repeat 1
+    MALLOC_TRIM_THRESHOLD_=65536 python benchmarks/kept_buffers.py --rows 1000000
 """
 
 import argparse
@@ -65,7 +68,11 @@ def main():
         return
     from protein_qs import machine_line
 
-    print(machine_line(), f"load average {os.getloadavg()[0]:.2f}")
+    from structboost._heap import start_thresholds
+
+    thresholds = "/".join(str(t) for t in start_thresholds())
+    print(machine_line(), f"load average {os.getloadavg()[0]:.2f}; glibc's mmap/trim "
+          f"thresholds at start {thresholds}")
     best = {}
     for _ in range(args.repeat):
         for name, max_bytes in CONFIGS.items():
@@ -87,7 +94,8 @@ def main():
         cpu, peak = best[name]
         print(f"| {name} | {cpu:.3f} | {cpu / base_cpu:.2f} | {peak:,.0f} | {peak / base_peak:.2f} |")
         rows.append({"rows": args.rows, "rounds": args.rounds, "buffers": name,
-                     "cpu_s_per_round": round(cpu, 4), "peak_rss_mib": round(peak)})
+                     "cpu_s_per_round": round(cpu, 4), "peak_rss_mib": round(peak),
+                     "start_thresholds": thresholds})
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     new = not os.path.exists(args.out)
     with open(args.out, "a", newline="") as f:
