@@ -22,10 +22,10 @@ free memory to the system (``malloc_trim``). Those are glibc's own rule
 where the process started with no threshold set, else the values it set,
 as Dask's nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``.
 In such a process every buffer above 128 KiB is mapped afresh, so a fit
-that kept nothing there lost more: at 1M rows, started as Dask starts its
-workers, a round took 0.94 s of CPU time with its buffers kept and 1.06 s
-without (0.77 s native; ``round_ratio.py --sticky-rows 1000000`` with
-``MALLOC_TRIM_THRESHOLD_=65536`` set). The setting is the process's: two
+that kept nothing there lost more: at 1M rows and K = 10, in a process
+started as Dask starts its workers, a round took 10-13% less CPU time with
+its buffers kept, for 8-9% more peak RSS
+(``MALLOC_TRIM_THRESHOLD_=65536 python benchmarks/kept_buffers.py``). The setting is the process's: two
 fits at once in threads share it, and the first to end puts it back (the
 other goes on with the start thresholds), as does a later fit's end after
 one that raised. Nothing changes where the C library is not glibc.
