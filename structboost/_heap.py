@@ -25,10 +25,11 @@ In such a process every buffer above 128 KiB is mapped afresh, so a fit
 that kept nothing there lost more: at 1M rows and K = 10, in a process
 started as Dask starts its workers, a round took 10-13% less CPU time with
 its buffers kept, for 8-9% more peak RSS
-(``MALLOC_TRIM_THRESHOLD_=65536 python benchmarks/kept_buffers.py``). The setting is the process's: two
-fits at once in threads share it, and the first to end puts it back (the
-other goes on with the start thresholds), as does a later fit's end after
-one that raised. Nothing changes where the C library is not glibc.
+(``MALLOC_TRIM_THRESHOLD_=65536 python benchmarks/kept_buffers.py``).
+The setting is the process's: two fits at once in threads share it, and
+the first to end puts it back (the other goes on with the start
+thresholds), as does a later fit's end after one that raised. Nothing
+changes where the C library is not glibc.
 
 The kept memory is not free: buffers of different rounds overlap in time
 (the adaptive step keeps the last round's margins), so the heap holds
