@@ -57,11 +57,12 @@ SETTLED_TRIM = 2 * SETTLED_MMAP
 # glibc's fixed values of both thresholds where its rule is off from the start
 # (DEFAULT_MMAP_THRESHOLD_MIN, DEFAULT_TRIM_THRESHOLD): one of them was set.
 DEFAULT_MMAP = DEFAULT_TRIM = 128 << 10
-# Each threshold's variable and its name in GLIBC_TUNABLES, which takes precedence.
-_SETTINGS = {
-    M_MMAP_THRESHOLD: ("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"),
-    M_TRIM_THRESHOLD: ("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold"),
-}
+# The mmap and the trim threshold: each one's variable and its name in
+# GLIBC_TUNABLES, which takes precedence.
+_SETTINGS = (
+    ("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"),
+    ("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold"),
+)
 #: The largest round's buffers (bytes of the margins' copy and the gradient
 #: pairs, 12 per row and label) whose freed memory is kept: about 4.4M rows at K = 10.
 MAX_ROUND_BYTES = 512 << 20
@@ -95,6 +96,11 @@ def _size(text):
     return value if value >= 0 else None
 
 
+def _first_size(*texts):
+    """The first of ``texts`` that :func:`_size` reads (zero included), else None."""
+    return next((v for v in map(_size, texts) if v is not None), None)
+
+
 def start_thresholds(environ=None):
     """The mmap and trim thresholds this process started with: ``(mmap, trim)`` bytes.
 
@@ -115,15 +121,12 @@ def start_thresholds(environ=None):
     tunables = dict(
         entry.partition("=")[::2] for entry in environ.get("GLIBC_TUNABLES", "").split(":")
     )
-    found = {}
-    for param, (variable, tunable) in _SETTINGS.items():
-        value = _size(tunables[tunable]) if tunable in tunables else None
-        if value is None and variable in environ:
-            value = _size(environ[variable])
-        found[param] = value
-    if all(value is None for value in found.values()):
+    mmap, trim = (
+        _first_size(tunables.get(tunable, ""), environ.get(variable, ""))
+        for variable, tunable in _SETTINGS
+    )
+    if mmap is None and trim is None:
         return SETTLED_MMAP, SETTLED_TRIM
-    mmap, trim = found[M_MMAP_THRESHOLD], found[M_TRIM_THRESHOLD]
     return (DEFAULT_MMAP if mmap is None else mmap), (DEFAULT_TRIM if trim is None else trim)
 
 
