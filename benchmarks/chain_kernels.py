@@ -92,10 +92,18 @@ def parts(lengths, k):
     offsets = offsets_from_lengths(lengths)
     ws = chain.Workspace(n, k, len(lengths)).load(u, offsets)
     emat, emax = _chain.exp_tables(trans[None])
+    weight = np.ones(len(lengths))
+    coef = np.ones((1, n - 1))
     return {
         "exp_rows": lambda: _chain.exp_rows(u, ws.w, ws.row_max, False),
         "messages": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, False, False),
         "messages with rates": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, True, False),
+        "messages with rates and edge sums (a round's pass)": lambda: _chain_sweeps.messages(
+            ws, emat, emax, z, z, True, False, weight
+        ),
+        "edge products after a pass (BLAS, its alternative)": lambda: chain._edge_products(
+            ws.alpha[:-1], ws.r[1:], coef
+        ),
         "late_rates": lambda: _chain_sweeps.late_rates(
             _chain_stats.Messages.of(ws), emat, False
         ),

@@ -27,7 +27,11 @@ The kernels live in four modules by what they compute:
   :func:`shifted_exp`) and the log-space forward-backward of the fallback
   (:func:`log_space_posterior`);
 * :mod:`structboost.inference._chain_sweeps`: the scaled forward and
-  backward sweeps (:func:`~structboost.inference._chain_sweeps.messages`);
+  backward sweeps (:func:`~structboost.inference._chain_sweeps.messages`),
+  with the edge sums of their pass;
+* :mod:`structboost.inference._chain_lanes`: the sweeps' kernels over the
+  lanes of a chunk (gathers, products with the table, the mixing rates and
+  edge products of a position);
 * :mod:`structboost.inference._chain_stats`: what derives from the stored
   messages or from pairwise marginals: mixing rates, edge marginals, the
   path sums of Eq. 17 and the exact node bound;

@@ -123,7 +123,7 @@ def _row_conditional(mat, weight, out):
 
 @njit(**KERNEL)
 def _rate(emat, into_inv, weight, possible, low):
-    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`~structboost.inference._chain_sweeps._lanes_rates`)."""
+    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`~structboost.inference._chain_lanes._lanes_rates`)."""
     k = low.shape[0]
     low[:] = np.inf
     for i in range(k):

@@ -21,18 +21,23 @@ One forward and one backward sweep (:func:`messages`) give log Z, the node
 marginals and, on request, both Dobrushin mixing rates of every edge.
 A sequence these messages cannot hold is marked lost by the criterion of
 :mod:`structboost.inference._chain` and recomputed in log space by the caller.
+The sweeps run the sequences of a chunk in lockstep, as the lanes of
+:mod:`structboost.inference._chain_lanes`' kernels.
 """
 
 from typing import NamedTuple
 
 import numpy as np
-from llvmlite import ir
-from numba import get_num_threads, njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import get_num_threads, njit, prange
 
-from .._config import FINITE, KERNEL, PARALLEL, SAFE, TINY
-from ._chain import CHUNK, shifted_exp, table
+from .._config import KERNEL, PARALLEL, SAFE, TINY
+from ._chain import CHUNK, shifted_exp
+from ._chain_lanes import (
+    _ACC, _BS, _FIRST, _FS, _IN, _INV, _LEN, _MARG, _MSG, _OV, _PLANES, _PREV, _R, _R2, _ROW,
+    _RUN, _SEQ, _SUM, _TAB, _VECS, _W,
+    _gather, _lanes_edges, _lanes_rates, _lanes_sums, _lanes_times, _prefetch_rows, _scatter,
+    _set_rows,
+)
 from ._chain_stats import Messages
 
 # log Z adds the logarithm of a running product of the normalisers once the
@@ -41,279 +46,33 @@ from ._chain_stats import Messages
 # product never leaves float64's normal range.
 LOG_LO = 1e-100
 LOG_HI = 1e100
-# Planes of the chunk's scratch ``buf (9, K, lanes)``: the incoming message,
-# alpha and w (at the positions past the cached ones, ``Scratch.w_at``), r
-# and the marginals; the mixing rates' alpha of the previous position (past
-# the cached ones), second r, inverses and penalties (:func:`_lanes_rates`).
-_IN, _MSG, _W, _R, _MARG, _PREV, _R2, _RINV, _RPEN = 0, 1, 2, 3, 4, 5, 6, 7, 8
-_PLANES = 9
-# Rows of ``vec (8, lanes)``: sums, their inverses, overlaps, log Z's
-# running sum and running product of normalisers, beta_scale, the rates'
-# totals and the forward sweep's normaliser.
-_SUM, _INV, _OV, _ACC, _RUN, _BS, _TOT, _FS = 0, 1, 2, 3, 4, 5, 6, 7
-_VECS = 8
-# Rows of ``idx (5, lanes)`` int64: sequence, first row, length, current row, table.
-_SEQ, _FIRST, _LEN, _ROW, _TAB = 0, 1, 2, 3, 4
 # Entries of each of a task's arrays of cached planes (``Scratch.w_at``,
 # ``Scratch.alpha_at``): 256 KiB, so that both stay in a core's cache.
 _CACHE_ENTRIES = 1 << 15
 #: What a chunk's task does (:func:`_chunk_pass`): both sweeps; both sweeps
 #: and the rates; the rates of swept messages.
 SWEEPS, SWEEPS_RATES, RATES = 0, 1, 2
-# Added to the conditionals given a label of zero probability (the mixing
-# rates, whose inverse is then zero): above every finite one.
-_EXCLUDE = np.inf
-# The largest inverse of a possible label's weight (the inverse of a
-# subnormal one overflows): keeps every conditional finite, as ``minnum``
-# under FINITE's ``nnan`` needs.
-_HUGE = np.finfo(np.float64).max
 
 
-@intrinsic
-def _fmin(typingctx, a, b):
-    """``min(a, b)`` of two float64 as LLVM's ``minnum``, which LLVM vectorises.
+@njit(**KERNEL)
+def _chunk_edges_rowwise(lanes, idx, msg, nodes, acc):
+    """``acc`` as :func:`_lanes_edges` over the chunk's sequences not lost, from the stored rows.
 
-    numba's ``min`` lowers to a compare and select that LLVM keeps scalar
-    inside a reduction loop; ``minnum`` becomes ``vminpd``.
+    For a chunk with a lost sequence, whose lanes' products then include
+    rows the scaled messages could not hold (rare).
     """
-    sig = types.float64(types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        d = ir.DoubleType()
-        fn = builder.module.declare_intrinsic("llvm.minnum", [d], ir.FunctionType(d, [d, d]))
-        return builder.call(fn, args)
-
-    return sig, codegen
-
-
-@intrinsic
-def _prefetch(typingctx, arr, row, col):
-    """Prefetch, for writing, the cache line of ``arr[row, col]`` (a 2-d array).
-
-    LLVM's ``llvm.prefetch``: no effect on results. The sweeps' lanes write
-    rows far apart, more streams than the hardware prefetcher follows.
-    """
-    sig = types.void(arr, row, col)
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@njit(**KERNEL)
-def _gather(src, idx, lo, act, step, plane):
-    """``plane[a, s] = src[row_s + step, a]`` for the lanes ``lo <= s < act``."""
-    for s in range(lo, act):
-        row = idx[_ROW, s] + step
-        for a in range(src.shape[1]):
-            plane[a, s] = src[row, a]
-
-
-@njit(**KERNEL)
-def _scatter(plane, idx, lo, act, dst):
-    """``dst[row_s, a] = plane[a, s]`` for the lanes ``lo <= s < act``."""
-    for s in range(lo, act):
-        row = idx[_ROW, s]
-        for a in range(dst.shape[1]):
-            dst[row, a] = plane[a, s]
-
-
-@njit(**KERNEL)
-def _lanes_sums(plane, act, sums):
-    """``sums[s] = sum_a plane[a, s]`` for the first ``act`` lanes."""
-    for s in range(act):
-        sums[s] = 0.0
-    for a in range(plane.shape[0]):
-        for s in range(act):
-            sums[s] += plane[a, s]
-
-
-@njit(**KERNEL)
-def _lanes_times(src, dst, mat, idx, act):
-    """``dst[b, s] = sum_a src[a, s] mat[tab_s, a, b]`` for the first ``act`` lanes.
-
-    ``src`` and ``dst`` are ``(K, lanes)`` planes. One shared table: each
-    entry is loaded once for all lanes, and the lanes are the vector
-    dimension (no horizontal sums), four rows of the table per pass over
-    ``dst``, the first pass storing and the last one's missing rows
-    (``K`` not a multiple of four) weighted zero. Per-position tables
-    (``mat`` may be a transposed view) are read lane by lane.
-    """
-    k = mat.shape[1]
-    if mat.shape[0] == 1:
-        for a in range(0, k, 4):
-            a1, a2, a3 = min(a + 1, k - 1), min(a + 2, k - 1), min(a + 3, k - 1)
-            for b in range(k):
-                e0 = mat[0, a, b]
-                e1 = mat[0, a1, b] if a + 1 < k else 0.0
-                e2 = mat[0, a2, b] if a + 2 < k else 0.0
-                e3 = mat[0, a3, b] if a + 3 < k else 0.0
-                if a == 0:
-                    for s in range(act):
-                        dst[b, s] = src[0, s] * e0 + src[a1, s] * e1 + src[a2, s] * e2 + src[a3, s] * e3
-                else:
-                    for s in range(act):
-                        dst[b, s] += (src[a, s] * e0 + src[a1, s] * e1
-                                      + src[a2, s] * e2 + src[a3, s] * e3)
-        return
-    for b in range(k):
-        for s in range(act):
-            dst[b, s] = 0.0
-    for a in range(k):
-        for b in range(k):
-            for s in range(act):
-                dst[b, s] += src[a, s] * mat[idx[_TAB, s], a, b]
-
-
-@njit(**FINITE)
-def _lanes_min(inv, pen, dst, mat, idx, act, shift, penalised):
-    """``dst[b, s] = min_a (mat[tab_s + shift, a, b] inv[a, s] + pen[a, s])``.
-
-    For the first ``act`` lanes of the ``(K, lanes)`` planes:
-    :func:`_lanes_times` with ``min`` for the sum (the last pass's missing
-    rows repeat row ``K - 1``, which leaves the minimum as it is) and the
-    penalty of excluded labels added (``shift`` picks the next position's
-    table when tables are per position). Without ``penalised`` (no label of
-    these lanes is excluded: every penalty is zero) the penalties are not
-    read.
-    """
-    k = mat.shape[1]
-    if mat.shape[0] == 1:
-        for a in range(0, k, 4):
-            a1, a2, a3 = min(a + 1, k - 1), min(a + 2, k - 1), min(a + 3, k - 1)
-            for b in range(k):
-                e0, e1, e2, e3 = mat[0, a, b], mat[0, a1, b], mat[0, a2, b], mat[0, a3, b]
-                if penalised:
-                    for s in range(act):
-                        m01 = _fmin(inv[a, s] * e0 + pen[a, s], inv[a1, s] * e1 + pen[a1, s])
-                        m23 = _fmin(inv[a2, s] * e2 + pen[a2, s], inv[a3, s] * e3 + pen[a3, s])
-                        dst[b, s] = _fmin(m01, m23) if a == 0 else _fmin(dst[b, s], _fmin(m01, m23))
-                else:
-                    for s in range(act):
-                        m01 = _fmin(inv[a, s] * e0, inv[a1, s] * e1)
-                        m23 = _fmin(inv[a2, s] * e2, inv[a3, s] * e3)
-                        dst[b, s] = _fmin(m01, m23) if a == 0 else _fmin(dst[b, s], _fmin(m01, m23))
-        return
-    for b in range(k):
-        for s in range(act):
-            dst[b, s] = _EXCLUDE
-    for a in range(k):
-        for b in range(k):
-            for s in range(act):
-                v = inv[a, s] * mat[idx[_TAB, s] + shift, a, b] + pen[a, s]
-                dst[b, s] = _fmin(dst[b, s], v)
-
-
-@njit(**KERNEL)
-def _lanes_rate(weights, mins, act, vec, scaled, idx, out):
-    """``out[row_s] = max(0, 1 - sum_b weights[b, s] kept(mins[b, s]) / d_s)``.
-
-    For the first ``act`` lanes of the ``(K, lanes)`` planes, ``d_s =
-    vec[_BS, s]`` if ``scaled``, else 1; ``kept`` drops the minima that
-    every label excluded (:data:`_EXCLUDE`).
-    """
-    for s in range(act):
-        vec[_TOT, s] = 0.0
-    for b in range(mins.shape[0]):
-        for s in range(act):
-            m = mins[b, s]
-            vec[_TOT, s] += weights[b, s] * (m if m < _EXCLUDE else 0.0)
-    for s in range(act):
-        tot = vec[_TOT, s] / vec[_BS, s] if scaled else vec[_TOT, s]
-        out[idx[_ROW, s]] = max(0.0, 1.0 - tot)
-
-
-@njit(**KERNEL)
-def _lanes_rates(j, new, act, am, pm, ro, wj, swept, tab, scratch, right, left):
-    """The mixing rates of the edges at position ``j`` of the lanes, into ``right`` and ``left``.
-
-    On entry, for the first ``act`` lanes, the ``(K, lanes)`` planes
-    ``am`` and ``buf[_IN]`` hold ``alpha[t]`` and ``beta[t]``
-    (normalised) of their row ``t``, ``pm`` holds ``alpha[t - 1]`` (``j >
-    0``), and for the first ``new`` of them (those whose sequence goes on
-    past ``t``) ``ro`` holds ``r[t + 1]`` and ``vec[_BS]``
-    ``beta_scale[t]``.
-    ``right[t] = 1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over labels
-    ``a`` of nonzero marginal, from ``P(b | a) = E[a, b] r[t + 1, b] /
-    (beta_scale[t] beta[t, a])`` (``1 / beta_scale[t]`` applied to the sum,
-    so that no reciprocal of a product of two small numbers overflows),
-    zero where ``t`` is last;
-    ``left[t] = 1 - sum_a min_b P(y_{t-1} = a | y_t = b)`` over labels
-    ``b`` of nonzero marginal, from ``P(a | b) = alpha[t - 1, a] E[a, b] /
-    into[t, b]`` with ``into[t] = alpha[t - 1] @ E_t``, zero where ``t`` is
-    first (``j == 0``). Within the sweep (``swept``: the plane ``wj`` holds
-    ``w[t]`` and ``vec[_FS]`` the forward normaliser ``s_t`` of ``alpha[t]
-    = into[t] w[t] / s_t``) ``1 / into[t, b] = w[t, b] / (alpha[t, b]
-    s_t)``, one division instead of a product; otherwise ``into[t]`` is the
-    forward sweep's product, recomputed. Labels of zero probability add
-    nothing to the total variation of Theorem 3.1; they get ``inv = 0`` and
-    the penalty ``_EXCLUDE`` (branch-free, so that the divisions
-    vectorise). Uses the planes ``_RINV``, ``_RPEN`` and ``_MARG``.
-    """
-    buf, vec, idx = scratch.buf, scratch.vec, scratch.idx
-    emat, emat_t = tab.emat, tab.emat_t
-    beta, inv, pen, mins = buf[_IN], buf[_RINV], buf[_RPEN], buf[_MARG]
-    k = buf.shape[1]
-    excluded = 0
-    for a in range(k):
-        for s in range(act):
-            ok = am[a, s] * beta[a, s] > 0.0
-            x = min(1.0 / beta[a, s], _HUGE)
-            inv[a, s] = x if ok else 0.0
-            pen[a, s] = 0.0 if ok else _EXCLUDE
-            excluded += 0 if ok else 1
-    penalised = excluded > 0
-    if new > 0:
-        _lanes_min(inv, pen, mins, emat, idx, new, 1 if emat.shape[0] > 1 else 0, penalised)
-        _lanes_rate(ro, mins, new, vec, True, idx, right)
-    for s in range(new, act):
-        right[idx[_ROW, s]] = 0.0
-    if j == 0:
-        for s in range(act):
-            left[idx[_ROW, s]] = 0.0
-        return
-    if swept:
-        for b in range(k):
-            for s in range(act):
-                x = min(wj[b, s] / (am[b, s] * vec[_FS, s]), _HUGE)
-                inv[b, s] = x if pen[b, s] == 0.0 else 0.0
-    else:
-        _lanes_times(pm, mins, emat, idx, act)
-        for b in range(k):
-            for s in range(act):
-                x = min(1.0 / mins[b, s], _HUGE)
-                inv[b, s] = x if pen[b, s] == 0.0 else 0.0
-    _lanes_min(inv, pen, mins, emat_t, idx, act, 0, penalised)
-    _lanes_rate(pm, mins, act, vec, False, idx, left)
-
-
-@njit(**KERNEL)
-def _prefetch_rows(idx, act, step, dst):
-    """Prefetch the rows ``row_s + step`` of ``dst (n, K)`` of the first ``act`` lanes."""
-    last = dst.shape[1] - 1
-    for s in range(act):
-        row = idx[_ROW, s] + step
-        for a in range(0, last, 8):
-            _prefetch(dst, row, a)
-        _prefetch(dst, row, last)
-
-
-@njit(**KERNEL)
-def _set_rows(j, idx, act, n_tab):
-    """Point the first ``act`` lanes at their row ``j`` and its table."""
-    for s in range(act):
-        row = idx[_FIRST, s] + j
-        idx[_ROW, s] = row
-        idx[_TAB, s] = table(n_tab, row)
+    alpha, r, beta_scale, overlap = msg.alpha, msg.r, msg.beta_scale, nodes.overlap
+    acc[:] = 0.0
+    for s in range(lanes):
+        i = idx[_SEQ, s]
+        if nodes.lost[i]:
+            continue
+        for t in range(msg.offsets[i], msg.offsets[i + 1] - 1):
+            c = nodes.seq_weight[i] / (beta_scale[t] * overlap[t])
+            for a in range(alpha.shape[1]):
+                x = alpha[t, a] * c
+                for b in range(alpha.shape[1]):
+                    acc[a, b] += x * r[t + 1, b]
 
 
 class Tables(NamedTuple):
@@ -357,6 +116,12 @@ class Nodes(NamedTuple):
         ``alpha[t] @ beta[t]``.
     lost : (m,) bool, output
         The sequences the scaled messages cannot hold.
+    seq_weight : (m,) float64
+        The sequences' weights in ``edges`` (empty: no edge sums).
+    edges : (T, K, K) float64, output
+        Task ``t``'s sum of ``seq_weight[i] alpha[t] r[t + 1]' / (beta_scale[t]
+        overlap[t])`` over the edges of the sequences not lost (one shared
+        table only; see :func:`messages`); ``(0, K, K)`` when not asked for.
     """
 
     w: np.ndarray
@@ -365,19 +130,24 @@ class Nodes(NamedTuple):
     marg: np.ndarray
     overlap: np.ndarray
     lost: np.ndarray
+    seq_weight: np.ndarray
+    edges: np.ndarray
 
 class Scratch(NamedTuple):
     """One task's scratch of the lockstep sweeps (:func:`_chunk_messages`).
 
     Attributes
     ----------
-    buf : (9, K, lanes) float64
+    buf : (10, K, lanes) float64
     vec : (8, lanes) float64
     idx : (5, lanes) int64
     w_at, alpha_at : (cap, K, lanes) float64
         The forward sweep's planes of ``w`` and ``alpha`` at the positions
         ``j < cap``, which the backward sweep reads instead of gathering
         their rows again (:func:`_cached_positions`).
+    edges : (2, K, K) float64
+        The edge sums (``Nodes.edges``) of the current chunk and of the
+        task's chunks before it.
     """
 
     buf: np.ndarray
@@ -385,6 +155,7 @@ class Scratch(NamedTuple):
     idx: np.ndarray
     w_at: np.ndarray
     alpha_at: np.ndarray
+    edges: np.ndarray
 
 
 @njit(**KERNEL)
@@ -392,7 +163,7 @@ def _scratch(k, cap):
     """A fresh :class:`Scratch` for ``k`` labels, :data:`CHUNK` lanes and ``cap`` cached positions."""
     return Scratch(
         np.empty((_PLANES, k, CHUNK)), np.empty((_VECS, CHUNK)), np.empty((5, CHUNK), dtype=np.int64),
-        np.empty((cap, k, CHUNK)), np.empty((cap, k, CHUNK)),
+        np.empty((cap, k, CHUNK)), np.empty((cap, k, CHUNK)), np.zeros((2, k, k)),
     )
 
 
@@ -438,7 +209,7 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
     """Both sweeps of the sequences of chunk ``c`` (see :func:`messages`), in lockstep.
 
     The chunk's sequences, sorted longest first, are the lanes of the
-    scratch ``buf (9, K, lanes)``, ``vec (8, lanes)`` and ``idx (5, lanes)``
+    scratch ``buf (10, K, lanes)``, ``vec (8, lanes)`` and ``idx (5, lanes)``
     (lanes innermost), so that every pass over the labels and every product
     runs over all lanes at once with no horizontal sums. At position ``j``
     the lanes of the sequences longer than ``j`` are a prefix; the backward
@@ -449,9 +220,13 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
     computes ``alpha`` in the planes of ``Scratch.w_at`` and
     ``Scratch.alpha_at`` at the first ``cap`` positions (in ``buf`` past
     them), which the backward sweep reads back instead of gathering the
-    rows again. With ``rates``, the backward sweep computes the mixing
-    rates of each position from its planes (:func:`_lanes_rates`), with
-    ``r`` in two planes by turns. The arrays come from ``msg``
+    rows again. The backward sweep keeps ``r`` in two planes by turns:
+    with ``rates`` it computes the mixing rates of each position from its
+    planes (:func:`_lanes_rates`), and when ``nodes.edges`` is asked for,
+    it adds each edge's product to the chunk's sum (:func:`_lanes_edges`;
+    a chunk with a lost sequence sums its other sequences' edges again from
+    their stored rows, :func:`_chunk_edges_rowwise`), then to the task's
+    (``Scratch.edges``). The arrays come from ``msg``
     (``Messages``), ``nodes`` (:class:`Nodes`), ``tab`` (:class:`Tables`)
     and ``scratch`` (:class:`Scratch`), unpacked once per chunk.
     """
@@ -467,6 +242,9 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
     n_tab = emat.shape[0]
     cap = w_at.shape[0]
     lanes = _chunk_lanes(c, offsets, idx)
+    sum_edges = nodes.edges.shape[0] > 0
+    chunk_edges = scratch.edges[0]
+    chunk_edges[:] = 0.0
     for s in range(lanes):
         lost[idx[_SEQ, s]] = False
         vec[_ACC, s] = start_max
@@ -552,6 +330,8 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
                 bs, ov, fs = vec[_BS, s], ovs[s], vec[_FS, s]
                 if not (bs >= TINY and fs * ov >= SAFE and bs * ov >= SAFE):
                     lost[idx[_SEQ, s]] = True
+        if sum_edges and new > 0:
+            _lanes_edges(new, am, ro, vec, idx, nodes.seq_weight, buf, chunk_edges)
         for a in range(k):
             for s in range(act):
                 mg[a, s] = am[a, s] * into[a, s] * inv[s]
@@ -577,12 +357,18 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
             elif j > 0:
                 _gather(alpha, idx, 0, act, -1, pm)
             _lanes_rates(j, new, act, am, pm, ro, wj, True, tab, scratch, msg.right, msg.left)
-            rn, ro = ro, rn
+        rn, ro = ro, rn  # ro = r[t], the r[t + 1] of the next position
         if j > 0:
             _prefetch_rows(idx, act, -1, r)
             _prefetch_rows(idx, act, -1, marg)
-            _lanes_times(ro if rates else rn, into, emat_t, idx, act)
+            _lanes_times(ro, into, emat_t, idx, act)
             _lanes_sums(into, act, sums)
+    if sum_edges:
+        for s in range(lanes):
+            if lost[idx[_SEQ, s]]:
+                _chunk_edges_rowwise(lanes, idx, msg, nodes, chunk_edges)
+                break
+        scratch.edges[1] += chunk_edges
 
 
 @njit(**KERNEL)
@@ -704,6 +490,9 @@ def _pass_parallel(msg, nodes, tab, task, threads):
         scratch = _scratch(k, cap)
         for c in range(t * chunks // tasks, (t + 1) * chunks // tasks):
             _chunk_pass(c, msg, nodes, tab, task, scratch)
+        if nodes.edges.shape[0] > 0:
+            out = nodes.edges[t]  # (through a view: numba 0.68 drops ``edges[t] = ...`` in a prange)
+            out[:] = scratch.edges[1]
 
 
 @njit(**KERNEL)
@@ -712,6 +501,8 @@ def _pass_serial(msg, nodes, tab, task):
     scratch = _scratch(k, _cached_positions(msg.offsets, k, task))
     for c in range((msg.offsets.shape[0] + CHUNK - 2) // CHUNK):
         _chunk_pass(c, msg, nodes, tab, task, scratch)
+    if nodes.edges.shape[0] > 0:
+        nodes.edges[0] = scratch.edges[1]
 
 
 def _run(msg, nodes, tab, task, parallel):
@@ -733,8 +524,8 @@ def _tables(emat, emax, start, end):
     return Tables(emat, emat_t, emax, start_e, s_max, end_e, e_max)
 
 
-def messages(ws, emat, emax, start, end, with_rates, parallel):
-    """Scaled forward-backward messages, marginals and mixing rates of every sequence.
+def messages(ws, emat, emax, start, end, with_rates, parallel, seq_weight=None):
+    """Scaled forward-backward messages, marginals, mixing rates and edge sums of every sequence.
 
     Parameters
     ----------
@@ -751,6 +542,17 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
         ``left[t] = alpha_{t, t-1}`` (zero on first rows), within the
         backward sweep (:func:`_lanes_rates`).
     parallel : bool
+    seq_weight : (m,) float64, optional
+        Sum the weighted products of the edges within the backward sweep
+        (one shared table only).
+
+    Returns
+    -------
+    (K, K) float64 or None
+        With ``seq_weight``: ``sum_t seq_weight[i(t)] alpha[t] r[t + 1]' /
+        (beta_scale[t] overlap[t])`` over the edges ``(t, t + 1)`` of the
+        sequences not lost, whose product with the table is their weighted
+        pairwise marginals ``sum_t seq_weight[i(t)] P_t``.
 
     Notes
     -----
@@ -763,11 +565,17 @@ def messages(ws, emat, emax, start, end, with_rates, parallel):
     in lockstep (:func:`_chunk_messages`).
     """
     tab = _tables(emat, emax, start, end)
+    k = emat.shape[1]
+    if seq_weight is not None and emat.shape[0] != 1:
+        raise ValueError("edge sums within the sweep need one shared table; got per-position tables.")
+    tasks = 0 if seq_weight is None else (get_num_threads() if parallel else 1)
     nodes = Nodes(
-        w=ws.w, row_max=ws.row_max, log_z=ws.log_z, marg=ws.marg, overlap=ws.overlap, lost=ws.lost
+        w=ws.w, row_max=ws.row_max, log_z=ws.log_z, marg=ws.marg, overlap=ws.overlap, lost=ws.lost,
+        seq_weight=np.zeros(0) if seq_weight is None else seq_weight, edges=np.zeros((tasks, k, k)),
     )
     task = SWEEPS_RATES if with_rates else SWEEPS
     _run(Messages.of(ws), nodes, tab, task, parallel)
+    return None if seq_weight is None else nodes.edges.sum(axis=0)
 
 
 def late_rates(msg, emat, parallel):
@@ -791,5 +599,8 @@ def late_rates(msg, emat, parallel):
     none = np.zeros(k)
     tab = _tables(emat, np.zeros(emat.shape[0]), none, none)
     rows = np.empty((0, k))
-    nodes = Nodes(w=rows, row_max=none, log_z=none, marg=rows, overlap=none, lost=np.empty(0, dtype=bool))
+    nodes = Nodes(
+        w=rows, row_max=none, log_z=none, marg=rows, overlap=none, lost=np.empty(0, dtype=bool),
+        seq_weight=none, edges=np.zeros((0, k, k)),
+    )
     _run(msg, nodes, tab, RATES, parallel)

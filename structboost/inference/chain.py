@@ -257,6 +257,9 @@ class ChainPosterior:
     ``marg`` hold the node marginals and ``beta`` ones, while ``r``,
     ``into``, ``beta_scale`` and ``overlap`` are finite placeholders: every
     method below takes those rows from ``log_space`` instead.
+    ``edge_total`` is ``sum_t seq_weight[i(t)] P_t`` over every edge of
+    the batch, summed within the backward sweep when :func:`posterior` was
+    given ``seq_weight`` (one shared table), else None.
     """
 
     offsets: np.ndarray
@@ -274,6 +277,7 @@ class ChainPosterior:
     left: np.ndarray
     has_rates: bool
     log_space: LogSpacePart | None = None
+    edge_total: np.ndarray | None = None
 
     @property
     def parallel(self):
@@ -441,7 +445,7 @@ def log_space_fill(part, num_labels):
     }
 
 
-def posterior(unary, offsets, transitions, start, end, workspace=None, rates=False):
+def posterior(unary, offsets, transitions, start, end, workspace=None, rates=False, seq_weight=None):
     """One forward and one backward sweep over validated arrays (see :func:`check_chain`).
 
     Parameters
@@ -458,6 +462,12 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
         Compute the mixing rates (the ``"mixing"`` gamma and the edge bound)
         within the backward sweep; otherwise the first bound asked for
         computes them from the stored messages.
+    seq_weight : (m,) float64, optional
+        With one shared table, also sum each sequence's weight times its
+        pairwise marginals over all its edges within the backward sweep
+        (``ChainPosterior.edge_total``: what :meth:`ChainPosterior.edge_sums`
+        of every edge computes after the pass, without reading the messages
+        again).
 
     Returns
     -------
@@ -470,7 +480,9 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
     parallel = _config.parallel(n)
     trans = as_tables(transitions)
     emat, emax = _chain.exp_tables(trans, parallel and trans.shape[0] > 1)
-    _chain_sweeps.messages(ws, emat, emax, start, end, rates, parallel)
+    weight = seq_weight if trans.shape[0] == 1 else None
+    products = _chain_sweeps.messages(ws, emat, emax, start, end, rates, parallel, weight)
+    total = None if products is None else emat[0] * products
     lost = np.flatnonzero(ws.lost)
     part = None
     if lost.size:
@@ -482,10 +494,15 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
             getattr(ws, name)[rows] = value
         if rates:
             ws.right[rows], ws.left[rows] = _chain_stats.pairwise_rates(part.pairwise, part.offsets)
+        if total is not None:  # the sweep left out the lost sequences' edges
+            total += np.einsum(
+                "r,rab->ab", np.repeat(weight[part.sequences], np.diff(part.offsets)), part.pairwise
+            )
     return ChainPosterior(
         offsets=offsets, transitions=trans, emat=emat, log_z=ws.log_z, alpha=ws.alpha,
         beta=ws.beta, r=ws.r, into=ws.into, beta_scale=ws.beta_scale, marg=ws.marg,
         overlap=ws.overlap, right=ws.right, left=ws.left, has_rates=rates, log_space=part,
+        edge_total=total,
     )
 
 

@@ -70,9 +70,10 @@ class PenalisedProblem:
     ``expected - counts + reg * vec``. A subclass sets ``seq_weight``,
     ``counts``, ``reg``, ``num_labels`` and ``param_type`` (with
     ``from_vector(vec, num_labels)`` and ``to_vector()``), and implements
-    ``_posterior(params, rates)`` (messages with ``log_z``; ``rates`` says
-    that the mixing-rate bounds will be asked for, so that a structure that
-    can computes them within its sweep) and
+    ``_posterior(params, rates, edges)`` (messages with ``log_z``; ``rates``
+    and ``edges`` say that the mixing-rate bounds and the expected counts
+    will be asked for, so that a structure that can computes them within its
+    sweep) and
     ``expected_counts(post, with_curvature)``. ``newton_scale`` multiplies the
     curvature bound of the Newton step (2 when two parameter groups are
     bounded separately and updated together). A structure that splits its
@@ -145,20 +146,21 @@ class PenalisedProblem:
 
     def _evaluate(self, params, need, rates):
         """One message pass over the whole batch, and the sums asked for."""
-        post = self._posterior(params, rates or need >= CURVATURE)
+        post = self._posterior(params, rates or need >= CURVATURE, need >= GRADIENT)
         ev = Evaluation(post.log_z, posterior=post)
         if need >= GRADIENT:
             ev.expected, ev.curvature = self.expected_counts(post, need >= CURVATURE)
         return ev
 
-    def posterior(self, params, rates=False):
+    def posterior(self, params, rates=False, need=VALUE):
         """Messages of the whole batch at ``params``, reusing the last evaluation when it matches.
 
         ``rates``: the mixing-rate bounds will be asked for (a hint, see the
-        class notes; a reused posterior computes them when asked). Only for
-        a batch that is one block; see :meth:`blocks`.
+        class notes; a reused posterior computes them when asked); ``need``:
+        the sums the pass takes on the way (:meth:`evaluate`). Only for a
+        batch that is one block; see :meth:`blocks`.
         """
-        post = self.evaluate(params, VALUE, rates).posterior
+        post = self.evaluate(params, need, rates).posterior
         if post is None:
             raise ValueError(
                 "this problem passes its batch in several blocks and keeps no posterior of "
@@ -182,7 +184,7 @@ class PenalisedProblem:
             Its messages, valid until the next block (here one block: the
             whole batch, reusing the last evaluation when it matches).
         """
-        yield slice(None), slice(None), self.posterior(params, rates)
+        yield slice(None), slice(None), self.posterior(params, rates, need)
 
     def _params(self, x):
         """Parameters of ``param_type`` with free entries ``x``."""

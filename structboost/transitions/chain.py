@@ -239,20 +239,24 @@ class TransitionProblem(PenalisedProblem):
             edges, np.repeat(seq_weight, np.diff(offsets))[edges],
         )  # fmt: skip
 
-    def _pass(self, b, params, rates):
-        """The block ``b`` and its posterior at ``params`` (messages in the workspace)."""
+    def _pass(self, b, params, rates, edges):
+        """The block ``b`` and its posterior at ``params`` (messages in the workspace).
+
+        ``edges``: sum the block's expected transition counts within the
+        sweep (``ChainPosterior.edge_total``, which :meth:`_block_counts` takes).
+        """
         block = self._one
         if block is None:
             block = self._block(b)
             self.workspace.load(block.unary, block.offsets)
         post = posterior(
             block.unary, block.offsets, params.transitions, params.start, params.end,
-            workspace=self.workspace, rates=rates,
+            workspace=self.workspace, rates=rates, seq_weight=block.seq_weight if edges else None,
         )  # fmt: skip
         return block, post
 
-    def _posterior(self, params, rates):
-        return self._pass(0, params, rates)[1]
+    def _posterior(self, params, rates, edges):
+        return self._pass(0, params, rates, edges)[1]
 
     def _evaluate(self, params, need, rates):
         """One block: as the base class. Several: the sums, block by block."""
@@ -282,7 +286,7 @@ class TransitionProblem(PenalisedProblem):
         log_z = np.empty(self.seq_weight.shape[0])
         expected = curvature = None
         for b in range(self.num_blocks):
-            block, post = self._pass(b, params, rates or need >= CURVATURE)
+            block, post = self._pass(b, params, rates or need >= CURVATURE, need >= GRADIENT)
             yield block.rows, block.seqs, post
             log_z[block.seqs] = post.log_z
             if need >= GRADIENT:
@@ -319,7 +323,9 @@ class TransitionProblem(PenalisedProblem):
         p_first = post.marginals(first)
         p_last = post.marginals(last)
         if not with_curvature:
-            marg, _ = post.edge_sums(block.edges, block.edge_weight)
+            marg = post.edge_total  # (summed by the sweep when its pass was asked to)
+            if marg is None:
+                marg, _ = post.edge_sums(block.edges, block.edge_weight)
             return np.concatenate((marg.ravel(), w @ p_first, w @ p_last)), None
         marg, curv = post.edge_sums(
             block.edges, block.edge_weight, block.edge_weight * post.edge_gamma()[block.edges]

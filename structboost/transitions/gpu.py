@@ -36,7 +36,7 @@ class DeviceTransitionProblem(PenalisedProblem):
         self.reg = float(reg)
         self.num_labels = unary.shape[1]
 
-    def _posterior(self, params, rates):  # the device sweep computes its rates on demand
+    def _posterior(self, params, rates, edges):  # the device computes both on demand
         return DevicePosterior(self.unary, self.structure, params.transitions, params.start,
                                params.end)
 

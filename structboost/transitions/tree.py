@@ -132,7 +132,7 @@ class TreeTransitionProblem(PenalisedProblem):
         self.num_labels = batch.unary.shape[1]
         self._type_sum, self._edges = _type_sum_matrix(batch, seq_weight)
 
-    def _posterior(self, params, rates):  # the tree's rates come from its stored messages
+    def _posterior(self, params, rates, edges):  # both come from the tree's stored messages
         trans = np.ascontiguousarray(params.transitions, dtype=np.float64)
         return posterior(self.batch._replace(transitions=trans))
 

@@ -564,6 +564,43 @@ def test_edge_sums_in_blocks_are_sums_of_pairwise_marginals(monkeypatch):
     np.testing.assert_allclose(alone, total, rtol=1e-13, atol=1e-15)
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    crfs(scales=(0.3, 2.5, 1e3), max_labels=5), st.booleans(), st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_edge_total_of_the_sweep_matches_oracle(crf, rates, threads, seed):
+    """Weighted pairwise marginals summed within the backward sweep, against enumeration.
+
+    Scores of about 1e3 send sequences to the log-space fallback: the sweep
+    sums the rest of their chunk again from the stored rows, and the
+    posterior adds their edges from their pairwise marginals. Both drivers
+    (serial, and ``prange`` with ``SERIAL_ROWS`` 0).
+    """
+    unary, lengths, transitions, start, end = crf
+    weight = np.random.default_rng(seed).uniform(0.1, 3.0, lengths.size)
+    before = _config.SERIAL_ROWS
+    _config.SERIAL_ROWS = 0 if threads else 1 << 30
+    try:
+        checked = chain_inference.check_chain(unary, lengths, transitions, start, end)
+        post = chain_inference.posterior(*checked, rates=rates, seq_weight=weight)
+    finally:
+        _config.SERIAL_ROWS = before
+    pair = naive.batch(unary, lengths, transitions, start, end)["edge_marginals"]
+    want = np.einsum("n,nab->ab", np.repeat(weight, lengths), pair)
+    np.testing.assert_allclose(post.edge_total, want, rtol=1e-9, atol=1e-12)
+
+
+def test_edge_total_needs_its_weights_and_one_table():
+    """Without ``seq_weight``, or with per-position tables, the sweep sums no edges."""
+    unary, lengths, transitions, start, end = make_crf(4, [3, 2], 3)
+    checked = chain_inference.check_chain(unary, lengths, transitions, start, end)
+    assert chain_inference.posterior(*checked).edge_total is None
+    tiled = np.broadcast_to(transitions, (unary.shape[0],) + transitions.shape)
+    checked = chain_inference.check_chain(unary, lengths, tiled, start, end)
+    assert chain_inference.posterior(*checked, seq_weight=np.ones(2)).edge_total is None
+
+
 def test_position_transitions_shape_is_checked():
     unary, lengths, transitions, start, end = make_crf(0, [2, 3], 3)
     with pytest.raises(ValueError, match="transitions must have shape"):
