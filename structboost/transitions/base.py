@@ -72,8 +72,8 @@ class PenalisedProblem:
     ``from_vector(vec, num_labels)`` and ``to_vector()``), and implements
     ``_posterior(params, rates, edges)`` (messages with ``log_z``; ``rates``
     and ``edges`` say that the mixing-rate bounds and the expected counts
-    will be asked for, so that a structure that can computes them within its
-    sweep) and
+    without their curvature will be asked for, so that a structure that can
+    computes them within its sweep) and
     ``expected_counts(post, with_curvature)``. ``newton_scale`` multiplies the
     curvature bound of the Newton step (2 when two parameter groups are
     bounded separately and updated together). A structure that splits its
@@ -146,7 +146,7 @@ class PenalisedProblem:
 
     def _evaluate(self, params, need, rates):
         """One message pass over the whole batch, and the sums asked for."""
-        post = self._posterior(params, rates or need >= CURVATURE, need >= GRADIENT)
+        post = self._posterior(params, rates or need >= CURVATURE, need == GRADIENT)
         ev = Evaluation(post.log_z, posterior=post)
         if need >= GRADIENT:
             ev.expected, ev.curvature = self.expected_counts(post, need >= CURVATURE)

@@ -286,7 +286,7 @@ class TransitionProblem(PenalisedProblem):
         log_z = np.empty(self.seq_weight.shape[0])
         expected = curvature = None
         for b in range(self.num_blocks):
-            block, post = self._pass(b, params, rates or need >= CURVATURE, need >= GRADIENT)
+            block, post = self._pass(b, params, rates or need >= CURVATURE, need == GRADIENT)
             yield block.rows, block.seqs, post
             log_z[block.seqs] = post.log_z
             if need >= GRADIENT:
