@@ -452,6 +452,7 @@ class NodeObjective:
             # first evaluation), at the scale that pass fitted
             scale = 1.0 if self.step_scale is None else self.step_scale.scale
             t0 = time.process_time()
+        need = VALUE if steps is None else steps.need
         if problem is not None:  # the refit round: its passes, then one for G and H
             solver = self.spec.transition_solver
             if self.step_scale is not None and scale is None:  # the NLL at the last
@@ -463,12 +464,12 @@ class NodeObjective:
                     u, self.step_scale.nll(before, node, batch), self.allreduce
                 )
             iters = self.spec.iterations if steps is None else steps.refit_iterations(params)
-            self.params = refit(problem, self.params, solver, iters, self._lbfgs_memory)
+            self.params = refit(problem, self.params, solver, iters, self._lbfgs_memory,
+                                self._rates(need))  # fmt: skip
         t1 = time.process_time()
         log_z = np.empty(batch.offsets.shape[0] - 1) if self.step_scale is not None else None
         inference = [0.0]
         bound_scale = scale if self.step_scale is not None else 1.0
-        need = VALUE if steps is None else steps.need
         blocks = _timed(self._node_blocks(u, batch, problem, need), inference)
         self._write_blocks(blocks, batch, out, bound_scale, log_z, None)
         if steps is not None:  # the next round steps from its own pass, checked against this one

@@ -13,6 +13,7 @@ whole batch (:class:`~structboost.transitions.chain.TransitionProblem`
 does).
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -190,9 +191,9 @@ class PenalisedProblem:
         """Parameters of ``param_type`` with free entries ``x``."""
         return self.param_type.from_vector(self._full(x), self.num_labels)
 
-    def _local_value(self, x, need=VALUE):
+    def _local_value(self, x, need=VALUE, rates=False):
         """This worker's data term of ``f`` at free parameters ``x`` (no penalty), and its sums."""
-        ev = self.evaluate(self._params(x), need)
+        ev = self.evaluate(self._params(x), need, rates)
         return self.seq_weight @ ev.log_z - self._free_part(self.counts) @ x, ev
 
     def value(self, x):
@@ -200,9 +201,13 @@ class PenalisedProblem:
         data = self.allreduce(np.array([self._local_value(x)[0]]))[0]
         return data + 0.5 * self.reg * x @ x
 
-    def value_and_grad(self, x):
-        """Penalised NLL (up to the constant node-score term) and its gradient in ``x``."""
-        local, ev = self._local_value(x, GRADIENT)
+    def value_and_grad(self, x, rates=False):
+        """Penalised NLL (up to the constant node-score term) and its gradient in ``x``.
+
+        ``rates``: the mixing-rate bounds will be asked for at ``x`` (a hint,
+        as for :meth:`evaluate`).
+        """
+        local, ev = self._local_value(x, GRADIENT, rates)
         summed = self.allreduce(
             np.concatenate(([local], self._free_part(ev.expected - self.counts)))
         )
@@ -241,7 +246,7 @@ class PenalisedProblem:
         self.evaluate(params, rates=True)
         return params
 
-    def lbfgs(self, params, max_iter, memory=None):
+    def lbfgs(self, params, max_iter, memory=None, rates=False):
         """Warm-started L-BFGS on the free entries, at most ``max_iter`` iterations.
 
         Parameters
@@ -253,6 +258,11 @@ class PenalisedProblem:
             Curvature pairs to continue (kept when the last refit with it
             returned ``params`` over the same free entries) and to update;
             an objective keeps one across rounds. A fresh one when None.
+        rates : bool
+            The caller asks for the mixing-rate bounds at the result: the
+            passes of the last iteration, whose point a refit that runs all
+            ``max_iter`` iterations returns, compute them within their sweeps
+            (instead of a pass of their own afterwards).
 
         Returns
         -------
@@ -263,5 +273,6 @@ class PenalisedProblem:
         memory = LBFGSMemory() if memory is None else memory
         x0 = self._free_part(params.to_vector())
         memory.begin(x0, self.free)
-        x, _ = minimize(self.value_and_grad, x0, max_iter, memory)
+        last = functools.partial(self.value_and_grad, rates=True) if rates else None
+        x, _ = minimize(self.value_and_grad, x0, max_iter, memory, last=last)
         return self.param_type.from_vector(self._full(x), self.num_labels)

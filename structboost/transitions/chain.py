@@ -397,7 +397,7 @@ def _clip_curvature(curvature, num_labels):
     np.maximum(curvature[:kk], 0.0, out=curvature[:kk])
 
 
-def refit(problem, params, solver, max_iter, memory=None):
+def refit(problem, params, solver, max_iter, memory=None, rates=False):
     """Refit the transition parameters with the named solver.
 
     Parameters
@@ -414,13 +414,17 @@ def refit(problem, params, solver, max_iter, memory=None):
         The curvature pairs ``"lbfgs"`` continues and updates (an objective
         keeps one across rounds; see :mod:`structboost.transitions.lbfgs`);
         a fresh one when None. The other solvers ignore it.
+    rates : bool
+        The caller asks for the mixing-rate bounds at the result
+        (``"lbfgs"``: see :meth:`~.base.PenalisedProblem.lbfgs`; Newton's
+        passes compute them anyway).
 
     Returns
     -------
     TransitionParams
     """
     if solver == "lbfgs":
-        return problem.lbfgs(params, max_iter, memory)
+        return problem.lbfgs(params, max_iter, memory, rates)
     if solver == "newton":
         for _ in range(max_iter):
             params = problem.newton_step(params)

@@ -176,7 +176,7 @@ def _line_search(fun, x, f, slope, d, lengthen):
     return (lo,) + at_lo + (MAX_LINE_SEARCH,)
 
 
-def minimize(fun, x0, max_iter, memory, ftol=FTOL, rtol=RTOL):
+def minimize(fun, x0, max_iter, memory, ftol=FTOL, rtol=RTOL, last=None):
     """Monotone L-BFGS from ``x0`` that continues and updates ``memory``.
 
     Parameters
@@ -202,6 +202,10 @@ def minimize(fun, x0, max_iter, memory, ftol=FTOL, rtol=RTOL):
         one), also stop once the next step is predicted to lower ``f`` by at
         most ``rtol`` times what this refit has lowered it so far: the
         problem moved by one round of trees, and the next round continues.
+    last : callable, optional
+        ``fun`` with more computed on the way (same values), for the line
+        search of iteration ``max_iter``, whose point the caller is most
+        likely to use next.
 
     Returns
     -------
@@ -215,7 +219,7 @@ def minimize(fun, x0, max_iter, memory, ftol=FTOL, rtol=RTOL):
     f, grad = fun(x)
     f0, evaluations = f, 1
     rtol = rtol if memory.pairs else 0.0  # a refit from scratch runs to ftol or max_iter
-    for _ in range(int(max_iter)):
+    for i in range(int(max_iter)):
         d = memory.direction(grad)
         slope = float(grad @ d)
         if not slope < 0 and memory.pairs:  # rounding made the pairs indefinite: restart
@@ -227,7 +231,8 @@ def minimize(fun, x0, max_iter, memory, ftol=FTOL, rtol=RTOL):
             memory.pairs and predicted <= max(ftol * max(abs(f), 1.0), rtol * (f0 - f))
         ):
             break  # a zero gradient, or no decrease worth a message pass predicted
-        t, x_new, f_new, grad_new, calls = _line_search(fun, x, f, slope, d, not memory.pairs)
+        search = last if last is not None and i + 1 == max_iter else fun
+        t, x_new, f_new, grad_new, calls = _line_search(search, x, f, slope, d, not memory.pairs)
         evaluations += calls
         if t == 0.0:  # no decrease along d: the pairs mislead, drop them
             memory.clear()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize as scipy_minimize
 
+from structboost.inference import _chain_sweeps as chain_sweeps
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.objectives.constraints import resolve
 from structboost.transitions.chain import TransitionParams, TransitionProblem, refit
@@ -124,6 +125,40 @@ def test_converged_refit_costs_one_evaluation_and_leaves_messages_cached():
     # after any refit the returned point's messages are the cached ones (no extra pass for G, H)
     fitted = refit(problem, TransitionParams.zeros(K), "lbfgs", 3)
     assert np.array_equal(problem._last[0], fitted.to_vector())
+
+
+def test_the_last_iterations_passes_take_the_rates_asked_for_the_result(monkeypatch):
+    """``rates``: the last iteration's line search runs ``last``, whose pass computes the rates.
+
+    The refit's path and result are those of a refit without it, and the
+    returned point's cached posterior holds the rates: asking for the node
+    bound runs no pass of its own (``late_rates``), and gives the bound of a
+    fresh pass with the rates.
+    """
+    problem, margins, batch = _problem(5, scale=3.0, m=30)
+    x0 = np.zeros(K * K + 2 * K)
+    seen = []
+
+    def fun(x):
+        seen.append("fun")
+        return problem.value_and_grad(x)
+
+    def last(x):
+        seen.append("last")
+        return problem.value_and_grad(x, rates=True)
+
+    plain, _ = minimize(problem.value_and_grad, x0, 3, LBFGSMemory(), ftol=0.0)
+    x, _ = minimize(fun, x0, 3, LBFGSMemory(), ftol=0.0, last=last)
+    np.testing.assert_allclose(x, plain, rtol=1e-12, atol=1e-14)
+    assert "last" in seen and seen.index("last") > 0 and set(seen[seen.index("last"):]) == {"last"}
+    fresh = TransitionProblem(margins, batch.offsets, batch.seq_weight, batch.counts, 1.0)
+    params = refit(fresh, TransitionParams.zeros(K), "lbfgs", 3, LBFGSMemory(), rates=True)
+    late = []
+    monkeypatch.setattr(chain_sweeps, "late_rates", lambda *a: late.append(1))
+    gamma = fresh.posterior(params, rates=True).node_gamma()
+    assert not late
+    want = TransitionProblem(margins, batch.offsets, batch.seq_weight, batch.counts, 1.0)
+    np.testing.assert_allclose(gamma, want.posterior(params, rates=True).node_gamma(), rtol=1e-12)
 
 
 def test_memory_continues_only_where_the_last_refit_ended():

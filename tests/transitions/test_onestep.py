@@ -179,9 +179,9 @@ def test_warm_up_refits_after_the_first_continue_for_warmup_iter_iterations(monk
     asked = []
     real = objectives_base.refit
 
-    def recording(problem, params, solver, max_iter, memory=None):
+    def recording(problem, params, solver, max_iter, memory=None, rates=False):
         asked.append(max_iter)
-        return real(problem, params, solver, max_iter, memory)
+        return real(problem, params, solver, max_iter, memory, rates)
 
     monkeypatch.setattr(objectives_base, "refit", recording)
     rng = np.random.default_rng(7)
