@@ -244,7 +244,8 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
     lanes = _chunk_lanes(c, offsets, idx)
     sum_edges = nodes.edges.shape[0] > 0
     chunk_edges = scratch.edges[0]
-    chunk_edges[:] = 0.0
+    if sum_edges:
+        chunk_edges[:] = 0.0
     for s in range(lanes):
         lost[idx[_SEQ, s]] = False
         vec[_ACC, s] = start_max
