@@ -455,17 +455,19 @@ class NodeObjective:
         need = VALUE if steps is None else steps.need
         if problem is not None:  # the refit round: its passes, then one for G and H
             solver = self.spec.transition_solver
+            # equal rows (the first round's margins): the refit passes over one sequence a length
+            solve, index = problem.by_length() or (problem, slice(None))
             if self.step_scale is not None and scale is None:  # the NLL at the last
                 # round's transitions (the solver's first evaluation reuses this pass)
-                before = problem.evaluate(
+                before = solve.evaluate(
                     self.params, FIRST_NEED[solver], rates=solver == "newton"
-                ).log_z
+                ).log_z[index]
                 scale = self.step_scale.update(
                     u, self.step_scale.nll(before, node, batch), self.allreduce
                 )
             iters = self.spec.iterations if steps is None else steps.refit_iterations(params)
-            self.params = refit(problem, self.params, solver, iters, self._lbfgs_memory,
-                                self._rates(need))  # fmt: skip
+            self.params = refit(solve, self.params, solver, iters, self._lbfgs_memory,
+                                solve is problem and self._rates(need))  # fmt: skip
         t1 = time.process_time()
         log_z = np.empty(batch.offsets.shape[0] - 1) if self.step_scale is not None else None
         inference = [0.0]
@@ -511,7 +513,6 @@ class NodeObjective:
         if measured is not None:
             secant.check(measured[1])
             measured = measured[0]  # (fit reads new_slope only when the transitions moved)
-        t1 = time.process_time()
         local = steps.local_sums(problem, self.params, node)
         moved = steps.moved
         own = nll = None

@@ -102,6 +102,14 @@ class PenalisedProblem:
     _last = None
     allreduce = staticmethod(identity)
 
+    def by_length(self):
+        """A cheaper equivalent problem and each sequence's index into it, or None (here).
+
+        See :meth:`~.chain.TransitionProblem.by_length`, which finds one when
+        every row's node potentials are equal (the first round's).
+        """
+        return None
+
     def _free_part(self, vec):
         """The free entries of a full parameter vector."""
         return vec if self.free is None else vec[self.free]

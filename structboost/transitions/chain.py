@@ -220,6 +220,35 @@ class TransitionProblem(PenalisedProblem):
             self._one = self._block(0)
             workspace.load(self._one.unary, self._one.offsets)
 
+    def by_length(self):
+        """An equivalent problem over one sequence of each length, when all rows are equal.
+
+        The first round's margins are the engine's base score at every row,
+        so a sequence's ``log Z``, expected counts and curvature bounds
+        depend on its length only: a problem over one sequence of each
+        length, weighted by the summed weights of that length's sequences
+        and with this problem's observed counts, has the same value,
+        gradient, curvature and majorization bound at every parameter, at
+        a pass over the sum of the distinct lengths' rows instead of ``n``.
+
+        Returns
+        -------
+        (TransitionProblem, (m,) int64) or None
+            The problem (its node potentials a view of this one's first
+            rows; this one's ``allreduce``) and each sequence's index among
+            its sequences (this problem's ``log_z`` is its ``log_z[index]``);
+            None when any two rows differ.
+        """
+        if not _same_rows(self.unary):
+            return None
+        distinct, index = np.unique(np.diff(self.offsets), return_inverse=True)
+        weight = np.bincount(index, weights=self.seq_weight, minlength=distinct.shape[0])
+        offsets = np.concatenate(([0], np.cumsum(distinct)))
+        small = TransitionProblem(self.unary[: offsets[-1]], offsets, weight, self.counts,
+                                  self.reg, self.free)  # fmt: skip
+        small.allreduce = self.allreduce
+        return small, index
+
     @property
     def num_blocks(self):
         return self.bounds.shape[0] - 1
@@ -389,6 +418,21 @@ class TransitionProblem(PenalisedProblem):
             bound = majorize.QuadraticBound(x, float(log_z[0]), mu, sigma.reshape(d, d))
         step = majorize.majorize_step(bound, counts, self.reg)
         return TransitionParams.from_vector(self._full(step), self.num_labels)
+
+
+def _same_rows(unary):
+    """Whether every row of ``unary (n, K)`` equals the first (False for no rows).
+
+    The first, middle and last rows decide at once in every round but the
+    first; only then are the columns' extremes compared.
+    """
+    n = unary.shape[0]
+    if n == 0:
+        return False
+    first = unary[0]
+    if not (np.array_equal(first, unary[n // 2]) and np.array_equal(first, unary[-1])):
+        return False
+    return bool((unary.min(axis=0) == unary.max(axis=0)).all())
 
 
 def _clip_curvature(curvature, num_labels):

@@ -31,7 +31,9 @@ every round, as the node scores move again the next round anyway.
 Some rounds refit instead (the objective's refit round, as with
 ``transition_iter`` of 2 or more): the first :data:`WARMUP` rounds refit
 before their pass, where the transitions move most. The first of them refits
-from scratch (``refit_iter`` iterations); the others continue its
+from scratch (``refit_iter`` iterations; a chain's over one sequence of each
+length, as its margins are equal at every row:
+:meth:`~.chain.TransitionProblem.by_length`); the others continue its
 transitions and curvature pairs for :data:`WARMUP_ITER` L-BFGS iterations
 (about 3 passes a round, against 5-7 of a converged refit; Newton's take one
 bound step, 2 passes). Measured at the library defaults on OCR, protein and
