@@ -237,7 +237,7 @@ class TransitionProblem(PenalisedProblem):
             The problem (its node potentials a view of this one's first
             rows; this one's ``allreduce``) and each sequence's index among
             its sequences (this problem's ``log_z`` is its ``log_z[index]``);
-            None when any two rows differ.
+            None when any two rows differ, or there are none.
         """
         if not _same_rows(self.unary):
             return None
