@@ -453,6 +453,7 @@ class NodeObjective:
             scale = 1.0 if self.step_scale is None else self.step_scale.scale
             t0 = time.process_time()
         need = VALUE if steps is None else steps.need
+        log_z = np.empty(batch.offsets.shape[0] - 1) if self.step_scale is not None else None
         if problem is not None:  # the refit round: its passes, then one for G and H
             solver = self.spec.transition_solver
             # equal rows (the first round's margins): the refit passes over one sequence a length
@@ -465,15 +466,21 @@ class NodeObjective:
                 scale = self.step_scale.update(
                     u, self.step_scale.nll(before, node, batch), self.allreduce
                 )
+        bound_scale = scale if self.step_scale is not None else 1.0
+        if problem is not None:
+            tap = None
+            if solve is problem:  # a batch in blocks: G and H from the last iteration's passes
+                tap = lambda rows, seqs, post: self._write_blocks(  # noqa: E731
+                    [(rows, seqs, post, post.marginals())], batch, out, bound_scale, log_z
+                )
             iters = self.spec.iterations if steps is None else steps.refit_iterations(params)
             self.params = refit(solve, self.params, solver, iters, self._lbfgs_memory,
-                                solve is problem and self._rates(need))  # fmt: skip
+                                solve is problem and self._rates(need), tap)  # fmt: skip
         t1 = time.process_time()
-        log_z = np.empty(batch.offsets.shape[0] - 1) if self.step_scale is not None else None
         inference = [0.0]
-        bound_scale = scale if self.step_scale is not None else 1.0
-        blocks = _timed(self._node_blocks(u, batch, problem, need), inference)
-        self._write_blocks(blocks, batch, out, bound_scale, log_z, None)
+        if problem is None or not problem.tapped(self.params):
+            blocks = _timed(self._node_blocks(u, batch, problem, need), inference)
+            self._write_blocks(blocks, batch, out, bound_scale, log_z)
         if steps is not None:  # the next round steps from its own pass, checked against this one
             steps.start(problem, self.params, self.allreduce(
                 steps.local_sums(problem, self.params, node)

@@ -100,6 +100,8 @@ class PenalisedProblem:
     newton_scale = 1.0
     free = None
     _last = None
+    _tap = None  # the tap of the pass under way (see lbfgs)
+    _tapped = None  # the parameter vector of the last pass that was tapped whole
     allreduce = staticmethod(identity)
 
     def by_length(self):
@@ -254,7 +256,7 @@ class PenalisedProblem:
         self.evaluate(params, rates=True)
         return params
 
-    def lbfgs(self, params, max_iter, memory=None, rates=False):
+    def lbfgs(self, params, max_iter, memory=None, rates=False, tap=None):
         """Warm-started L-BFGS on the free entries, at most ``max_iter`` iterations.
 
         Parameters
@@ -271,6 +273,12 @@ class PenalisedProblem:
             passes of the last iteration, whose point a refit that runs all
             ``max_iter`` iterations returns, compute them within their sweeps
             (instead of a pass of their own afterwards).
+        tap : callable, optional
+            ``tap(rows, sequences, posterior)``, called with every block of
+            the last iteration's passes where a batch in several blocks keeps
+            no posterior (:meth:`blocks`; ``rates`` as asked): the caller's
+            G and H at the result without a pass of their own, when
+            :meth:`tapped` says the last tapped pass was at the result.
 
         Returns
         -------
@@ -281,6 +289,20 @@ class PenalisedProblem:
         memory = LBFGSMemory() if memory is None else memory
         x0 = self._free_part(params.to_vector())
         memory.begin(x0, self.free)
-        last = functools.partial(self.value_and_grad, rates=True) if rates else None
+        last = None
+        if rates or tap is not None:
+            last = functools.partial(self._tapped_value_and_grad, rates, tap)
         x, _ = minimize(self.value_and_grad, x0, max_iter, memory, last=last)
         return self.param_type.from_vector(self._full(x), self.num_labels)
+
+    def _tapped_value_and_grad(self, rates, tap, x):
+        """:meth:`value_and_grad` at ``x`` with ``tap`` on the blocks of its pass (see :meth:`lbfgs`)."""
+        self._tap = tap
+        try:
+            return self.value_and_grad(x, rates=rates)
+        finally:
+            self._tap = None
+
+    def tapped(self, params):
+        """Whether a tapped pass (:meth:`lbfgs`) handed its caller every block at ``params``."""
+        return self._tapped is not None and np.array_equal(self._tapped, params.to_vector())

@@ -288,11 +288,15 @@ class TransitionProblem(PenalisedProblem):
         return self._pass(0, params, rates, edges)[1]
 
     def _evaluate(self, params, need, rates):
-        """One block: as the base class. Several: the sums, block by block."""
+        """One block: as the base class. Several: the sums, block by block (to a tap, if set)."""
         if self._one is not None:
             return super()._evaluate(params, need, rates)
-        for _ in self.blocks(params, need=need):
-            pass
+        tap = self._tap  # (only a tap reads the blocks: without it the rates would be lost)
+        for rows, seqs, post in self.blocks(params, rates and tap is not None, need):
+            if tap is not None:
+                tap(rows, seqs, post)
+        if tap is not None:
+            self._tapped = params.to_vector()
         return self._last[1]
 
     def _sums(self, log_z, expected, curvature):
@@ -441,7 +445,7 @@ def _clip_curvature(curvature, num_labels):
     np.maximum(curvature[:kk], 0.0, out=curvature[:kk])
 
 
-def refit(problem, params, solver, max_iter, memory=None, rates=False):
+def refit(problem, params, solver, max_iter, memory=None, rates=False, tap=None):
     """Refit the transition parameters with the named solver.
 
     Parameters
@@ -462,13 +466,16 @@ def refit(problem, params, solver, max_iter, memory=None, rates=False):
         The caller asks for the mixing-rate bounds at the result
         (``"lbfgs"``: see :meth:`~.base.PenalisedProblem.lbfgs`; Newton's
         passes compute them anyway).
+    tap : callable, optional
+        ``"lbfgs"``: the blocks of its last iteration's passes
+        (:meth:`~.base.PenalisedProblem.lbfgs`). The other solvers ignore it.
 
     Returns
     -------
     TransitionParams
     """
     if solver == "lbfgs":
-        return problem.lbfgs(params, max_iter, memory, rates)
+        return problem.lbfgs(params, max_iter, memory, rates, tap)
     if solver == "newton":
         for _ in range(max_iter):
             params = problem.newton_step(params)

@@ -18,7 +18,7 @@ from structboost.objectives.base import check_margin_values
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.sequences import offsets_from_lengths, sequence_blocks
 from structboost.transitions import onestep
-from structboost.transitions.base import CURVATURE, GRADIENT
+from structboost.transitions.base import CURVATURE, GRADIENT, PenalisedProblem
 from structboost.transitions.chain import TransitionParams, TransitionProblem
 
 K = 3
@@ -102,6 +102,33 @@ def test_blocked_modes_and_gammas(monkeypatch, mode, gamma):
         for a, b in zip(one, blocked):
             for x, y in zip(a, b):
                 np.testing.assert_allclose(y, x, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("step", ["adaptive", "bound"])
+def test_blocked_refit_rounds_write_g_and_h_in_their_last_pass(monkeypatch, step):
+    """L-BFGS refits of a batch in blocks: G and H come from the last iteration's passes."""
+    margins, labels, lengths, weights = chain_data(6, n_seq=20)
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    small_blocks(monkeypatch)
+    passes = []
+    real = TransitionProblem._pass
+
+    def counted(self, b, *args):
+        passes.append(b)
+        return real(self, b, *args)
+
+    monkeypatch.setattr(TransitionProblem, "_pass", counted)
+    tapped = rounds(CRFObjective(K, step=step), margins, batch)  # three refit rounds
+    with_tap = len(passes)
+    passes.clear()
+    monkeypatch.setattr(PenalisedProblem, "tapped", lambda self, params: False)
+    untapped = rounds(CRFObjective(K, step=step), margins, batch)
+    blocks = len(sequence_blocks(batch.offsets, SMALL // K)) - 1
+    saved = len(passes) - with_tap
+    assert blocks > 5 and saved == 3 * blocks  # one pass a round
+    for a, b in zip(tapped, untapped):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
 
 
 def test_blocked_sums_equal_one_block(monkeypatch):

@@ -179,9 +179,9 @@ def test_warm_up_refits_after_the_first_continue_for_warmup_iter_iterations(monk
     asked = []
     real = objectives_base.refit
 
-    def recording(problem, params, solver, max_iter, memory=None, rates=False):
+    def recording(problem, params, solver, max_iter, memory=None, rates=False, tap=None):
         asked.append(max_iter)
-        return real(problem, params, solver, max_iter, memory, rates)
+        return real(problem, params, solver, max_iter, memory, rates, tap)
 
     monkeypatch.setattr(objectives_base, "refit", recording)
     rng = np.random.default_rng(7)
