@@ -212,7 +212,6 @@ class TreePosterior:
 
     def edge_marginals(self, marginals=None):
         """Joint marginals ``(n, K, K)``; row ``v`` joins ``parent(v)`` (first axis) and ``v``."""
-        b = self.batch
         p = self.marginals() if marginals is None else marginals
         return _tree.edge_marginals(p, self.batch, self.messages)
 
