@@ -469,7 +469,7 @@ class NodeObjective:
         bound_scale = scale if self.step_scale is not None else 1.0
         if problem is not None:
             tap = None
-            if solve is problem:  # a batch in blocks: G and H from the last iteration's passes
+            if solve is problem:  # G and H from the last iteration's passes (a batch in blocks)
                 tap = lambda rows, seqs, post: self._write_blocks(  # noqa: E731
                     [(rows, seqs, post, post.marginals())], batch, out, bound_scale, log_z
                 )

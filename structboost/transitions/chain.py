@@ -38,7 +38,7 @@ import numpy as np
 from .. import _config
 from .._typing import Floats
 from ..inference.chain import Workspace, posterior
-from ..sequences import sequence_blocks
+from ..sequences import offsets_from_lengths, sequence_blocks
 from .. import majorize
 from .base import CURVATURE, GRADIENT, VALUE, Evaluation, PenalisedProblem, identity
 
@@ -243,7 +243,7 @@ class TransitionProblem(PenalisedProblem):
             return None
         distinct, index = np.unique(np.diff(self.offsets), return_inverse=True)
         weight = np.bincount(index, weights=self.seq_weight, minlength=distinct.shape[0])
-        offsets = np.concatenate(([0], np.cumsum(distinct)))
+        offsets = offsets_from_lengths(distinct)
         small = TransitionProblem(self.unary[: offsets[-1]], offsets, weight, self.counts,
                                   self.reg, self.free)  # fmt: skip
         small.allreduce = self.allreduce
