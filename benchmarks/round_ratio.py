@@ -8,13 +8,20 @@ native ``multi:softprob``, LogitBoost and GBCRF with the library's defaults
 for ``--warm`` + ``--rounds`` rounds and takes the mean CPU and wall
 seconds of the last ``--rounds`` rounds (by default past the one-pass
 rounds' warm-up refits; ``--warm 0 --rounds 30`` times a whole 30-round
-fit). The ratio is of CPU time on one thread, of wall time on more. The
-models run interleaved, ``--repeat`` times, and each keeps its best mean:
-single runs of the same native round move by up to 50% on a shared
-virtual machine, more than the differences measured here. Also prints the
-trees' nodes per round (the tree cost follows the gradients) and GBCRF's
-refit rounds among the timed ones (each several passes: a window with one
-is not a steady round).
+fit). The ratio is of CPU time on one thread, of wall time on more.
+
+The models train in lockstep: one round of each in turn (the order
+rotating every round), so that every stretch of the machine's speed
+falls on all of them alike. On the shared virtual machine these tables
+come from, the same native round ran at 0.21 s and at 0.40 s in one
+hour, in phases of minutes: whole fits timed one after another compared
+a model in a fast phase with one in a slow phase. Each of ``--repeat``
+lockstep runs gives each model's ratio to native over the same rounds;
+the table prints their median and range, and each model's mean seconds
+per round over all runs. Also prints the trees' nodes per round (the
+tree cost follows the gradients) and GBCRF's refit rounds among the
+timed ones, per run (each several passes: a window with one is not a
+steady round).
 
 ``--sticky-rows N`` runs issue 27's scale case instead: ``dask_scaling.py``'s
 generator in this one process (N rows, sequences of 20, K = 10 noisy one-hot
@@ -111,13 +118,62 @@ def steady(dtrain, params, objective, warm, rounds, profiler=None):
     clock = _Clock(objective, profiler, warm)
     callbacks = [clock] + ([objective.callback()] if objective is not None else [])
     booster = xgb.train(params, dtrain, warm + rounds, obj=objective, callbacks=callbacks)
-    model = json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]
-    per_tree = np.array([int(t["tree_param"]["num_nodes"]) for t in model["trees"]])
-    per_round = per_tree.reshape(warm + rounds, -1).sum(axis=1)
     own = (clock.spent[-1] - clock.spent[warm]) / rounds if objective is not None else 0.0
     refits = clock.refits[-1] - clock.refits[warm] if objective is not None else 0
     seconds = np.diff(np.asarray(clock.times), axis=0)[warm:].mean(axis=0)  # (CPU, wall)
-    return seconds, float(per_round[warm:].mean()), own, refits
+    return seconds, nodes_per_round(booster, warm), own, refits
+
+
+def nodes_per_round(booster, warm):
+    """Mean nodes of the trees of each round past the first ``warm``."""
+    model = json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]
+    per_tree = np.array([int(t["tree_param"]["num_nodes"]) for t in model["trees"]])
+    return float(per_tree.reshape(booster.num_boosted_rounds(), -1).sum(axis=1)[warm:].mean())
+
+
+def lockstep(dtrain, runs, warm, rounds):
+    """Train ``runs`` one round of each in turn; their timed rounds.
+
+    ``runs``: name -> ``(params, make)``, ``make()`` the objective (None:
+    native). The order rotates by one model every round. Each booster
+    runs what ``xgboost.train`` runs a round (``Booster.update`` and the
+    objective's callback).
+
+    Returns
+    -------
+    dict
+        name -> ``(seconds (rounds, 2), nodes, own, refits)``: the CPU and
+        wall seconds of each round past ``warm``, the trees' nodes per such
+        round, the objective's CPU seconds per such round (0 for native)
+        and its refit rounds among them.
+    """
+    state = {}
+    for name, (params, make) in runs.items():
+        objective = make()
+        booster = xgb.Booster(params, [dtrain])
+        callbacks = [_Clock(objective)] + ([objective.callback()] if objective is not None else [])
+        for cb in callbacks:
+            booster = cb.before_training(booster)
+        state[name] = (booster, objective, callbacks, [])
+    names = list(runs)
+    for i in range(warm + rounds):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            booster, objective, callbacks, seconds = state[name]
+            cpu, wall = time.process_time(), time.perf_counter()
+            booster.update(dtrain, i, fobj=objective)
+            for cb in callbacks[1:]:
+                cb.after_iteration(booster, i, {})
+            seconds.append((time.process_time() - cpu, time.perf_counter() - wall))
+            callbacks[0].after_iteration(booster, i, {})  # the objective's totals, untimed
+    out = {}
+    for name, (booster, objective, callbacks, seconds) in state.items():
+        for cb in callbacks[1:]:
+            booster = cb.after_training(booster)
+        clock = callbacks[0]
+        own = (clock.spent[-1] - clock.spent[warm]) / rounds if objective is not None else 0.0
+        refits = clock.refits[-1] - clock.refits[warm] if objective is not None else 0
+        out[name] = np.asarray(seconds)[warm:], nodes_per_round(booster, warm), own, refits
+    return out
 
 
 def profile_rows(profiler, rounds, top):
@@ -173,31 +229,36 @@ def main():
     base = {"eta": 0.3, "nthread": threads, "tree_method": "hist"}
     runs = {}
     for shape, tree in shapes.items():
-        runs[shape, "native"] = ({**base, **tree, "objective": "multi:softprob",
-                                  "num_class": k}, lambda: None)
-        runs[shape, "logitboost"] = (sb.xgb_params(k, **base, **tree),
-                                     lambda: sb.crf_objective(k, mode="logitboost", nthread=threads))
-        runs[shape, "gbcrf (defaults)"] = (sb.xgb_params(k, **base, **tree),
-                                           lambda: sb.crf_objective(k, nthread=threads))
-    best = {}
-    for _ in range(args.repeat):
-        for key, (params, make) in runs.items():
-            run = steady(dtrain, params, make(), args.warm, args.rounds)
-            if key not in best or run[0][clock] < best[key][0][clock]:
-                best[key] = run
+        runs[shape] = {
+            "native": ({**base, **tree, "objective": "multi:softprob", "num_class": k}, lambda: None),
+            "logitboost": (sb.xgb_params(k, **base, **tree),
+                           lambda: sb.crf_objective(k, mode="logitboost", nthread=threads)),
+            "gbcrf (defaults)": (sb.xgb_params(k, **base, **tree),
+                                 lambda: sb.crf_objective(k, nthread=threads)),
+        }
+    results = {shape: [lockstep(dtrain, models, args.warm, args.rounds) for _ in range(args.repeat)]
+               for shape, models in runs.items()}
     timer = ("CPU", "wall")[clock]
-    print(f"\nbest of {args.repeat} by {timer} time, seconds per round of rounds "
-          f"{args.warm + 1}-{args.warm + args.rounds}, {threads} thread(s), load average "
-          f"{os.getloadavg()[0]:.2f}\n")
+    print(f"\n{args.repeat} lockstep run(s), seconds per round of rounds {args.warm + 1}-"
+          f"{args.warm + args.rounds}, {threads} thread(s), load average "
+          f"{os.getloadavg()[0]:.2f}; the ratio of {timer} time to native's over the same "
+          "rounds: median of the runs [range]\n")
     print(f"| trees | run | CPU s / round | wall s / round | ratio to native ({timer}) "
-          "| objective CPU s / round | nodes / round | refit rounds |")
+          "| objective CPU s / round | nodes / round | refit rounds (per run) |")
     print("|---|---|---|---|---|---|---|---|")
-    for (shape, name), (seconds, nodes, own, refits) in best.items():
-        ratio = seconds[clock] / best[shape, "native"][0][clock]
-        print(f"| {shape} | {name} | {seconds[0]:.3f} | {seconds[1]:.3f} | {ratio:.2f} | "
-              f"{own:.3f} | {nodes:.0f} | {refits} |")
+    for shape, runs_of_shape in results.items():
+        for name in runs[shape]:
+            seconds = np.concatenate([one[name][0] for one in runs_of_shape]).mean(axis=0)
+            ratios = [one[name][0][:, clock].sum() / one["native"][0][:, clock].sum()
+                      for one in runs_of_shape]
+            spread = f" [{min(ratios):.2f}-{max(ratios):.2f}]" if len(ratios) > 1 else ""
+            own = np.mean([one[name][2] for one in runs_of_shape])
+            nodes = np.mean([one[name][1] for one in runs_of_shape])
+            refits = ",".join(str(one[name][3]) for one in runs_of_shape)
+            print(f"| {shape} | {name} | {seconds[0]:.3f} | {seconds[1]:.3f} | "
+                  f"{np.median(ratios):.2f}{spread} | {own:.3f} | {nodes:.0f} | {refits} |")
     for shape in shapes if args.profile else ():
-        params, make = runs[shape, "gbcrf (defaults)"]
+        params, make = runs[shape]["gbcrf (defaults)"]
         profiler = cProfile.Profile()
         steady(dtrain, params, make(), args.warm, args.rounds, profiler)
         print(f"\nGBCRF (defaults), {shape}: the {args.profile} functions of most own CPU time "
