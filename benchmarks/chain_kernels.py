@@ -8,7 +8,9 @@ alternate, so that a noisy neighbour hits them alike):
 
 * ``exp_rows``: ``w = exp(unary - row max)`` into a loaded workspace;
 * ``messages``: both sweeps (log Z, marginals, the stored messages) on the
-  workspace's buffers, without and with the mixing rates;
+  workspace's buffers, without and with the mixing rates, with the rates
+  and the edge sums (a round's pass), and the same storing no ``alpha``
+  and ``r`` (``keep=False``: what the objective's round runs);
 * ``late_rates``: the rates alone, for a pass swept without them (a
   backward sweep over the stored messages);
 * ``posterior``: validation-free ``inference.chain.posterior`` on a reused
@@ -100,6 +102,9 @@ def parts(lengths, k):
         "messages with rates": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, True, False),
         "messages with rates and edge sums (a round's pass)": lambda: _chain_sweeps.messages(
             ws, emat, emax, z, z, True, False, weight
+        ),
+        "the same, storing no alpha and r (the objective's round)": lambda: _chain_sweeps.messages(
+            ws, emat, emax, z, z, True, False, weight, keep=False
         ),
         "edge products after a pass (BLAS, its alternative)": lambda: chain._edge_products(
             ws.alpha[:-1], ws.r[1:], coef

@@ -122,6 +122,8 @@ class Nodes(NamedTuple):
         Task ``t``'s sum of ``seq_weight[i] alpha[t] r[t + 1]' / (beta_scale[t]
         overlap[t])`` over the edges of the sequences not lost (one shared
         table only; see :func:`messages`); ``(0, K, K)`` when not asked for.
+    keep : bool
+        Store ``alpha`` and ``r`` of every row (see :func:`messages`).
     """
 
     w: np.ndarray
@@ -132,6 +134,7 @@ class Nodes(NamedTuple):
     lost: np.ndarray
     seq_weight: np.ndarray
     edges: np.ndarray
+    keep: bool
 
 class Scratch(NamedTuple):
     """One task's scratch of the lockstep sweeps (:func:`_chunk_messages`).
@@ -205,7 +208,7 @@ def _chunk_lanes(c, offsets, idx):
 
 
 @njit(**KERNEL)
-def _chunk_messages(c, msg, nodes, tab, rates, scratch):
+def _chunk_messages(c, msg, nodes, tab, rates, keep, scratch):
     """Both sweeps of the sequences of chunk ``c`` (see :func:`messages`), in lockstep.
 
     The chunk's sequences, sorted longest first, are the lanes of the
@@ -226,7 +229,12 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
     it adds each edge's product to the chunk's sum (:func:`_lanes_edges`;
     a chunk with a lost sequence sums its other sequences' edges again from
     their stored rows, :func:`_chunk_edges_rowwise`), then to the task's
-    (``Scratch.edges``). The arrays come from ``msg``
+    (``Scratch.edges``). Without ``keep`` the sweeps store no row of
+    ``alpha`` past those the backward sweep reads back (the positions past
+    the cached ones) and no row of ``r``; a chunk that would then have to
+    sum its edges from stored rows returns False at the end, having added
+    nothing to the task's sum, and its caller sweeps it again with
+    ``keep`` (True otherwise). The arrays come from ``msg``
     (``Messages``), ``nodes`` (:class:`Nodes`), ``tab`` (:class:`Tables`)
     and ``scratch`` (:class:`Scratch`), unpacked once per chunk.
     """
@@ -281,9 +289,11 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
         for a in range(k):
             for s in range(act):
                 aj[a, s] *= inv[s]
-        _scatter(aj, idx, 0, act, alpha)
+        if keep or j >= cap:
+            _scatter(aj, idx, 0, act, alpha)
         if j + 1 < top:
-            _prefetch_rows(idx, act, 1, alpha)
+            if keep or j + 1 >= cap:
+                _prefetch_rows(idx, act, 1, alpha)
             _prefetch_rows(idx, act, 1, w)
         _forward_log_z(j, act, aj, vec, idx, nodes, tab)
         prev = aj
@@ -349,7 +359,8 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
             for s in range(act):
                 rn[a, s] *= inv[s]
         _scatter(into, idx, new, act, beta)
-        _scatter(rn, idx, 0, act, r)
+        if keep:
+            _scatter(rn, idx, 0, act, r)
         _scatter(mg, idx, 0, act, marg)
         if rates:
             pm = buf[_PREV]
@@ -360,16 +371,20 @@ def _chunk_messages(c, msg, nodes, tab, rates, scratch):
             _lanes_rates(j, new, act, am, pm, ro, wj, True, tab, scratch, msg.right, msg.left)
         rn, ro = ro, rn  # ro = r[t], the r[t + 1] of the next position
         if j > 0:
-            _prefetch_rows(idx, act, -1, r)
+            if keep:
+                _prefetch_rows(idx, act, -1, r)
             _prefetch_rows(idx, act, -1, marg)
             _lanes_times(ro, into, emat_t, idx, act)
             _lanes_sums(into, act, sums)
     if sum_edges:
         for s in range(lanes):
             if lost[idx[_SEQ, s]]:
+                if not keep:
+                    return False
                 _chunk_edges_rowwise(lanes, idx, msg, nodes, chunk_edges)
                 break
         scratch.edges[1] += chunk_edges
+    return True
 
 
 @njit(**KERNEL)
@@ -476,8 +491,8 @@ def _chunk_pass(c, msg, nodes, tab, task, scratch):
     """The ``task`` of chunk ``c``."""
     if task == RATES:
         _chunk_late_rates(c, msg, tab, scratch)
-    else:
-        _chunk_messages(c, msg, nodes, tab, task == SWEEPS_RATES, scratch)
+    elif not _chunk_messages(c, msg, nodes, tab, task == SWEEPS_RATES, nodes.keep, scratch):
+        _chunk_messages(c, msg, nodes, tab, task == SWEEPS_RATES, True, scratch)
 
 
 @njit(**PARALLEL)
@@ -525,7 +540,7 @@ def _tables(emat, emax, start, end):
     return Tables(emat, emat_t, emax, start_e, s_max, end_e, e_max)
 
 
-def messages(ws, emat, emax, start, end, with_rates, parallel, seq_weight=None):
+def messages(ws, emat, emax, start, end, with_rates, parallel, seq_weight=None, keep=True):
     """Scaled forward-backward messages, marginals, mixing rates and edge sums of every sequence.
 
     Parameters
@@ -546,6 +561,11 @@ def messages(ws, emat, emax, start, end, with_rates, parallel, seq_weight=None):
     seq_weight : (m,) float64, optional
         Sum the weighted products of the edges within the backward sweep
         (one shared table only).
+    keep : bool
+        Store ``alpha`` and ``r``. Without it their rows are unspecified
+        (the pass then writes two ``(n, K)`` arrays fewer): for a caller
+        that needs only ``log_z``, the marginals and what it asked the
+        sweep to take (the rates, the edge sums).
 
     Returns
     -------
@@ -573,6 +593,7 @@ def messages(ws, emat, emax, start, end, with_rates, parallel, seq_weight=None):
     nodes = Nodes(
         w=ws.w, row_max=ws.row_max, log_z=ws.log_z, marg=ws.marg, overlap=ws.overlap, lost=ws.lost,
         seq_weight=np.zeros(0) if seq_weight is None else seq_weight, edges=np.zeros((tasks, k, k)),
+        keep=keep,
     )
     task = SWEEPS_RATES if with_rates else SWEEPS
     _run(Messages.of(ws), nodes, tab, task, parallel)
@@ -602,6 +623,6 @@ def late_rates(msg, emat, parallel):
     rows = np.empty((0, k))
     nodes = Nodes(
         w=rows, row_max=none, log_z=none, marg=rows, overlap=none, lost=np.empty(0, dtype=bool),
-        seq_weight=none, edges=np.zeros((0, k, k)),
+        seq_weight=none, edges=np.zeros((0, k, k)), keep=True,
     )
     _run(msg, nodes, tab, RATES, parallel)

@@ -259,7 +259,11 @@ class ChainPosterior:
     method below takes those rows from ``log_space`` instead.
     ``edge_total`` is ``sum_t seq_weight[i(t)] P_t`` over every edge of
     the batch, summed within the backward sweep when :func:`posterior` was
-    given ``seq_weight`` (one shared table), else None.
+    given ``seq_weight`` (one shared table), else None. Without
+    ``has_messages`` (``posterior(..., keep_messages=False)``) the rows of
+    ``alpha`` and ``r`` are unspecified, and the methods that read them
+    (the pairwise marginals and their sums, the exact gamma, the rates of
+    a pass swept without them) raise a ``ValueError``.
     """
 
     offsets: np.ndarray
@@ -278,10 +282,20 @@ class ChainPosterior:
     has_rates: bool
     log_space: LogSpacePart | None = None
     edge_total: np.ndarray | None = None
+    has_messages: bool = True
 
     @property
     def parallel(self):
         return _config.parallel(self.alpha.shape[0])
+
+    def _messages(self, what):
+        """``(alpha, r)``, or a ``ValueError`` naming ``what`` needs them when they were not kept."""
+        if not self.has_messages:
+            raise ValueError(
+                f"{what} reads the stored messages, which this posterior did not keep: compute "
+                "it with posterior(..., keep_messages=True)."
+            )
+        return self.alpha, self.r
 
     def marginals(self, rows=None):
         """Node marginals ``(n, K)``, or ``(len(rows), K)`` of the given rows.
@@ -293,7 +307,8 @@ class ChainPosterior:
 
     def edge_marginals(self):
         """Pairwise marginals ``(n, K, K)``; row ``t`` joins ``t`` and ``t + 1``."""
-        out = _chain_stats.edge_marginals(self.alpha, self.r, self.offsets, self.emat, self.parallel)
+        alpha, r = self._messages("edge_marginals")
+        out = _chain_stats.edge_marginals(alpha, r, self.offsets, self.emat, self.parallel)
         if self.log_space is not None:
             out[self.log_space.rows] = self.log_space.pairwise
         return out
@@ -324,6 +339,7 @@ class ChainPosterior:
         ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``. Per-position
         tables sum the pairwise marginals directly.
         """
+        alpha, r = self._messages("edge_sums")
         if self.emat.shape[0] > 1:
             pair = self.edge_marginals()[edges]
             total = np.einsum("e,eab->ab", weights, pair)
@@ -351,7 +367,7 @@ class ChainPosterior:
         if curvature_weights is not None:
             coef[1, edges] = curvature_weights / z
             coef[2, edges] = coef[1, edges] / z
-        sums = _edge_products(self.alpha[:-1], self.r[1:], coef)
+        sums = _edge_products(alpha[:-1], r[1:], coef)
         emat = self.emat[0]
         scaled = emat * sums[0]
         total = scaled if part is None else total + scaled
@@ -366,6 +382,7 @@ class ChainPosterior:
     def _path_sums(self):
         """Eq. 17 message sums ``(to_right, to_left)``, shared by node and edge bounds."""
         if not self.has_rates:
+            self._messages("the mixing rates of a pass swept without them")
             part = self.log_space
             _chain_sweeps.late_rates(_chain_stats.Messages.of(self), self.emat, self.parallel)
             if part is not None:
@@ -385,7 +402,8 @@ class ChainPosterior:
             return np.repeat(2.0 * lengths, lengths).astype(np.float64)
         if method == "exact":
             p = self.marginals() if marginals is None else marginals
-            out = _chain_stats.exact_gamma(self.alpha, self.r, p, self.offsets, self.emat)
+            alpha, r = self._messages('node_gamma("exact")')
+            out = _chain_stats.exact_gamma(alpha, r, p, self.offsets, self.emat)
             part = self.log_space
             if part is not None:
                 out[part.rows] = _chain_stats.exact_gamma_pairwise(part.pairwise, part.marginals, part.offsets)
@@ -445,7 +463,10 @@ def log_space_fill(part, num_labels):
     }
 
 
-def posterior(unary, offsets, transitions, start, end, workspace=None, rates=False, seq_weight=None):
+def posterior(
+    unary, offsets, transitions, start, end, workspace=None, rates=False, seq_weight=None,
+    keep_messages=True,
+):
     """One forward and one backward sweep over validated arrays (see :func:`check_chain`).
 
     Parameters
@@ -468,6 +489,12 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
         (``ChainPosterior.edge_total``: what :meth:`ChainPosterior.edge_sums`
         of every edge computes after the pass, without reading the messages
         again).
+    keep_messages : bool
+        Store ``alpha`` and ``r`` for the methods that read them after the
+        pass (:class:`ChainPosterior`). A caller that needs only ``log_z``,
+        the marginals and what it asked the sweep to take (``rates``,
+        ``seq_weight``) may leave them out: the pass then writes two
+        ``(n, K)`` arrays fewer.
 
     Returns
     -------
@@ -481,7 +508,8 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
     trans = as_tables(transitions)
     emat, emax = _chain.exp_tables(trans, parallel and trans.shape[0] > 1)
     weight = seq_weight if trans.shape[0] == 1 else None
-    products = _chain_sweeps.messages(ws, emat, emax, start, end, rates, parallel, weight)
+    products = _chain_sweeps.messages(ws, emat, emax, start, end, rates, parallel, weight,
+                                      keep_messages)  # fmt: skip
     total = None if products is None else emat[0] * products
     lost = np.flatnonzero(ws.lost)
     part = None
@@ -502,7 +530,7 @@ def posterior(unary, offsets, transitions, start, end, workspace=None, rates=Fal
         offsets=offsets, transitions=trans, emat=emat, log_z=ws.log_z, alpha=ws.alpha,
         beta=ws.beta, r=ws.r, into=ws.into, beta_scale=ws.beta_scale, marg=ws.marg,
         overlap=ws.overlap, right=ws.right, left=ws.left, has_rates=rates, log_space=part,
-        edge_total=total,
+        edge_total=total, has_messages=keep_messages,
     )
 
 

@@ -113,6 +113,8 @@ class CRFObjective(NodeObjective):
             workspace=self._workspace,
         )
         self._workspace = problem.workspace  # kept across rounds
+        # only the exact node bound reads the stored messages after a pass
+        problem.keep_messages = self.spec.hessian_bound == "exact"
         return problem
 
     def grad_hess(

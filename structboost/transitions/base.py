@@ -140,7 +140,8 @@ class PenalisedProblem:
         -------
         Evaluation
             Cached until the next parameter vector: an evaluation that holds
-            the posterior adds higher levels from it without another pass.
+            the posterior adds higher levels from it without another pass
+            (unless its pass left out what they need: then they take one).
         """
         vec = params.to_vector()
         last = self._last
@@ -148,12 +149,16 @@ class PenalisedProblem:
             ev = last[1]
             if ev.level >= need:
                 return ev
-            if ev.posterior is not None:
+            if ev.posterior is not None and self._sums_from(ev.posterior, need):
                 ev.expected, ev.curvature = self.expected_counts(ev.posterior, need >= CURVATURE)
                 return ev
         ev = self._evaluate(params, need, rates)
         self._last = (vec, ev)
         return ev
+
+    def _sums_from(self, post, need):
+        """Whether the kept posterior ``post`` gives the sums up to ``need`` without another pass."""
+        return True
 
     def _evaluate(self, params, need, rates):
         """One message pass over the whole batch, and the sums asked for."""

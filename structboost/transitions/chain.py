@@ -194,12 +194,22 @@ class TransitionProblem(PenalisedProblem):
     ----------
     workspace : Workspace
         The buffers in use.
+    keep_messages : bool
+        Keep the stored messages of every pass (True by default). False:
+        a pass that takes the mixing rates and the expected counts within
+        its sweep stores no ``alpha`` and ``r``
+        (:func:`~structboost.inference.chain.posterior`'s
+        ``keep_messages``), for a caller that asks its posteriors for
+        nothing that reads them (an objective whose node bound is not
+        ``"exact"``); a later curvature at the same parameters then takes
+        a pass of its own.
     bounds : (b + 1,) int64
         Sequence boundaries of the blocks.
     """
 
     param_type = TransitionParams
     newton_scale = 2.0
+    keep_messages = True
 
     def __init__(self, unary, offsets, seq_weight, counts, reg, free=None, workspace=None):
         self.free = None if free is None or free.all() else free
@@ -246,7 +256,7 @@ class TransitionProblem(PenalisedProblem):
         offsets = offsets_from_lengths(distinct)
         small = TransitionProblem(self.unary[: offsets[-1]], offsets, weight, self.counts,
                                   self.reg, self.free)  # fmt: skip
-        small.allreduce = self.allreduce
+        small.allreduce, small.keep_messages = self.allreduce, self.keep_messages
         return small, index
 
     @property
@@ -273,6 +283,8 @@ class TransitionProblem(PenalisedProblem):
 
         ``edges``: sum the block's expected transition counts within the
         sweep (``ChainPosterior.edge_total``, which :meth:`_block_counts` takes).
+        A pass that takes both the rates and those counts in its sweep keeps
+        its messages only with :attr:`keep_messages`.
         """
         block = self._one
         if block is None:
@@ -281,6 +293,7 @@ class TransitionProblem(PenalisedProblem):
         post = posterior(
             block.unary, block.offsets, params.transitions, params.start, params.end,
             workspace=self.workspace, rates=rates, seq_weight=block.seq_weight if edges else None,
+            keep_messages=self.keep_messages or not (rates and edges),
         )  # fmt: skip
         return block, post
 
@@ -298,6 +311,10 @@ class TransitionProblem(PenalisedProblem):
         if tap is not None:
             self._tapped = params.to_vector()
         return self._last[1]
+
+    def _sums_from(self, post, need):
+        """Whether ``post`` gives the sums up to ``need``: curvature reads the stored messages."""
+        return post.has_messages or need < CURVATURE
 
     def _sums(self, log_z, expected, curvature):
         """The :class:`~.base.Evaluation` of sums taken block by block (curvature clipped)."""

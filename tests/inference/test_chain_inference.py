@@ -601,6 +601,82 @@ def test_edge_total_needs_its_weights_and_one_table():
     assert chain_inference.posterior(*checked, seq_weight=np.ones(2)).edge_total is None
 
 
+LEAN_FIELDS = ("log_z", "marg", "right", "left", "beta_scale", "overlap", "edge_total")
+
+
+def lean_and_kept(checked, weight, threads):
+    """The posteriors of one pass with and without ``keep_messages``: their fields by name."""
+    before = _config.SERIAL_ROWS
+    _config.SERIAL_ROWS = 0 if threads else 1 << 30
+    try:
+        out = []
+        for keep in (True, False):
+            post = chain_inference.posterior(
+                *checked, rates=True, seq_weight=weight, keep_messages=keep
+            )
+            out.append((post, {name: np.copy(getattr(post, name)) for name in LEAN_FIELDS}))
+        return out
+    finally:
+        _config.SERIAL_ROWS = before
+
+
+@settings(max_examples=60, deadline=None)
+@given(crfs(scales=(0.3, 2.5, 1e3), max_labels=5), st.booleans(), st.integers(0, 2**32 - 1))
+def test_a_pass_without_its_messages_gives_the_same_results(crf, threads, seed):
+    """``keep_messages=False``: log Z, marginals, rates and edge sums bit for bit as with them.
+
+    Scores of about 1e3 send sequences to the log-space fallback, whose
+    chunks sweep again keeping their rows (to sum their other edges from
+    them). Both drivers; the bound of every node and edge follows.
+    """
+    unary, lengths, transitions, start, end = crf
+    weight = np.random.default_rng(seed).uniform(0.1, 3.0, lengths.size)
+    checked = chain_inference.check_chain(unary, lengths, transitions, start, end)
+    (kept, want), (lean, got) = lean_and_kept(checked, weight, threads)
+    assert kept.has_messages and not lean.has_messages
+    for name in LEAN_FIELDS:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    np.testing.assert_array_equal(lean.node_gamma(), kept.node_gamma())
+    np.testing.assert_array_equal(lean.edge_gamma(), kept.edge_gamma())
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_a_lean_chunk_with_a_lost_sequence_sweeps_again_keeping_its_rows(threads):
+    """Issue 15's lost sequence in a chunk of others: the chunk's edges as with the messages kept."""
+    lost = [[-4073.2, 2495.6], [-6347.4, 9323.2], [-2071.1, 2362.3]]
+    rng = np.random.default_rng(3)
+    lengths = np.array([4, 3, 5, 2])
+    unary = np.concatenate([rng.normal(size=(4, 2)), lost, rng.normal(size=(7, 2))])
+    transitions, start, end = [[2.51, -3.12], [-0.11, -np.inf]], [-2.07, 0.09], [3.57, -0.34]
+    checked = chain_inference.check_chain(unary, lengths, transitions, start, end)
+    weight = np.array([0.5, 1.0, 2.0, 1.5])
+    (kept, want), (lean, got) = lean_and_kept(checked, weight, threads)
+    assert lean.log_space is not None and list(lean.log_space.sequences) == [1]
+    for name in LEAN_FIELDS:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    pair = naive.batch(unary, lengths, transitions, start, end)["edge_marginals"]
+    np.testing.assert_allclose(
+        got["edge_total"], np.einsum("n,nab->ab", np.repeat(weight, lengths), pair), atol=1e-9
+    )
+
+
+def test_a_posterior_without_its_messages_says_what_needs_them():
+    """Whatever reads ``alpha`` and ``r`` after a lean pass raises, naming the fix."""
+    unary, lengths, transitions, start, end = make_crf(5, [3, 4], 3)
+    checked = chain_inference.check_chain(unary, lengths, transitions, start, end)
+    lean = chain_inference.posterior(*checked, seq_weight=np.ones(2), keep_messages=False)
+    edges, weights = np.array([0, 1, 3]), np.ones(3)
+    for call in (
+        lean.edge_marginals,
+        lambda: lean.edge_sums(edges, weights),
+        lambda: lean.node_gamma("exact"),
+        lean.node_gamma,  # swept without the rates: they would come from the messages
+    ):
+        with pytest.raises(ValueError, match="keep_messages=True"):
+            call()
+    assert lean.node_gamma("length").shape == (7,)  # reads no messages
+
+
 def test_position_transitions_shape_is_checked():
     unary, lengths, transitions, start, end = make_crf(0, [2, 3], 3)
     with pytest.raises(ValueError, match="transitions must have shape"):

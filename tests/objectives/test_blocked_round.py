@@ -17,6 +17,7 @@ from structboost.objectives import base as objectives_base
 from structboost.objectives.base import check_margin_values
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.sequences import offsets_from_lengths, sequence_blocks
+from structboost.transitions import chain as chain_transitions
 from structboost.transitions import onestep
 from structboost.transitions.base import CURVATURE, GRADIENT, PenalisedProblem
 from structboost.transitions.chain import TransitionParams, TransitionProblem
@@ -331,3 +332,41 @@ def test_blocked_metrics_equal_one_block(monkeypatch, constrained, dtype):
         blocked_name, blocked = obj.evaluate(margins, batch, metric)
         assert blocked_name == name
         assert blocked == pytest.approx(value, rel=1e-12)
+
+
+@pytest.mark.parametrize("solver", ["lbfgs", "newton"])
+@pytest.mark.parametrize("gamma", ["mixing", "exact"])
+@pytest.mark.parametrize("blocked", [False, True])
+def test_rounds_of_passes_without_messages_equal_rounds_with_them(monkeypatch, solver, gamma, blocked):
+    """The objective's passes keep no ``alpha`` and ``r`` where nothing reads them.
+
+    Over the warm-up's refit rounds and the one-pass rounds after it, G, H
+    and the transitions are bit for bit those of passes that keep them.
+    L-BFGS with the mixing bound leaves them out of its passes with the
+    rates and the counts; Newton's curvature and the exact bound read them.
+    """
+    margins, labels, lengths, weights = chain_data(8, n_seq=20)
+    batch = SequenceBatch.build(labels, lengths, K, weights)
+    if blocked:
+        small_blocks(monkeypatch)
+    kept = []
+    real = chain_transitions.posterior
+
+    def counting(*args, keep_messages=True, **kwargs):
+        kept.append(keep_messages)
+        return real(*args, keep_messages=keep_messages, **kwargs)
+
+    make = lambda: CRFObjective(K, transition_solver=solver, hessian_bound=gamma)  # noqa: E731
+    monkeypatch.setattr(chain_transitions, "posterior", counting)
+    lean = rounds(make(), margins, batch, onestep.WARMUP + 4)
+    lean_passes = kept.count(False)
+    monkeypatch.setattr(chain_transitions, "posterior",
+                        lambda *args, keep_messages=True, **kwargs: real(*args, **kwargs, keep_messages=True))  # fmt: skip
+    full = rounds(make(), margins, batch, onestep.WARMUP + 4)
+    if solver == "lbfgs" and gamma == "mixing":
+        assert lean_passes >= onestep.WARMUP + 4  # at least the pass of every round
+    else:
+        assert lean_passes == 0
+    for a, b in zip(lean, full):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
