@@ -28,6 +28,11 @@ generator in this one process (N rows, sequences of 20, K = 10 noisy one-hot
 features and labels), per-label trees of depth 6 (as ``dask_scaling.py``),
 with the objective's own CPU seconds per round beside.
 
+``--kept-messages`` adds GBCRF whose passes all keep their stored
+messages (``TransitionProblem.keep_messages``, as before the objective's
+passes left them out where nothing reads them) to the same lockstep: the
+two differ in that alone, with the same G, H and trees.
+
 ``--profile N`` then trains GBCRF once more per tree shape under
 ``cProfile``, over the same timed rounds, and prints the ``N`` functions of
 most own CPU time per round (XGBoost's tree update, each kernel of the
@@ -42,6 +47,7 @@ Usage::
     python benchmarks/round_ratio.py --sticky-rows 1000000 [--repeat 3]
     python benchmarks/round_ratio.py --data-dir ../shared/data/ocr --threads 2 --warm 0 --rounds 30
     python benchmarks/round_ratio.py --data-dir ../shared/data/ocr --repeat 1 --profile 12
+    python benchmarks/round_ratio.py --sticky-rows 1000000 --kept-messages
 """
 
 import argparse
@@ -122,6 +128,19 @@ def steady(dtrain, params, objective, warm, rounds, profiler=None):
     refits = clock.refits[-1] - clock.refits[warm] if objective is not None else 0
     seconds = np.diff(np.asarray(clock.times), axis=0)[warm:].mean(axis=0)  # (CPU, wall)
     return seconds, nodes_per_round(booster, warm), own, refits
+
+
+def keeping_messages(objective):
+    """``objective`` (of :func:`structboost.crf_objective`) with every pass keeping its messages."""
+    build = objective.crf._problem
+
+    def problem(unary, batch):
+        made = build(unary, batch)
+        made.keep_messages = True
+        return made
+
+    objective.crf._problem = problem
+    return objective
 
 
 def nodes_per_round(booster, warm):
@@ -215,6 +234,8 @@ def main():
     ap.add_argument("--warm", type=int, default=WARMUP + 1)
     ap.add_argument("--threads", type=int, default=1,
                     help="threads of XGBoost and of the objective (wall time decides above 1)")
+    ap.add_argument("--kept-messages", action="store_true",
+                    help="also train GBCRF with passes that keep their stored messages")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="then profile GBCRF's timed rounds and print its N costliest functions")
     args = ap.parse_args()
@@ -236,6 +257,11 @@ def main():
             "gbcrf (defaults)": (sb.xgb_params(k, **base, **tree),
                                  lambda: sb.crf_objective(k, nthread=threads)),
         }
+        if args.kept_messages:
+            runs[shape]["gbcrf, messages kept"] = (
+                sb.xgb_params(k, **base, **tree),
+                lambda: keeping_messages(sb.crf_objective(k, nthread=threads)),
+            )
     results = {shape: [lockstep(dtrain, models, args.warm, args.rounds) for _ in range(args.repeat)]
                for shape, models in runs.items()}
     timer = ("CPU", "wall")[clock]
