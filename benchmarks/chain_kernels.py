@@ -29,7 +29,9 @@ float64 on the same core (``2 n K^2`` flops), so ``bound = 2 x`` that
 product's time; the ratio is pass / bound. The same table times the pass
 with the mixing rates (what the default objective's round runs: the
 ``"mixing"`` Hessian bound) against the same bound; its rates add two
-``K x K`` min-products per position. With ``--baseline PATH`` (a
+``K x K`` min-products per position. Both also storing no ``alpha`` and
+``r`` (``keep=False``: the pass of ``forward_backward``, of prediction,
+and of the objective's rounds). With ``--baseline PATH`` (a
 checkout of another revision, e.g. ``git worktree add /tmp/base main``)
 that checkout's package is loaded beside this one and its pass is timed in
 the same loop (old vs new, calls alternating). With ``--threads 2`` the
@@ -52,6 +54,7 @@ Prints Markdown tables for benchmarks/README.md.
 """
 
 import argparse
+import inspect
 import importlib.util
 import os
 import platform
@@ -182,6 +185,13 @@ def limit_table(lengths, k, repeat, threads, baseline, scale=1.0):
         calls[side + ", with the mixing rates"] = (
             lambda ws=ws, sweeps=sweeps, e=(emat, emax): sweeps.messages(ws, *e, z, z, True, False)
         )
+        if "keep" in inspect.signature(sweeps.messages).parameters:  # (since stop 41)
+            for rates, label in ((False, ""), (True, ", with the mixing rates")):
+                calls[f"{side}{label}, storing no alpha and r"] = (
+                    lambda ws=ws, sweeps=sweeps, e=(emat, emax), rates=rates: sweeps.messages(
+                        ws, *e, z, z, rates, False, keep=False
+                    )
+                )
         calls[side + ", prange"] = lambda ws=ws, sweeps=sweeps, e=(emat, emax): sweeps.messages(
             ws, *e, z, z, False, True
         )

@@ -375,7 +375,8 @@ def _decode(margins, lengths, params, decode):
     with _config.threads(1):  # one task per worker thread: numba's pool would take every core
         if decode == "viterbi":
             return map_labels(u, offsets, params.transitions, params.start, params.end)
-        marginals = posterior(u, offsets, params.transitions, params.start, params.end, rates=False)
+        marginals = posterior(u, offsets, params.transitions, params.start, params.end,
+                              keep_messages=False)  # fmt: skip
         marginals = marginals.marginals()
     return marginals if decode == "marginals" else marginals.argmax(axis=1).astype(np.int64)
 

@@ -204,7 +204,7 @@ def predict(
     )
     p = _constrained(p, allowed_transitions)
     if decode == "marginal":
-        post = posterior(u, offsets, p.transitions, p.start, p.end)
+        post = posterior(u, offsets, p.transitions, p.start, p.end, keep_messages=False)
         return post.marginals().argmax(axis=1).astype(np.int64)
     return map_labels(u, offsets, p.transitions, p.start, p.end)
 
@@ -227,7 +227,7 @@ def predict_marginals(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
     p = _constrained(p, allowed_transitions)
-    return posterior(u, offsets, p.transitions, p.start, p.end).marginals()
+    return posterior(u, offsets, p.transitions, p.start, p.end, keep_messages=False).marginals()
 
 
 @reports("sequence_log_likelihood")
@@ -256,7 +256,7 @@ def sequence_log_likelihood(
     if labels is None or np.size(labels) == 0:
         raise ValueError("no labels: pass labels= or a DMatrix/Dataset built with label=.")
     y = check_labels(labels, u.shape[1], u.shape[0])
-    post = posterior(u, offsets, p.transitions, p.start, p.end)
+    post = posterior(u, offsets, p.transitions, p.start, p.end, keep_messages=False)
     return path_scores(u, offsets, y, p.transitions, p.start, p.end) - post.log_z
 
 

@@ -628,7 +628,7 @@ def forward_backward(
     marginals : (n, K) float64
         ``P(y_t = k | x)``; rows sum to one.
     """
-    post = posterior(*check_chain(unary, lengths, transitions, start, end))
+    post = posterior(*check_chain(unary, lengths, transitions, start, end), keep_messages=False)
     return post.log_z, post.marginals()
 
 
@@ -731,5 +731,5 @@ def sequence_nll(
     """
     u, offsets, trans, s, e = check_chain(unary, lengths, transitions, start, end)
     y = check_labels(labels, u.shape[1], u.shape[0])
-    post = posterior(u, offsets, trans, s, e)
+    post = posterior(u, offsets, trans, s, e, keep_messages=False)
     return post.log_z - path_scores(u, offsets, y, trans, s, e)

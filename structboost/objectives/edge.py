@@ -224,7 +224,7 @@ class EdgeCRFObjective(CRFObjective):
         self._check_allowed(batch)
         unary, trans = self.potentials(margins, batch)
         p = self.params
-        post = posterior(unary, batch.offsets, trans, p.start, p.end, rates=False)
+        post = posterior(unary, batch.offsets, trans, p.start, p.end, keep_messages=False)
         return post.log_z - path_scores(unary, batch.offsets, batch.labels, trans, p.start, p.end)
 
     def marginals(self, margins, batch):
