@@ -16,7 +16,9 @@ alternate, so that a noisy neighbour hits them alike):
 * ``posterior``: validation-free ``inference.chain.posterior`` on a reused
   workspace (exp of the table, both sweeps);
 * ``forward_backward``: the public function, which validates its input and
-  allocates fresh buffers on every call (page faults included);
+  allocates fresh buffers on every call (page faults included), and the
+  same pass storing ``alpha`` and ``r`` as well (what it ran before it
+  stored neither: two more fresh ``(n, K)`` arrays written);
 * ``stream``: one pass writing three and reading one ``(n, K)`` float64 array
   (what the sweeps must move at least: they write ``alpha``, ``r`` and the
   marginals), for the memory-traffic floor.
@@ -121,6 +123,9 @@ def parts(lengths, k):
         "forward_backward (public, fresh buffers)": lambda: inference.forward_backward(
             u, lengths, trans, z, z
         ),
+        "the same pass storing alpha and r (fresh buffers)": lambda: chain.posterior(
+            *chain.check_chain(u, lengths, trans, z, z), keep_messages=True
+        ).marginals(),
         "stream: read 1, write 3 (n, K) arrays": lambda: _stream(ws.w, ws.alpha, ws.r, ws.marg),
     }
 
