@@ -19,3 +19,23 @@ def single_threaded():
     with threadpool_limits(limits=1):
         yield
     numba.set_num_threads(before)
+
+
+@pytest.fixture
+def chain_passes(monkeypatch):
+    """The ``keep_messages`` of every pass the chain transition problems run, in order.
+
+    Records the calls of :func:`structboost.inference.chain.posterior` made by
+    :mod:`structboost.transitions.chain` (each one message pass).
+    """
+    from structboost.transitions import chain as chain_transitions
+
+    kept = []
+    real = chain_transitions.posterior
+
+    def recording(*args, keep_messages=True, **kwargs):
+        kept.append(keep_messages)
+        return real(*args, keep_messages=keep_messages, **kwargs)
+
+    monkeypatch.setattr(chain_transitions, "posterior", recording)
+    return kept

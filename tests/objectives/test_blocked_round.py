@@ -337,7 +337,9 @@ def test_blocked_metrics_equal_one_block(monkeypatch, constrained, dtype):
 @pytest.mark.parametrize("solver", ["lbfgs", "newton"])
 @pytest.mark.parametrize("gamma", ["mixing", "exact"])
 @pytest.mark.parametrize("blocked", [False, True])
-def test_rounds_of_passes_without_messages_equal_rounds_with_them(monkeypatch, solver, gamma, blocked):
+def test_rounds_of_passes_without_messages_equal_rounds_with_them(
+    monkeypatch, chain_passes, solver, gamma, blocked
+):
     """The objective's passes keep no ``alpha`` and ``r`` where nothing reads them.
 
     Over the warm-up's refit rounds and the one-pass rounds after it, G, H
@@ -349,17 +351,10 @@ def test_rounds_of_passes_without_messages_equal_rounds_with_them(monkeypatch, s
     batch = SequenceBatch.build(labels, lengths, K, weights)
     if blocked:
         small_blocks(monkeypatch)
-    kept = []
-    real = chain_transitions.posterior
-
-    def counting(*args, keep_messages=True, **kwargs):
-        kept.append(keep_messages)
-        return real(*args, keep_messages=keep_messages, **kwargs)
-
     make = lambda: CRFObjective(K, transition_solver=solver, hessian_bound=gamma)  # noqa: E731
-    monkeypatch.setattr(chain_transitions, "posterior", counting)
     lean = rounds(make(), margins, batch, onestep.WARMUP + 4)
-    lean_passes = kept.count(False)
+    lean_passes = chain_passes.count(False)
+    real = chain_transitions.posterior
     monkeypatch.setattr(chain_transitions, "posterior",
                         lambda *args, keep_messages=True, **kwargs: real(*args, **kwargs, keep_messages=True))  # fmt: skip
     full = rounds(make(), margins, batch, onestep.WARMUP + 4)

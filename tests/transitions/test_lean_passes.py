@@ -9,7 +9,6 @@ same sums as from a pass that kept them.
 import numpy as np
 
 from structboost.objectives.chain import SequenceBatch
-from structboost.transitions import chain as chain_transitions
 from structboost.transitions.base import CURVATURE, GRADIENT
 from structboost.transitions.chain import TransitionParams, TransitionProblem
 
@@ -28,21 +27,8 @@ def problem_and_params(seed, keep):
     return problem, params
 
 
-def counted_passes(monkeypatch):
-    """The ``keep_messages`` of every pass of the chain problems, in order."""
-    kept = []
-    real = chain_transitions.posterior
-
-    def counting(*args, keep_messages=True, **kwargs):
-        kept.append(keep_messages)
-        return real(*args, keep_messages=keep_messages, **kwargs)
-
-    monkeypatch.setattr(chain_transitions, "posterior", counting)
-    return kept
-
-
-def test_curvature_after_a_lean_pass_takes_a_pass_of_its_own(monkeypatch):
-    kept = counted_passes(monkeypatch)
+def test_curvature_after_a_lean_pass_takes_a_pass_of_its_own(chain_passes):
+    kept = chain_passes
     results = {}
     for keep in (True, False):
         problem, params = problem_and_params(4, keep)
@@ -56,9 +42,9 @@ def test_curvature_after_a_lean_pass_takes_a_pass_of_its_own(monkeypatch):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-def test_a_lean_problem_keeps_the_messages_its_other_passes_need(monkeypatch):
+def test_a_lean_problem_keeps_the_messages_its_other_passes_need(chain_passes):
     """Passes without the rates, or without the expected counts, keep their messages."""
-    kept = counted_passes(monkeypatch)
+    kept = chain_passes
     problem, params = problem_and_params(5, keep=False)
     problem.evaluate(params)  # the value alone: a later gradient reads the messages
     problem.evaluate(params, GRADIENT)  # from the kept messages, no pass
