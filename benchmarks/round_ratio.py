@@ -13,8 +13,8 @@ fit). The ratio is of CPU time on one thread, of wall time on more.
 The models train in lockstep: one round of each in turn (the order
 rotating every round), so that every stretch of the machine's speed
 falls on all of them alike. On the shared virtual machine these tables
-come from, the same native round ran at 0.21 s and at 0.40 s in one
-hour, in phases of minutes: whole fits timed one after another compared
+come from, the same native round took 0.209 s and 0.326 s within one
+hour (benchmarks/README.md), in phases of minutes: whole fits timed one after another compared
 a model in a fast phase with one in a slow phase. Each of ``--repeat``
 lockstep runs gives each model's ratio to native over the same rounds;
 the table prints their median and range, and each model's mean seconds
@@ -112,6 +112,13 @@ class _Clock(xgb.callback.TrainingCallback):
             self.refits.append(0 if steps is None else steps.refits)
         return False
 
+    def objective_totals(self, warm):
+        """The objective's CPU seconds per round past the first ``warm``, and its refit rounds among them."""
+        if self.objective is None:
+            return 0.0, 0
+        rounds = len(self.spent) - 1 - warm
+        return (self.spent[-1] - self.spent[warm]) / rounds, self.refits[-1] - self.refits[warm]
+
 
 def steady(dtrain, params, objective, warm, rounds, profiler=None):
     """Mean CPU seconds of the last ``rounds`` rounds, nodes per round, objective seconds, refits.
@@ -124,8 +131,7 @@ def steady(dtrain, params, objective, warm, rounds, profiler=None):
     clock = _Clock(objective, profiler, warm)
     callbacks = [clock] + ([objective.callback()] if objective is not None else [])
     booster = xgb.train(params, dtrain, warm + rounds, obj=objective, callbacks=callbacks)
-    own = (clock.spent[-1] - clock.spent[warm]) / rounds if objective is not None else 0.0
-    refits = clock.refits[-1] - clock.refits[warm] if objective is not None else 0
+    own, refits = clock.objective_totals(warm)
     seconds = np.diff(np.asarray(clock.times), axis=0)[warm:].mean(axis=0)  # (CPU, wall)
     return seconds, nodes_per_round(booster, warm), own, refits
 
@@ -185,12 +191,10 @@ def lockstep(dtrain, runs, warm, rounds):
             seconds.append((time.process_time() - cpu, time.perf_counter() - wall))
             callbacks[0].after_iteration(booster, i, {})  # the objective's totals, untimed
     out = {}
-    for name, (booster, objective, callbacks, seconds) in state.items():
+    for name, (booster, _, callbacks, seconds) in state.items():
         for cb in callbacks[1:]:
             booster = cb.after_training(booster)
-        clock = callbacks[0]
-        own = (clock.spent[-1] - clock.spent[warm]) / rounds if objective is not None else 0.0
-        refits = clock.refits[-1] - clock.refits[warm] if objective is not None else 0
+        own, refits = callbacks[0].objective_totals(warm)
         out[name] = np.asarray(seconds)[warm:], nodes_per_round(booster, warm), own, refits
     return out
 
