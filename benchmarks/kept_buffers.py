@@ -8,7 +8,11 @@ is its own), ``--repeat`` times interleaved:
 
 * ``kept``: the buffers each round frees stay in the heap for the next one
   (forced on whatever the fit's size: ``MAX_ROUND_BYTES`` lifted);
-* ``as before``: never kept (``MAX_ROUND_BYTES`` below every fit).
+* ``round buffers apart``: what a fit above ``MAX_ROUND_BYTES`` does (forced
+  on whatever its size): the round's own buffers mapped apart, the smaller
+  ones served from the heap at glibc's settled thresholds;
+* ``nothing kept``: ``keep_freed`` never called (a fit above
+  ``MAX_ROUND_BYTES`` before stop 42; the CSV's older rows call it ``as before``).
 
 Prints CPU seconds per round of the rounds past the one-pass warm-up
 (mean over those rounds, best of the repeats) and the peak RSS, and
@@ -30,11 +34,12 @@ import os
 import subprocess
 import sys
 
-CONFIGS = {"kept": 1 << 62, "as before": -1}
+#: The configurations: name -> ``MAX_ROUND_BYTES`` (None: ``keep_freed`` never called).
+CONFIGS = {"kept": 1 << 62, "round buffers apart": -1, "nothing kept": None}
 
 
-def _child(rows, warm, rounds, max_bytes):
-    """One fit in this process; prints ``{"cpu": s per round, "peak_mib": ...}`` as JSON."""
+def _child(rows, warm, rounds, name):
+    """One fit of configuration ``name`` in this process; prints ``{"cpu": s per round, "peak_mib": ...}``."""
     import resource
 
     import structboost as sb
@@ -42,7 +47,11 @@ def _child(rows, warm, rounds, max_bytes):
 
     from round_ratio import steady, sticky_case
 
-    _heap.MAX_ROUND_BYTES = max_bytes
+    max_bytes = CONFIGS[name]
+    if max_bytes is None:
+        _heap.keep_freed = lambda round_bytes: False
+    else:
+        _heap.MAX_ROUND_BYTES = max_bytes
     dtrain, k, shapes = sticky_case(rows, 1)
     params = sb.xgb_params(k, eta=0.3, nthread=1, tree_method="hist", **shapes["per-label, depth 6"])
     seconds = steady(dtrain, params, sb.crf_objective(k, nthread=1), warm, rounds)[0]
@@ -57,7 +66,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                   "kept_buffers.csv"))
-    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=list(CONFIGS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     from structboost.transitions.onestep import WARMUP
 
@@ -75,15 +84,15 @@ def main():
           f"thresholds at start {thresholds}")
     best = {}
     for _ in range(args.repeat):
-        for name, max_bytes in CONFIGS.items():
+        for name in CONFIGS:
             cmd = [sys.executable, __file__, "--rows", str(args.rows), "--rounds",
-                   str(args.rounds), "--child", str(max_bytes)]  # fmt: skip
+                   str(args.rounds), "--child", name]  # fmt: skip
             done = subprocess.run(cmd, capture_output=True, text=True, check=True)
             got = json.loads(done.stdout.strip().splitlines()[-1])
             old = best.get(name)
             best[name] = (min(got["cpu"], old[0]), max(got["peak_mib"], old[1])) if old else (
                 got["cpu"], got["peak_mib"])
-    base_cpu, base_peak = best["as before"]
+    base_cpu, base_peak = best["nothing kept"]
     print(f"\nrows {args.rows}, K = 10, one thread; CPU s per round of rounds "
           f"{warm + 1}-{args.rounds} (best of {args.repeat}), peak RSS (highest of "
           f"{args.repeat}); load average {os.getloadavg()[0]:.2f}\n")

@@ -15,7 +15,8 @@ round to round.
 
 :func:`keep_freed` (from the training callback, after the first round)
 raises the mmap and trim thresholds to their largest value, so that large
-buffers come from the heap and freed ones stay there for the next round;
+buffers come from the heap and freed ones stay there for the next round
+(in fits up to :data:`MAX_ROUND_BYTES`, below);
 :func:`release_freed` (``after_training``) puts back the thresholds the
 process started with (:func:`start_thresholds`) and returns the heap's
 free memory to the system (``malloc_trim``). Those are glibc's own rule
@@ -37,8 +38,15 @@ holes beside them. At K = 10 (``benchmarks/kept_buffers.py``) a round took
 5% less CPU time at 1M rows and 6% less at 10M, and the peak RSS of the fit
 rose by 27 MiB (3%) and 245 MiB (5%). Where the time matters more than that
 memory, in fits whose round's buffers take at most
-:data:`MAX_ROUND_BYTES`, :func:`keep_freed` keeps them; a larger fit
-runs as before. A fit that trains in a thread other than the main one
+:data:`MAX_ROUND_BYTES`, :func:`keep_freed` keeps them. A larger fit
+maps its round's buffers apart, and serves the smaller ones (the
+objective's blocks: a few MiB each) from the heap as glibc's own rule
+would once settled (:data:`SETTLED_MMAP`, :data:`SETTLED_TRIM`): in a
+process started with a lower threshold, such as Dask's workers, those
+were mapped afresh hundreds of times a round: at 1M rows and K = 10, with
+the round's buffers mapped apart as in a 10M-row fit, a round took 0.86 s
+of CPU time instead of 0.98 s, at the same peak RSS
+(``MALLOC_TRIM_THRESHOLD_=65536 python benchmarks/kept_buffers.py``). A fit that trains in a thread other than the main one
 gains only below 64 MiB: glibc's arenas of other threads map any larger
 buffer apart, whatever the threshold.
 """
@@ -141,27 +149,42 @@ def _libc():
     return libc
 
 
-def keep_freed(round_bytes, libc=None):
+def keep_freed(round_bytes, libc=None, environ=None):
     """Serve large buffers from the heap and keep freed ones there until :func:`release_freed`.
+
+    Both thresholds go to their largest value where a round's buffers
+    take at most :data:`MAX_ROUND_BYTES`; above that, to at least the
+    values glibc's own rule settles on (:data:`SETTLED_MMAP`,
+    :data:`SETTLED_TRIM`), so that the round's own buffers are mapped
+    apart and returned when freed, and the smaller ones come from the heap.
 
     Parameters
     ----------
     round_bytes : int
-        What a round allocates afresh in host memory: nothing is kept
-        above :data:`MAX_ROUND_BYTES`, nor for none (a GPU's rounds).
+        What a round allocates afresh in host memory (nothing is set for
+        none: a GPU's rounds).
     libc : ctypes.CDLL, optional
         The C library to set (glibc's; found in this process when None).
+    environ : mapping, optional
+        The start environment, as for :func:`start_thresholds`.
 
     Returns
     -------
     bool
-        Whether freed memory is kept (then call :func:`release_freed` at the end).
+        Whether a threshold was raised (then call :func:`release_freed` at the end).
     """
     libc = _libc() if libc is None else libc
-    if libc is None or not 0 < round_bytes <= MAX_ROUND_BYTES:
+    if libc is None or round_bytes <= 0:
         return False
-    libc.mallopt(M_MMAP_THRESHOLD, _LARGEST)
-    libc.mallopt(M_TRIM_THRESHOLD, _LARGEST)
+    if round_bytes <= MAX_ROUND_BYTES:
+        mmap = trim = _LARGEST
+    else:
+        start = start_thresholds(environ)
+        mmap, trim = max(start[0], SETTLED_MMAP), max(start[1], SETTLED_TRIM)
+        if (mmap, trim) == start:  # glibc's own rule, or higher values the process set
+            return False
+    libc.mallopt(M_MMAP_THRESHOLD, min(mmap, _LARGEST))
+    libc.mallopt(M_TRIM_THRESHOLD, min(trim, _LARGEST))
     return True
 
 

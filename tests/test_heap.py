@@ -71,11 +71,29 @@ def test_a_fit_raises_both_thresholds_and_its_end_puts_back_the_start_ones_and_t
     ]
 
 
-@pytest.mark.parametrize("round_bytes", [_heap.MAX_ROUND_BYTES + 1, 0])
-def test_a_fit_with_larger_rounds_or_none_on_the_host_keeps_nothing(round_bytes):
+def test_a_fit_with_no_round_buffers_on_the_host_sets_nothing():
     libc = _FakeLibc()
-    assert not _heap.keep_freed(round_bytes, libc)
+    assert not _heap.keep_freed(0, libc, {"MALLOC_TRIM_THRESHOLD_": "65536"})
     assert libc.calls == []
+
+
+SETTLED = (32 << 20, 64 << 20)
+# The start environments of START -> the thresholds a fit above MAX_ROUND_BYTES sets
+# (None: none, the start ones being glibc's settled values or above).
+LARGER_FIT = [None, None, SETTLED, SETTLED, SETTLED, SETTLED, SETTLED, None,
+              (32 << 20, 2**31 - 1)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("environ", "raised"),
+                         [(start[0], raised) for start, raised in zip(START, LARGER_FIT)])
+def test_a_larger_fit_maps_its_round_buffers_apart_and_serves_smaller_ones_from_the_heap(
+    environ, raised
+):
+    libc = _FakeLibc()
+    assert _heap.keep_freed(_heap.MAX_ROUND_BYTES + 1, libc, environ) == (raised is not None)
+    expected = [] if raised is None else [("mallopt", _heap.M_MMAP_THRESHOLD, raised[0]),
+                                          ("mallopt", _heap.M_TRIM_THRESHOLD, raised[1])]
+    assert libc.calls == expected
 
 
 def _python(code, **environ):
@@ -176,3 +194,25 @@ def test_the_training_callback_keeps_freed_memory_after_the_first_round_to_the_e
     n = int(np.sum(lengths))
     end = ["release"] if kept else []
     assert events == ["round", ("keep", 12 * n * 3), "round", "round", *end]
+
+
+@pytest.mark.skipif(not ON_GLIBC, reason="glibc's allocator (2.33 or later)")
+def test_a_larger_fit_in_a_process_started_as_dask_starts_its_workers_maps_only_big_buffers():
+    # the objective's block-sized buffers from the heap, the round's own mapped apart,
+    # and after the fit every buffer above 128 KiB mapped apart again
+    code = f"""
+import sys
+sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+import numpy as np
+from structboost import _heap
+from test_heap import BIG, _mallinfo
+def mapped_apart(size):
+    before = _mallinfo().hblkhd
+    a = np.ones(size, dtype=np.uint8)
+    return _mallinfo().hblkhd >= before + size
+assert _heap.keep_freed(_heap.MAX_ROUND_BYTES + 1)
+during = mapped_apart(4 << 20), mapped_apart(BIG)
+_heap.release_freed()
+print(during, mapped_apart(4 << 20))
+"""
+    assert _python(code, MALLOC_TRIM_THRESHOLD_="65536") == "(False, True) True"
