@@ -16,10 +16,17 @@ XGBoost's collective (max over workers):
   for the slowest worker included) and the number of calls per round,
 - peak resident memory of the worker process (``ru_maxrss``).
 
+The models of one row and worker count run back to back, so that GBCRF's
+ratio to native compares runs minutes apart; ``--repeat`` runs everything
+again and the closing table gives each speed-up and ratio as the median of
+the repeats [and their range] (this machine's speed moves in phases of
+minutes: ``round_ratio.py``).
+
 Usage::
 
     python benchmarks/dask_scaling.py --rows 1000000 --workers 1 2
     python benchmarks/dask_scaling.py --rows 1000000 10000000 --workers 1 2 --rounds 5
+    python benchmarks/dask_scaling.py --rows 1000000 --workers 1 2 --repeat 3
 
 Results are appended to ``benchmarks/results/dask_scaling.csv`` (rows of an
 older header are kept, with the new columns empty).
@@ -184,6 +191,38 @@ def append_row(path, row):
         writer.writerows(rows + [row])
 
 
+def summary(results, models, workers):
+    """Markdown rows: per row count and model, s / round by workers, speed-up and ratio to native.
+
+    ``results``: one dict per repeat, ``(rows, model, workers) -> s / round``.
+    Each repeat's speed-up (first to last worker count) and GBCRF's ratio
+    to native at each worker count come from runs of the same repeat,
+    which ran one after another; the table gives their median and [range].
+    """
+
+    def spread(values):
+        values = [v for v in values if v is not None]
+        if not values:
+            return ""
+        text = f"{np.median(values):.2f}x"
+        return text + (f" [{min(values):.2f}-{max(values):.2f}]" if len(values) > 1 else "")
+
+    lines = [f"| rows | model | s / round, {' / '.join(map(str, workers))} workers (median) "
+             f"| speed-up {workers[0]} -> {workers[-1]} | ratio to native at "
+             f"{' / '.join(map(str, workers))} workers |", "|---|---|---|---|---|"]
+    for rows in sorted({key[0] for key in results[0]}):
+        for model in models:
+            times = [[one[rows, model, w] for w in workers] for one in results]
+            median = " / ".join(f"{np.median(col):.3f}" for col in zip(*times))
+            speed = spread([t[0] / t[-1] for t in times] if len(workers) > 1 else [])
+            ratios = ""
+            if model != "native" and "native" in models:
+                ratios = ", ".join(spread([one[rows, model, w] / one[rows, "native", w]
+                                           for one in results]) for w in workers)  # fmt: skip
+            lines.append(f"| {rows:,} | {model} | {median} | {speed} | {ratios} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
@@ -196,16 +235,25 @@ def main():
     parser.add_argument("--length", type=int, default=20, help="rows per sequence")
     parser.add_argument("--labels", type=int, default=10, help="K")
     parser.add_argument("--threads", type=int, default=1, help="threads per worker")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of every configuration, the models of one worker count "
+                             "back to back")
     parser.add_argument("--out", type=Path, default=RESULTS, help="CSV the rows are appended to")
     args = parser.parse_args()
     args.out.parent.mkdir(exist_ok=True)
-    for rows in args.rows:
-        for model in args.models:
+    results = []
+    for _ in range(args.repeat):
+        results.append({})
+        for rows in args.rows:
             for workers in args.workers:
-                row = run(rows, workers, model, args.rounds, args.warm, args.length,
-                          args.labels, args.threads)
-                print(row, flush=True)
-                append_row(args.out, row)
+                for model in args.models:
+                    row = run(rows, workers, model, args.rounds, args.warm, args.length,
+                              args.labels, args.threads)
+                    print(row, flush=True)
+                    append_row(args.out, row)
+                    results[-1][rows, model, workers] = row["s_per_round"]
+    print()
+    print(summary(results, args.models, args.workers))
 
 
 if __name__ == "__main__":
