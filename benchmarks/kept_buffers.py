@@ -39,7 +39,7 @@ CONFIGS = {"kept": 1 << 62, "round buffers apart": -1, "nothing kept": None}
 
 
 def _child(rows, warm, rounds, name):
-    """One fit of configuration ``name`` in this process; prints ``{"cpu": s per round, "peak_mib": ...}``."""
+    """One fit of configuration ``name`` here; prints ``{"cpu": s per round, "peak_mib": ...}``."""
     import resource
 
     import structboost as sb

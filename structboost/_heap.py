@@ -46,9 +46,10 @@ process started with a lower threshold, such as Dask's workers, those
 were mapped afresh hundreds of times a round: at 1M rows and K = 10, with
 the round's buffers mapped apart as in a 10M-row fit, a round took 0.86 s
 of CPU time instead of 0.98 s, at the same peak RSS
-(``MALLOC_TRIM_THRESHOLD_=65536 python benchmarks/kept_buffers.py``). A fit that trains in a thread other than the main one
-gains only below 64 MiB: glibc's arenas of other threads map any larger
-buffer apart, whatever the threshold.
+(``MALLOC_TRIM_THRESHOLD_=65536 python benchmarks/kept_buffers.py``).
+A fit that trains in a thread other than the main one gains only below
+64 MiB: glibc's arenas of other threads map any larger buffer apart,
+whatever the threshold.
 """
 
 import ctypes
