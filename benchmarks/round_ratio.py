@@ -16,7 +16,9 @@ falls on all of them alike. On the shared virtual machine these tables
 come from, the same native round took 0.209 s and 0.326 s within one
 hour (benchmarks/README.md), in phases of minutes: whole fits timed one after another compared
 a model in a fast phase with one in a slow phase. Each of ``--repeat``
-lockstep runs gives each model's ratio to native over the same rounds;
+lockstep runs gives each model's ratio to native over the same rounds
+(on more than one thread each round starts after an untimed pause of
+:data:`SETTLE` seconds, see :func:`lockstep`);
 the table prints their median and range, and each model's mean seconds
 per round over all runs. Also prints the trees' nodes per round (the
 tree cost follows the gradients) and GBCRF's refit rounds among the
@@ -156,13 +158,23 @@ def nodes_per_round(booster, warm):
     return float(per_tree.reshape(booster.num_boosted_rounds(), -1).sum(axis=1)[warm:].mean())
 
 
-def lockstep(dtrain, runs, warm, rounds):
+#: Seconds each model's round waits, untimed, before it starts on more than one
+#: thread: long enough for the OpenMP threads of the round before to stop spinning.
+SETTLE = 0.1
+
+
+def lockstep(dtrain, runs, warm, rounds, settle=0.0):
     """Train ``runs`` one round of each in turn; their timed rounds.
 
     ``runs``: name -> ``(params, make)``, ``make()`` the objective (None:
     native). The order rotates by one model every round. Each booster
     runs what ``xgboost.train`` runs a round (``Booster.update`` and the
-    objective's callback).
+    objective's callback). ``settle``: seconds slept before each round,
+    untimed. XGBoost and numba's ``omp`` layer each bring an OpenMP runtime
+    (``xgboost.libs/libgomp-*``, the system's ``libgomp``), whose idle
+    threads spin for a while after a parallel region: on two threads,
+    without a pause, a native round that follows a GBCRF round shares the
+    cores with numba's spinning thread, which a native fit never does.
 
     Returns
     -------
@@ -184,6 +196,7 @@ def lockstep(dtrain, runs, warm, rounds):
     for i in range(warm + rounds):
         for name in names[i % len(names):] + names[: i % len(names)]:
             booster, objective, callbacks, seconds = state[name]
+            time.sleep(settle)
             cpu, wall = time.process_time(), time.perf_counter()
             booster.update(dtrain, i, fobj=objective)
             for cb in callbacks[1:]:
@@ -266,8 +279,9 @@ def main():
                 sb.xgb_params(k, **base, **tree),
                 lambda: keeping_messages(sb.crf_objective(k, nthread=threads)),
             )
-    results = {shape: [lockstep(dtrain, models, args.warm, args.rounds) for _ in range(args.repeat)]
-               for shape, models in runs.items()}
+    settle = SETTLE if threads > 1 else 0.0
+    results = {shape: [lockstep(dtrain, models, args.warm, args.rounds, settle)
+                       for _ in range(args.repeat)] for shape, models in runs.items()}
     timer = ("CPU", "wall")[clock]
     print(f"\n{args.repeat} lockstep run(s), seconds per round of rounds {args.warm + 1}-"
           f"{args.warm + args.rounds}, {threads} thread(s), load average "
