@@ -56,8 +56,8 @@ Prints Markdown tables for benchmarks/README.md.
 """
 
 import argparse
-import inspect
 import importlib.util
+import inspect
 import os
 import platform
 import sys

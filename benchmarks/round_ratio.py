@@ -1,4 +1,4 @@
-"""Issue 27's round ratio: GBCRF's steady round against the native one, best of interleaved runs.
+"""Issue 27's round ratio: GBCRF's steady round against the native one, in lockstep runs.
 
 On the OCR quick split (training folds 1-8 of ``--data-dir``, 42,393
 letters, K = 26), on ``--threads`` threads (one by default), for both tree
@@ -14,8 +14,8 @@ The models train in lockstep: one round of each in turn (the order
 rotating every round), so that every stretch of the machine's speed
 falls on all of them alike. On the shared virtual machine these tables
 come from, the same native round took 0.209 s and 0.326 s within one
-hour (benchmarks/README.md), in phases of minutes: whole fits timed one after another compared
-a model in a fast phase with one in a slow phase. Each of ``--repeat``
+hour (benchmarks/README.md), in phases of minutes: whole fits timed one
+after another compared a model in a fast phase with one in a slow phase. Each of ``--repeat``
 lockstep runs gives each model's ratio to native over the same rounds
 (on more than one thread each round starts after an untimed pause of
 :data:`SETTLE` seconds, see :func:`lockstep`);
@@ -115,7 +115,7 @@ class _Clock(xgb.callback.TrainingCallback):
         return False
 
     def objective_totals(self, warm):
-        """The objective's CPU seconds per round past the first ``warm``, and its refit rounds among them."""
+        """The objective's CPU seconds per round past the first ``warm``, and its refits among them."""
         if self.objective is None:
             return 0.0, 0
         rounds = len(self.spent) - 1 - warm

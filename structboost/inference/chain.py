@@ -289,7 +289,7 @@ class ChainPosterior:
         return _config.parallel(self.alpha.shape[0])
 
     def _messages(self, what):
-        """``(alpha, r)``, or a ``ValueError`` naming ``what`` needs them when they were not kept."""
+        """``(alpha, r)``; a ``ValueError`` naming ``what`` needs them where they were not kept."""
         if not self.has_messages:
             raise ValueError(
                 f"{what} reads the stored messages, which this posterior did not keep: compute "
