@@ -4,11 +4,16 @@ numba compiles a kernel on its first call for each argument signature and
 caches the result on disk; a cache hit emits no compile event. The first
 time this process compiles structboost kernels, the ``structboost`` logger
 says so as it starts (a first fit waits seconds, not milliseconds). Each
-fit or prediction marked with :func:`reports` (and each ``xgboost.train``
-run with the objective's callback) that waited for compiling then logs, as
-it ends, how long it waited in all: every kernel it compiled, callees
-included, which is what its caller really waited for.
+fit or prediction marked with :func:`reports` that waited for compiling
+then logs, as it ends, how long it waited in all: every kernel it compiled,
+callees included, which is what its caller really waited for.
+
+The listener is numba's, and numba's registry is the process's: it is
+installed only while a marked call runs, and removed when the last one
+ends, whether it returns or raises.
 """
+
+import contextlib
 
 import functools
 import logging
@@ -62,17 +67,13 @@ class CompileClock(event.Listener):
             if self.announced:
                 return
             self.announced = True
-        where = "on disk"
-        if _config.CACHE_FALLBACK:
-            where = (
-                f"in {_config.CACHE_FALLBACK}, since neither the package's folder nor the "
-                "home folder is writable; set NUMBA_CACHE_DIR to keep them elsewhere"
-            )
-        logger.info(
-            "numba is compiling structboost's kernels for new argument types (once: they "
-            "are cached %s for later runs; `structboost warmup` compiles those of a default "
-            "fit and predict ahead of time)", where,
-        )  # fmt: skip
+        if _config.CACHE:
+            kept = ("once: they are cached on disk for later runs; `structboost warmup` "
+                    "compiles those of a default fit and predict ahead of time")
+        else:
+            kept = ("in every process: numba found no writable folder to cache them in; set "
+                    "NUMBA_CACHE_DIR to a folder of yours before starting Python to keep them")
+        logger.info("numba is compiling structboost's kernels for new argument types (%s)", kept)
 
     def on_end(self, ev):
         if _is_ours(ev) and getattr(self._local, "depth", 0):
@@ -84,8 +85,30 @@ class CompileClock(event.Listener):
 
 
 CLOCK = CompileClock()
-event.register("numba:compile", CLOCK)
 _active = threading.local()
+_listening = {"calls": 0, "clock": None}
+_listening_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def listening():
+    """:data:`CLOCK` hears numba's compile events inside the block (any thread's).
+
+    Announces the first compile of the process; logs no wait (see :func:`reports`).
+    """
+    with _listening_lock:
+        if _listening["calls"] == 0:
+            _listening["clock"] = CLOCK
+            event.register("numba:compile", CLOCK)
+        _listening["calls"] += 1
+    try:
+        yield
+    finally:
+        with _listening_lock:
+            _listening["calls"] -= 1
+            if _listening["calls"] == 0:
+                event.unregister("numba:compile", _listening.pop("clock"))
+                _listening["clock"] = None
 
 
 def log_wait(what, since):
@@ -119,7 +142,8 @@ def reports(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
             since = CLOCK.seconds
             _active.on = True
             try:
-                return func(*args, **kwargs)
+                with listening():
+                    return func(*args, **kwargs)
             finally:
                 _active.on = False
                 log_wait(what, since)

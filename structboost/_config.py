@@ -8,82 +8,53 @@ is limited to reassociation, contraction and reciprocals, which let LLVM
 vectorise the ``K``-long reductions; never ``nnan``/``ninf``, because forbidden (``-inf``)
 transitions are legal input.
 
+The kernels are cached on disk where numba finds a place for them (beside
+the package, in the user's cache folder, or ``NUMBA_CACHE_DIR`` when the
+user sets it); where it finds none they are compiled in each process
+(:data:`CACHE` is False) and the compile log line says so. Nothing here
+writes to the environment.
+
 :func:`threads` sets numba's thread count for one call: batches below
 ``SERIAL_ROWS`` rows run the serial kernels on the calling thread (no thread
 pool is woken for a 10-sequence fit), larger ones the ``prange`` kernels on
 ``nthread`` threads (numba's default when None).
 
-Threads on a busy machine: an OpenMP runtime (XGBoost's, scikit-learn's,
-LightGBM's and numba's ``omp`` threading layer each load one) keeps its idle
-threads spinning between parallel regions. On cores that other work keeps
-busy, a team that spins between the many short regions of a boosting round
-takes the cores its own other threads wait for: a fit with every core ran
-10-70x slower than with one thread (XGBoost alone as well as with
-structboost, ``benchmarks/busy_threads.py``). A passive wait policy
-(``OMP_WAIT_POLICY=PASSIVE``) cures that but costs a quiet machine more
-than the second core gains (53 OCR rounds on 15,214 letters: 9.3 s on two
-passive threads against 6.3 s on one and 5.0 s on two spinning ones), so
-structboost leaves the policy alone and gives the estimators' ``n_jobs=None``
-the cores that are idle when ``fit`` starts (:func:`default_threads`): every
-core on a quiet machine, fewer beside other work. A user who chose passive waiting
-(:func:`user_waits_passively`) gets every core.
+Threads of the estimators: :func:`resolve_n_jobs` turns ``n_jobs`` into one
+count, decided once per fit and given to the engine and the kernels alike,
+with scikit-learn's meaning (None: one thread; -1: every core of the
+process's CPU set). An OpenMP runtime (XGBoost's, LightGBM's and numba's
+each load one) keeps its idle threads spinning between parallel regions: on
+cores that other work keeps busy, a fit on every core ran 10-70x slower than
+on one (XGBoost alone as well, ``benchmarks/busy_threads.py``), so more than
+one thread is the user's choice, made where the cores are theirs. Users who
+set ``OMP_WAIT_POLICY=passive`` before starting Python can take every core
+on a shared machine without that trap.
 """
 
 import contextlib
 import os
-import tempfile
-import time
 from typing import Any
 
 import numba
-from numba.core import config as _numba_config
 from numba.core.caching import FunctionCache
 
 
-def _private_folder(path):
-    """``path`` as a folder only this user can write, or None if it cannot be one."""
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.lstat(path)
-    except OSError:
-        return None
-    owner = getattr(os, "getuid", lambda: st.st_uid)()
-    private = st.st_uid == owner and not st.st_mode & 0o022
-    return path if private and os.path.isdir(path) and not os.path.islink(path) else None
-
-
-def cache_fallback():
-    """Give numba a cache folder when it has none for structboost's files.
-
-    Returns
-    -------
-    str or None
-        The temporary cache folder now in ``NUMBA_CACHE_DIR``, or None when
-        numba can cache next to the package, in the user's cache folder or
-        in a ``NUMBA_CACHE_DIR`` already set.
-    """
+def _can_cache():
+    """Whether numba has a folder to cache this package's kernels in."""
 
     def probe():  # a function of this package's source folder
         pass
 
     try:
         FunctionCache(probe)
-        return None
     except RuntimeError:  # "cannot cache function ...: no locator available"
-        pass
-    user = getattr(os, "getuid", lambda: "")()
-    shared = os.path.join(tempfile.gettempdir(), f"structboost-numba-cache-{user}")
-    # Another user's (or a link planted there) is not trusted: numba's cache holds code.
-    folder = _private_folder(shared) or tempfile.mkdtemp(prefix="structboost-numba-cache-")
-    os.environ["NUMBA_CACHE_DIR"] = folder
-    _numba_config.reload_config()
-    return folder
+        return False
+    return True
 
 
 FASTMATH = {"reassoc", "contract", "arcp"}
-CACHE = True
-#: The temporary folder numba caches in when it had no other (None: it had).
-CACHE_FALLBACK = cache_fallback()
+#: Whether the kernels are cached on disk (False: compiled in each process).
+CACHE = _can_cache()
 KERNEL: dict[str, Any] = {"cache": CACHE, "fastmath": FASTMATH, "error_model": "numpy"}
 PARALLEL: dict[str, Any] = {**KERNEL, "parallel": True}
 #: For kernels whose every value is finite by construction: lets LLVM
@@ -125,81 +96,38 @@ def check_nthread(nthread):
     return int(nthread)
 
 
-def user_waits_passively(environ=None):
-    """Whether the environment makes OpenMP threads wait without spinning.
-
-    ``OMP_WAIT_POLICY=passive``, ``GOMP_SPINCOUNT=0`` (GNU) or
-    ``KMP_BLOCKTIME=0`` (LLVM and Intel), read from ``environ``
-    (``os.environ``).
-    """
-    environ = os.environ if environ is None else environ
-    if environ.get("OMP_WAIT_POLICY", "").strip().lower() == "passive":
-        return True
-    return environ.get("GOMP_SPINCOUNT", "").strip() == "0" or (
-        environ.get("KMP_BLOCKTIME", "").strip() == "0"
-    )
+def usable_cores():
+    """Cores of this process's CPU set (``os.sched_getaffinity`` where there is one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
-def _cpu_times():
-    """``(idle, total)`` clock ticks of every CPU of the machine (``/proc/stat``)."""
-    with open("/proc/stat", encoding="ascii") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:]]
-    return fields[3] + fields[4], sum(fields[:8])
+def resolve_n_jobs(n_jobs):
+    """The thread count of one fit or prediction from an estimator's ``n_jobs``.
 
-
-def idle_cores(window=0.05):
-    """Cores of this process's CPU set that sat idle over ``window`` seconds.
+    Parameters
+    ----------
+    n_jobs : int or None
+        None: 1 (scikit-learn's meaning); a negative value counts back from
+        every usable core (-1: all of them, -2: all but one); a positive one
+        is taken as it is.
 
     Returns
     -------
-    int or None
-        At least 1; None where the machine does not say (no ``/proc/stat``).
+    int
+        At least 1.
     """
-    try:
-        idle0, total0 = _cpu_times()
-        time.sleep(window)
-        idle1, total1 = _cpu_times()
-    except (OSError, ValueError, IndexError):
-        return None
-    if total1 <= total0:
-        return None
-    idle = (idle1 - idle0) / (total1 - total0) * (os.cpu_count() or 1)
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return int(max(1, min(usable or 1, round(idle))))
-
-
-def default_threads():
-    """Threads of a fit whose estimator has ``n_jobs=None``.
-
-    None (each engine's default: every core) when the user made OpenMP wait
-    passively (:func:`user_waits_passively`); otherwise the cores idle at the
-    start of the fit (:func:`idle_cores`), so that spinning thread teams never
-    fight other work for busy cores.
-    """
-    if user_waits_passively():
-        return None
-    now = time.monotonic()
-    if now - _LAST_COUNT[0] > _COUNT_LIFETIME:  # one count serves every part of one fit
-        _LAST_COUNT[:] = [now, idle_cores()]
-    return _LAST_COUNT[1]
-
-
-#: Seconds a count of idle cores serves: the calls of one fit ask in quick turn.
-#: A fit starts with a fresh count (:func:`forget_idle_count`).
-_COUNT_LIFETIME = 0.25
-_LAST_COUNT = [-float("inf"), None]
-
-
-def forget_idle_count():
-    """Make the next :func:`default_threads` count the idle cores afresh.
-
-    Every fit calls it first: a count kept from the fit before it (up to
-    :data:`_COUNT_LIFETIME` old) would miss work that started since. A
-    busy process started right after one fit and before the next gave
-    the next fit both cores: 2.2-2.4x the wall time of ``n_jobs=1``
-    (``benchmarks/busy_threads.py``).
-    """
-    _LAST_COUNT[:] = [-float("inf"), None]
+    if n_jobs is None:
+        return 1
+    if isinstance(n_jobs, bool) or int(n_jobs) != n_jobs or n_jobs == 0:
+        raise ValueError(
+            f"n_jobs must be None, a positive int or a negative one counting back from every "
+            f"core (-1: all); got {n_jobs!r}."
+        )
+    if n_jobs < 0:
+        return max(1, usable_cores() + 1 + int(n_jobs))
+    return int(n_jobs)
 
 
 def parallel(n_rows):

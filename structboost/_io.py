@@ -6,22 +6,31 @@ temporary file in the target's folder, flushed to disk, and renamed over
 the target (``os.replace``, atomic on POSIX and Windows) only once complete.
 A failed write (a full disk, an exception while writing, a killed process)
 leaves the previous file intact and no partial one.
+
+Atomic replacement is for regular files: a symbolic link is written
+through (the file it names is replaced, the link stays), a device, FIFO or
+socket is written to as named (``/dev/stdout``, a pipe), and a file without
+its owner's write permission is refused. The temporary file is created with
+the mode the result must have (the old file's, or ``0o666`` less the
+process's umask, which the kernel applies): the umask is never read by
+changing it.
 """
 
 import contextlib
 import os
-import tempfile
+import secrets
+import stat
 from pathlib import Path
 
 
-def _new_file_mode(target):
-    """The mode the target keeps (if it exists) or a new file gets under the umask."""
-    try:
-        return os.stat(target).st_mode & 0o7777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+def _create_beside(target, mode):
+    """A new file beside ``target`` created with ``mode``: ``(fd, path)``."""
+    while True:
+        name = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), name
+        except FileExistsError:
+            continue
 
 
 @contextlib.contextmanager
@@ -38,26 +47,43 @@ def atomic_open(path, mode="w", encoding="utf-8"):
     Yields
     ------
     file object
+
+    Raises
+    ------
+    IsADirectoryError
+        ``path`` is a folder.
+    PermissionError
+        ``path`` is a file its owner may not write (read-only).
     """
-    target = Path(path)
-    handle = tempfile.NamedTemporaryFile(
-        mode=mode,
-        encoding=None if "b" in mode else encoding,
-        dir=target.parent,
-        prefix=f".{target.name}.",
-        suffix=".tmp",
-        delete=False,
-    )
+    encoding = None if "b" in mode else encoding
     try:
-        with handle:
+        st = os.stat(path)  # through links: what the path names
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(f"{path} is a folder: name a file to write.")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, mode, encoding=encoding) as handle:  # a device, FIFO or socket
+            yield handle
+        return
+    if st is not None and not st.st_mode & stat.S_IWUSR:
+        raise PermissionError(
+            f"{path} is read-only: structboost does not replace it; make it writable "
+            "(chmod u+w) or write elsewhere."
+        )
+    target = Path(os.path.realpath(path))  # a link is written through, not replaced
+    fd, temporary = _create_beside(target, 0o666 if st is None else 0o600)
+    try:
+        with open(fd, mode, encoding=encoding) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(handle.name, _new_file_mode(target))
-        os.replace(handle.name, target)
+        if st is not None:
+            os.chmod(temporary, stat.S_IMODE(st.st_mode))
+        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(handle.name)
+            os.unlink(temporary)
         raise
 
 

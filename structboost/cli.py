@@ -509,7 +509,7 @@ def build_parser():
     t.add_argument(
         "--threads", type=int, default=None,
         help="threads of the engine and the numba kernels (the estimator's n_jobs; "
-        "default: all cores)",
+        "default: one; -1: every core)",
     )  # fmt: skip
     t.add_argument("--verbose", type=int, default=10, help="print metrics every N rounds")
     t.set_defaults(func=train)

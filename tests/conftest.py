@@ -5,6 +5,12 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 
+@pytest.fixture(autouse=True)
+def _in_a_temporary_folder(tmp_path, monkeypatch):
+    """Run every test in its own temporary folder: nothing it writes lands in the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def single_threaded():
     """Run a module's numba kernels and BLAS calls on one thread.

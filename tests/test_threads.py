@@ -1,4 +1,4 @@
-"""The default thread count of the estimators (structboost._config)."""
+"""The estimators' thread count (structboost._config.resolve_n_jobs)."""
 
 import json
 import os
@@ -12,23 +12,6 @@ from structboost import _config
 from structboost.datasets import make_hmm_sequences
 
 
-@pytest.mark.parametrize(
-    "environ, passive",
-    [
-        ({}, False),
-        ({"OMP_WAIT_POLICY": "active"}, False),
-        ({"OMP_WAIT_POLICY": " Passive"}, True),
-        ({"GOMP_SPINCOUNT": "0"}, True),
-        ({"GOMP_SPINCOUNT": "300000"}, False),
-        ({"KMP_BLOCKTIME": "0"}, True),
-    ],
-)
-def test_the_users_wait_policy_is_read_not_set(environ, passive):
-    before = dict(environ)
-    assert _config.user_waits_passively(environ) is passive
-    assert environ == before
-
-
 def test_import_leaves_the_wait_policy_alone():
     environ = {k: v for k, v in os.environ.items()
                if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
@@ -38,11 +21,19 @@ def test_import_leaves_the_wait_policy_alone():
     assert done.stdout.strip() == "None"
 
 
-def test_idle_cores_is_a_count_of_this_process_cores():
-    n = _config.idle_cores(window=0.02)
-    if n is None:
-        pytest.skip("this machine has no /proc/stat")
-    assert 1 <= n <= os.cpu_count()
+@pytest.mark.parametrize(
+    "n_jobs, expected",
+    [(None, 1), (1, 1), (3, 3), (-1, _config.usable_cores()),
+     (-2, max(1, _config.usable_cores() - 1)), (-1000, 1)],
+)
+def test_n_jobs_reads_as_in_scikit_learn(n_jobs, expected):
+    assert _config.resolve_n_jobs(n_jobs) == expected
+
+
+@pytest.mark.parametrize("n_jobs", [0, 1.5, True, "2"])
+def test_a_bad_n_jobs_is_named(n_jobs):
+    with pytest.raises((ValueError, TypeError), match="n_jobs"):
+        _config.resolve_n_jobs(n_jobs)
 
 
 def _fit_threads(**kwargs):
@@ -51,34 +42,14 @@ def _fit_threads(**kwargs):
     return json.loads(clf.booster_.save_config())["learner"]["generic_param"]["nthread"], clf
 
 
-def _spinning_policy(monkeypatch):
-    """OpenMP's default wait policy (no user setting): ``n_jobs=None`` counts idle cores."""
+def test_the_thread_count_is_decided_once_and_reaches_the_engine(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
-
-
-def test_default_threads_are_the_idle_cores_and_reach_the_engine(monkeypatch):
-    _spinning_policy(monkeypatch)
-    monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 1)
     nthread, clf = _fit_threads()
-    assert nthread == "1"
+    assert nthread == "1"  # None: one thread, whatever the load
     assert "n_jobs" not in clf.get_params()  # the estimator's parameters stay the user's
-    monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 2)
-    assert _fit_threads()[0] == "2"
-    assert _fit_threads(n_jobs=1)[0] == "1"  # an explicit n_jobs is never counted
-
-
-def test_each_fit_counts_the_idle_cores_afresh(monkeypatch):
-    """A fit right after another (within a count's lifetime) sees the load that started between them."""
-    _spinning_policy(monkeypatch)
-    monkeypatch.setattr(_config, "_COUNT_LIFETIME", 3600.0)  # every call of a test's fits within it
-    monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 2)
-    assert _fit_threads()[0] == "2"
-    monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 1)  # a busy process started
-    assert _fit_threads()[0] == "1"
-
-def test_a_passive_policy_leaves_the_engine_every_core(monkeypatch):
-    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
-    monkeypatch.setattr(_config, "idle_cores", lambda window=0.05: 1)
-    assert _fit_threads()[0] == "0"  # XGBoost's "every core"
+    assert _fit_threads(n_jobs=2)[0] == "2"
+    assert _fit_threads(n_jobs=-1)[0] == str(_config.usable_cores())
+    seen = []
+    monkeypatch.setattr(_config, "resolve_n_jobs", lambda n: seen.append(n) or 1)
+    _fit_threads(n_jobs=2)
+    assert set(seen) == {2}  # no other source of a count

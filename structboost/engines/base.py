@@ -10,6 +10,7 @@ import weakref
 from abc import ABC, abstractmethod
 from typing import Any
 
+from .. import _compile_log
 from ..objectives.chain import SequenceBatch
 from ..sequences import check_lengths, sequence_weights
 
@@ -84,7 +85,8 @@ class EngineObjective(ABC):
 
     def __call__(self, preds, data):
         """Refit the transitions; the node gradient and Hessian, both ``(n, K)``."""
-        return self.crf.grad_hess(preds, self.batch(data), **self.grad_layout)
+        with _compile_log.listening():  # the first round compiles: say so
+            return self.crf.grad_hess(preds, self.batch(data), **self.grad_layout)
 
     def evaluate(self, preds, data):
         """``(name, value)`` of the CRF metric on an engine data object."""

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
-from .. import _compile_log, _heap
 from .._compat import XGB_VECTOR_INTERCEPT
 from .._extras import require_gpu
 from ..objectives.chain import CRFObjective, SequenceBatch
@@ -207,10 +206,7 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
     booster; after training, if early stopping recorded a ``best_iteration``,
     the parameters of that iteration are put back, so the model and its
     transitions always belong together, and the parameters of every round
-    are stored as well (for slices). From the second round on, the large
-    buffers that every round of a custom objective frees stay in the
-    process's heap for the next round, in fits where that pays
-    (:func:`structboost._heap.keep_freed`). When training continues a booster
+    are stored as well (for slices). When training continues a booster
     (``xgb_model=``), the objective starts from the booster's stored
     transitions and the rounds are numbered on from the booster's.
 
@@ -225,11 +221,8 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         self.objective = objective
         self.history = TransitionHistory(objective.num_labels, objective.crf.mode)
         self._first_round = 0
-        self._compiled_before = 0.0
-        self._keeping = False
 
     def before_training(self, model):
-        self._compiled_before = _compile_log.CLOCK.seconds
         self._first_round = model.num_boosted_rounds()
         if self._first_round:
             self._resume(model)
@@ -255,8 +248,6 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         obj.crf.params = params.copy() if constraints is None else constraints.apply(params)
 
     def after_iteration(self, model, epoch, evals_log):
-        if epoch == 0:  # the first round told the objective its buffers' size
-            self._keeping = _heap.keep_freed(self.objective.round_bytes)
         r = self._first_round + epoch
         self.history.record(r, self.objective.params)
         save_state(model, self.objective.crf, self.history[r], self.objective.state_key, r + 1)
@@ -267,10 +258,7 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
         key = self.objective.state_key
         save_state(model, self.objective.crf, self.history.for_rounds(rounds), key, rounds)
         save_history(model, self.history, key)
-        _compile_log.log_wait("xgboost.train", self._compiled_before)
-        if self._keeping:
-            self._keeping = False
-            _heap.release_freed()
+        mark_checked(model)  # trained here: prediction need not re-parse its model
         return model
 
 
@@ -296,15 +284,6 @@ class XGBCRFObjective(EngineObjective):
     # XGBoost stores gradients as float32 pairs (GradientPair, include/xgboost/base.h)
     # and casts what it is given (CustomGradHessOp, include/xgboost/gradient.h).
     grad_layout = {"dtype": np.float32}
-
-    #: Bytes XGBoost allocates afresh each round of this objective's last call:
-    #: its copy of the margins and the gradient pairs (12 per row and label;
-    #: none on a GPU).
-    round_bytes = 0
-
-    def __call__(self, preds, dtrain):
-        self.round_bytes = 12 * preds.size if isinstance(preds, np.ndarray) else 0
-        return super().__call__(preds, dtrain)
 
     def _build_batch(self, dmat):
         """Validated labels, boundaries and per-sequence weights of a DMatrix."""

@@ -41,9 +41,12 @@
   y_proba)``, the last one driving early stopping; callbacks run after the
   transition recorder.
 - Threads: ``n_jobs`` is the one setting (the engine's ``nthread`` /
-  ``num_threads`` are refused): the engine gets it, and the objective's
-  numba kernels get it as the spec's ``nthread`` each round; None leaves
-  each its default.
+  ``num_threads`` are refused), with scikit-learn's meaning: None is one
+  thread, -1 every core. A fit decides the count once; the engine gets it,
+  and the objective's numba kernels get it as the spec's ``nthread``.
+- Keywords outside the signature must be the engine's parameters (or the
+  objective's ``transition_iter`` and ``hess_floor``): any other name is a
+  ``ValueError`` at ``fit``, so that nothing is silently lost.
 - Fitted: ``booster_`` (also ``get_booster()``), ``classes_``,
   ``n_classes_``, ``evals_result_``, ``best_iteration_`` (an int: the
   last round the model uses, in the engine's numbering: 0-based on
@@ -70,14 +73,13 @@ from sklearn.utils import check_random_state
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
-from threadpoolctl import threadpool_limits
 
 from .. import _config
 from ..engines.model_io import field
 from ..engines.xgboost import booster_from_json, kept_rounds
 from ..objectives.params import METRICS, ObjectiveSpec, metric_name
 from ..sequences import check_values
-from .checks import BOOSTING, check_params
+from .checks import BOOSTING, check_keywords, check_params
 from .inputs import SequenceInputs
 
 #: ``early_stopping="auto"`` holds out validation sequences when the training
@@ -97,8 +99,8 @@ AUTO_STOP_METRICS = {"viterbi": ("crf-nll", "crf-error"), "marginal": ("crf-erro
 
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
-# Engine spellings of the thread count that the estimators refuse (n_jobs is the one).
-_ENGINE_THREADS = ("nthread", "num_threads")
+# The objective's settings outside the estimators' signatures, taken as keywords.
+_SPEC_KEYWORDS = ("transition_iter", "hess_floor")
 
 
 def eval_metrics(eval_metric, held_out=False, decode="viterbi"):
@@ -233,6 +235,8 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
 
     # Accepted values of the estimator-level parameters, checked once at fit.
     _param_checks = BOOSTING
+    # The engine that reads the keyword arguments outside the signature.
+    _engine = "xgboost"
 
     def __init__(
         self,
@@ -242,17 +246,14 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
             setattr(self, key, value)
 
     def _check_params(self):
-        """A ValueError naming the first parameter outside :attr:`_param_checks`.
-
-        Every fit starts here, so the idle cores that ``n_jobs=None`` takes
-        are counted afresh for it (:func:`structboost._config.forget_idle_count`).
-        """
+        """A ValueError naming the first parameter outside :attr:`_param_checks`, or unknown."""
+        check_keywords(self, self._keywords(), self._engine, _SPEC_KEYWORDS,
+                       self._get_param_names())
         check_params(self, self._param_checks)
-        _config.forget_idle_count()
 
     # -- parameters -------------------------------------------------------
-    def _engine_kwargs(self):
-        """The engine parameters given as keyword arguments (not in the signature)."""
+    def _keywords(self):
+        """The keyword arguments given outside the signature: ``{name: value}``."""
         named = set(self._get_param_names())
         return {
             key: value
@@ -260,13 +261,17 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
             if key not in named and not key.startswith("_") and not key.endswith("_")
         }
 
+    def _engine_kwargs(self):
+        """The engine parameters given as keyword arguments (not the objective's)."""
+        return {k: v for k, v in self._keywords().items() if k not in _SPEC_KEYWORDS}
+
     def get_params(
         self,
         deep: bool = True,
     ) -> dict[str, Any]:
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)
-        params.update(self._engine_kwargs())
+        params.update(self._keywords())
         return params
 
     def set_params(
@@ -311,6 +316,7 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
             reg_transitions=self.reg_transitions,
             metric=metrics[-1][1],
             nthread=self._threads(),
+            **{k: v for k, v in self._keywords().items() if k in _SPEC_KEYWORDS},
             **route,
         )
 
@@ -455,45 +461,22 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         return Stopping(min(rounds, stopping.rounds), None, None)
 
     # -- threads ----------------------------------------------------------
-    def _n_jobs(self):
-        """``n_jobs`` as given: a positive int, or None (also for values <= 0)."""
-        engine = self._engine_kwargs()
-        refused = [k for k in _ENGINE_THREADS if k in engine]
-        if refused:
-            raise ValueError(
-                f"{type(self).__name__} takes its thread count as n_jobs; got {refused}: "
-                f"pass n_jobs={engine[refused[0]]!r} instead."
-            )
-        value = engine.get("n_jobs")
-        return None if value is None or value <= 0 else int(value)
-
     def _threads(self):
-        """The thread count of a fit: ``n_jobs``, else the idle cores.
+        """The thread count of a fit or prediction, from ``n_jobs``.
 
-        None or <= 0: :func:`structboost._config.default_threads` (the cores
-        idle when the fit starts; None, each engine's default, when the user
-        made OpenMP wait passively). Prediction uses :meth:`_n_jobs` and
-        counts nothing.
+        :func:`structboost._config.resolve_n_jobs`: None is one thread, -1
+        every core; the same count for the engine and the numba kernels.
         """
-        n = self._n_jobs()
-        return _config.default_threads() if n is None else n
+        return _config.resolve_n_jobs(self._engine_kwargs().get("n_jobs"))
 
     def _engine_params(self):
         """The engine keyword arguments, with the thread count of :meth:`_threads`."""
-        engine = self._engine_kwargs()
-        threads = self._threads()
-        if threads is not None:
-            engine["n_jobs"] = threads
-        return engine
+        return {**self._engine_kwargs(), "n_jobs": self._threads()}
 
     @contextlib.contextmanager
     def _thread_limits(self):
-        """numba kernels and BLAS on ``n_jobs`` threads inside the block (prediction)."""
-        n = self._n_jobs()
-        if n is None:
-            yield
-            return
-        with threadpool_limits(limits=n, user_api="blas"), _config.threads(n):
+        """numba's kernels on :meth:`_threads` threads inside the block (prediction)."""
+        with _config.threads(self._threads()):
             yield
 
     def __sklearn_is_fitted__(self):

@@ -223,8 +223,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``reg_lambda``,
         ``random_state``, ``multi_strategy``, ``gamma``, ...), with
-        XGBoost's meaning. ``n_jobs`` sets the threads of XGBoost and of the
-        objective's numba kernels (None: each its default). With
+        XGBoost's meaning, or the objective's ``transition_iter`` and
+        ``hess_floor``; any other name raises at ``fit``. ``n_jobs`` sets
+        the threads of XGBoost and of the objective's numba kernels (None:
+        one, -1: every core). With
         ``device="cuda"`` the CRF objective runs on the GPU as well
         (``crf_objective(..., device="cuda")``, needs ``structboost-crf[gpu]``).
 
@@ -307,11 +309,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     ):
         """Training or evaluation DMatrix (edge rows of ``num_labels`` labels when boosted)."""
         names = getattr(self, "feature_names_in_", None)
-        threads = self._n_jobs()  # building a DMatrix counts no idle cores
         return self._transitions.dmatrix(
             X, labels, lengths, seq_weight, base_margin, num_labels,
             feature_names=None if names is None else list(names), engine=self._engine_kwargs(),
-            threads=-1 if threads is None else threads,
+            threads=self._threads(),
         )  # fmt: skip
 
     def _route(self):
@@ -388,9 +389,10 @@ class LGBMCRFClassifier(_CRFClassifier):
         transitions.
     **kwargs
         Any other LightGBM parameter (``min_child_samples``, ``reg_lambda``,
-        ``random_state``, ...), with LightGBM's meaning. ``n_jobs`` sets
-        the threads of LightGBM and of the objective's numba kernels (None:
-        each its default). Needs ``pip install "structboost-crf[lightgbm]"``. The safe defaults of
+        ``random_state``, ...), with LightGBM's meaning, or the objective's
+        ``transition_iter`` and ``hess_floor``; any other name raises at
+        ``fit``. ``n_jobs`` sets the threads of LightGBM and of the
+        objective's numba kernels (None: one, -1: every core). Needs ``pip install "structboost-crf[lightgbm]"``. The safe defaults of
         :func:`structboost.lightgbm.lgb_params` apply (``min_child_weight=1``).
 
     Attributes
@@ -454,6 +456,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         super().__init__(**kwargs)
 
     _param_checks = LIGHTGBM
+    _engine = "lightgbm"
     _FIRST_ROUND = 1  # LightGBM's best_iteration_ counts rounds from 1
 
     def _engine_data(self, X):

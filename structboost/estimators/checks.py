@@ -10,6 +10,8 @@ parameters (``mode``, the Hessian bound, the transition solver, their
 regularisation and floors) are checked by the objective.
 """
 
+import difflib
+import inspect
 import math
 from numbers import Integral, Real
 
@@ -135,3 +137,99 @@ LIGHTGBM = {
     "max_depth": [Interval(Integral, -1, None)],
     "num_leaves": [Interval(Integral, 2, None)],
 }
+
+
+# XGBoost's booster parameters (native names and aliases) beyond the
+# signature of its scikit-learn wrapper (doc/parameter.rst, XGBoost 3.x).
+_XGBOOST_NATIVE = (
+    "alpha", "disable_default_eval_metric", "eta", "extmem_single_page", "feature_selector",
+    "lambda", "max_cached_hist_node", "min_split_loss", "nthread", "normalize_type",
+    "num_class", "num_feature", "num_target", "one_drop", "process_type", "rate_drop",
+    "refresh_leaf", "sample_type", "seed", "seed_per_iteration", "skip_drop", "top_k",
+    "updater", "use_rmm",
+)
+#: Keywords that no engine reads from an estimator and where they belong.
+MISPLACED = {"verbose": "an argument of fit, not a parameter: fit(X, y, ..., verbose=False)"}
+#: The engines' thread settings: the estimators take one, ``n_jobs``.
+THREADS = ("nthread", "num_threads", "n_threads", "num_thread", "nthreads")
+#: XGBoost's spellings of what the estimators' own parameters set.
+_XGBOOST_ALIASES = {"eta": "learning_rate", "num_boost_round": "n_estimators"}
+
+
+def engine_parameters(engine):
+    """Every parameter name (aliases included) ``engine`` takes from an estimator.
+
+    Parameters
+    ----------
+    engine : {"xgboost", "lightgbm"}
+
+    Returns
+    -------
+    frozenset of str
+    """
+    if engine == "xgboost":
+        import xgboost as xgb
+
+        names = set(inspect.signature(xgb.XGBModel.__init__).parameters) | set(_XGBOOST_NATIVE)
+    else:
+        import lightgbm as lgb
+        from lightgbm.basic import _ConfigAliases
+
+        names = set(inspect.signature(lgb.LGBMModel.__init__).parameters)
+        for name, aliases in _ConfigAliases._get_all_param_aliases().items():
+            names |= {name, *aliases}
+    return frozenset(names - {"self", "kwargs"})
+
+
+def _aliases(engine, names):
+    """``{alias: name}`` of the engine's other spellings of the parameters ``names``."""
+    if engine == "xgboost":
+        return {a: n for a, n in _XGBOOST_ALIASES.items() if n in names}
+    from lightgbm.basic import _ConfigAliases
+
+    found = {}
+    for name, aliases in _ConfigAliases._get_all_param_aliases().items():
+        own = [n for n in (name, *aliases) if n in names]
+        found.update({a: own[0] for a in (name, *aliases) if own and a != own[0]})
+    return found
+
+
+def check_keywords(estimator, keywords, engine, objective_keywords, named):
+    """A ValueError naming the first keyword that no part of the fit would read as given.
+
+    Parameters
+    ----------
+    estimator : BaseEstimator
+        For the message.
+    keywords : iterable of str
+        The keyword arguments outside the estimator's signature.
+    engine : {"xgboost", "lightgbm"}
+    objective_keywords : iterable of str
+        The objective's settings the estimator takes as keywords.
+    named : iterable of str
+        The estimator's own parameters: an engine's other spelling of one
+        of them (``eta``, ``num_boost_round``) would be overridden by it.
+    """
+    known = engine_parameters(engine) | set(objective_keywords)
+    shadowed = _aliases(engine, set(named))
+    for name in keywords:
+        if name in THREADS:
+            raise ValueError(
+                f"{type(estimator).__name__} takes its thread count as n_jobs; got {name!r}: "
+                f"pass n_jobs= instead."
+            )
+        if name in shadowed:
+            raise ValueError(
+                f"{type(estimator).__name__} got {name!r}, {engine}'s name for its own "
+                f"parameter {shadowed[name]!r}: use {shadowed[name]}= instead."
+            )
+        if name in known:
+            continue
+        where = MISPLACED.get(name)
+        if where is None:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            where = f"did you mean {close[0]!r}?" if close else "remove it"
+        raise ValueError(
+            f"{type(estimator).__name__} got an unknown parameter {name!r}: {where}. "
+            f"It is neither a parameter of the estimator, of the CRF objective nor of {engine}."
+        )

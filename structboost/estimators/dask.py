@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_is_fitted
 
+from .. import _config
 from ..engines import dask as engine
 from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
@@ -133,6 +134,11 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         state = self.__dict__.copy()
         state["_client"] = None  # a client holds connections: not part of the model
         return state
+
+    def _threads(self):
+        """``n_jobs`` as given: None runs the objective on each worker's own threads."""
+        n_jobs = self._engine_kwargs().get("n_jobs")
+        return None if n_jobs is None else _config.resolve_n_jobs(n_jobs)
 
     def _dmatrix(self, X, y, groups):
         codes = _map_rows(y, lambda v: self._encode(v, len(v), self.classes_), np.int64)

@@ -91,7 +91,7 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``subsample``,
         ``random_state``, ...). ``n_jobs`` sets the threads of XGBoost and
-        of the objective's numba kernels.
+        of the objective's numba kernels (None: one, -1: every core).
 
     Attributes
     ----------

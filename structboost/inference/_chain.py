@@ -62,7 +62,7 @@ the bounds from its pairwise marginals.
 import numpy as np
 from numba import njit, prange
 
-from .._config import KERNEL, PARALLEL
+from .._config import CACHE, KERNEL, PARALLEL
 from ._logspace import logsumexp
 
 # exp(x) for x below this is under 2 ** -1022: returned as zero (any such
@@ -204,7 +204,7 @@ def shifted_exp(x):
     return (np.exp(x - top) if top > -np.inf else np.zeros_like(x)), top
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=CACHE, error_model="numpy")
 def log_space_posterior(unary, offsets, sequences, trans, start, end):
     """Forward-backward in log space for some sequences.
 

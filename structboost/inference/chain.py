@@ -32,6 +32,7 @@ import numpy as np
 from .._typing import ArrayLike, Floats, Ints
 
 from .. import _config
+from .._compile_log import reports
 from ..sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
 from . import _chain, _chain_stats, _chain_sweeps, _chain_viterbi
 
@@ -604,6 +605,7 @@ def map_labels(unary, offsets, transitions, start, end):
     return labels
 
 
+@reports("forward_backward")
 def forward_backward(
     unary: ArrayLike,
     lengths: ArrayLike,
@@ -650,6 +652,7 @@ def edge_marginals(
     return posterior(*check_chain(unary, lengths, transitions, start, end)).edge_marginals()
 
 
+@reports("viterbi")
 def viterbi(
     unary: ArrayLike,
     lengths: ArrayLike,

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from .. import _config
 from .._typing import Floats
@@ -44,13 +43,6 @@ from ..transitions.onestep import OneStep
 from ._kernels import finish_bound_hess, node_grad_hess, scan_values
 from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, metric_name
 from .step import SecantScale
-
-# The objective multiplies (rows x K) by (K x K) matrices: threaded BLAS
-# gains nothing there and, beside numba's and the engine's threads, its
-# spin-waits cost ~10x CPU (measured on OCR). One controller, made once,
-# limits BLAS while the objective runs.
-_BLAS = ThreadpoolController()
-
 
 #: Rows per task of the G and H kernel's parallel loop
 #: (:func:`~._kernels.node_grad_hess`).
@@ -143,7 +135,8 @@ def label_score(margins, batch):
     (:func:`~structboost.inference.chain.label_node_scores`); a round sums
     it once for its NLL check and the adaptive step's secant.
     """
-    return float(batch.seq_weight @ label_node_scores(margins, batch.offsets, batch.labels))
+    scores = label_node_scores(margins, batch.offsets, batch.labels)
+    return float(np.einsum("s,s->", batch.seq_weight, scores))  # no BLAS threads
 
 
 def row_blocks(offsets, shape):
@@ -160,13 +153,6 @@ def row_blocks(offsets, shape):
 
 def _is_count(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
-
-
-@contextlib.contextmanager
-def _threads(nthread):
-    """numba on ``nthread`` threads (None: unchanged) and BLAS on one, inside the block."""
-    with _BLAS.limit(limits=1, user_api="blas"), _config.threads(nthread):
-        yield
 
 
 def softmax(margins):
@@ -255,7 +241,7 @@ class NodeObjective:
 
     def threads(self) -> contextlib.AbstractContextManager[None]:
         """Context: numba on ``spec.nthread`` threads and BLAS on one (see :class:`ObjectiveSpec`)."""
-        return _threads(self.spec.nthread)
+        return _config.threads(self.spec.nthread)
 
     @property
     def uses_transitions(self):

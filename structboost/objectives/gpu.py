@@ -26,7 +26,6 @@ from ..inference.gpu import (
 )
 from ..transitions.chain import refit
 from ..transitions.gpu import DeviceTransitionProblem
-from .base import _BLAS
 from .chain import CRFObjective
 from .step import SecantScale
 
@@ -160,8 +159,7 @@ class DeviceCRFObjective(CRFObjective):
         if node is None and (steps is not None or secant is not None):  # the labels' node
             node = label_score(du.unary, st)  # score: the NLL check's and the secant's
         if steps is not None and params is not None:  # one pass: its sums and the secant's
-            with _BLAS.limit(limits=1, user_api="blas"):
-                local = steps.local_sums(problem, self.params, node)
+            local = steps.local_sums(problem, self.params, node)
             own = None
             if secant is not None and secant.kept(du.unary) is not None:  # in one allreduce
                 grad = None  # G at scale 1 for the gradient secant (H waits for the scale)
@@ -180,9 +178,8 @@ class DeviceCRFObjective(CRFObjective):
                 args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)
                 params = None
         if steps is not None and params is None:  # the next round checks against this pass
-            with _BLAS.limit(limits=1, user_api="blas"):
-                local = steps.local_sums(problem, self.params, node)
-                steps.start(problem, self.params, self.allreduce(local))
+            local = steps.local_sums(problem, self.params, node)
+            steps.start(problem, self.params, self.allreduce(local))
         grad, hess = grad_hess(*args, step, spec.hess_floor)
         if secant is not None:
             secant.remember(du.unary, secant.nll(post.log_z, node, batch), grad, hess)
@@ -201,9 +198,8 @@ class DeviceCRFObjective(CRFObjective):
         """
         spec = self.spec
         iters = spec.iterations if steps is None else steps.refit_iterations(lagging)
-        with _BLAS.limit(limits=1, user_api="blas"):
-            self.params = refit(problem, self.params, spec.transition_solver, iters,
-                                self._lbfgs_memory)
+        self.params = refit(problem, self.params, spec.transition_solver, iters,
+                            self._lbfgs_memory)
 
     def _node_inputs(self, problem, st):
         """``(posterior, marginals, gamma, mode, scale)`` of the pass at ``self.params``."""

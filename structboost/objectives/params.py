@@ -12,6 +12,7 @@ in ``fit``.
 """
 
 import dataclasses
+import inspect
 import numbers
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -350,7 +351,10 @@ def fill_doc(*names, solvers=SOLVERS, **sections):
     The line ``{objective_params}`` becomes the entries of ``names`` (see
     :func:`param_docs`; ``"all"`` alone: every field); a line ``{key}``
     becomes ``sections[key]``, text written without indentation. Each
-    placeholder's indentation is kept.
+    placeholder's indentation is kept. A factory's ``**params`` becomes,
+    in its signature (``inspect.signature``, ``help``, IDEs), the
+    keyword-only fields ``names`` with their defaults; :meth:`ObjectiveSpec.build`
+    still names an unknown or renamed keyword in its ``ValueError``.
     """
     texts = dict(sections)
     if names:
@@ -367,9 +371,29 @@ def fill_doc(*names, solvers=SOLVERS, **sections):
             body = "\n".join(pad + line if line else line for line in lines)
             doc = doc.replace(mark, body.lstrip(), 1)
         obj.__doc__ = doc
+        if names and inspect.isfunction(obj):
+            _declare_keywords(obj, [f.name for f in fields(ObjectiveSpec)] if not chosen else chosen)
         return obj
 
     return decorate
+
+
+def _declare_keywords(func, names):
+    """Show ``func``'s ``**params`` as the keyword-only spec fields ``names``."""
+    signature = inspect.signature(func)
+    head = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    if len(head) == len(signature.parameters):
+        return
+    taken = {p.name for p in head}
+    types = {f.name: f.type for f in fields(ObjectiveSpec)}
+    keywords = [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=DEFAULTS[name], annotation=types[name]
+        )
+        for name in names
+        if name not in taken
+    ]
+    func.__signature__ = signature.replace(parameters=head + keywords)
 
 
 fill_doc("all")(ObjectiveSpec)

@@ -79,7 +79,7 @@ class SecantScale:
         and ``node``, the weighted sum of the labels' node scores (the
         round computes it once, see :func:`~.base.label_score`).
         """
-        return float(batch.seq_weight @ log_z) - node
+        return float(np.einsum("s,s->", batch.seq_weight, log_z)) - node  # no BLAS threads
 
     def update(self, margins, nll, allreduce):
         """Fit the scale to the step from the last round's margins to ``margins``.

@@ -109,6 +109,16 @@ class TransitionParams:
         )
 
 
+def _weighted(w, rows):
+    """``w @ rows`` for ``w (m,)`` and ``rows (m, K)`` without BLAS.
+
+    BLAS would thread (and spin) over a round's sequences beside numba's and
+    the engine's threads; the objective leaves the process's BLAS settings
+    alone instead.
+    """
+    return np.einsum("s,sk->k", w, rows)
+
+
 def observed_counts(labels, offsets, seq_weight, num_labels):
     """Weighted empirical transition, start and end counts as one vector.
 
@@ -376,17 +386,17 @@ class TransitionProblem(PenalisedProblem):
             marg = post.edge_total  # (summed by the sweep when its pass was asked to)
             if marg is None:
                 marg, _ = post.edge_sums(block.edges, block.edge_weight)
-            return np.concatenate((marg.ravel(), w @ p_first, w @ p_last)), None
+            return np.concatenate((marg.ravel(), _weighted(w, p_first), _weighted(w, p_last))), None
         marg, curv = post.edge_sums(
             block.edges, block.edge_weight, block.edge_weight * post.edge_gamma()[block.edges]
         )
         node_gamma = post.node_gamma("mixing")
-        expected = np.concatenate((marg.ravel(), w @ p_first, w @ p_last))
+        expected = np.concatenate((marg.ravel(), _weighted(w, p_first), _weighted(w, p_last)))
         curvature = np.concatenate(
             (
                 curv.ravel(),
-                (w * node_gamma[first]) @ (p_first * (1.0 - p_first)),
-                (w * node_gamma[last]) @ (p_last * (1.0 - p_last)),
+                _weighted(w * node_gamma[first], p_first * (1.0 - p_first)),
+                _weighted(w * node_gamma[last], p_last * (1.0 - p_last)),
             )
         )
         return expected, curvature

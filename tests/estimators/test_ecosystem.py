@@ -227,11 +227,10 @@ def test_n_jobs_reaches_objective_numba_and_blas(data, cls, monkeypatch):
     small(cls, n_jobs=1).fit(data["X"], data["y"], lengths=data["lengths"])
     assert seen["nthread"] == 1
     assert inside and all(n == 1 and all(b == 1 for b in blas) for n, blas in inside)
-    # n_jobs=None leaves the defaults when the user made OpenMP wait passively
-    # (tests/test_threads.py covers the idle-core count otherwise).
+    # n_jobs=None is one thread, as in scikit-learn, whatever the environment
     monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
     small(cls, n_jobs=None).fit(data["X"], data["y"], lengths=data["lengths"])
-    assert seen["nthread"] is None
+    assert seen["nthread"] == 1
     for spelling in ("nthread", "num_threads"):
         with pytest.raises(ValueError, match="n_jobs"):
             small(cls, **{spelling: 1}).fit(data["X"], data["y"], lengths=data["lengths"])

@@ -85,3 +85,34 @@ def test_lightgbm_names_reach_lightgbm(data):
     assert (params["learning_rate"], params["max_depth"], params["num_leaves"]) == (0.7, 2, 3)
     assert est.booster_.current_iteration() == 2
     assert np.isfinite(est.predict_proba(X, lengths=lengths)).all()
+
+
+@pytest.mark.parametrize(
+    "cls, keyword, message",
+    [
+        (sb.XGBCRFClassifier, {"verbose": False}, "an argument of fit"),
+        (sb.XGBCRFClassifier, {"eta": 0.1}, "learning_rate="),
+        (sb.XGBCRFClassifier, {"min_child_weigth": 2}, "did you mean 'min_child_weight'"),
+        (sb.LGBMCRFClassifier, {"num_boost_round": 5}, "n_estimators"),
+        (sb.TreeCRFClassifier, {"hessian_floor": 1e-3}, "hessian_floor"),
+    ],
+)
+def test_an_unknown_keyword_is_refused_by_name_before_any_training(cls, keyword, message, data):
+    X, y, lengths = data
+    clf = cls(n_estimators=2, **keyword)
+    with pytest.raises(ValueError, match=message):
+        if cls is sb.TreeCRFClassifier:
+            clf.fit([X[:5]], [y[:5]], parents=[np.array([-1, 0, 0, 1, 1])])
+        else:
+            clf.fit(X, y, lengths=lengths)
+
+
+def test_the_objectives_keywords_reach_the_objective_not_the_engine(data):
+    X, y, lengths = data
+    clf = sb.XGBCRFClassifier(n_estimators=2, transition_iter=3, hess_floor=1e-6)
+    clf.fit(X, y, lengths=lengths, verbose=False)
+    params = json.loads(clf.booster_.save_config())["learner"]
+    assert "transition_iter" not in json.dumps(params) and "hess_floor" not in json.dumps(params)
+    assert clf.get_params()["transition_iter"] == 3
+    spec = clf._objective_spec([("crf-nll", "crf-nll")])
+    assert (spec.transition_iter, spec.hess_floor) == (3, 1e-6)
