@@ -12,7 +12,7 @@ is its own), ``--repeat`` times interleaved:
   on whatever its size): the round's own buffers mapped apart, the smaller
   ones served from the heap at glibc's settled thresholds;
 * ``nothing kept``: ``keep_freed`` never called (a fit above
-  ``MAX_ROUND_BYTES`` before stop 42; the CSV's older rows call it ``as before``).
+  ``MAX_ROUND_BYTES`` before the thresholds were raised; the CSV's older rows call it ``as before``).
 
 Prints CPU seconds per round of the rounds past the one-pass warm-up
 (mean over those rounds, best of the repeats) and the peak RSS, and

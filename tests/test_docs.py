@@ -3,7 +3,7 @@
 Each ```python block runs as pasted, in a fresh namespace and an empty
 folder of its own: a block that leans on a name from another block fails.
 All Python blocks run in one fresh interpreter (so the imports are paid
-once), started with ``-c`` as a pasted session would be (Dask's worker
+once), started with ``-c`` as pasted code would be (Dask's worker
 processes then do not re-run a script). A block that asks for
 ``device="cuda"`` must, without a usable GPU, stop with the message that
 says what to install. Each ```bash block runs in an empty folder with
