@@ -37,7 +37,8 @@ def test_example_runs(script, tmp_path):
         env=_environment(), cwd=tmp_path, timeout=600,
     )  # fmt: skip
     seconds = time.perf_counter() - start
-    assert done.returncode == 0, f"{script.name} failed after {seconds:.1f} s:\n{done.stderr[-4000:]}"
+    failed = f"{script.name} failed after {seconds:.1f} s:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, failed
     print(f"{script.name}: {seconds:.1f} s")
 
 

@@ -3,7 +3,8 @@
 Every tracked text file is searched (data files, ``.csv`` and ``.json``, are
 machine-written and left out): no numbered work phase ("stop" or "wave"
 followed by a number) nor the other words ``WORK_PHASES`` lists, and no
-Markdown heading titled by an issue number (an issue may be cited in the text, never name a section).
+Markdown heading titled by an issue number (an issue may be cited in the
+text, never name a section).
 """
 
 import re
