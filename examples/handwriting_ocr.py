@@ -2,9 +2,11 @@
 
 Each word is a sequence of letter images; the CRF couples neighbouring letters.
 The ``"dense"`` preset grows one multi-output tree per round (a shared split
-structure with a vector of label scores in every leaf), XGBoost's best shape
-for dense features and many labels; it is compared with the library's defaults
-(one tree per label) under the same round budget.
+structure with a vector of label scores in every leaf), the best shape found
+for dense features and many labels: trained on all of OCR's training words it
+reaches 4.44% letter error against the defaults' 5.50% (benchmarks/README.md).
+It is compared here with the defaults (one tree per label) under the same
+round budget; on a small sample of words the two are close.
 
 Without arguments it runs on synthetic "letters" (noisy prototype images,
 labels from a Markov chain). With Taskar's OCR data (``letters.npz``, as in
@@ -57,7 +59,7 @@ def main(argv=None):
     parser.add_argument("--data-dir", type=Path, help="folder holding letters.npz")
     parser.add_argument("--max-words", type=int, default=1500,
                         help="training words taken from the training folds (real data only)")
-    parser.add_argument("--rounds", type=int, default=60, help="at most this many rounds")
+    parser.add_argument("--rounds", type=int, default=150, help="at most this many rounds")
     args = parser.parse_args(argv)
 
     if args.data_dir is None:
