@@ -190,7 +190,7 @@ def limit_table(lengths, k, repeat, threads, baseline, scale=1.0):
         calls[side + ", with the mixing rates"] = (
             lambda ws=ws, sweeps=sweeps, e=(emat, emax): sweeps.messages(ws, *e, z, z, True, False)
         )
-        if "keep" in inspect.signature(sweeps.messages).parameters:  # (since stop 41)
+        if "keep" in inspect.signature(sweeps.messages).parameters:  # (newer sweeps)
             for rates, label in ((False, ""), (True, ", with the mixing rates")):
                 calls[f"{side}{label}, storing no alpha and r"] = (
                     lambda ws=ws, sweeps=sweeps, e=(emat, emax), rates=rates: sweeps.messages(

@@ -24,7 +24,10 @@ myst_heading_anchors = 4
 myst_enable_extensions = ["dollarmath"]
 
 autosummary_generate = True
-autodoc_default_options = {"members": True, "inherited-members": False}
+# Members inherited from structboost's own bases are listed (fit, predict,
+# save_model, ...: the estimators inherit them); a default "inherited-members"
+# of False would hide them. scikit-learn's own methods are left out below.
+autodoc_default_options = {"members": True, "inherited-members": True}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
@@ -38,8 +41,13 @@ templates_path = ["_templates"]
 
 
 def _skip_routing_requests(app, what, name, obj, skip, options):
-    """Leave out scikit-learn's generated ``set_*_request`` methods (metadata routing)."""
-    return True if name.startswith("set_") and name.endswith("_request") else skip
+    """Leave out scikit-learn's generated ``set_*_request`` methods and its inherited ones."""
+    if name.startswith("set_") and name.endswith("_request"):
+        return True
+    module = getattr(obj, "__module__", None) or ""
+    if what == "class" and module.startswith("sklearn"):
+        return True  # get_params, set_params, get_metadata_routing: scikit-learn's own
+    return skip
 
 
 def setup(app):

@@ -52,7 +52,7 @@ def main():
         t0 = time.perf_counter()
         est.fit(
             frame[train], labels[train], groups="sentence_id",
-            eval_set=[(frame[valid], labels[valid], "sentence_id")],
+            eval_set=[(frame[valid], labels[valid], "sentence_id")], verbose=False,
         )
         seconds = time.perf_counter() - t0
         acc = est.score(frame[test], labels[test], groups="sentence_id")

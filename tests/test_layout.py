@@ -197,7 +197,7 @@ def test_importing_structboost_imports_no_numba_cuda():
     assert out.stdout.strip() == "[]"
 
 
-# The design's contract: names users and outside checks call (DESIGN.md).
+# The public contract: names users and outside checks call (docs/api.md).
 CONTRACT = (
     "LGBMCRFClassifier",
     "XGBCRFClassifier",

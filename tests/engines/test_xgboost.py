@@ -1,4 +1,4 @@
-"""The XGBoost contract of DESIGN.md, end to end on small sticky-HMM data."""
+"""The public XGBoost contract (docs/user-guide/native.md), end to end on sticky-HMM data."""
 
 import pickle
 
