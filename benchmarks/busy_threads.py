@@ -1,11 +1,10 @@
-"""Wall time of 60 OCR rounds with the default threads and with ``n_jobs=1``, beside a busy job.
+"""Wall time of 60 OCR rounds with the default threads, every core and ``n_jobs=1``, beside a busy job.
 
 Runs ``XGBCRFClassifier`` (max_depth 6, 60 rounds) on the first ``--words``
-OCR words, first with ``n_jobs=None`` (XGBoost, numba and BLAS each take
-every core) and then with ``n_jobs=1`` (the one thread setting), while one
-other process spins on a core (``--busy 0`` for an idle machine).
-``n_jobs=None`` takes the cores idle when ``fit`` starts
-(``structboost._config.default_threads``). ``--preload xgboost`` imports
+OCR words with ``n_jobs=None`` (the default: one thread, as in
+scikit-learn), ``n_jobs=-1`` (every core, for XGBoost and the numba
+kernels) and ``n_jobs=1``, while one other process spins on a core
+(``--busy 0`` for an idle machine). ``--preload xgboost`` imports
 XGBoost before structboost, as many scripts do (the order does not matter).
 
     python benchmarks/busy_threads.py --data /path/to/ocr --words 2000
@@ -35,11 +34,10 @@ def main():
     args = parser.parse_args()
     if args.preload:
         importlib.import_module(args.preload)
-    from structboost import XGBCRFClassifier, _config
+    from structboost import XGBCRFClassifier
     from structboost.datasets import load_ocr
 
-    print(f"user's passive OpenMP policy: {_config.user_waits_passively()}; "
-          f"idle cores now: {_config.idle_cores()}; load {os.getloadavg()}", flush=True)
+    print(f"load {os.getloadavg()}", flush=True)
     data = load_ocr(args.data)
     lengths = data.lengths[: args.words]
     n = int(lengths.sum())
@@ -52,7 +50,7 @@ def main():
     for p in busy:
         p.start()
     try:
-        for n_jobs in (None, 1):
+        for n_jobs in (None, -1, 1):
             t0 = time.perf_counter()
             XGBCRFClassifier(n_estimators=args.rounds, max_depth=6, n_jobs=n_jobs).fit(
                 X, y, lengths=lengths
