@@ -152,6 +152,22 @@ def eval_metrics(eval_metric, held_out=False, decode="viterbi"):
     return metrics
 
 
+def round_logging(verbose, eval_set):
+    """``fit``'s ``verbose`` as the engine's: None prints only for an ``eval_set`` given.
+
+    Parameters
+    ----------
+    verbose : bool, int or None
+    eval_set : list or None
+        The user's evaluation sets.
+
+    Returns
+    -------
+    bool or int
+    """
+    return bool(eval_set) if verbose is None else verbose
+
+
 def evaluate_metrics(crf, metrics, margins, batch):
     """``[(name, value)]`` of ``metrics`` (from :func:`eval_metrics`) on one dataset.
 

@@ -24,6 +24,7 @@ from .base import (
     BoostedCRFClassifier,
     ChainTransitions,
     eval_metrics,
+    round_logging,
     split_sequences,
 )
 from .inputs import ChainInputs, flatten_y, kind, nest
@@ -87,7 +88,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         sample_weight: ArrayLike | None = None,
         eval_set: Sequence[Any] | None = None,
         base_X: Any = None,
-        verbose: bool | int = True,
+        verbose: bool | int | None = None,
     ) -> _Self:
         """Train on labelled sequences.
 
@@ -118,11 +119,11 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of ``base_model`` (e.g. sparse lexical features while the
             trees see dense ones); ``X`` by default.
-        verbose : bool or int
-            Print the metrics of the ``eval_set`` (or of the held-out
-            sequences of automatic early stopping) every round (``True``, the
-            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
-            ``False``: silent.
+        verbose : bool or int, optional
+            Print the metrics every round (``True``) or every ``verbose``
+            rounds; ``False``: silent. None (the default): every round for an
+            ``eval_set`` you pass, as ``XGBClassifier.fit`` does, and nothing
+            for the held-out sequences of automatic early stopping.
 
         Returns
         -------
@@ -147,7 +148,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             self._sequence_weights(sample_weight, lengths), codes, lengths, classes
         )
         data = (X, codes, lengths, base_X, seq_weight)
-        run = (eval_set, classes, spec, verbose, metrics)
+        run = (eval_set, classes, spec, round_logging(verbose, eval_set), metrics)
         booster, evals_result = self._boost(data, stopping, *run)
         self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         refit = self._refit_stopping(stopping)

@@ -608,7 +608,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         Y: Any,
         *,
         eval_set: Sequence[Any] | None = None,
-        verbose: bool | int = True,
+        verbose: bool | int | None = None,
     ) -> _Self:
         """Fit the structure learner and the boosted CRF.
 
@@ -621,11 +621,11 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
             ``"name"``, its key in ``evals_result_``); the CRF metric is
             recorded in ``evals_result_`` and the last one drives early
             stopping.
-        verbose : bool or int
-            Print the metrics of the ``eval_set`` (or of the held-out
-            sequences of automatic early stopping) every round (``True``, the
-            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
-            ``False``: silent.
+        verbose : bool or int, optional
+            Print the metrics every round (``True``) or every ``verbose``
+            rounds; ``False``: silent. None (the default): every round for an
+            ``eval_set`` you pass, as ``XGBClassifier.fit`` does, and nothing
+            for the held-out sequences of automatic early stopping.
 
         Returns
         -------

@@ -28,6 +28,7 @@ from .base import (
     BoostedCRFClassifier,
     XGBoostTraining,
     eval_metrics,
+    round_logging,
     split_sequences,
 )
 from ._docs import STOPPING_PARAMS
@@ -188,7 +189,7 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         lengths: ArrayLike | None = None,
         sample_weight: ArrayLike | None = None,
         eval_set: Sequence[Any] | None = None,
-        verbose: bool | int = True,
+        verbose: bool | int | None = None,
     ) -> _Self:
         """Fit on tree instances.
 
@@ -215,11 +216,11 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
             dicts with those keys (and optionally ``"name"``, ``X`` a list of
             instances without ``groups``/``lengths``); the last one drives
             early stopping.
-        verbose : bool or int
-            Print the metrics of the ``eval_set`` (or of the held-out
-            sequences of automatic early stopping) every round (``True``, the
-            default of ``XGBClassifier.fit``) or every ``verbose`` rounds;
-            ``False``: silent.
+        verbose : bool or int, optional
+            Print the metrics every round (``True``) or every ``verbose``
+            rounds; ``False``: silent. None (the default): every round for an
+            ``eval_set`` you pass, as ``XGBClassifier.fit`` does, and nothing
+            for the held-out sequences of automatic early stopping.
 
         Returns
         -------
@@ -250,7 +251,7 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         params = xgb_params(
             len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
         )
-        run = (params, len(classes), spec, verbose, metrics)
+        run = (params, len(classes), spec, round_logging(verbose, eval_set), metrics)
         booster, evals_result = self._boost(train, stopping, evals, eval_names, *run)
         self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
         refit = self._refit_stopping(stopping)

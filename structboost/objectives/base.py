@@ -42,7 +42,7 @@ from ..transitions.lbfgs import LBFGSMemory
 from ..transitions.onestep import OneStep
 from ._kernels import finish_bound_hess, node_grad_hess, scan_values
 from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, metric_name
-from .step import SecantScale
+from .step import RoundSums, SecantScale
 
 #: Rows per task of the G and H kernel's parallel loop
 #: (:func:`~._kernels.node_grad_hess`).
@@ -428,7 +428,6 @@ class NodeObjective:
             node = label_score(u, batch)
         if self.uses_transitions:
             problem = self._problem(u, batch)
-            problem.allreduce = self.allreduce
             params = None if steps is None else steps.params(problem, self.params)
         if params is not None:
             self.params = params
@@ -514,12 +513,11 @@ class NodeObjective:
         if measured is not None:
             own = secant.local_sums(u, nll, measured=measured)
             own[0] -= steps.path_change(problem)  # the weighted NLL's change
-        summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
+        sums = RoundSums(own, local).summed(self.allreduce)
         if secant is not None:
-            scale = secant.fit(None if own is None else summed[:4], moved,
-                               steps.explained(summed[4:]))
+            scale = secant.fit(sums.secant, moved, steps.explained(sums.steps))
         t2 = time.process_time()
-        refit_now = steps.finish(problem, self.params, summed[4:])
+        refit_now = steps.finish(problem, self.params, sums.steps)
         t3 = time.process_time()
         self.timings["transitions"] += t3 - t2
         self.timings["inference"] += inference[0]

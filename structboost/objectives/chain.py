@@ -110,11 +110,11 @@ class CRFObjective(NodeObjective):
         free = None if self.constraints is None else self.constraints.free_vector()
         problem = TransitionProblem(
             unary, batch.offsets, batch.seq_weight, batch.counts, self.spec.reg_transitions, free,
-            workspace=self._workspace,
+            workspace=self._workspace, allreduce=self.allreduce,
+            # only the exact node bound reads the stored messages after a pass
+            keep_messages=self.spec.hessian_bound == "exact",
         )
         self._workspace = problem.workspace  # kept across rounds
-        # only the exact node bound reads the stored messages after a pass
-        problem.keep_messages = self.spec.hessian_bound == "exact"
         return problem
 
     def grad_hess(

@@ -27,7 +27,7 @@ from ..inference.gpu import (
 from ..transitions.chain import refit
 from ..transitions.gpu import DeviceTransitionProblem
 from .chain import CRFObjective
-from .step import SecantScale
+from .step import RoundSums, SecantScale
 
 
 class DeviceSecant(SecantScale):
@@ -137,8 +137,8 @@ class DeviceCRFObjective(CRFObjective):
             secant.structure = st
         if self.uses_transitions:
             free = None if self.constraints is None else self.constraints.free_vector()
-            problem = DeviceTransitionProblem(du, st, batch.counts, spec.reg_transitions, free)
-            problem.allreduce = self.allreduce
+            problem = DeviceTransitionProblem(du, st, batch.counts, spec.reg_transitions, free,
+                                              self.allreduce)  # fmt: skip
             steps = self._steps()
             params = None if steps is None else steps.params(problem, self.params)
             if params is None:  # the refit round (see NodeObjective._grad_hess)
@@ -168,11 +168,10 @@ class DeviceCRFObjective(CRFObjective):
                 own = secant.local_sums(du.unary, secant.nll(post.log_z, node, batch),
                                         secant.measure(du.unary, grad))
                 own[0] -= steps.path_change(problem)
-            summed = self.allreduce(np.concatenate((np.zeros(4) if own is None else own, local)))
+            sums = RoundSums(own, local).summed(self.allreduce)
             if secant is not None:
-                step = secant.fit(None if own is None else summed[:4], steps.moved,
-                                  steps.explained(summed[4:]))
-            if steps.finish(problem, self.params, summed[4:]):  # refit from this pass
+                step = secant.fit(sums.secant, steps.moved, steps.explained(sums.steps))
+            if steps.finish(problem, self.params, sums.steps):  # refit from this pass
                 self._refit(problem, steps, params)
                 post, p, gamma, mode, scale = self._node_inputs(problem, st)
                 args = (p, st.d_labels, st.d_row_weight, gamma, scale, mode)

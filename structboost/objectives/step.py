@@ -35,6 +35,8 @@ and the gradient secant ``(G_new - G) . d`` (for a quadratic both are the
 curvature along ``d`` plus the cross term of the two steps).
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import _config
@@ -44,6 +46,34 @@ from ._kernels import step_sums
 MAX_SHRINK = 4.0
 #: Smallest scale (a floor for the controller; the Hessian floor is ``2 p (1 - p)``).
 MIN_SCALE = 1e-3
+
+
+#: The secant's sums: ``[change, slope, model, new_slope]`` (:meth:`SecantScale.local_sums`).
+SECANT_SUMS = 4
+
+
+class RoundSums(NamedTuple):
+    """What a one-pass round sums over its rows, crossing the workers in one allreduce.
+
+    Attributes
+    ----------
+    secant : (4,) float64 or None
+        The adaptive step's ``[change, slope, model, new_slope]``
+        (:meth:`SecantScale.local_sums`); None without them.
+    steps : (d,) float64
+        The transition step's (:meth:`~structboost.transitions.onestep.OneStep.local_sums`).
+    """
+
+    secant: np.ndarray | None
+    steps: np.ndarray
+
+    def summed(self, allreduce):
+        """These sums over every worker, in one call of ``allreduce``."""
+        secant = np.zeros(SECANT_SUMS) if self.secant is None else self.secant
+        total = allreduce(np.concatenate((secant, self.steps)))
+        return RoundSums(
+            None if self.secant is None else total[:SECANT_SUMS], total[SECANT_SUMS:]
+        )
 
 
 class SecantScale:

@@ -123,6 +123,7 @@ class TreeCRFObjective(NodeObjective):
             batch.seq_weight,
             batch.counts,
             self.spec.reg_transitions,
+            allreduce=self.allreduce,
         )
 
     def _structure(self, margins, batch):

@@ -199,6 +199,11 @@ class TransitionProblem(PenalisedProblem):
     workspace : Workspace, optional
         Message buffers to reuse (an objective keeps one across rounds) if
         a block fits them; fresh ones otherwise.
+    allreduce : callable, optional
+        Sums over the workers of a distributed fit (see
+        :class:`~.base.PenalisedProblem`); a single process's by default.
+    keep_messages : bool
+        See the attribute.
 
     Attributes
     ----------
@@ -219,9 +224,10 @@ class TransitionProblem(PenalisedProblem):
 
     param_type = TransitionParams
     newton_scale = 2.0
-    keep_messages = True
 
-    def __init__(self, unary, offsets, seq_weight, counts, reg, free=None, workspace=None):
+    def __init__(self, unary, offsets, seq_weight, counts, reg, free=None, workspace=None,
+                 allreduce=identity, keep_messages=True):  # fmt: skip
+        self.allreduce, self.keep_messages = allreduce, keep_messages
         self.free = None if free is None or free.all() else free
         self.unary = unary
         self.offsets = offsets
@@ -265,8 +271,8 @@ class TransitionProblem(PenalisedProblem):
         weight = np.bincount(index, weights=self.seq_weight, minlength=distinct.shape[0])
         offsets = offsets_from_lengths(distinct)
         small = TransitionProblem(self.unary[: offsets[-1]], offsets, weight, self.counts,
-                                  self.reg, self.free)  # fmt: skip
-        small.allreduce, small.keep_messages = self.allreduce, self.keep_messages
+                                  self.reg, self.free, allreduce=self.allreduce,
+                                  keep_messages=self.keep_messages)  # fmt: skip
         return small, index
 
     @property

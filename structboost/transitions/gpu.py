@@ -3,7 +3,7 @@
 import numpy as np
 
 from ..inference.gpu import DevicePosterior
-from .base import PenalisedProblem
+from .base import PenalisedProblem, identity
 from .chain import TransitionParams, TransitionProblem
 
 
@@ -22,12 +22,15 @@ class DeviceTransitionProblem(PenalisedProblem):
     counts : (K*K + 2K,) float64
     reg : float
     free : (K*K + 2K,) bool ndarray, optional
+    allreduce : callable, optional
+        Sums over the workers of a distributed fit.
     """
 
     param_type = TransitionParams
     newton_scale = TransitionProblem.newton_scale
 
-    def __init__(self, unary, structure, counts, reg, free=None):
+    def __init__(self, unary, structure, counts, reg, free=None, allreduce=identity):
+        self.allreduce = allreduce
         self.free = None if free is None or free.all() else free
         self.unary = unary
         self.structure = structure

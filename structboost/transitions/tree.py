@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .base import PenalisedProblem
+from .base import PenalisedProblem, identity
 from ..inference.tree import posterior
 
 
@@ -120,11 +120,14 @@ class TreeTransitionProblem(PenalisedProblem):
         From :func:`tree_observed_counts`.
     reg : float
         L2 penalty on every potential entry.
+    allreduce : callable, optional
+        Sums over the workers of a distributed fit.
     """
 
     param_type = TreeTransitionParams
 
-    def __init__(self, batch, seq_weight, counts, reg):
+    def __init__(self, batch, seq_weight, counts, reg, allreduce=identity):
+        self.allreduce = allreduce
         self.batch = batch
         self.seq_weight = seq_weight
         self.counts = counts

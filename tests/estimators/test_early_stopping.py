@@ -241,3 +241,15 @@ def test_forcing_it_on_one_sequence_says_why_not():
     X, y, lengths = noise(1)
     with pytest.raises(ValueError, match="leaves none to train on"):
         XGBCRFClassifier(early_stopping=True).fit(X, y, lengths=lengths)
+
+
+def test_held_out_sequences_print_only_when_asked(capsys):
+    from structboost.datasets import make_hmm_sequences
+
+    X, y, lengths = make_hmm_sequences(n_sequences=40, length=(5, 10), random_state=1)
+    XGBCRFClassifier(n_estimators=3, early_stopping=True).fit(X, y, lengths=lengths)
+    assert capsys.readouterr().out == ""  # quiet by default, as XGBoost without an eval_set
+    XGBCRFClassifier(n_estimators=3, early_stopping=True).fit(
+        X, y, lengths=lengths, verbose=True
+    )
+    assert "validation-crf-error" in capsys.readouterr().out
