@@ -36,11 +36,20 @@ def _xgboost_inputs(booster, data, groups, lengths):
     import xgboost as xgb
 
     from .edge import edge_inputs, is_edge_model
-    from .xgboost import booster_margins, dmatrix_lengths, load_state
+    from .xgboost import booster_margins, dmatrix_lengths, kept_rounds, load_state
 
     check_xgboost_booster(booster)
     if is_edge_model(booster):
         return edge_inputs(booster, data, groups, lengths)
+    num_labels, _, params = load_state(booster)
+    if not isinstance(data, xgb.DMatrix) and _in_place(data):
+        # no DMatrix: the booster reads the array where it lies
+        lengths = resolve_lengths(data.shape[0], groups=groups, lengths=lengths)
+        check_feature_count(data.shape[1] if data.ndim > 1 else 1, booster.num_features())
+        margins = booster.inplace_predict(
+            data, predict_type="margin", iteration_range=(0, kept_rounds(booster))
+        )
+        return margins, lengths, params, num_labels, None
     if isinstance(data, xgb.DMatrix):
         dmat = data
         if groups is None and lengths is None:
@@ -50,9 +59,17 @@ def _xgboost_inputs(booster, data, groups, lengths):
         dmat = xgb.DMatrix(data)
         labels = None
     lengths = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
-    num_labels, _, params = load_state(booster)
     check_feature_count(dmat.num_col(), booster.num_features())
     return booster_margins(booster, dmat), lengths, params, num_labels, labels
+
+
+def _in_place(data):
+    """Whether XGBoost's ``inplace_predict`` reads ``data`` as it is (a 2-D float array or CSR)."""
+    import scipy.sparse as sp
+
+    if isinstance(data, np.ndarray):
+        return data.ndim == 2 and data.dtype.kind == "f"
+    return sp.issparse(data) and data.format == "csr"
 
 
 def _lightgbm_inputs(booster, data, groups, lengths):

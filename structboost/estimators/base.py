@@ -242,6 +242,23 @@ def split_sequences(held_out, lengths, per_row, per_sequence=()):
 _Self = TypeVar("_Self", bound="BoostedCRFClassifier")
 
 
+def keep_params(estimator, arguments):
+    """Store a constructor's arguments, unchanged, as scikit-learn expects.
+
+    Parameters
+    ----------
+    estimator : BaseEstimator
+    arguments : dict
+        The constructor's ``locals()``: its named parameters, ``self`` and
+        ``kwargs`` (the engine's and the objective's keywords, kept as
+        attributes as well; :meth:`BoostedCRFClassifier._check_params`
+        refuses the unknown ones at ``fit``).
+    """
+    for name, value in {**arguments, **arguments.get("kwargs", {})}.items():
+        if name not in ("self", "kwargs", "__class__"):
+            setattr(estimator, name, value)
+
+
 class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
     """Base of the boosted CRF estimators (see the module notes).
 
@@ -258,8 +275,7 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         self,
         **kwargs: Any,
     ) -> None:
-        for key, value in kwargs.items():
-            setattr(self, key, value)
+        keep_params(self, locals())
 
     def _check_params(self):
         """A ValueError naming the first parameter outside :attr:`_param_checks`, or unknown."""

@@ -67,7 +67,7 @@ from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from .._extras import require
 from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
 from .checks import LIGHTGBM
-from .base import XGBoostTraining, evaluate_metrics
+from .base import XGBoostTraining, evaluate_metrics, keep_params
 from .chain_base import _CRFClassifier
 
 
@@ -266,28 +266,7 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         transitions_from: str = DEFAULTS['transitions_from'],
         **kwargs: Any,
     ) -> None:
-        self.mode = mode
-        self.hessian_bound = hessian_bound
-        self.step = step
-        self.transition_solver = transition_solver
-        self.reg_transitions = reg_transitions
-        self.n_estimators = n_estimators
-        self.learning_rate = learning_rate
-        self.max_depth = max_depth
-        self.early_stopping_rounds = early_stopping_rounds
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.refit = refit
-        self.class_weight = class_weight
-        self.base_model = base_model
-        self.allowed_transitions = allowed_transitions
-        self.sequence_column = sequence_column
-        self.eval_metric = eval_metric
-        self.decode = decode
-        self.callbacks = callbacks
-        self.transitions_from = transitions_from
-        super().__init__(**kwargs)
+        keep_params(self, locals())
 
     def _check_params(self):
         """Check the parameters and choose the transitions' route once (fit and load)."""
@@ -432,28 +411,7 @@ class LGBMCRFClassifier(_CRFClassifier):
         callbacks: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.mode = mode
-        self.hessian_bound = hessian_bound
-        self.step = step
-        self.transition_solver = transition_solver
-        self.reg_transitions = reg_transitions
-        self.n_estimators = n_estimators
-        self.learning_rate = learning_rate
-        self.max_depth = max_depth
-        self.num_leaves = num_leaves
-        self.early_stopping_rounds = early_stopping_rounds
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.refit = refit
-        self.class_weight = class_weight
-        self.base_model = base_model
-        self.allowed_transitions = allowed_transitions
-        self.sequence_column = sequence_column
-        self.eval_metric = eval_metric
-        self.decode = decode
-        self.callbacks = callbacks
-        super().__init__(**kwargs)
+        keep_params(self, locals())
 
     _param_checks = LIGHTGBM
     _engine = "lightgbm"

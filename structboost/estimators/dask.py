@@ -21,7 +21,13 @@ from .. import _config
 from ..engines import dask as engine
 from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
-from .base import BoostedCRFClassifier, ChainTransitions, XGBoostTraining, eval_metrics
+from .base import (
+    BoostedCRFClassifier,
+    ChainTransitions,
+    XGBoostTraining,
+    eval_metrics,
+    keep_params,
+)
 from .model_file import ModelFile
 
 
@@ -103,19 +109,8 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         decode="viterbi",
         **kwargs,
     ):
-        self.mode = mode
-        self.hessian_bound = hessian_bound
-        self.step = step
-        self.transition_solver = transition_solver
-        self.reg_transitions = reg_transitions
-        self.n_estimators = n_estimators
-        self.learning_rate = learning_rate
-        self.max_depth = max_depth
-        self.early_stopping_rounds = early_stopping_rounds
-        self.eval_metric = eval_metric
-        self.decode = decode
+        keep_params(self, locals())
         self._client = None
-        super().__init__(**kwargs)
 
     @property
     def client(self):

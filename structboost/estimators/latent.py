@@ -45,6 +45,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .. import majorize
 from .._typing import ArrayLike, Floats
+from .array_file import ArrayModelFile
 
 __all__ = ["LatentLogLinearClassifier", "LatentProblem", "SOLVERS"]
 
@@ -170,7 +171,7 @@ class LatentProblem:
 _Self = TypeVar("_Self", bound="LatentLogLinearClassifier")
 
 
-class LatentLogLinearClassifier(ClassifierMixin, BaseEstimator):
+class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
     """Latent log-linear classifier (mixture of Gaussian-gated logistic regressions).
 
     Parameters
@@ -255,6 +256,18 @@ class LatentLogLinearClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"tol must be >= 0; got {self.tol!r}.")
         if not self.init_scale > 0:
             raise ValueError(f"init_scale must be > 0; got {self.init_scale!r}.")
+
+    _fitted_arrays = {"coef_": ("C", "m", "p"), "intercept_": ("C", "m")}
+
+    def _set_arrays(self, arrays):
+        if arrays["coef_"].shape[0] != self.classes_.size:
+            raise ValueError(
+                f"the model file is damaged: {arrays['coef_'].shape[0]} classes of "
+                f"coefficients for {self.classes_.size} labels."
+            )
+        self.coef_ = np.ascontiguousarray(arrays["coef_"])
+        self.intercept_ = arrays["intercept_"]
+        self.n_features_in_ = self.coef_.shape[2]
 
     def fit(self: _Self, X: ArrayLike, y: ArrayLike) -> _Self:
         """Fit by the chosen solver.

@@ -32,6 +32,7 @@ from .. import majorize
 from .._typing import ArrayLike, Floats, Ints
 from ..objectives.chain import SequenceBatch
 from ..transitions.chain import TransitionParams, TransitionProblem
+from .array_file import ArrayModelFile
 
 __all__ = ["LINEAR_SOLVERS", "LinearChainCRF", "LinearChainProblem"]
 
@@ -183,7 +184,7 @@ class LinearChainProblem:
 _Self = TypeVar("_Self", bound="LinearChainCRF")
 
 
-class LinearChainCRF(BaseEstimator):
+class LinearChainCRF(ArrayModelFile, BaseEstimator):
     """Linear-chain CRF with linear node scores, fit by L-BFGS or majorization.
 
     Parameters
@@ -227,6 +228,10 @@ class LinearChainCRF(BaseEstimator):
     rank_ : int or None
         Rank of the curvature used by ``solver="majorize"`` (``None``: dense
         or L-BFGS).
+
+    ``save_model(path)`` writes the fitted model as JSON and
+    ``load_model(path)`` reads it back (:mod:`structboost.estimators.array_file`;
+    the history of the fit is not kept).
 
     Notes
     -----
@@ -274,6 +279,22 @@ class LinearChainCRF(BaseEstimator):
         self.tol = tol
         self.rank = rank
         self.num_labels = num_labels
+
+    _fitted_arrays = {
+        "coef_": ("p", "K"), "intercept_": ("K",),
+        "transitions": ("K", "K"), "start": ("K",), "end": ("K",),
+    }  # fmt: skip
+
+    def _arrays(self):
+        p = self.transitions_
+        return {"coef_": self.coef_, "intercept_": self.intercept_,
+                "transitions": p.transitions, "start": p.start, "end": p.end}  # fmt: skip
+
+    def _set_arrays(self, arrays):
+        self.coef_ = np.ascontiguousarray(arrays["coef_"])
+        self.intercept_ = arrays["intercept_"]
+        self.transitions_ = TransitionParams(arrays["transitions"], arrays["start"], arrays["end"])
+        self.num_labels_ = self.intercept_.shape[0]
 
     def _check_settings(self):
         if self.solver not in LINEAR_SOLVERS:

@@ -44,7 +44,7 @@ from ..engines.model_io import field
 from ..engines.xgboost import booster_from_json
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ._spanning import maximum_spanning_parents
-from .base import BoostedCRFClassifier
+from .base import BoostedCRFClassifier, keep_params
 from .model_file import ModelFile
 from .tree import TreeCRFClassifier
 
@@ -498,29 +498,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
         eval_metric: Any = None,
         **kwargs: Any,
     ) -> None:
-        self.structure = structure
-        self.mode = mode
-        self.n_estimators = n_estimators
-        self.learning_rate = learning_rate
-        self.max_depth = max_depth
-        self.hessian_bound = hessian_bound
-        self.step = step
-        self.transition_solver = transition_solver
-        self.reg_transitions = reg_transitions
-        self.early_stopping_rounds = early_stopping_rounds
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.refit = refit
-        self.edge_typing = edge_typing
-        self.pairwise = pairwise
-        self.max_pairs = max_pairs
-        self.pairwise_estimators = pairwise_estimators
-        self.pairwise_depth = pairwise_depth
-        self.folds = folds
-        self.random_state = random_state
-        self.eval_metric = eval_metric
-        super().__init__(**kwargs)
+        keep_params(self, locals())
 
     def _check_params(self):
         super()._check_params()

@@ -28,6 +28,7 @@ from .base import (
     BoostedCRFClassifier,
     XGBoostTraining,
     eval_metrics,
+    keep_params,
     round_logging,
     split_sequences,
 )
@@ -149,25 +150,7 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         callbacks: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self.mode = mode
-        self.hessian_bound = hessian_bound
-        self.step = step
-        self.transition_solver = transition_solver
-        self.reg_transitions = reg_transitions
-        self.n_estimators = n_estimators
-        self.learning_rate = learning_rate
-        self.max_depth = max_depth
-        self.n_edge_types = n_edge_types
-        self.early_stopping_rounds = early_stopping_rounds
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.refit = refit
-        self.class_weight = class_weight
-        self.sequence_column = sequence_column
-        self.eval_metric = eval_metric
-        self.callbacks = callbacks
-        super().__init__(**kwargs)
+        keep_params(self, locals())
 
     def _validate(self, X, reset):
         return validate_data(

@@ -1,0 +1,136 @@
+"""The JSON model file of the estimators whose fitted model is a few arrays.
+
+:class:`~structboost.LinearChainCRF` and
+:class:`~structboost.LatentLogLinearClassifier` save and load as the boosted
+estimators do (:mod:`.model_file`): ``save_model(path)`` writes one JSON
+document (the parameters, the fitted arrays, the labels) and
+``load_model(path)`` reads it back into the estimator, every array checked
+for its shape and for finite values before use; loading runs no code.
+"""
+
+import json
+from typing import Any, TypeVar
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
+
+_FORMAT = "structboost-array-model"
+_VERSION = 1
+_HINT = "write one with the estimator's save_model(path)"
+
+_Self = TypeVar("_Self", bound="ArrayModelFile")
+
+
+class ArrayModelFile:
+    """``save_model`` / ``load_model`` of an estimator whose model is float arrays.
+
+    The estimator declares :attr:`_fitted_arrays`, the fitted attributes that
+    are arrays with their dimensions as names (``"p"``, ``"K"``; equal names
+    must have equal sizes), and may override :meth:`_arrays` and
+    :meth:`_set_arrays` where an attribute is not a plain array.
+    """
+
+    #: Fitted array attribute -> the names of its dimensions.
+    _fitted_arrays: dict[str, tuple[str, ...]] = {}
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        """The fitted arrays by name (:attr:`_fitted_arrays`)."""
+        return {name: np.asarray(getattr(self, name)) for name in self._fitted_arrays}
+
+    def _set_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Set the fitted attributes from checked arrays."""
+        for name, value in arrays.items():
+            setattr(self, name, value)
+
+    def save_model(self, path: Any) -> None:
+        """Write the fitted estimator as one JSON file (replaced whole or not at all).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        """
+        check_is_fitted(self)
+        params = self.get_params(deep=False)  # type: ignore[attr-defined]
+        for name, value in params.items():
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"parameter {name}={value!r} cannot be written to a JSON model file: set it "
+                    "to a number, string or None, or pickle/joblib the estimator."
+                ) from None
+        classes = getattr(self, "classes_", None)
+        body = {
+            "estimator": type(self).__name__,
+            "params": params,
+            "arrays": {name: value.tolist() for name, value in self._arrays().items()},
+            "classes": None if classes is None else encode_labels(classes),
+            "n_iter": int(getattr(self, "n_iter_", 0)),
+        }
+        write_document(path, _FORMAT, _VERSION, body)
+
+    def load_model(self: _Self, path: Any) -> _Self:
+        """Read a file of :meth:`save_model` into this estimator, checked field by field.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            The file is not such a model of this estimator, or a field is damaged.
+        """
+        doc = read_document(path, _FORMAT, _VERSION, _HINT)
+        where = f"{path}"
+        name = field(doc, "estimator", str, where)
+        if name != type(self).__name__:
+            raise ValueError(
+                f"{where} holds a {name}, not a {type(self).__name__}: load it with {name}()."
+            )
+        params = field(doc, "params", dict, where)
+        known = set(self.get_params(deep=False))  # type: ignore[attr-defined]
+        if set(params) != known:
+            raise ValueError(f"{where} is damaged: its parameters are not {sorted(known)}.")
+        arrays = _checked_arrays(field(doc, "arrays", dict, where), self._fitted_arrays, where)
+        classes = doc.get("classes")
+        self.set_params(**params)  # type: ignore[attr-defined]
+        if classes is not None:
+            self.classes_ = decode_labels(classes, where)
+        self._set_arrays(arrays)
+        self.n_iter_ = field(doc, "n_iter", int, where)
+        return self
+
+
+def _checked_arrays(stored, shapes, where):
+    """``{name: float64 array}`` of ``stored``, with the dimensions ``shapes`` declares."""
+    if set(stored) != set(shapes):
+        raise ValueError(f"{where} is damaged: its arrays are not {sorted(shapes)}.")
+    sizes: dict[str, int] = {}
+    arrays = {}
+    for name, dims in shapes.items():
+        try:
+            value = np.asarray(stored[name], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where} is damaged: {name!r} is not an array of numbers.") from None
+        if value.ndim != len(dims) or not np.isfinite(value).all():
+            raise ValueError(
+                f"{where} is damaged: {name!r} must be a finite {len(dims)}-d array; got "
+                f"shape {value.shape}."
+            )
+        for dim, size in zip(dims, value.shape):
+            if sizes.setdefault(dim, size) != size:
+                raise ValueError(
+                    f"{where} is damaged: {name!r} has {size} along {dim!r}, other arrays "
+                    f"{sizes[dim]}."
+                )
+        arrays[name] = value
+    if sizes.get("K", 2) < 2:
+        raise ValueError(f"{where} is damaged: a model needs at least 2 labels.")
+    return arrays
