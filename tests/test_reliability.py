@@ -404,3 +404,29 @@ def test_clear_messages(hmm, booster):
         est.predict_log_likelihood(X, np.where(np.arange(len(y)) == 2, 5, y), lengths=lengths)
     with pytest.raises(ValueError, match="the data has no rows"):
         sb.predict(booster, np.zeros((0, X.shape[1])), lengths=[])
+
+
+class _Interrupt(xgb.callback.TrainingCallback):
+    def __init__(self, error):
+        self.error = error
+
+    def after_iteration(self, model, epoch, evals_log):
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [RuntimeError("mid-fit"), KeyboardInterrupt()])
+def test_a_failed_refit_leaves_the_estimator_as_it_was(hmm, error):
+    X, y, lengths, _ = hmm
+    clf = sb.XGBCRFClassifier(n_estimators=2, max_depth=2).fit(X, y, lengths=lengths,
+                                                               verbose=False)  # fmt: skip
+    before = clf.predict(X, lengths=lengths)
+    booster = clf.booster_
+    wider = np.hstack([X, X])
+    with pytest.raises(type(error)):
+        clf.set_params(callbacks=[_Interrupt(error)]).fit(wider, y, lengths=lengths)
+    assert clf.booster_ is booster and clf.n_features_in_ == X.shape[1]
+    np.testing.assert_array_equal(clf.set_params(callbacks=None).predict(X, lengths=lengths), before)
+    fresh = sb.XGBCRFClassifier(n_estimators=2, callbacks=[_Interrupt(error)])
+    with pytest.raises(type(error)):
+        fresh.fit(X, y, lengths=lengths)
+    assert not [k for k in vars(fresh) if k.endswith("_")]  # still unfitted

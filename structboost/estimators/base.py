@@ -62,6 +62,7 @@
 """
 
 import contextlib
+import functools
 import math
 from typing import Any, NamedTuple, TypeVar
 
@@ -240,6 +241,33 @@ def split_sequences(held_out, lengths, per_row, per_sequence=()):
 
 
 _Self = TypeVar("_Self", bound="BoostedCRFClassifier")
+
+
+def all_or_nothing(fit):
+    """Decorate a ``fit`` so that a failed one leaves the estimator as it was.
+
+    The fitted attributes (names ending in ``_``, scikit-learn's convention)
+    are put back as they were before the call when it raises or is
+    interrupted: a refit that fails never leaves a new feature count beside
+    the old booster, and a first fit that fails leaves an unfitted estimator.
+    """
+
+    @functools.wraps(fit)
+    def guarded(self, *args, **kwargs):
+        before = {k: v for k, v in vars(self).items() if _fitted(k)}
+        try:
+            return fit(self, *args, **kwargs)
+        except BaseException:
+            for name in [k for k in vars(self) if _fitted(k)]:
+                delattr(self, name)
+            vars(self).update(before)
+            raise
+
+    return guarded
+
+
+def _fitted(name):
+    return name.endswith("_") and not name.startswith("_")
 
 
 def keep_params(estimator, arguments):

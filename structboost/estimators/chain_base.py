@@ -23,6 +23,7 @@ from .base import (
     HELD_OUT_NAME,
     BoostedCRFClassifier,
     ChainTransitions,
+    all_or_nothing,
     eval_metrics,
     round_logging,
     split_sequences,
@@ -78,6 +79,7 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
 
     # -- fit --------------------------------------------------------------
     @reports("fit")
+    @all_or_nothing
     def fit(
         self: _Self,
         X: Any,

@@ -25,6 +25,7 @@ from .base import (
     BoostedCRFClassifier,
     ChainTransitions,
     XGBoostTraining,
+    all_or_nothing,
     eval_metrics,
     keep_params,
 )
@@ -139,6 +140,7 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
         codes = _map_rows(y, lambda v: self._encode(v, len(v), self.classes_), np.int64)
         return engine.sequence_dmatrix(self.client, X, codes, groups=groups)
 
+    @all_or_nothing
     def fit(self, X, y, *, groups, eval_set=None, verbose=True):
         """Train on labelled sequences held by the cluster.
 

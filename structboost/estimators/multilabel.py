@@ -44,7 +44,7 @@ from ..engines.model_io import field
 from ..engines.xgboost import booster_from_json
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ._spanning import maximum_spanning_parents
-from .base import BoostedCRFClassifier, keep_params
+from .base import BoostedCRFClassifier, all_or_nothing, keep_params
 from .model_file import ModelFile
 from .tree import TreeCRFClassifier
 
@@ -580,6 +580,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
             "lengths": np.full(n, self.n_labels_),
         }
 
+    @all_or_nothing
     def fit(
         self: _Self,
         X: Any,

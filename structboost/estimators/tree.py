@@ -27,6 +27,7 @@ from .base import (
     HELD_OUT_NAME,
     BoostedCRFClassifier,
     XGBoostTraining,
+    all_or_nothing,
     eval_metrics,
     keep_params,
     round_logging,
@@ -161,6 +162,7 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         weight = None if sample_weight is None else sequence_weights(sample_weight, lengths)
         return tree_dmatrix(X, codes, lengths, parents, edge_types, weight=weight)
 
+    @all_or_nothing
     def fit(
         self: _Self,
         X: Any,
