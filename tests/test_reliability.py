@@ -430,3 +430,14 @@ def test_a_failed_refit_leaves_the_estimator_as_it_was(hmm, error):
     with pytest.raises(type(error)):
         fresh.fit(X, y, lengths=lengths)
     assert not [k for k in vars(fresh) if k.endswith("_")]  # still unfitted
+
+
+def test_a_deep_copy_of_a_lightgbm_estimator_keeps_its_transitions(hmm):
+    import copy
+
+    X, y, lengths, _ = hmm
+    clf = sb.LGBMCRFClassifier(n_estimators=3).fit(X, y, lengths=lengths, verbose=False)
+    twin = copy.deepcopy(clf)
+    assert twin.booster_ is not clf.booster_
+    np.testing.assert_array_equal(twin.predict(X, lengths=lengths), clf.predict(X, lengths=lengths))
+    np.testing.assert_array_equal(twin.transitions_.transitions, clf.transitions_.transitions)

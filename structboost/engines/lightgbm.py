@@ -15,6 +15,7 @@ stopping; :func:`kept_rounds` and the recorded history give the transitions
 of exactly the rounds the booster keeps.
 """
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -108,6 +109,15 @@ def load_state(booster):
     """The ``(num_labels, mode, TransitionParams)`` of the rounds the booster keeps."""
     history = _history(booster)
     return history.num_labels, history.mode, history.for_rounds(kept_rounds(booster))
+
+
+def copy_booster(booster, memo=None):
+    """A deep copy of ``booster`` with the transitions kept on it (LightGBM's copies drop them)."""
+    twin = copy.deepcopy(booster, memo)
+    history = getattr(booster, STATE_KEY, None)
+    if history is not None:
+        setattr(twin, STATE_KEY, copy.deepcopy(history, memo))
+    return twin
 
 
 def booster_margins(booster, data):

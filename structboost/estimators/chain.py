@@ -52,6 +52,7 @@ arrays or of per-sequence lists of feature dicts (vectorised once by a
 ``(n_i, K)`` arrays.
 """
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -506,3 +507,18 @@ class LGBMCRFClassifier(_CRFClassifier):
 
     def _gain_importance(self):
         return self.booster_.feature_importance(importance_type="gain")
+
+    def __deepcopy__(self, memo):
+        """A deep copy whose booster keeps its transitions.
+
+        ``lightgbm.Booster.__deepcopy__`` copies the model text only, which
+        holds none of the attributes structboost keeps on the booster.
+        """
+        from ..engines.lightgbm import copy_booster
+
+        twin = type(self).__new__(type(self))
+        memo[id(self)] = twin
+        for name, value in vars(self).items():
+            copied = copy_booster(value, memo) if name == "booster_" else copy.deepcopy(value, memo)
+            setattr(twin, name, copied)
+        return twin
