@@ -432,10 +432,12 @@ def test_a_failed_refit_leaves_the_estimator_as_it_was(hmm, error):
     assert not [k for k in vars(fresh) if k.endswith("_")]  # still unfitted
 
 
-def test_a_deep_copy_of_a_lightgbm_estimator_keeps_its_transitions(hmm):
+def test_a_deep_copy_of_a_lightgbm_estimator_keeps_its_transitions():
     import copy
 
-    X, y, lengths, _ = hmm
+    from structboost.datasets import make_hmm_sequences
+
+    X, y, lengths = make_hmm_sequences(30, random_state=0)
     clf = sb.LGBMCRFClassifier(n_estimators=3).fit(X, y, lengths=lengths, verbose=False)
     twin = copy.deepcopy(clf)
     assert twin.booster_ is not clf.booster_
