@@ -202,6 +202,17 @@ def resolve_lengths(n_rows, *, groups=None, lengths=None):
     return check_lengths(lengths, n_rows)
 
 
+def weighted_total(weights, values):
+    """``weights @ values`` over sequences, without BLAS: ``(m,)`` by ``(m, ...)``.
+
+    A round sums per-sequence values over tens of thousands of sequences;
+    BLAS would run such a product on its own thread pool (and spin there)
+    beside numba's and the engine's threads. ``np.einsum`` without
+    ``optimize`` runs it on the calling thread.
+    """
+    return np.einsum("s,s...->...", weights, values)
+
+
 def sequence_weights(row_weight, lengths):
     """One weight per sequence from per-row weights that are constant within each.
 

@@ -35,7 +35,7 @@ import numpy as np
 from .. import _config
 from .._typing import Floats
 from ..inference.chain import label_node_scores, node_softmax
-from ..sequences import sequence_blocks
+from ..sequences import sequence_blocks, weighted_total
 from ..transitions.base import CURVATURE, VALUE, identity
 from ..transitions.chain import FIRST_NEED, refit
 from ..transitions.lbfgs import LBFGSMemory
@@ -135,8 +135,8 @@ def label_score(margins, batch):
     (:func:`~structboost.inference.chain.label_node_scores`); a round sums
     it once for its NLL check and the adaptive step's secant.
     """
-    scores = label_node_scores(margins, batch.offsets, batch.labels)
-    return float(np.einsum("s,s->", batch.seq_weight, scores))  # no BLAS threads
+    return float(weighted_total(batch.seq_weight,
+                                label_node_scores(margins, batch.offsets, batch.labels)))
 
 
 def row_blocks(offsets, shape):
@@ -557,11 +557,11 @@ class NodeObjective:
             if callable(metric):
                 return metric_name(metric), self._callable_metric(metric, margins, batch)
             if metric == "crf-nll":
-                ratio = (w @ self.sequence_nll(margins, batch), w.sum())
+                ratio = (weighted_total(w, self.sequence_nll(margins, batch)), w.sum())
             elif metric == "crf-error":
                 wrong = (self.decode(margins, batch) != batch.labels).astype(np.float64)
                 per_seq = np.add.reduceat(wrong, batch.offsets[:-1]) if len(w) else w
-                ratio = (w @ per_seq, w @ batch.lengths)
+                ratio = (weighted_total(w, per_seq), weighted_total(w, batch.lengths))
             else:
                 ObjectiveSpec(metric=metric)  # raises, naming the choices
         numerator, denominator = self.allreduce(np.array(ratio, dtype=np.float64))

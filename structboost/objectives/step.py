@@ -40,6 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _config
+from ..sequences import weighted_total
 from ._kernels import step_sums
 
 #: Largest factor by which the scale may shrink in one round.
@@ -109,7 +110,7 @@ class SecantScale:
         and ``node``, the weighted sum of the labels' node scores (the
         round computes it once, see :func:`~.base.label_score`).
         """
-        return float(np.einsum("s,s->", batch.seq_weight, log_z)) - node  # no BLAS threads
+        return float(weighted_total(batch.seq_weight, log_z)) - node
 
     def update(self, margins, nll, allreduce):
         """Fit the scale to the step from the last round's margins to ``margins``.

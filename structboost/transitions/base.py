@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..sequences import weighted_total
 from .lbfgs import LBFGSMemory, minimize
 
 #: What an evaluation computes; each level includes the ones before it.
@@ -209,7 +210,7 @@ class PenalisedProblem:
     def _local_value(self, x, need=VALUE, rates=False):
         """This worker's data term of ``f`` at free parameters ``x`` (no penalty), and its sums."""
         ev = self.evaluate(self._params(x), need, rates)
-        return self.seq_weight @ ev.log_z - self._free_part(self.counts) @ x, ev
+        return weighted_total(self.seq_weight, ev.log_z) - self._free_part(self.counts) @ x, ev
 
     def value(self, x):
         """Penalised NLL at free parameters ``x``, up to the constant node-score term."""

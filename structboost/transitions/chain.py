@@ -38,7 +38,7 @@ import numpy as np
 from .. import _config
 from .._typing import Floats
 from ..inference.chain import Workspace, posterior
-from ..sequences import offsets_from_lengths, sequence_blocks
+from ..sequences import offsets_from_lengths, sequence_blocks, weighted_total
 from .. import majorize
 from .base import CURVATURE, GRADIENT, VALUE, Evaluation, PenalisedProblem, identity
 
@@ -107,16 +107,6 @@ class TransitionParams:
             np.ascontiguousarray(d["start"], dtype=np.float64),
             np.ascontiguousarray(d["end"], dtype=np.float64),
         )
-
-
-def _weighted(w, rows):
-    """``w @ rows`` for ``w (m,)`` and ``rows (m, K)`` without BLAS.
-
-    BLAS would thread (and spin) over a round's sequences beside numba's and
-    the engine's threads; the objective leaves the process's BLAS settings
-    alone instead.
-    """
-    return np.einsum("s,sk->k", w, rows)
 
 
 def observed_counts(labels, offsets, seq_weight, num_labels):
@@ -392,17 +382,17 @@ class TransitionProblem(PenalisedProblem):
             marg = post.edge_total  # (summed by the sweep when its pass was asked to)
             if marg is None:
                 marg, _ = post.edge_sums(block.edges, block.edge_weight)
-            return np.concatenate((marg.ravel(), _weighted(w, p_first), _weighted(w, p_last))), None
+            return np.concatenate((marg.ravel(), weighted_total(w, p_first), weighted_total(w, p_last))), None
         marg, curv = post.edge_sums(
             block.edges, block.edge_weight, block.edge_weight * post.edge_gamma()[block.edges]
         )
         node_gamma = post.node_gamma("mixing")
-        expected = np.concatenate((marg.ravel(), _weighted(w, p_first), _weighted(w, p_last)))
+        expected = np.concatenate((marg.ravel(), weighted_total(w, p_first), weighted_total(w, p_last)))
         curvature = np.concatenate(
             (
                 curv.ravel(),
-                _weighted(w * node_gamma[first], p_first * (1.0 - p_first)),
-                _weighted(w * node_gamma[last], p_last * (1.0 - p_last)),
+                weighted_total(w * node_gamma[first], p_first * (1.0 - p_first)),
+                weighted_total(w * node_gamma[last], p_last * (1.0 - p_last)),
             )
         )
         return expected, curvature
@@ -436,7 +426,7 @@ class TransitionProblem(PenalisedProblem):
             )  # fmt: skip
             if self.free is not None:
                 mu, sigma = mu[self.free], sigma.take(self.free)
-            bound = majorize.QuadraticBound(x, float(self.seq_weight @ log_z), mu, sigma)
+            bound = majorize.QuadraticBound(x, float(weighted_total(self.seq_weight, log_z)), mu, sigma)
         else:  # one allreduce carries every term of the bound
             size = self.counts.shape[0]
             log_z, mu, sigma = 0.0, np.zeros(size), np.zeros((size, size))
@@ -446,7 +436,7 @@ class TransitionProblem(PenalisedProblem):
                     block.unary, np.diff(block.offsets), params.transitions, params.start,
                     params.end, weights=block.seq_weight,
                 )  # fmt: skip
-                log_z, mu, sigma = log_z + float(block.seq_weight @ z), mu + m, sigma + s
+                log_z, mu, sigma = log_z + float(weighted_total(block.seq_weight, z)), mu + m, sigma + s
             if self.free is not None:
                 mu, sigma = mu[self.free], sigma[np.ix_(self.free, self.free)]
             d = x.shape[0]

@@ -78,6 +78,7 @@ pass, and a rise along the transition step clears its pairs first.
 
 import numpy as np
 
+from ..sequences import weighted_total
 from .base import CURVATURE, GRADIENT
 
 #: Solvers whose rounds can take their step from their own pass
@@ -221,7 +222,7 @@ class OneStep:
         nll = np.nan
         if node_score is not None:
             path = problem._free_part(problem.counts) @ x
-            nll = problem.seq_weight @ ev.log_z - path - node_score
+            nll = weighted_total(problem.seq_weight, ev.log_z) - path - node_score
         parts = [[nll], problem._free_part(ev.expected - problem.counts)]
         if self.need >= CURVATURE:
             parts.append(problem._free_part(ev.curvature))
