@@ -15,9 +15,9 @@ user sets it); where it finds none they are compiled in each process
 writes to the environment.
 
 :func:`threads` sets numba's thread count for one call: batches below
-``SERIAL_ROWS`` rows run the serial kernels on the calling thread (no thread
-pool is woken for a 10-sequence fit), larger ones the ``prange`` kernels on
-``nthread`` threads (numba's default when None).
+``SERIAL_ROWS`` rows, or any batch on one thread, run the serial kernels on
+the calling thread (no thread pool is started), larger ones the ``prange``
+kernels on ``nthread`` threads (numba's default when None).
 
 Threads of the estimators: :func:`resolve_n_jobs` turns ``n_jobs`` into one
 count, decided once per fit and given to the engine and the kernels alike,
@@ -131,8 +131,15 @@ def resolve_n_jobs(n_jobs):
 
 
 def parallel(n_rows):
-    """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels."""
-    return n_rows >= SERIAL_ROWS
+    """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels.
+
+    Batches of :data:`SERIAL_ROWS` rows or more, on more than one of numba's
+    threads (the calling thread's count, :func:`threads`). On one thread the
+    serial kernels run and numba's threading layer is never started: a
+    process forked afterwards (``multiprocessing``, a pre-forking server)
+    can use structboost, which numba's OpenMP layer refuses once it ran.
+    """
+    return n_rows >= SERIAL_ROWS and numba.get_num_threads() > 1
 
 
 @contextlib.contextmanager

@@ -104,3 +104,32 @@ def test_fits_predictions_and_saves_leave_the_process_as_they_found_it(tmp_path)
     lines = done.stdout.strip().splitlines()
     assert lines[-2] == "changed: {}"
     assert lines[-1] == "mode: 0o640"  # 0o666 less the process's umask, never changed to read it
+
+
+FORK = r"""
+import multiprocessing
+import structboost as sb
+from structboost.datasets import make_hmm_sequences
+
+X, y, lengths = make_hmm_sequences(1000, length=(9, 12), random_state=0)  # above SERIAL_ROWS
+clf = sb.XGBCRFClassifier(n_estimators=2, max_depth=2).fit(X, y, lengths=lengths, verbose=False)
+expected = clf.predict(X, lengths=lengths).tolist()
+
+def child(queue):
+    queue.put(clf.predict(X, lengths=lengths).tolist() == expected)
+
+context = multiprocessing.get_context("fork")
+queue = context.Queue()
+process = context.Process(target=child, args=(queue,))
+process.start()
+process.join(120)
+print("child:", process.exitcode, queue.get(timeout=10) if process.exitcode == 0 else None)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks")
+def test_a_forked_child_predicts_after_the_parent_fitted_and_predicted_large_batches(tmp_path):
+    done = subprocess.run([sys.executable, "-c", FORK], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "child: 0 True"
