@@ -443,3 +443,44 @@ def test_a_deep_copy_of_a_lightgbm_estimator_keeps_its_transitions():
     assert twin.booster_ is not clf.booster_
     np.testing.assert_array_equal(twin.predict(X, lengths=lengths), clf.predict(X, lengths=lengths))
     np.testing.assert_array_equal(np.asarray(twin.transitions_), np.asarray(clf.transitions_))
+
+
+def _round_trip(clf, X, lengths, tmp_path):
+    clf.save_model(tmp_path / "m.json")
+    back = type(clf)().load_model(tmp_path / "m.json")
+    np.testing.assert_array_equal(back.predict(X, lengths=lengths), clf.predict(X, lengths=lengths))
+    return back
+
+
+def test_labels_at_the_top_of_uint64_round_trip(tmp_path):
+    from structboost.datasets import make_hmm_sequences
+
+    X, y, lengths = make_hmm_sequences(20, random_state=0)
+    labels = np.array([7, 2**63 + 5, 2**64 - 1], dtype=np.uint64)[y]
+    clf = sb.XGBCRFClassifier(n_estimators=2).fit(X, labels, lengths=lengths, verbose=False)
+    assert _round_trip(clf, X, lengths, tmp_path).classes_.dtype == np.uint64
+
+
+def test_a_refit_on_arrays_after_feature_dicts_saves_the_arrays_model(tmp_path):
+    from structboost.datasets import make_hmm_sequences
+
+    X, y, lengths = make_hmm_sequences(20, length=(3, 3), random_state=0)
+    words = [[{"w": str(round(v, 1))} for v in X[i:i + 3, 0]] for i in range(0, len(X), 3)]
+    tags = [list(np.array(["a", "b", "c"])[y[i:i + 3]]) for i in range(0, len(X), 3)]
+    clf = sb.XGBCRFClassifier(n_estimators=2).fit(words, tags, verbose=False)
+    clf.fit(X, np.array(["a", "b", "c"])[y], lengths=lengths, verbose=False)
+    assert clf.vectorizer_ is None
+    _round_trip(clf, X, lengths, tmp_path)
+
+
+def test_parameters_set_after_fit_are_not_saved_as_the_models(tmp_path):
+    from structboost.datasets import make_hmm_sequences
+
+    X, y, lengths = make_hmm_sequences(20, random_state=0)
+    clf = sb.XGBCRFClassifier(n_estimators=2, max_depth=2).fit(X, y, lengths=lengths,
+                                                               verbose=False)  # fmt: skip
+    clf.set_params(max_depth=5)
+    with pytest.raises(ValueError, match=r"\['max_depth'\] were set after fit"):
+        clf.save_model(tmp_path / "m.json")
+    clf.set_params(max_depth=2)
+    _round_trip(_round_trip(clf, X, lengths, tmp_path), X, lengths, tmp_path)  # a load saves too

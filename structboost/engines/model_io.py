@@ -121,7 +121,11 @@ def decode_labels(doc, where):
         for v in values
     ):
         raise ValueError(f"{where} is damaged: labels must be a list of {dtype} values.")
-    if dtype == "int" and values and not -(2**63) <= min(values) <= max(values) < 2**63:
+    if dtype == "int" and values and max(values) >= 2**63:  # uint64 labels
+        if not 0 <= min(values) <= max(values) < 2**64:
+            raise ValueError(f"{where} is damaged: an int label is beyond 64 bits.")
+        dtypes["int"] = np.uint64
+    elif dtype == "int" and values and min(values) < -(2**63):
         raise ValueError(f"{where} is damaged: an int label is beyond 64 bits.")
     labels = np.asarray(values, dtype=dtypes[dtype])
     if labels.size < 2 or not np.array_equal(np.unique(labels), labels):

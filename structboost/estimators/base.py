@@ -250,24 +250,51 @@ def all_or_nothing(fit):
     are put back as they were before the call when it raises or is
     interrupted: a refit that fails never leaves a new feature count beside
     the old booster, and a first fit that fails leaves an unfitted estimator.
+    A fit that succeeds records the parameters it trained with
+    (:func:`changed_params` compares them with the current ones).
     """
 
     @functools.wraps(fit)
     def guarded(self, *args, **kwargs):
         before = {k: v for k, v in vars(self).items() if _fitted(k)}
         try:
-            return fit(self, *args, **kwargs)
+            fitted = fit(self, *args, **kwargs)
         except BaseException:
             for name in [k for k in vars(self) if _fitted(k)]:
                 delattr(self, name)
             vars(self).update(before)
             raise
+        self._params_at_fit_ = self.get_params(deep=False)
+        return fitted
 
     return guarded
 
 
 def _fitted(name):
-    return name.endswith("_") and not name.startswith("_")
+    return name.endswith("_") and not name.startswith("__")
+
+
+#: Parameters that do not describe the trained model: set after fit, they may be saved.
+_NOT_THE_MODEL = ("callbacks", "n_jobs")
+
+
+def changed_params(estimator):
+    """Names of the model's parameters set since the estimator was fitted or loaded (sorted)."""
+    before = getattr(estimator, "_params_at_fit_", None)
+    if before is None:
+        return []
+    now = estimator.get_params(deep=False)
+    return sorted(name for name in set(before) | set(now) if name not in _NOT_THE_MODEL
+                  and not _same(before.get(name), now.get(name)))  # fmt: skip
+
+
+def _same(a, b):
+    if a is b:
+        return True
+    try:
+        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else bool(a == b)
+    except (TypeError, ValueError):
+        return False
 
 
 def keep_params(estimator, arguments):

@@ -361,6 +361,8 @@ class ListInputs:
                 f"([{where}]) or call predict_single for one."
             )
         if kind(X) is None:
+            if reset:
+                self.vectorizer_ = None  # a refit on arrays forgets an earlier fit's dicts
             return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
         if groups is not None or lengths is not None:
             raise ValueError(

@@ -20,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
 from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
+from .base import changed_params
 from .inputs import vectorizer_document, vectorizer_from_document
 
 _FILE_FORMAT = "structboost-crf-classifier"
@@ -68,6 +69,13 @@ class ModelFile:
                     f"parameter {name}={value!r} cannot be written to a JSON model file: set it "
                     "to a number, string, list or dict, or pickle/joblib the estimator."
                 ) from None
+        changed = changed_params(self)
+        if changed:
+            raise ValueError(
+                f"the parameters {changed} were set after fit: the model was not trained with "
+                "them, so the file would describe another model. Fit again, or set them back "
+                "before saving."
+            )
         return params
 
     def to_document(
@@ -281,6 +289,7 @@ class ModelFile:
             staged.base_model_ = None
         if best_score is not None:
             staged.best_score_ = float(best_score)
+        staged._params_at_fit_ = staged.get_params(deep=False)
         self.__dict__.clear()
         self.__dict__.update(staged.__dict__)
         return self

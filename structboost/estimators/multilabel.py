@@ -740,6 +740,7 @@ class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
                 f"its labels 0/1 and its {n_features} + {n_labels} node features."
             )
         staged._adopt_crf(crf)
+        staged._params_at_fit_ = staged.get_params(deep=False)
         self.__dict__.clear()
         self.__dict__.update(staged.__dict__)
         return self
