@@ -202,6 +202,30 @@ class Stopping(NamedTuple):
     held_out: np.ndarray | None
 
 
+class LabelledRows(NamedTuple):
+    """Labelled sequences as a chain estimator hands them to its engine.
+
+    Attributes
+    ----------
+    X : (n, d) array, sparse matrix or DataFrame
+        The engine's features, one row per position.
+    codes : (n,) int64 ndarray
+        Label indices into ``classes_``.
+    lengths : (m,) int64 ndarray
+        Rows per sequence.
+    seq_weight : (m,) float64 ndarray or None
+        One weight per sequence.
+    base_margin : (n, K) float64 ndarray or None
+        Node scores to boost from (a base model's).
+    """
+
+    X: Any
+    codes: np.ndarray
+    lengths: np.ndarray
+    seq_weight: np.ndarray | None
+    base_margin: np.ndarray | None
+
+
 def _take_rows(X, rows):
     """Rows ``rows`` (int array) of an array, sparse matrix or DataFrame (None stays None)."""
     if X is None:

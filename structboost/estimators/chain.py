@@ -68,7 +68,7 @@ from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from .._extras import require
 from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
 from .checks import LIGHTGBM
-from .base import XGBoostTraining, evaluate_metrics, keep_params
+from .base import LabelledRows, XGBoostTraining, evaluate_metrics, keep_params
 from .chain_base import _CRFClassifier
 
 
@@ -284,13 +284,16 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     def _engine_data(self, X):
         return self._transitions.engine_data(self, X)
 
-    def _dmatrix(
-        self, X, labels=None, lengths=None, seq_weight=None, base_margin=None, num_labels=None
-    ):
-        """Training or evaluation DMatrix (edge rows of ``num_labels`` labels when boosted)."""
+    def _dmatrix(self, X, rows=None, num_labels=None):
+        """A DMatrix of features ``X``, or of labelled ``rows`` (LabelledRows) to train on.
+
+        Edge rows of ``num_labels`` labels when the transitions are boosted.
+        """
         names = getattr(self, "feature_names_in_", None)
+        if rows is None:
+            rows = LabelledRows(X, None, None, None, None)
         return self._transitions.dmatrix(
-            X, labels, lengths, seq_weight, base_margin, num_labels,
+            rows.X, rows.codes, rows.lengths, rows.seq_weight, rows.base_margin, num_labels,
             feature_names=None if names is None else list(names), engine=self._engine_kwargs(),
             threads=self._threads(),
         )  # fmt: skip
@@ -306,8 +309,8 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             max_depth=self.max_depth,
             **self._engine_params(),
         )
-        dvalid = [self._dmatrix(*e, num_labels=n_classes) for e in evals]
-        dtrain = self._dmatrix(*train, num_labels=n_classes)
+        dvalid = [self._dmatrix(None, e, n_classes) for e in evals]
+        dtrain = self._dmatrix(None, train, n_classes)
         return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics, stopping)
 
     def _load_state(self):
@@ -432,7 +435,6 @@ class LGBMCRFClassifier(_CRFClassifier):
 
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
 
-        X, y, lengths, seq_weight, init_score = train
         obj = lgb_crf_objective(n_classes, spec)
         self._start_transitions(obj)
         params = lgb_params(
@@ -443,14 +445,11 @@ class LGBMCRFClassifier(_CRFClassifier):
             num_leaves=self.num_leaves,
             **self._engine_params(),
         )
-        train_set = lgb.Dataset(
-            X, label=y, weight=self._row_weights(seq_weight, lengths), group=lengths,
-            init_score=init_score,
+        train_set, *valid_sets = (
+            lgb.Dataset(r.X, label=r.codes, weight=self._row_weights(r.seq_weight, r.lengths),
+                        group=r.lengths, init_score=r.base_margin)
+            for r in (train, *evals)
         )  # fmt: skip
-        valid_sets = [
-            lgb.Dataset(Xe, label=ye, weight=self._row_weights(we, le), group=le, init_score=ie)
-            for Xe, ye, le, we, ie in evals
-        ]
         evals_result = {}
         callbacks = [obj.callback(), *(self.callbacks or ()), lgb.record_evaluation(evals_result)]
         if verbose:
@@ -474,7 +473,7 @@ class LGBMCRFClassifier(_CRFClassifier):
             if "num_features()) > (0)" not in str(err):
                 raise
             raise ValueError(
-                f"LightGBM found no usable feature in {X.shape[0]} rows: every feature is "
+                f"LightGBM found no usable feature in {train.X.shape[0]} rows: every feature is "
                 "constant or cannot split off min_child_samples rows (default 20) on each "
                 "side. Lower min_child_samples or train on more rows."
             ) from err

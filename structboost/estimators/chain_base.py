@@ -22,6 +22,7 @@ from ..objectives.constraints import resolve as resolve_constraints
 from .base import (
     HELD_OUT_NAME,
     BoostedCRFClassifier,
+    LabelledRows,
     ChainTransitions,
     all_or_nothing,
     eval_metrics,
@@ -187,12 +188,13 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             self.base_model_ = clone(self.base_model).fit(
                 inputs, codes, lengths, sample_weight=seq_weight
             )
-        train = (X, codes, lengths, seq_weight, self._base_margin(X, base_X, len(classes)))
+        train = LabelledRows(X, codes, lengths, seq_weight,
+                             self._base_margin(X, base_X, len(classes)))  # fmt: skip
         evals, names = self._eval_data(eval_set, classes, base_X)
         if stopping.held_out is not None:
             lengths_h, Xh, codes_h, base_h, weight_h = held
             margin_h = self._base_margin(Xh, base_h, len(classes))
-            evals.append((Xh, codes_h, lengths_h, weight_h, margin_h))
+            evals.append(LabelledRows(Xh, codes_h, lengths_h, weight_h, margin_h))
             names.append(HELD_OUT_NAME)
         return self._train(train, evals, spec, len(classes), verbose, names, metrics, stopping)
 

@@ -398,10 +398,10 @@ class ChainInputs(ListInputs):
 
         Returns
         -------
-        evals : list of tuple
-            ``(X, codes (n,), lengths (m,), seq_weight (m,) or None, base margin (n, K) or None)``.
+        evals : list of LabelledRows
         names : list of str
         """
+        from .base import LabelledRows
 
         def convert(entry, where):
             if base_X is not None and entry["base_X"] is None and self.base_model is not None:
@@ -411,6 +411,7 @@ class ChainInputs(ListInputs):
                 )
             X, lengths, codes = self._eval_rows(entry, where, classes)
             weights = self._sequence_weights(entry["sample_weight"], lengths)
-            return X, codes, lengths, weights, self._base_margin(X, entry["base_X"], len(classes))
+            margin = self._base_margin(X, entry["base_X"], len(classes))
+            return LabelledRows(X, codes, lengths, weights, margin)
 
         return self._eval_set(eval_set, convert)
