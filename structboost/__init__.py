@@ -19,41 +19,52 @@ per row are the CRF node potentials. Three doors:
 
 import logging
 
-from ._extras import require_xgboost
-
-require_xgboost()  # before the imports below need it
-
 from . import _compile_log, inference
+from ._extras import installed, require_xgboost
 from .engines.predict import predict, predict_marginals, sequence_log_likelihood
-from .engines.xgboost import crf_objective, xgb_params
-from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
-from .estimators.crfsuite import LGBMSequenceCRF, XGBSequenceCRF
 from .estimators.latent import LatentLogLinearClassifier
+from .estimators.lgbm import LGBMCRFClassifier, LGBMSequenceCRF
 from .estimators.linear import LinearChainCRF
-from .estimators.multilabel import ESSTreeCRFClassifier
-from .estimators.tree import TreeCRFClassifier
 from .objectives.constraints import allowed_transitions
 from ._version import __version__
+
+#: The names that need XGBoost: imported with the package where XGBoost is
+#: installed; elsewhere using one raises ImportError with the install command.
+_XGBOOST_NAMES = (
+    "ESSTreeCRFClassifier", "TreeCRFClassifier", "XGBCRFClassifier", "XGBSequenceCRF",
+    "crf_objective", "xgb_params",
+)  # fmt: skip
+if installed("xgboost"):
+    from .engines.xgboost import crf_objective, xgb_params
+    from .estimators.chain import XGBCRFClassifier, XGBSequenceCRF
+    from .estimators.multilabel import ESSTreeCRFClassifier
+    from .estimators.tree import TreeCRFClassifier
+
+
+def __getattr__(name):
+    if name in _XGBOOST_NAMES:
+        require_xgboost()
+    raise AttributeError(f"module 'structboost' has no attribute {name!r}")
+
 
 # A library logs and lets the application decide: silent unless configured
 # (the ``structboost`` command logs at INFO).
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
-__all__ = [
-    "ESSTreeCRFClassifier",
-    "LGBMCRFClassifier",
-    "LGBMSequenceCRF",
-    "LatentLogLinearClassifier",
-    "LinearChainCRF",
-    "TreeCRFClassifier",
-    "XGBCRFClassifier",
-    "XGBSequenceCRF",
-    "__version__",
-    "allowed_transitions",
-    "crf_objective",
-    "inference",
-    "predict",
-    "predict_marginals",
-    "sequence_log_likelihood",
-    "xgb_params",
-]
+__all__ = sorted(
+    name
+    for name in (
+        "LGBMCRFClassifier",
+        "LGBMSequenceCRF",
+        "LatentLogLinearClassifier",
+        "LinearChainCRF",
+        "__version__",
+        "allowed_transitions",
+        "inference",
+        "predict",
+        "predict_marginals",
+        "sequence_log_likelihood",
+        *_XGBOOST_NAMES,
+    )
+    if name in globals()
+)

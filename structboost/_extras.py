@@ -24,6 +24,14 @@ def require(module, extra, what):
         )
 
 
+def installed(module):
+    """Whether ``module`` can be imported (an import hook that refuses it counts as not)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
 def require_xgboost():
     """Raise ``ImportError`` naming both XGBoost extras when XGBoost is missing.
 
@@ -31,7 +39,7 @@ def require_xgboost():
     (``xgboost-cpu``, without NCCL) can stand in for the full one; either
     provides ``import xgboost``.
     """
-    if importlib.util.find_spec("xgboost") is None:
+    if not installed("xgboost"):
         raise ImportError(
             f'structboost needs XGBoost, which is not installed: pip install "{DISTRIBUTION}'
             f'[xgboost]", or "{DISTRIBUTION}[xgboost-cpu]" for the CPU-only wheel (no GPU '

@@ -233,7 +233,8 @@ def _hessian_bound(text):
 
 def train(args):
     """Fit a :class:`~structboost.tagging.ChunkTagger` on a token file and save it."""
-    from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+    from .estimators.chain import XGBCRFClassifier
+    from .estimators.lgbm import LGBMCRFClassifier
     from .text.lexical import TokenFeatures
     from .tagging import ChunkTagger
 

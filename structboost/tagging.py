@@ -26,7 +26,8 @@ from .datasets import convert_tags
 from .text.lexical import TokenFeatures
 from .metrics import span_prf, span_report
 from .engines.model_io import field, read_document, write_document
-from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from .estimators.chain import XGBCRFClassifier
+from .estimators.lgbm import LGBMCRFClassifier
 
 __all__ = ["ChunkTagger", "load_tagger"]
 

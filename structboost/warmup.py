@@ -21,7 +21,8 @@ from .datasets import make_hmm_sequences
 from .engines.predict import predict, predict_marginals, predict_tree, sequence_log_likelihood
 from .engines.xgboost import crf_objective, xgb_params
 from .engines.xgboost_tree import tree_crf_objective, tree_dmatrix
-from .estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from .estimators.chain import XGBCRFClassifier
+from .estimators.lgbm import LGBMCRFClassifier
 from .objectives.params import MODES, SOLVERS
 from .text.lexical import TokenFeatures
 

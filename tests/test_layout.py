@@ -284,3 +284,41 @@ def test_the_layout_page_gives_every_module_its_responsibility(path):
         return  # the folder's own line describes it
     words = re.findall(r"[\w.]+\.py", sections[folder])
     assert rel.name in words, f"docs/layout.md does not list {rel} under {folder or 'the top'}"
+
+
+def test_without_xgboost_the_lightgbm_estimators_import_and_fit():
+    """``pip install structboost-crf`` (no extra) brings LightGBM but not XGBoost."""
+    code = """
+import sys
+
+class NoXGBoost:
+    def find_spec(self, name, path=None, target=None):
+        if name == "xgboost" or name.startswith("xgboost."):
+            raise ImportError("xgboost is blocked")
+        return None
+
+sys.meta_path.insert(0, NoXGBoost())
+from structboost import *
+import structboost
+from structboost.datasets import make_hmm_sequences
+
+X, y, lengths = make_hmm_sequences(40, random_state=0)
+clf = LGBMCRFClassifier(n_estimators=3, min_child_samples=5).fit(X, y, lengths=lengths)
+assert (clf.predict(X, lengths=lengths) >= 0).all()
+assert "xgboost" not in sys.modules
+assert "XGBCRFClassifier" not in structboost.__all__
+try:
+    structboost.XGBCRFClassifier
+except ImportError as err:
+    print("refused:", err)
+try:
+    from structboost.cli import main
+    main(["--help"])
+except SystemExit as done:
+    print("help:", done.code)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert 'refused: structboost needs XGBoost' in out.stdout and "[xgboost]" in out.stdout
+    assert "help: 0" in out.stdout

@@ -112,10 +112,9 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
     labels : (n,) array or None
         The labels stored in the data object, if any.
     """
-    import xgboost as xgb
-
-    lgb = sys.modules.get("lightgbm")  # a LightGBM booster implies lightgbm is imported
-    if isinstance(model, xgb.Booster):
+    # a booster of either engine implies that engine is imported
+    xgb, lgb = sys.modules.get("xgboost"), sys.modules.get("lightgbm")
+    if xgb is not None and isinstance(model, xgb.Booster):
         inputs = _xgboost_inputs(model, data, groups, lengths)
     elif lgb is not None and isinstance(model, lgb.Booster):
         inputs = _lightgbm_inputs(model, data, groups, lengths)

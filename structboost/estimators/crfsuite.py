@@ -1,6 +1,7 @@
 """sklearn-crfsuite's dialect: one sample is one sequence.
 
-:class:`XGBSequenceCRF` and :class:`LGBMSequenceCRF` are the chain
+:class:`~structboost.XGBSequenceCRF` and :class:`~structboost.LGBMSequenceCRF`
+(defined beside their row-dialect estimators, with :class:`SequenceSamples`) are the chain
 estimators for code written against ``sklearn_crfsuite.CRF``: ``X`` is a
 list of sequences (each a list of feature dicts, or a 2-D array), ``y`` a
 list of label lists, ``predict`` returns a list of label lists and
@@ -28,10 +29,9 @@ sequences whole.
 """
 
 from .inputs import kind
-from .chain import LGBMCRFClassifier, XGBCRFClassifier
 
 
-class _SequenceSamples:
+class SequenceSamples:
     """Mixin of the sequence-level estimators: lists of sequences only, no classifier tag."""
 
     def __sklearn_tags__(self):
@@ -42,11 +42,11 @@ class _SequenceSamples:
 
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
         if kind(X) is None:
-            flat = XGBCRFClassifier if isinstance(self, XGBCRFClassifier) else LGBMCRFClassifier
+            flat = type(self).__name__.replace("SequenceCRF", "CRFClassifier")
             raise ValueError(
                 f"{type(self).__name__} takes {where} as a list of sequences, each a list of "
                 "feature dicts or a 2-D array (sklearn-crfsuite's input); for one row per "
-                f"token with groups=/lengths=, use {flat.__name__}."
+                f"token with groups=/lengths=, use {flat}."
             )
         return super()._check_X(X, groups, lengths, reset=reset, where=where)
 
@@ -68,7 +68,7 @@ class _SequenceSamples:
         return {(a, b): float(table.loc[a, b]) for a in table.index for b in table.columns}
 
 
-_DOC = """Chain-CRF sequence labeller on {engine} with sklearn-crfsuite's interface.
+SEQUENCE_DOC = """Chain-CRF sequence labeller on {engine} with sklearn-crfsuite's interface.
 
     One sample is one sequence: ``fit(X, y)`` takes a list of sequences
     (each a list of feature dicts, vectorised once by a ``DictVectorizer``
@@ -84,11 +84,3 @@ _DOC = """Chain-CRF sequence labeller on {engine} with sklearn-crfsuite's interf
     :class:`structboost.{base}`; ``eval_set`` entries are ``(X, y)`` tuples
     of such lists.
 """
-
-
-class XGBSequenceCRF(_SequenceSamples, XGBCRFClassifier):
-    __doc__ = _DOC.format(engine="XGBoost", base="XGBCRFClassifier")
-
-
-class LGBMSequenceCRF(_SequenceSamples, LGBMCRFClassifier):
-    __doc__ = _DOC.format(engine="LightGBM", base="LGBMCRFClassifier")

@@ -24,11 +24,11 @@ from ..objectives.params import DEFAULTS, fill_doc
 from .base import (
     BoostedCRFClassifier,
     ChainTransitions,
-    XGBoostTraining,
     all_or_nothing,
     eval_metrics,
     keep_params,
 )
+from .xgboost_training import XGBoostTraining
 from .model_file import ModelFile
 
 

@@ -26,13 +26,13 @@ from ..transitions.tree import TreeTransitionParams
 from .base import (
     HELD_OUT_NAME,
     BoostedCRFClassifier,
-    XGBoostTraining,
     all_or_nothing,
     eval_metrics,
     keep_params,
     round_logging,
     split_sequences,
 )
+from .xgboost_training import XGBoostTraining
 from ._docs import STOPPING_PARAMS
 from .inputs import ListInputs, flatten_y, nest
 from .model_file import ModelFile

@@ -12,7 +12,8 @@ import structboost as sb
 from structboost import inference
 from structboost.datasets import make_hmm_sequences
 from structboost.estimators.linear import LinearChainCRF
-from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from structboost.estimators.chain import XGBCRFClassifier
+from structboost.estimators.lgbm import LGBMCRFClassifier
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
 

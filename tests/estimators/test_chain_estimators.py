@@ -16,7 +16,8 @@ from sklearn.utils.estimator_checks import check_estimator
 
 import structboost as sb
 from structboost.datasets import make_hmm_sequences
-from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from structboost.estimators.chain import XGBCRFClassifier
+from structboost.estimators.lgbm import LGBMCRFClassifier
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
 

@@ -7,7 +7,8 @@ from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, cross_val_score
 
 from structboost.datasets import make_hmm_sequences
-from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from structboost.estimators.chain import XGBCRFClassifier
+from structboost.estimators.lgbm import LGBMCRFClassifier
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
 

@@ -13,7 +13,8 @@ from structboost.estimators.base import (
     ROUNDS_STOPPED,
     Stopping,
 )
-from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from structboost.estimators.chain import XGBCRFClassifier
+from structboost.estimators.lgbm import LGBMCRFClassifier
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
 

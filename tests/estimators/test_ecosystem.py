@@ -14,7 +14,8 @@ from sklearn.model_selection import GridSearchCV, GroupKFold, cross_val_score
 import structboost as sb
 from structboost.datasets import make_hmm_sequences
 from structboost.estimators import chain
-from structboost.estimators.chain import LGBMCRFClassifier, XGBCRFClassifier
+from structboost.estimators.chain import XGBCRFClassifier
+from structboost.estimators.lgbm import LGBMCRFClassifier
 from structboost.estimators.tree import TreeCRFClassifier
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
