@@ -87,6 +87,18 @@ def read_document(path, kind, version, hint):
     return doc
 
 
+def check_json_params(params):
+    """Raise a ValueError naming the first parameter JSON cannot hold (``{name: value}``)."""
+    for name, value in params.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"parameter {name}={value!r} cannot be written to a JSON model file: set it "
+                "to a number, string, list or dict, or pickle/joblib the estimator."
+            ) from None
+
+
 def field(doc, name, types, where):
     """``doc[name]`` if it is an instance of ``types``, else a ValueError naming it."""
     value = doc.get(name) if isinstance(doc, dict) else None

@@ -8,13 +8,19 @@ document (the parameters, the fitted arrays, the labels) and
 for its shape and for finite values before use; loading runs no code.
 """
 
-import json
 from typing import Any, TypeVar
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
+from ..engines.model_io import (
+    check_json_params,
+    decode_labels,
+    encode_labels,
+    field,
+    read_document,
+    write_document,
+)
 
 _FORMAT = "structboost-array-model"
 _VERSION = 1
@@ -53,14 +59,7 @@ class ArrayModelFile:
         """
         check_is_fitted(self)
         params = self.get_params(deep=False)  # type: ignore[attr-defined]
-        for name, value in params.items():
-            try:
-                json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"parameter {name}={value!r} cannot be written to a JSON model file: set it "
-                    "to a number, string or None, or pickle/joblib the estimator."
-                ) from None
+        check_json_params(params)
         classes = getattr(self, "classes_", None)
         body = {
             "estimator": type(self).__name__,

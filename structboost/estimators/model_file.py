@@ -11,13 +11,19 @@ with pickle or joblib only.
 
 import os
 from typing import Any
-import json
 from pathlib import Path
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..engines.model_io import decode_labels, encode_labels, field, read_document, write_document
+from ..engines.model_io import (
+    check_json_params,
+    decode_labels,
+    encode_labels,
+    field,
+    read_document,
+    write_document,
+)
 from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
 from .base import changed_params
@@ -61,14 +67,7 @@ class ModelFile:
                 [k.item() if isinstance(k, np.generic) else k, v]
                 for k, v in params["class_weight"].items()
             ]
-        for name, value in params.items():
-            try:
-                json.dumps(value, allow_nan=False)
-            except (TypeError, ValueError):
-                raise ValueError(
-                    f"parameter {name}={value!r} cannot be written to a JSON model file: set it "
-                    "to a number, string, list or dict, or pickle/joblib the estimator."
-                ) from None
+        check_json_params(params)
         changed = changed_params(self)
         if changed:
             raise ValueError(
