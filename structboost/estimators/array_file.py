@@ -99,11 +99,16 @@ class ArrayModelFile:
             raise ValueError(f"{where} is damaged: its parameters are not {sorted(known)}.")
         arrays = _checked_arrays(field(doc, "arrays", dict, where), self._fitted_arrays, where)
         classes = doc.get("classes")
-        self.set_params(**params)  # type: ignore[attr-defined]
+        # Built on a fresh estimator and swapped in whole once valid: a damaged file
+        # leaves this one unchanged.
+        staged: Any = type(self)()
+        staged.set_params(**params)
         if classes is not None:
-            self.classes_ = decode_labels(classes, where)
-        self._set_arrays(arrays)
-        self.n_iter_ = field(doc, "n_iter", int, where)
+            staged.classes_ = decode_labels(classes, where)
+        staged._set_arrays(arrays)
+        staged.n_iter_ = field(doc, "n_iter", int, where)
+        self.__dict__.clear()
+        self.__dict__.update(staged.__dict__)
         return self
 
 
