@@ -484,3 +484,12 @@ def test_parameters_set_after_fit_are_not_saved_as_the_models(tmp_path):
         clf.save_model(tmp_path / "m.json")
     clf.set_params(max_depth=2)
     _round_trip(_round_trip(clf, X, lengths, tmp_path), X, lengths, tmp_path)  # a load saves too
+
+
+def test_labels_ending_in_nul_are_refused_not_merged():
+    from structboost.datasets import make_hmm_sequences
+
+    X, y, lengths = make_hmm_sequences(20, random_state=0)
+    labels = [["a", "a\0", "b"][v] for v in y]
+    with pytest.raises(ValueError, match="ends in a NUL character"):
+        sb.XGBCRFClassifier(n_estimators=1).fit(X, labels, lengths=lengths)

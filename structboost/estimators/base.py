@@ -594,6 +594,16 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
     @staticmethod
     def _fit_classes(y, n_rows):
         """Sorted ``classes (K,)`` and codes ``(n,)`` of the training labels."""
+        # Python strings before NumPy's, which drop trailing NULs
+        if isinstance(y, (list, tuple)) or getattr(getattr(y, "dtype", None), "kind", "") == "O":
+            raw = list(y) if isinstance(y, (list, tuple)) else y.tolist()
+            odd = next((v for v in raw if isinstance(v, str) and v.endswith("\0")), None)
+            if odd is not None:
+                raise ValueError(
+                    f"y has the label {odd!r}, which ends in a NUL character: NumPy's strings "
+                    "drop trailing NULs, so it would merge with "
+                    f"{odd.rstrip(chr(0))!r}. Rename such labels."
+                )
         y = column_or_1d(y, warn=True)
         missing = pd.isna(y)
         if missing.any():
