@@ -227,18 +227,24 @@ def test_the_top_level_is_the_contract_and_little_more():
         assert callable(getattr(structboost.inference, name))
 
 
-def test_star_import_works_without_lightgbm():
-    """``from structboost import *`` with LightGBM uninstalled (an import of it fails)."""
-    code = """
+def _without(module):
+    """Python code that makes every later import of ``module`` fail, as if uninstalled."""
+    return f"""
 import sys
 
-class NoLightGBM:
+class Blocked:
     def find_spec(self, name, path=None, target=None):
-        if name == "lightgbm" or name.startswith("lightgbm."):
-            raise ImportError("lightgbm is blocked")
+        if name == {module!r} or name.startswith({module + "."!r}):
+            raise ImportError("{module} is blocked")
         return None
 
-sys.meta_path.insert(0, NoLightGBM())
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+def test_star_import_works_without_lightgbm():
+    """``from structboost import *`` with LightGBM uninstalled (an import of it fails)."""
+    code = _without("lightgbm") + """
 from structboost import *
 import structboost
 names = dir()
@@ -288,16 +294,7 @@ def test_the_layout_page_gives_every_module_its_responsibility(path):
 
 def test_without_xgboost_the_lightgbm_estimators_import_and_fit():
     """``pip install structboost-crf`` (no extra) brings LightGBM but not XGBoost."""
-    code = """
-import sys
-
-class NoXGBoost:
-    def find_spec(self, name, path=None, target=None):
-        if name == "xgboost" or name.startswith("xgboost."):
-            raise ImportError("xgboost is blocked")
-        return None
-
-sys.meta_path.insert(0, NoXGBoost())
+    code = _without("xgboost") + """
 from structboost import *
 import structboost
 from structboost.datasets import make_hmm_sequences

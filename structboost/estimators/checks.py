@@ -11,6 +11,7 @@ regularisation and floors) are checked by the objective.
 """
 
 import difflib
+import functools
 import inspect
 import math
 from numbers import Integral, Real
@@ -156,6 +157,7 @@ THREADS = ("nthread", "num_threads", "n_threads", "num_thread", "nthreads")
 _XGBOOST_ALIASES = {"eta": "learning_rate", "num_boost_round": "n_estimators"}
 
 
+@functools.cache
 def engine_parameters(engine):
     """Every parameter name (aliases included) ``engine`` takes from an estimator.
 
