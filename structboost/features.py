@@ -39,6 +39,10 @@ LightGBM's ``use_missing=true``, its default, does the same for NaN).
 XGBoost reads the entries *absent* from a scipy sparse matrix as missing, not
 as zero, so a sparse window's padding and a one-hot block's zeros both take
 the default direction; on 0/1 features this is the same split as "0 vs 1".
+A zero that the matrix stores explicitly is read the same way, and duplicate
+entries are summed (:func:`canonical_sparse`, applied to every sparse input),
+so the result depends on the matrix's values, never on how scipy stores them.
+LightGBM reads every zero of a sparse matrix, stored or not, as 0.
 """
 
 import numbers
@@ -52,9 +56,37 @@ from sklearn.utils.validation import check_is_fitted
 
 from .sequences import offsets_from_lengths, resolve_lengths
 
-__all__ = ["SlidingWindow", "MissingValues"]
+__all__ = ["SlidingWindow", "MissingValues", "canonical_sparse"]
 
 STRATEGIES = ("native", "impute", "indicator")
+
+
+def canonical_sparse(X):
+    """``X`` with its duplicate entries summed and its stored zeros dropped.
+
+    A scipy sparse matrix may hold an entry twice (its value is the sum) or
+    store a zero; the engines would read those differently from the same
+    matrix in canonical form (XGBoost takes a stored zero as the value 0, an
+    absent entry as missing). Anything but a CSR or CSC matrix, and a matrix
+    already canonical without stored zeros, is returned as it is; otherwise
+    a canonical copy, never changing the caller's matrix.
+
+    Parameters
+    ----------
+    X : array-like or scipy.sparse matrix, shape (n, d)
+
+    Returns
+    -------
+    X : the same object, or a canonical copy of the same format, shape (n, d)
+    """
+    if not (sp.issparse(X) and X.format in ("csr", "csc")):
+        return X
+    if X.has_canonical_format and X.data.all():
+        return X
+    X = X.copy()
+    X.sum_duplicates()
+    X.eliminate_zeros()
+    return X
 
 
 def _output_dtype(dtype, fill):

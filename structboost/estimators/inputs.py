@@ -23,6 +23,7 @@ import scipy.sparse as sp
 from sklearn.feature_extraction import DictVectorizer
 from sklearn.utils.validation import validate_data
 
+from ..features import canonical_sparse
 from ..sequences import resolve_lengths, sequence_weights
 
 
@@ -222,9 +223,9 @@ class SequenceInputs:
         if isinstance(X, pd.DataFrame):
             validate_data(self, X, reset=reset, skip_check_array=True)
             return X
-        return validate_data(
+        return canonical_sparse(validate_data(
             self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
-        )
+        ))
 
     def _boundaries(self, X, groups, lengths, *, reset, where="X"):
         """Validated features without the id column, and lengths ``(m,)``.

@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._typing import ArrayLike, Floats
+from ..features import canonical_sparse
 from ..engines.xgboost import xgb_params
 from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_likelihood
 from ..engines.xgboost import load_state
@@ -154,9 +155,9 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         keep_params(self, locals())
 
     def _validate(self, X, reset):
-        return validate_data(
+        return canonical_sparse(validate_data(
             self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
-        )
+        ))
 
     def _dmatrix(self, X, codes, lengths, parents, edge_types, sample_weight=None):
         weight = None if sample_weight is None else sequence_weights(sample_weight, lengths)
