@@ -75,6 +75,8 @@ def _progress_callback(name, total, every, stream=None):
 def demo(args):
     """Train GBCRF, TreeCRF and LogitBoost with the library's defaults on sticky HMM data."""
     require("matplotlib", "plot", "structboost demo (its plot)")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a file: give a folder for the plot (made if missing).")
     from .datasets import make_hmm_sequences
     from .estimators.chain import XGBCRFClassifier
     from .metrics import sequence_accuracy, token_accuracy
@@ -545,6 +547,14 @@ def main(argv=None):
         return args.func(args)
     except (ValueError, ImportError) as err:
         parser.exit(2, f"structboost {args.command}: error: {err}\n")
+    except BrokenPipeError:
+        # the reader closed the pipe (`| head`): stop quietly, as other tools do, and keep
+        # the interpreter's final flush of stdout from failing again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as err:  # a full disk, a vanished folder, a file in the way
+        where = f"{err.filename}: " if err.filename else ""
+        parser.exit(1, f"structboost {args.command}: error: {where}{err.strerror or err}\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -148,3 +148,48 @@ def test_a_damaged_file_leaves_the_estimator_unchanged(data, tmp_path):
         clf.load_model(tmp_path / "bad.json")
     assert clf.n_estimators == 2
     np.testing.assert_array_equal(clf.predict(X, lengths=L), expected)
+
+
+def test_cli_reports_write_failures_without_a_traceback(conll, tmp_path, capsys):
+    model = tmp_path / "m.json"
+    assert _train(conll, model) == 0
+    capsys.readouterr()
+    if os.path.exists("/dev/full"):  # a full disk
+        with pytest.raises(SystemExit) as stop:
+            main(["predict", "--model", str(model), "--input", str(conll), "--output", "/dev/full"])
+        assert stop.value.code == 1
+        err = capsys.readouterr().err
+        assert "No space left on device" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as stop:
+        main(["demo", "--out", str(model)])
+    assert stop.value.code == 2 and "is a file" in capsys.readouterr().err
+
+
+def test_cli_writes_to_a_fifo_and_stops_quietly_on_a_closed_pipe(conll, tmp_path):
+    import subprocess
+    import sys
+    import threading
+
+    model = tmp_path / "m.json"
+    assert _train(conll, model) == 0
+    fifo = tmp_path / "tags.fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    assert main(["predict", "--model", str(model), "--input", str(conll), "--output", str(fifo)]) == 0
+    reader.join(timeout=60)
+    assert fifo.is_fifo() and got and len(got[0].splitlines()) > 10
+    # `structboost predict ... | head -1`: the reader leaves after one line
+    code = "import sys; from structboost.cli import main; sys.exit(main(sys.argv[1:]))"
+    big = tmp_path / "big.txt"
+    big.write_text(conll.read_text() * 40)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "predict", "--model", str(model), "--input", str(big)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.getcwd(),
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1 and "Traceback" not in err and "Exception" not in err
