@@ -39,10 +39,13 @@ LightGBM's ``use_missing=true``, its default, does the same for NaN).
 XGBoost reads the entries *absent* from a scipy sparse matrix as missing, not
 as zero, so a sparse window's padding and a one-hot block's zeros both take
 the default direction; on 0/1 features this is the same split as "0 vs 1".
-A zero that the matrix stores explicitly is read the same way, and duplicate
-entries are summed (:func:`canonical_sparse`, applied to every sparse input),
-so the result depends on the matrix's values, never on how scipy stores them.
-LightGBM reads every zero of a sparse matrix, stored or not, as 0.
+The estimators read a zero that the matrix stores explicitly the same way,
+and sum duplicate entries (:func:`canonical_sparse`, applied to every sparse
+input of ``fit`` and ``predict``), so their results depend on the matrix's
+values, never on how scipy stores them. The functions that take a booster
+(:func:`structboost.predict`, ...) read data as the engine read the training
+``DMatrix``: XGBoost takes a stored zero as the value 0. LightGBM reads every
+zero of a sparse matrix, stored or not, as 0.
 """
 
 import numbers

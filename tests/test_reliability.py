@@ -142,6 +142,25 @@ def test_damaged_estimator_files_raise(estimators, tmp_path, edit, message):
         sb.XGBCRFClassifier().load_model(path)
 
 
+def test_deep_nesting_and_foreign_files_are_refused_as_damaged(estimators, tmp_path):
+    path = tmp_path / "m.json"
+    estimators[sb.XGBCRFClassifier, False].save_model(path)
+    text = path.read_text()
+    deep = "[" * 200_000 + "]" * 200_000
+    path.write_text(text.replace('"best_score": ', f'"nested": {deep}, "best_score": ', 1))
+    with pytest.raises(ValueError, match="not valid JSON .nested too deeply"):
+        sb.XGBCRFClassifier().load_model(path)
+    booster = estimators[sb.XGBCRFClassifier, False].get_booster().copy()
+    booster.set_attr(structboost_crf=deep)
+    with pytest.raises(ValueError, match="attribute 'structboost_crf' is damaged"):
+        sb.predict(booster, np.zeros((2, booster.num_features())), lengths=[2])
+    # a large file of something else is refused from its first bytes
+    path.write_text('{"weights": [' + "0, " * 100_000 + "0]}")
+    for load in (sb.XGBCRFClassifier().load_model, load_tagger):
+        with pytest.raises(ValueError, match="not a structboost model file"):
+            load(path)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")  # XGBoost: callback_thing is not used
 def test_unsavable_estimators_say_why(hmm, estimators, tmp_path):
     X, y, lengths, _ = hmm

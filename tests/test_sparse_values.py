@@ -70,8 +70,3 @@ def test_fit_and_predict_read_values_not_storage(make):
         make().fit(zeros, y, lengths=lengths).predict_marginals(canonical, lengths=lengths),
         expected, rtol=0, atol=1e-12,
     )
-    booster = reference.get_booster()
-    np.testing.assert_array_equal(
-        sb.predict_marginals(booster, zeros, lengths=lengths),
-        sb.predict_marginals(booster, canonical, lengths=lengths),
-    )

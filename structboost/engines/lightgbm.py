@@ -200,7 +200,7 @@ def load_lgb_model(path: str | os.PathLike[str]) -> lgb.Booster:
     """
     try:
         doc = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         doc = None
     return booster_from_document(doc, path)
 

@@ -14,11 +14,16 @@ for Python objects, as in scikit-learn, and load only files you trust).
 """
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 
 from .._io import atomic_write_text
+
+# A file of write_document begins with its format: ``{"format": "structboost-...",``.
+_FORMAT_FIELD = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"([A-Za-z0-9_.-]{1,100})"')
+_HEAD_BYTES = 256
 
 def write_document(path, kind, version, body):
     """Write ``{"format": kind, "version": version, **body}`` as JSON to ``path``.
@@ -65,26 +70,43 @@ def read_document(path, kind, version, hint):
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no such model file; {hint}.")
-    raw = path.read_bytes()
-    if raw[:1] == b"\x80":  # the PROTO opcode that starts every pickle since protocol 2
+    with path.open("rb") as handle:  # the format first, before a large file is read whole
+        head = handle.read(_HEAD_BYTES)
+    if head[:1] == b"\x80":  # the PROTO opcode that starts every pickle since protocol 2
         raise ValueError(
             f"{path} is a pickle (the model format of structboost before 0.2). Pickles can run "
             f"code when loaded, so structboost no longer reads them as model files: {hint} "
             "again, which writes JSON."
         )
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path} is not a structboost model file (not JSON: {err}); {hint}.")
+    found = _FORMAT_FIELD.match(head)
+    if found is None:
+        raise ValueError(
+            f"{path} is not a structboost model file (a JSON object whose first field is "
+            f'"format"); {hint}.'
+        )
+    if found.group(1).decode("utf-8", "replace") != kind:
+        raise ValueError(f"{path} is not a {kind} file (format {found.group(1).decode()!r}); {hint}.")
+    doc = parse_json(path.read_bytes(), str(path), hint)
     if not isinstance(doc, dict) or doc.get("format") != kind:
-        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise ValueError(f"{path} is not a {kind} file (format {found!r}); {hint}.")
+        raise ValueError(f"{path} is not a {kind} file: its format field is damaged; {hint}.")
     if doc.get("version") != version:
         raise ValueError(
             f"{path} has {kind} version {doc.get('version')!r}; this structboost reads version "
             f"{version}. Load it with the structboost release that wrote it, or {hint} again."
         )
     return doc
+
+
+def parse_json(raw, where, fix):
+    """The JSON value of ``raw`` (str or UTF-8 bytes), or a ValueError naming ``where`` and ``fix``.
+
+    Text nested deeper than Python's recursion limit is refused like any other bad JSON.
+    """
+    try:
+        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        detail = "nested too deeply" if isinstance(err, RecursionError) else err
+        raise ValueError(f"{where} is damaged: it is not valid JSON ({detail}); {fix}.") from None
 
 
 def check_json_params(params):

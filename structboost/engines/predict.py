@@ -19,7 +19,6 @@ import numpy as np
 
 from .._compile_log import reports
 from .._typing import ArrayLike, Floats, Ints
-from ..features import canonical_sparse
 from ..inference.chain import map_labels, path_scores, posterior
 from ..inference.tree import check_tree, label_scores
 from ..inference.tree import map_labels as tree_map_labels
@@ -115,7 +114,6 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
     """
     # a booster of either engine implies that engine is imported
     xgb, lgb = sys.modules.get("xgboost"), sys.modules.get("lightgbm")
-    data = canonical_sparse(data)
     if xgb is not None and isinstance(model, xgb.Booster):
         inputs = _xgboost_inputs(model, data, groups, lengths)
     elif lgb is not None and isinstance(model, lgb.Booster):
@@ -288,7 +286,7 @@ def _tree_inputs(booster, X, lengths, parents, edge_types, groups):
         booster, TREE_STATE_KEY, TreeTransitionParams, "tree_crf_objective"
     )
     check_xgboost_booster(booster)
-    dmat = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(canonical_sparse(X))
+    dmat = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(X)
     lens = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
     check_feature_count(dmat.num_col(), booster.num_features())
     margins = np.asarray(booster_margins(booster, dmat)).reshape(dmat.num_row(), -1)

@@ -28,6 +28,7 @@ from ..transitions.chain import TransitionParams
 from .base import EngineObjective
 from .state import STATE_KEY, TransitionHistory, parse_params, parse_state, state_dict
 from .validate import check_xgboost_json, mark_checked
+from .model_io import parse_json
 
 
 def _check_device(device):
@@ -133,13 +134,10 @@ def _attr_json(booster, key):
     raw = booster.attr(key)
     if raw is None:
         return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise ValueError(
-            f"the booster's attribute {key!r} is not valid JSON ({err}): the model file is "
-            "damaged; use the file structboost saved unchanged, or retrain the model."
-        ) from None
+    return parse_json(
+        raw, f"the booster's attribute {key!r}",
+        "use the model file structboost saved unchanged, or retrain the model",
+    )  # fmt: skip
 
 
 def load_history(booster, num_labels, key=STATE_KEY, param_type=TransitionParams):
