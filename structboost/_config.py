@@ -11,8 +11,10 @@ transitions are legal input.
 The kernels are cached on disk where numba finds a place for them (beside
 the package, in the user's cache folder, or ``NUMBA_CACHE_DIR`` when the
 user sets it); where it finds none they are compiled in each process
-(:data:`CACHE` is False) and the compile log line says so. Nothing here
-writes to the environment.
+(:data:`CACHE` is False) and the compile log line says so. A damaged cache
+entry (a file truncated by a full disk or a killed process) is read as a
+miss and written again (:func:`njit`), so it never breaks a fit. Nothing
+here writes to the environment.
 
 :func:`threads` sets numba's thread count for one call: batches below
 ``SERIAL_ROWS`` rows, or any batch on one thread, run the serial kernels on
@@ -32,6 +34,7 @@ on a shared machine without that trap.
 """
 
 import contextlib
+import functools
 import os
 from typing import Any
 
@@ -50,6 +53,47 @@ def _can_cache():
     except RuntimeError:  # "cannot cache function ...: no locator available"
         return False
     return True
+
+
+class _TolerantCache(FunctionCache):
+    """numba's on-disk cache of one kernel, reading a damaged entry as a miss.
+
+    numba raises on a truncated index or data file, at every later call,
+    until the file is deleted; here such an entry is compiled again and its
+    index rewritten.
+    """
+
+    def _forget(self):
+        with contextlib.suppress(OSError):
+            os.unlink(self._cache_file._index_path)
+
+    def load_overload(self, sig, target_context):
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception:  # noqa: BLE001  (any unreadable entry: compile instead)
+            self._forget()
+            return None
+
+    def save_overload(self, sig, data):
+        try:
+            super().save_overload(sig, data)
+        except Exception:  # noqa: BLE001  (an unreadable index: start a new one)
+            self._forget()
+            super().save_overload(sig, data)
+
+
+def njit(func=None, **options):
+    """``numba.njit``, with ``cache=True`` meaning a cache whose damaged entries are misses.
+
+    Used as ``@njit`` or ``@njit(**options)``, like numba's.
+    """
+    if func is None:
+        return functools.partial(njit, **options)
+    cache = options.pop("cache", False)
+    dispatcher = numba.njit(**options)(func)
+    if cache:  # what Dispatcher.enable_caching does, with the tolerant cache
+        dispatcher._cache = _TolerantCache(func)
+    return dispatcher
 
 
 FASTMATH = {"reassoc", "contract", "arcp"}

@@ -1,9 +1,8 @@
 """Numba kernel: maximum spanning trees of many small dense graphs (Prim's algorithm)."""
 
 import numpy as np
-from numba import njit
 
-from .._config import CACHE
+from .._config import CACHE, njit
 
 
 @njit(cache=CACHE)

@@ -60,9 +60,9 @@ the bounds from its pairwise marginals.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from .._config import CACHE, KERNEL, PARALLEL
+from .._config import CACHE, KERNEL, PARALLEL, njit
 from ._logspace import logsumexp
 
 # exp(x) for x below this is under 2 ** -1022: returned as zero (any such

@@ -12,11 +12,11 @@ with no horizontal sums.
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .._config import FINITE, KERNEL
+from .._config import FINITE, KERNEL, njit
 from ._chain import table
 
 # Planes of the chunk's scratch ``buf (10, K, lanes)``: the incoming message,

@@ -10,9 +10,9 @@ the path sums of Eq. 17 and the exact node bound.
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from .._config import KERNEL, PARALLEL
+from .._config import KERNEL, PARALLEL, njit
 from ._chain import table
 
 

@@ -28,9 +28,9 @@ The sweeps run the sequences of a chunk in lockstep, as the lanes of
 from typing import NamedTuple
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads, prange
 
-from .._config import KERNEL, PARALLEL, SAFE, TINY
+from .._config import KERNEL, PARALLEL, SAFE, TINY, njit
 from ._chain import CHUNK, shifted_exp
 from ._chain_lanes import (
     _ACC, _BS, _FIRST, _FS, _IN, _INV, _LEN, _MARG, _MSG, _OV, _PLANES, _PREV, _R, _R2, _ROW,

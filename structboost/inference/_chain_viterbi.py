@@ -5,9 +5,9 @@ Log-space max-product and sums over the interface of
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from .._config import KERNEL, PARALLEL
+from .._config import KERNEL, PARALLEL, njit
 from ._chain import table
 
 @njit(**KERNEL)

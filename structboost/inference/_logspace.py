@@ -1,9 +1,8 @@
 """Log-space helpers shared by the chain and tree kernels (numba, no validation)."""
 
 import numpy as np
-from numba import njit
 
-from .._config import KERNEL
+from .._config import KERNEL, njit
 
 
 @njit(**KERNEL)

@@ -34,9 +34,8 @@ Roots have ``up = outside = down = 0``.
 """
 
 import numpy as np
-from numba import njit
 
-from .._config import CACHE, KERNEL
+from .._config import CACHE, KERNEL, njit
 from ._logspace import logsumexp
 
 _TINY = 1e-200

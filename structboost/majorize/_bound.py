@@ -18,9 +18,8 @@ Nothing here validates input: :mod:`structboost.majorize` does.
 """
 
 import numpy as np
-from numba import njit
 
-from .._config import CACHE
+from .._config import CACHE, njit
 
 _SERIES_CUTOFF = 1e-2
 

@@ -12,9 +12,9 @@ the number of threads.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
-from .._config import KERNEL, PARALLEL
+from .._config import KERNEL, PARALLEL, njit
 
 #: Entries per task (and per partial sum) of the flat reductions.
 TASK_ENTRIES = 1 << 14

@@ -12,9 +12,8 @@ Nothing here validates input: :mod:`structboost.text.lexical` does that.
 """
 
 import numpy as np
-from numba import njit
 
-from .._config import CACHE
+from .._config import CACHE, njit
 
 
 @njit(cache=CACHE)
