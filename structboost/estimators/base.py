@@ -1,64 +1,18 @@
-"""What every boosted CRF estimator shares: one scikit-learn dialect.
+"""The base of the boosted CRF estimators: parameters, the fit loop, labels, fitted attributes.
 
-- Engine parameters are keyword arguments of the constructor (``n_jobs=2``,
-  ``min_child_weight=3``), outside the signature; ``get_params`` and
-  ``set_params`` see them, so ``clone`` and grid searches work.
-- Labels of any hashable type are encoded once against ``classes_``.
-- Sequence boundaries: ``groups`` (per-row ids, or the name of a DataFrame
-  column), ``lengths``, or the constructor's ``sequence_column`` (a DataFrame
-  column read on every call, so plain ``GridSearchCV(...).fit(frame, y,
-  groups=frame[column])`` works without metadata routing). With none of them
-  ``fit`` reads every row as its own sequence (with a warning): the
-  estimator is then an ordinary classifier, as scikit-learn's generic code
-  expects, but a model fitted on sequences refuses to predict without
-  boundaries, so a forgotten ``groups=`` never silently cuts sequences.
-- ``eval_set`` entries are tuples ``(X, y, groups_or_lengths, *structure)``
-  (``(X, y)`` when ``X`` carries its boundaries) or dicts with the same names
-  as ``fit``'s arguments and an optional ``"name"``; their metric history is
-  ``evals_result_[name]`` (``"validation_i"`` by default).
-- The objective's parameters (``mode``, ``hessian_bound``, ``step``,
-  ``transition_solver``, ``reg_transitions``, ...) are flat constructor
-  parameters; ``fit`` builds one
-  :class:`~structboost.objectives.params.ObjectiveSpec` from them. Every
-  other name an engine knows (``gamma``, ``reg_lambda``, ...) keeps the
-  engine's meaning.
-- Early stopping as scikit-learn's ``HistGradientBoostingClassifier``:
-  ``early_stopping="auto"`` holds out ``validation_fraction`` of the
-  training *sequences* (drawn with ``random_state``) when there are more
-  than :data:`AUTO_EARLY_STOPPING_ROWS` rows and stops after
-  ``n_iter_no_change`` rounds without progress (of the Viterbi token error
-  by default, of the NLL with ``decode="marginal"``: :data:`AUTO_STOP_METRICS`);
-  ``n_estimators=None`` is
-  then a bound of :data:`ROUNDS_STOPPED` rounds. An ``eval_set`` or
-  ``early_stopping_rounds`` keeps XGBoost's behaviour (see
-  :meth:`BoostedCRFClassifier._stopping`). Unlike scikit-learn, ``refit=True``
-  (the default) then trains again on *all* the training sequences for the
-  rounds the held-out ones chose, scaled by ``1 / (1 - validation_fraction)``
-  (see :meth:`BoostedCRFClassifier._refit_stopping`).
-- ``eval_metric`` and ``callbacks`` are constructor parameters with the
-  meaning of XGBoost's scikit-learn wrapper: metric names (``"crf-nll"``,
-  ``"crf-error"``, the objective's own names) or callables ``f(y_true,
-  y_proba)``, the last one driving early stopping; callbacks run after the
-  transition recorder.
-- Threads: ``n_jobs`` is the one setting (the engine's ``nthread`` /
-  ``num_threads`` are refused), with scikit-learn's meaning: None is one
-  thread, -1 every core. A fit decides the count once; the engine gets it,
-  and the objective's numba kernels get it as the spec's ``nthread``.
-- Keywords outside the signature must be the engine's parameters (or the
-  objective's ``transition_iter`` and ``hess_floor``): any other name is a
-  ``ValueError`` at ``fit``, so that nothing is silently lost.
-- Fitted: ``booster_`` (also ``get_booster()``), ``classes_``,
-  ``n_classes_``, ``evals_result_``, ``best_iteration_`` (an int: the
-  last round the model uses, in the engine's numbering: 0-based on
-  XGBoost, 1-based on LightGBM), ``best_score_`` (with an ``eval_set``),
-  their XGBoost names ``best_iteration`` (0-based everywhere) and
-  ``best_score``, ``validation_sequences_``, ``validation_best_iteration_``
-  (the round the held-out sequences chose, before a refit),
-  ``feature_importances_``;
-  predictions are ``predict`` (decoded as the ``decode`` parameter says:
-  the Viterbi path or each position's most probable label), ``predict_proba``
-  (= ``predict_marginals``)
-  and ``predict_log_likelihood``.
+- Engine parameters are keyword arguments of the constructor, outside the
+  signature; ``get_params`` / ``set_params`` see them, and any name that is
+  neither the engine's nor the objective's (``transition_iter``,
+  ``hess_floor``) is a ``ValueError`` at ``fit``. ``n_jobs`` is the one
+  thread setting (None: one thread, -1: every core), decided once per fit.
+- One fit skeleton (:meth:`BoostedCRFClassifier._fit`): inputs read once into
+  :class:`LabelledRows`, labels encoded against ``classes_``, the stopping
+  rule, the objective's :class:`~structboost.objectives.params.ObjectiveSpec`,
+  class weights, ``eval_set``, held-out sequences of automatic early stopping
+  (:data:`AUTO_EARLY_STOPPING_ROWS`, :data:`AUTO_STOP_METRICS`) and the refit
+  on all sequences; the estimators supply the engine run (``_train``) and
+  what their structure adds (``_fit_structure``).
+- A failed ``fit`` leaves the estimator as it was (:func:`all_or_nothing`).
 """
 
 import contextlib
@@ -76,9 +30,10 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .. import _config
 from ..objectives.params import METRICS, ObjectiveSpec, metric_name
-from ..sequences import check_values
+from ..sequences import check_values, sequence_weights
 from .checks import BOOSTING, check_keywords, check_params
-from .inputs import SequenceInputs
+from .inputs import SequenceInputs, flatten_y
+from .model_file import ModelFile
 
 #: ``early_stopping="auto"`` holds out validation sequences when the training
 #: set has more rows than this (scikit-learn's HistGradientBoosting threshold).
@@ -104,29 +59,15 @@ _SPEC_KEYWORDS = ("transition_iter", "hess_floor")
 def eval_metrics(eval_metric, held_out=False, decode="viterbi"):
     """``eval_metric`` as a list of ``(name, metric)``; the last drives early stopping.
 
-    Parameters
-    ----------
-    eval_metric : None, str, callable or list of them
-        Names of the CRF metrics (``"crf-nll"``, ``"crf-error"``) or
-        callables ``f(y_true, y_proba[, sample_weight=])`` as in XGBoost's
-        scikit-learn wrapper: ``y_true`` ``(n,)`` label indices, ``y_proba``
-        ``(n, K)`` posterior marginals; lower is better. None:
-        ``"crf-nll"``, or with ``held_out`` ``["crf-nll", "crf-error"]``.
-    held_out : bool
-        Whether the fit stops on held-out training sequences (automatic
-        early stopping): by default it then records the NLL and the
-        Viterbi token error, and stops on the metric of ``decode``
-        (:data:`AUTO_STOP_METRICS`).
-    decode : {"viterbi", "marginal"}
-        The estimator's decoding: with ``held_out`` and no ``eval_metric``
-        the Viterbi token error (whose best round comes rounds after the
-        NLL's) or the NLL decides.
+    None is ``["crf-nll"]``, or on held-out training sequences the pair of
+    :data:`AUTO_STOP_METRICS` for ``decode``; names must be CRF metrics
+    (:data:`~structboost.objectives.params.METRICS`) or callables
+    ``f(y_true, y_proba[, sample_weight=])``.
 
     Returns
     -------
     list of (str, str or callable)
-        The name in ``evals_result_`` and the objective's metric (a name
-        of :data:`~structboost.objectives.params.METRICS` or the callable).
+        The name in ``evals_result_`` and the objective's metric.
     """
     if eval_metric is None:
         items = list(AUTO_STOP_METRICS[decode]) if held_out else ["crf-nll"]
@@ -151,47 +92,25 @@ def eval_metrics(eval_metric, held_out=False, decode="viterbi"):
 
 
 def round_logging(verbose, eval_set):
-    """``fit``'s ``verbose`` as the engine's: None prints only for an ``eval_set`` given.
-
-    Parameters
-    ----------
-    verbose : bool, int or None
-    eval_set : list or None
-        The user's evaluation sets.
-
-    Returns
-    -------
-    bool or int
-    """
+    """``fit``'s ``verbose`` as the engine's: None prints only for an ``eval_set`` given."""
     return bool(eval_set) if verbose is None else verbose
 
 
 def evaluate_metrics(crf, metrics, margins, batch):
-    """``[(name, value)]`` of ``metrics`` (from :func:`eval_metrics`) on one dataset.
-
-    Parameters
-    ----------
-    crf : NodeObjective
-        Holds the current transitions.
-    metrics : list of (str, str or callable)
-    margins : (n, K) array-like
-    batch : SequenceBatch or TreeLabelBatch
-    """
+    """``[(name, value)]`` of ``metrics`` (:func:`eval_metrics`) on one batch, ``margins`` (n, K)."""
     return [(name, crf.evaluate(margins, batch, metric)[1]) for name, metric in metrics]
 
 
 class Stopping(NamedTuple):
-    """How one ``fit`` ends (see :meth:`BoostedCRFClassifier._stopping`).
+    """How one ``fit`` ends.
 
     Attributes
     ----------
     rounds : int
-        Most boosting rounds.
     patience : int or None
-        Rounds without improvement before the fit stops; None never stops early.
+        None: no early stopping.
     held_out : (v,) int64 ndarray or None
-        Training sequences held out as the validation set, 0-based positions
-        in row order, sorted; None when the fit holds none out.
+        Sorted positions of the held-out training sequences.
     """
 
     rounds: int
@@ -200,27 +119,47 @@ class Stopping(NamedTuple):
 
 
 class LabelledRows(NamedTuple):
-    """Labelled sequences as a chain estimator hands them to its engine.
+    """Sequences (or tree instances) read once from any input dialect.
 
     Attributes
     ----------
     X : (n, d) array, sparse matrix or DataFrame
-        The engine's features, one row per position.
-    codes : (n,) int64 ndarray
-        Label indices into ``classes_``.
+        Validated features, one row per position.
     lengths : (m,) int64 ndarray
         Rows per sequence.
+    codes : (n,) int64 ndarray or None
+        Label indices into ``classes_``; None without labels.
     seq_weight : (m,) float64 ndarray or None
         One weight per sequence.
-    base_margin : (n, K) float64 ndarray or None
-        Node scores to boost from (a base model's).
+    base_X : (n, p) array-like or None
+        Input of the base model (chain estimators).
+    parents, edge_types : (n,) int arrays or None
+        Each node's parent and edge type (tree estimators).
+    nested : bool
+        Whether ``X`` was a list of sequences: predictions come back as lists.
     """
 
     X: Any
-    codes: np.ndarray
     lengths: np.ndarray
-    seq_weight: np.ndarray | None
-    base_margin: np.ndarray | None
+    codes: np.ndarray | None = None
+    seq_weight: np.ndarray | None = None
+    base_X: Any = None
+    parents: np.ndarray | None = None
+    edge_types: np.ndarray | None = None
+    nested: bool = False
+
+    def split(self, held_out):
+        """The kept and the held-out sequences ``held_out`` ((v,) positions), each LabelledRows."""
+        held = np.zeros(len(self.lengths), dtype=bool)
+        held[held_out] = True
+        rows = np.repeat(held, self.lengths)
+        per_row = ("X", "codes", "base_X", "parents", "edge_types")
+        return tuple(
+            self._replace(lengths=self.lengths[seqs],
+                          seq_weight=None if self.seq_weight is None else self.seq_weight[seqs],
+                          **{f: _take_rows(getattr(self, f), np.flatnonzero(r)) for f in per_row})
+            for seqs, r in ((~held, ~rows), (held, rows))
+        )  # fmt: skip
 
 
 def _take_rows(X, rows):
@@ -232,47 +171,13 @@ def _take_rows(X, rows):
     return np.asarray(X)[rows] if isinstance(X, (list, tuple)) else X[rows]
 
 
-def split_sequences(held_out, lengths, per_row, per_sequence=()):
-    """The kept and the held-out parts of a training set, whole sequences each.
-
-    Parameters
-    ----------
-    held_out : (v,) int array
-        Positions of the held-out sequences.
-    lengths : (m,) int array
-    per_row : tuple
-        Arrays, sparse matrices or DataFrames with one row per position, or None.
-    per_sequence : tuple
-        Arrays with one entry per sequence, or None.
-
-    Returns
-    -------
-    kept, held : tuple
-        Each ``(lengths, *per_row, *per_sequence)`` of its sequences.
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    held = np.zeros(len(lengths), dtype=bool)
-    held[held_out] = True
-    rows = np.repeat(held, lengths)
-    return tuple(
-        (lengths[seqs], *(_take_rows(a, np.flatnonzero(r)) for a in per_row),
-         *(None if a is None else np.asarray(a)[seqs] for a in per_sequence))
-        for seqs, r in ((~held, ~rows), (held, rows))
-    )  # fmt: skip
-
-
 _Self = TypeVar("_Self", bound="BoostedCRFClassifier")
 
 
 def all_or_nothing(fit):
-    """Decorate a ``fit`` so that a failed one leaves the estimator as it was.
+    """Decorate a ``fit`` so that a failed one leaves the fitted attributes as they were.
 
-    The fitted attributes (names ending in ``_``, scikit-learn's convention)
-    are put back as they were before the call when it raises or is
-    interrupted: a refit that fails never leaves a new feature count beside
-    the old booster, and a first fit that fails leaves an unfitted estimator.
-    A fit that succeeds records the parameters it trained with
-    (:func:`changed_params` compares them with the current ones).
+    A fit that succeeds records the parameters it trained with (``_params_at_fit_``).
     """
 
     @functools.wraps(fit)
@@ -295,57 +200,29 @@ def _fitted(name):
     return name.endswith("_") and not name.startswith("__")
 
 
-#: Parameters that do not describe the trained model: set after fit, they may be saved.
-_NOT_THE_MODEL = ("callbacks", "n_jobs")
-
-
-def changed_params(estimator):
-    """Names of the model's parameters set since the estimator was fitted or loaded (sorted)."""
-    before = getattr(estimator, "_params_at_fit_", None)
-    if before is None:
-        return []
-    now = estimator.get_params(deep=False)
-    return sorted(name for name in set(before) | set(now) if name not in _NOT_THE_MODEL
-                  and not _same(before.get(name), now.get(name)))  # fmt: skip
-
-
-def _same(a, b):
-    if a is b:
-        return True
-    try:
-        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else bool(a == b)
-    except (TypeError, ValueError):
-        return False
-
-
 def keep_params(estimator, arguments):
-    """Store a constructor's arguments, unchanged, as scikit-learn expects.
-
-    Parameters
-    ----------
-    estimator : BaseEstimator
-    arguments : dict
-        The constructor's ``locals()``: its named parameters, ``self`` and
-        ``kwargs`` (the engine's and the objective's keywords, kept as
-        attributes as well; :meth:`BoostedCRFClassifier._check_params`
-        refuses the unknown ones at ``fit``).
-    """
+    """Store a constructor's ``locals()`` as attributes, ``kwargs`` (engine keywords) included."""
     for name, value in {**arguments, **arguments.get("kwargs", {})}.items():
         if name not in ("self", "kwargs", "__class__"):
             setattr(estimator, name, value)
 
 
-class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
+class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstimator):
     """Base of the boosted CRF estimators (see the module notes).
 
-    Subclasses implement ``_kept_rounds()`` (rounds the model uses) and
-    ``_gain_importance()`` (total split gain per feature).
+    Subclasses implement ``_train`` (one engine run on LabelledRows),
+    ``_kept_rounds()``, ``_gain_importance()``, ``_load_state()`` and the model
+    file's ``_engine_document`` / ``_booster_from_document``; they may
+    override ``_fit_structure`` (fitted attributes of the structure, and
+    the spec's fields they set).
     """
 
     # Accepted values of the estimator-level parameters, checked once at fit.
     _param_checks = BOOSTING
     # The engine that reads the keyword arguments outside the signature.
     _engine = "xgboost"
+    # Names of the per-row structure arrays of ``fit``, ``predict`` and eval-set entries.
+    _structure = ()
 
     def __init__(
         self,
@@ -358,6 +235,77 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         check_keywords(self, self._keywords(), self._engine, _SPEC_KEYWORDS,
                        self._get_param_names())
         check_params(self, self._param_checks)
+
+    def _require_engine(self):
+        """An ImportError naming the install command when the engine is missing (XGBoost is a dependency)."""
+
+    # -- input ------------------------------------------------------------
+    def _rows(self, X, y=None, *, reset=False, where="X", groups=None, lengths=None,
+              sample_weight=None, base_X=None, parents=None, edge_types=None):
+        """Any input dialect as LabelledRows; ``reset`` (fit) also sets ``classes_``."""
+        X, lengths, nested = self._check_X(X, groups, lengths, reset=reset, where=where)
+        codes = None
+        if y is not None or reset:
+            y = flatten_y(y, lengths) if nested else y
+            if reset:
+                self.classes_, codes = self._fit_classes(y, X.shape[0])
+            else:
+                codes = self._encode(y, X.shape[0], self.classes_)
+        if self._structure:
+            if parents is None:
+                raise ValueError("parents is required: the parent of each row within its instance.")
+            parents = flatten_y(parents, lengths, "parents")
+            if edge_types is not None:
+                edge_types = flatten_y(edge_types, lengths, "edge_types")
+        weight = None if sample_weight is None else sequence_weights(sample_weight, lengths)
+        return LabelledRows(X, lengths, codes, weight, base_X, parents, edge_types, nested)
+
+    def _eval_rows(self, eval_set, base_X):
+        """``eval_set`` as LabelledRows and their names (``fit`` got ``base_X``)."""
+
+        def convert(entry, where):
+            if base_X is not None and entry["base_X"] is None and self.base_model is not None:
+                raise ValueError(
+                    f"{where} has no base_X but fit got one: pass eval_set entries as "
+                    "dicts with a 'base_X' key."
+                )
+            given = ("groups", "lengths", "sample_weight", "base_X") + self._structure
+            return self._rows(entry["X"], entry["y"], where=where, **{k: entry[k] for k in given})
+
+        return self._eval_set(eval_set, convert, self._structure)
+
+    # -- fit --------------------------------------------------------------
+    @all_or_nothing
+    def _fit(self, X, y, eval_set, verbose, **given):
+        """The one fit: ``given`` are ``fit``'s keyword arguments of :meth:`_rows`."""
+        self._require_engine()
+        self._check_params()
+        rows = self._rows(X, y, reset=True, **given)
+        stopping = self._stopping(rows.lengths, bool(eval_set))
+        held_out = stopping.held_out is not None
+        metrics = eval_metrics(self.eval_metric, held_out, getattr(self, "decode", "viterbi"))
+        spec = self._objective_spec(metrics, **self._fit_structure(rows))
+        rows = rows._replace(seq_weight=self._class_weighted(rows))
+        evals, names = self._eval_rows(eval_set, rows.base_X)
+        run = (spec, round_logging(verbose, eval_set), metrics)
+        booster, evals_result = self._boost(rows, evals, names, stopping, *run)
+        self._set_fitted(booster, evals_result, metrics, stopping.held_out)
+        refit = self._refit_stopping(stopping)
+        if refit is not None:
+            self.booster_ = self._boost(rows, [], [], refit, *run)[0]
+            self._set_best_iteration()  # evals_result_ stays the held-out run's
+        return self
+
+    def _fit_structure(self, rows):
+        """Set what the training structure determines; the spec fields it fixes (``{}``)."""
+        return {}
+
+    def _boost(self, rows, evals, names, stopping, spec, verbose, metrics):
+        """One engine run (:meth:`_train`), the held-out sequences split off as the last eval set."""
+        if stopping.held_out is not None:
+            rows, held = rows.split(stopping.held_out)
+            evals, names = [*evals, held], [*names, HELD_OUT_NAME]
+        return self._train(rows, evals, names, spec, verbose, metrics, stopping)
 
     # -- parameters -------------------------------------------------------
     def _keywords(self):
@@ -429,29 +377,18 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         )
 
     # -- weights ------------------------------------------------------------
-    def _class_weighted(self, seq_weight, codes, lengths, classes):
+    def _class_weighted(self, rows):
         """Sequence weights ``(m,)`` times each sequence's mean ``class_weight`` of its labels.
 
         A CRF's likelihood is a sum over sequences, so a weight applies to a
-        whole sequence: per-row weights in G and H would make them the
-        gradient of no function, which the adaptive step, the transition
-        solver and early stopping all measure. ``class_weight`` (a dict
-        ``{label: weight}`` or ``"balanced"``, as in scikit-learn) therefore
-        weighs every sequence by the mean class weight of its labels, on top
-        of ``sample_weight``.
-
-        Parameters
-        ----------
-        seq_weight : (m,) array-like or None
-        codes : (n,) int array
-            Label indices into ``classes``.
-        lengths : (m,) int array
-        classes : (K,) ndarray
+        whole sequence (per-row weights in G and H would make them the
+        gradient of no function).
 
         Returns
         -------
-        (m,) float64 ndarray, or ``seq_weight`` when ``class_weight`` is None
+        (m,) float64 ndarray, or ``rows.seq_weight`` when ``class_weight`` is None
         """
+        seq_weight, codes, lengths, classes = rows.seq_weight, rows.codes, rows.lengths, self.classes_
         class_weight = self.class_weight
         if class_weight is None:
             return seq_weight
@@ -474,19 +411,7 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
 
     # -- early stopping ---------------------------------------------------
     def _stopping(self, lengths, has_eval_set):
-        """Rounds, patience and held-out sequences of one ``fit``.
-
-        ``early_stopping`` decides whether ``fit`` holds out
-        ``validation_fraction`` of the training sequences (drawn with
-        ``random_state``) and stops after ``n_iter_no_change`` rounds
-        without improvement on them: ``"auto"`` when the training set has
-        more than :data:`AUTO_EARLY_STOPPING_ROWS` rows and at least two
-        sequences, ``True`` always, ``False`` never. An ``eval_set`` or
-        ``early_stopping_rounds`` keeps XGBoost's behaviour instead (nothing
-        held out; ``early_stopping=True`` with an ``eval_set`` stops on it
-        with ``n_iter_no_change`` patience). ``n_estimators=None`` gives
-        :data:`ROUNDS_STOPPED` rounds at most when the patience is
-        ``n_iter_no_change``, :data:`ROUNDS_FIXED` otherwise.
+        """Rounds, patience and held-out sequences of one ``fit`` (``early_stopping`` in _docs.py).
 
         Parameters
         ----------
@@ -542,24 +467,10 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         return np.sort(order[:n_held]).astype(np.int64)
 
     def _refit_stopping(self, stopping):
-        """How the refit on all the training sequences ends, or None when there is none.
+        """The refit on all sequences after a held-out run (``refit`` in _docs.py), or None.
 
-        After automatic early stopping held out sequences and the fit kept
-        ``validation_best_iteration_ + 1`` rounds, ``refit=True`` trains again
-        on every training sequence, for that many rounds divided by ``1 -
-        validation_fraction`` (rounded up: the same number of passes over
-        each sequence's gradient, with 1 / (1 - fraction) more sequences),
-        at most ``stopping.rounds``, with no early stopping. Called after
-        :meth:`_set_fitted` of the held-out run.
-
-        Parameters
-        ----------
-        stopping : Stopping
-            The held-out run's (from :meth:`_stopping`).
-
-        Returns
-        -------
-        Stopping or None
+        Its rounds: the held-out run's kept rounds over ``1 - validation_fraction``
+        (rounded up), at most ``stopping.rounds``, with no early stopping.
         """
         if stopping.held_out is None or not self.refit:
             return None
@@ -644,8 +555,7 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         return codes
 
     # -- fitted attributes --------------------------------------------------
-    def _set_fitted(self, classes, booster, evals_result, metrics, held_out=None):
-        self.classes_ = classes
+    def _set_fitted(self, booster, evals_result, metrics, held_out=None):
         self.validation_sequences_ = (
             np.zeros(0, dtype=np.int64) if held_out is None else np.asarray(held_out, np.int64)
         )
@@ -658,11 +568,6 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
             self.best_score_ = float(last[metrics[-1][0]][self.best_iteration])
         elif hasattr(self, "best_score_"):
             del self.best_score_
-
-    def _set_refitted(self, booster):
-        """Swap in the model refit on all sequences (``evals_result_`` stays the held-out run's)."""
-        self.booster_ = booster
-        self._set_best_iteration()
 
     #: The engine's number of its first round in ``best_iteration_`` (XGBoost's
     #: 0, LightGBM's 1); ``best_iteration`` counts from 0 on every estimator.
@@ -707,27 +612,3 @@ class BoostedCRFClassifier(SequenceInputs, ClassifierMixin, BaseEstimator):
         gain = np.asarray(self._gain_importance(), dtype=np.float64)
         total = gain.sum()
         return gain / total if total > 0 else gain
-
-
-class ChainTransitions:
-    """The fitted ``transitions_`` table of the chain estimators.
-
-    Mixed into a :class:`BoostedCRFClassifier` whose ``_load_state()``
-    returns the booster's ``(num_labels, state, TransitionParams)``.
-    """
-
-    @property
-    def transitions_(self):
-        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
-
-        Returns
-        -------
-        pandas.DataFrame
-            ``(n_classes, n_classes)``, index and columns ``classes_``.
-        """
-        check_is_fitted(self)
-        params = self._load_state()[2]
-        labels = pd.Index(self.classes_)
-        return pd.DataFrame(
-            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
-        )

@@ -1,35 +1,18 @@
 """scikit-learn estimators: chain-CRF sequence labellers on XGBoost (LightGBM's: :mod:`.lgbm`).
 
-Each row of ``X`` is one position of one sequence; the rows of a sequence
-are contiguous and in order. Sequences are described per call by either
+Each row of ``X`` is one position of one sequence, the rows of a sequence
+contiguous and in order; the boundaries come from ``groups`` (per-row ids,
+or the name of the DataFrame column holding them), ``lengths`` (rows per
+sequence) or the ``sequence_column``. ``eval_set`` entries are ``(X, y,
+groups)`` or ``(X, y, lengths)`` tuples (a third element with one entry per
+row is ``groups``), or dicts with keys ``X``, ``y``, ``groups``, ``lengths``,
+``sample_weight``, ``base_X`` and ``name``.
 
-- ``groups``: a per-row sequence id, ``(n,)`` (ids need not be sorted, but
-  each sequence's rows must form one run), or, for a pandas ``X``, the name
-  of the column holding it (the column is dropped from the features), or
-- ``lengths``: rows per sequence, ``(m,)``, in row order.
-
-``eval_set`` entries are ``(X, y, groups)`` or ``(X, y, lengths)`` tuples:
-a third element with one entry per row of ``X`` (or a column name) is
-``groups``, anything else ``lengths``. When every sequence has length 1 the
-two coincide and the tuple reads as groups; pass a dict
-``{"X": X, "y": y, "lengths": lengths}`` (keys ``groups``, ``lengths``,
-``sample_weight``, ``base_X``) to say which.
-
-Boosting from a base model (the "Features+Embd" setting of Chen et al.
-2015): with ``base_model=LinearChainCRF(...)``, ``fit`` first trains a clone
-of the base model on the training sequences (on ``base_X``, by default
-``X``), then boosts trees from its node scores, which become XGBoost's
-``base_margin`` / LightGBM's ``init_score`` of the training and evaluation
-sets; the transitions start from the base model's. ``predict``,
-``predict_marginals``, ``predict_log_likelihood`` and ``score`` add the base
-scores back (pass them the same ``base_X`` layout). Typically the base model
-sees sparse lexical features (:class:`structboost.text.lexical.TokenFeatures`)
-and the trees dense ones. The same recipe with ``xgboost.train`` is in
-:class:`structboost.LinearChainCRF`.
-
-``save_model(path)`` writes a fitted estimator as one JSON file and
-``load_model(path)`` reads one back, running no code (see
-:mod:`structboost.estimators.model_file`).
+Boosting from a base model (the "Features+Embd" setting of Chen et al. 2015):
+with ``base_model=LinearChainCRF(...)``, ``fit`` trains a clone of it on
+``base_X`` (default ``X``) and boosts from its node scores (``base_margin`` /
+``init_score``) and transitions; prediction adds the base scores back (pass
+the same ``base_X`` layout).
 
 Inside scikit-learn's model selection, let the boundaries travel with a
 DataFrame (``sequence_column``)::
@@ -38,18 +21,15 @@ DataFrame (``sequence_column``)::
     GridSearchCV(est, {"max_depth": [3, 5]}, cv=GroupKFold(3)).fit(
         frame, y, groups=frame["sentence_id"])
 
-or, for arrays, route the sequence ids to ``fit`` and ``score`` with metadata
-routing::
+or route the sequence ids with metadata routing::
 
     sklearn.set_config(enable_metadata_routing=True)
     est = LGBMCRFClassifier().set_fit_request(groups=True).set_score_request(groups=True)
     GridSearchCV(est, {"max_depth": [3, 5]}, cv=GroupKFold(3)).fit(X, y, groups=groups)
 
 sklearn-crfsuite's contract works too: ``X`` a list of per-sequence 2-D
-arrays or of per-sequence lists of feature dicts (vectorised once by a
-``DictVectorizer`` kept as ``vectorizer_``), ``y`` a list of label lists;
-``predict`` then returns a list of label lists, ``predict_proba`` a list of
-``(n_i, K)`` arrays.
+arrays or lists of feature dicts (vectorised once, ``vectorizer_``), ``y`` a
+list of label lists; predictions then come back as lists.
 """
 
 from collections.abc import Sequence
@@ -60,124 +40,14 @@ import xgboost as xgb
 from sklearn.utils.validation import check_is_fitted
 
 from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
-from ..engines.xgboost import crf_objective, xgb_params
+from ..engines.xgboost import crf_objective
 from ..engines.xgboost import load_state as load_xgb_state
 from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
-from .base import LabelledRows, keep_params
-from .xgboost_training import XGBoostTraining
+from .base import keep_params
 from .chain_base import _CRFClassifier
 from .crfsuite import SEQUENCE_DOC, SequenceSamples
-
-
-class _LinearTransitions:
-    """``transitions_from="linear"``: one K x K table, refit by the transition solver.
-
-    The estimator's questions that depend on where the transitions come
-    from; :class:`_BoostedTransitions` answers them for boosted ones.
-    """
-
-    #: Columns the engine sees after the input features.
-    engine_columns = 0
-
-    @staticmethod
-    def objective(est, n_classes, spec):
-        """The training objective, its transitions started (from a base model's, if any)."""
-        # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
-        obj = crf_objective(n_classes, spec, device=est._engine_kwargs().get("device", "cpu"))
-        est._start_transitions(obj)
-        return obj
-
-    @staticmethod
-    def dmatrix(X, labels, lengths, seq_weight, base_margin, num_labels, feature_names, engine,
-                threads):
-        """A DMatrix of the rows, one row per position (see ``XGBCRFClassifier._dmatrix``)."""
-        return xgb.DMatrix(
-            X,
-            label=labels,
-            group=lengths,
-            weight=seq_weight,
-            base_margin=base_margin,
-            feature_names=feature_names,
-            enable_categorical=isinstance(X, pd.DataFrame),
-            nthread=threads,
-        )
-
-    @staticmethod
-    def engine_data(est, X):
-        """What prediction hands the engine: the DMatrix of ``X``."""
-        return est._dmatrix(X)
-
-    @staticmethod
-    def load_state(booster):
-        """The CRF state the booster carries (:func:`structboost.engines.xgboost.load_state`)."""
-        return load_xgb_state(booster)
-
-    @staticmethod
-    def feature_gain(gain):
-        """Total gain per input feature from the engine's per-column gain."""
-        return gain
-
-    @staticmethod
-    def check_single_table():
-        """Nothing to refuse: the transitions are one table."""
-
-
-class _BoostedTransitions:
-    """``transitions_from="input"``: boosted, input-dependent transitions (edge rows)."""
-
-    #: The previous label, the edge rows' last column.
-    engine_columns = 1
-
-    @staticmethod
-    def objective(est, n_classes, spec):
-        """The edge objective; a base model has no place here."""
-        if est.base_model is not None:
-            raise ValueError(
-                "base_model boosts from a linear model's node scores and transitions; "
-                'with transitions_from="input" the trees score the transitions: drop '
-                'base_model or use transitions_from="linear".'
-            )
-        return edge_crf_objective(n_classes, spec)
-
-    @staticmethod
-    def dmatrix(X, labels, lengths, seq_weight, base_margin, num_labels, feature_names, engine,
-                threads):
-        """The edge rows of ``num_labels`` labels (K rows per position)."""
-        return edge_dmatrix(
-            X, labels, lengths, num_labels=num_labels, weight=seq_weight,
-            feature_names=feature_names,
-            # vector-leaf trees do not split on categorical features
-            categorical=engine.get("multi_strategy") != "multi_output_tree", nthread=threads,
-        )  # fmt: skip
-
-    @staticmethod
-    def engine_data(est, X):
-        """What prediction hands the engine: ``X`` itself (the edge rows need the lengths)."""
-        return X
-
-    @staticmethod
-    def load_state(booster):
-        """The edge objective's state the booster carries."""
-        return load_xgb_state(booster, EDGE_STATE_KEY)
-
-    @staticmethod
-    def feature_gain(gain):
-        """The input features' gain: the last column (the previous label) dropped."""
-        return gain[:-1]
-
-    @staticmethod
-    def check_single_table():
-        """Refuse: the transitions differ at every position."""
-        raise ValueError(
-            'with transitions_from="input" the transition scores depend on the input at '
-            "every position: there is no single table. Get them per position from "
-            "structboost.engines.predict.crf_inputs(clf.booster_, X, lengths=...)."
-        )
-
-
-#: The route of each ``transitions_from``, chosen once per fit or load.
-_TRANSITION_ROUTES = {"linear": _LinearTransitions, "input": _BoostedTransitions}
+from .xgboost_training import XGBoostTraining
 
 
 @fill_doc(
@@ -268,57 +138,75 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         keep_params(self, locals())
 
     def _check_params(self):
-        """Check the parameters and choose the transitions' route once (fit and load)."""
         super()._check_params()
-        if self.transitions_from not in _TRANSITION_ROUTES:
+        if self.transitions_from not in TRANSITIONS_FROM:
             raise ValueError(
                 f"transitions_from must be one of {TRANSITIONS_FROM}; got {self.transitions_from!r}."
             )
-        self._transitions = _TRANSITION_ROUTES[self.transitions_from]
+        if self.transitions_from == "input" and self.base_model is not None:
+            raise ValueError(
+                "base_model boosts from a linear model's node scores and transitions; "
+                'with transitions_from="input" the trees score the transitions: drop '
+                'base_model or use transitions_from="linear".'
+            )
 
-    def _require_engine(self):
-        """XGBoost is a dependency: nothing to check."""
+    @property
+    def _edges(self):
+        """Whether the transitions are boosted (``transitions_from="input"``: edge rows)."""
+        return self.transitions_from == "input"
 
-    def _engine_data(self, X):
-        return self._transitions.engine_data(self, X)
+    def _fit_structure(self, rows):
+        return {**super()._fit_structure(rows), "transitions_from": self.transitions_from}
 
-    def _dmatrix(self, X, rows=None, num_labels=None):
-        """A DMatrix of features ``X``, or of labelled ``rows`` (LabelledRows) to train on.
+    def _train(self, train, evals, names, spec, verbose, metrics, stopping):
+        self._fit_base_model(train)
+        return super()._train(train, evals, names, spec, verbose, metrics, stopping)
 
-        Edge rows of ``num_labels`` labels when the transitions are boosted.
-        """
+    def _objective(self, n_classes, spec):
+        if self._edges:
+            return edge_crf_objective(n_classes, spec)
+        # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
+        obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
+        self._start_transitions(obj)
+        return obj
+
+    def _dmatrix(self, rows, num_labels):
+        """The training DMatrix of LabelledRows: one row per position, or K edge rows."""
         names = getattr(self, "feature_names_in_", None)
-        if rows is None:
-            rows = LabelledRows(X, None, None, None, None)
-        return self._transitions.dmatrix(
-            rows.X, rows.codes, rows.lengths, rows.seq_weight, rows.base_margin, num_labels,
-            feature_names=None if names is None else list(names), engine=self._engine_kwargs(),
-            threads=self._threads(),
+        names = None if names is None else list(names)
+        if self._edges:
+            return edge_dmatrix(
+                rows.X, rows.codes, rows.lengths, num_labels=num_labels, weight=rows.seq_weight,
+                feature_names=names, nthread=self._threads(),
+                # vector-leaf trees do not split on categorical features
+                categorical=self._engine_kwargs().get("multi_strategy") != "multi_output_tree",
+            )  # fmt: skip
+        return xgb.DMatrix(
+            rows.X, label=rows.codes, group=rows.lengths, weight=rows.seq_weight,
+            base_margin=self._base_margin(rows), feature_names=names,
+            enable_categorical=isinstance(rows.X, pd.DataFrame), nthread=self._threads(),
         )  # fmt: skip
 
-    def _route(self):
-        return {"transitions_from": self.transitions_from}
-
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
-        obj = self._transitions.objective(self, n_classes, spec)
-        params = xgb_params(
-            n_classes,
-            eta=self.learning_rate,
-            max_depth=self.max_depth,
-            **self._engine_params(),
-        )
-        dvalid = [self._dmatrix(None, e, n_classes) for e in evals]
-        dtrain = self._dmatrix(None, train, n_classes)
-        return self._xgb_train(params, obj, dtrain, dvalid, verbose, names, metrics, stopping)
+    def _engine_data(self, X):
+        """What prediction hands the engine: the features' DMatrix, or ``X`` for edge rows."""
+        if self._edges:
+            return X
+        names = getattr(self, "feature_names_in_", None)
+        return xgb.DMatrix(
+            X, feature_names=None if names is None else list(names),
+            enable_categorical=isinstance(X, pd.DataFrame), nthread=self._threads(),
+        )  # fmt: skip
 
     def _load_state(self):
-        return self._transitions.load_state(self.booster_)
+        return load_xgb_state(self.booster_, EDGE_STATE_KEY) if self._edges else (
+            load_xgb_state(self.booster_))  # fmt: skip
 
     def _engine_columns(self):
-        return self._transitions.engine_columns
+        return int(self._edges)  # the edge rows' last column: the previous label
 
     def _gain_importance(self):
-        return self._transitions.feature_gain(super()._gain_importance())
+        gain = super()._gain_importance()
+        return gain[:-1] if self._edges else gain
 
     @property
     def transitions_(self):
@@ -333,7 +221,12 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
             ``(n_classes, n_classes)``, index and columns ``classes_``.
         """
         check_is_fitted(self)
-        self._transitions.check_single_table()
+        if self._edges:
+            raise ValueError(
+                'with transitions_from="input" the transition scores depend on the input at '
+                "every position: there is no single table. Get them per position from "
+                "structboost.engines.predict.crf_inputs(clf.booster_, X, lengths=...)."
+            )
         return super().transitions_
 
 

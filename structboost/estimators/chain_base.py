@@ -1,14 +1,15 @@
-"""What both chain estimators share: input checks, base models, fit and predict.
+"""What both chain estimators share: base models, constraints, fit and predict signatures.
 
-:class:`~structboost.XGBCRFClassifier` and :class:`~structboost.LGBMCRFClassifier`
-(:mod:`structboost.estimators.chain`) add the engine: its training loop,
-its data and its model-file part.
+:class:`~structboost.XGBCRFClassifier` (:mod:`.chain`) and
+:class:`~structboost.LGBMCRFClassifier` (:mod:`.lgbm`) add the engine run
+(``_train``), its prediction data (``_engine_data``) and its model-file part.
 """
 
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import pandas as pd
 from sklearn.base import clone
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
@@ -19,33 +20,35 @@ from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
 from ..objectives.constraints import resolve as resolve_constraints
-from .base import (
-    HELD_OUT_NAME,
-    BoostedCRFClassifier,
-    LabelledRows,
-    ChainTransitions,
-    all_or_nothing,
-    eval_metrics,
-    round_logging,
-    split_sequences,
-)
-from .inputs import ChainInputs, flatten_y, kind, nest
-from .model_file import ModelFile
+from .base import BoostedCRFClassifier
+from .inputs import flatten_y, kind, nest
 
 
 _Self = TypeVar("_Self", bound="_CRFClassifier")
 
 
-class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassifier):
-    """What both chain estimators share: input checks, base models, fit, predict.
+class ChainTransitions:
+    """The fitted ``transitions_`` table of the chain estimators (from ``_load_state()``)."""
 
-    Subclasses implement ``_train`` (returns the booster and the metric
-    history; data tuples end with the base margin ``(n, K)`` or None),
-    ``_kept_rounds``, ``_engine_data`` (features as the engine
-    predicts from them), ``_load_state``, ``_gain_importance`` and the
-    model-file pair ``_engine_document`` / ``_booster_from_document``
-    (see :class:`~structboost.estimators.model_file.ModelFile`).
-    """
+    @property
+    def transitions_(self):
+        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
+
+        Returns
+        -------
+        pandas.DataFrame
+            ``(n_classes, n_classes)``, index and columns ``classes_``.
+        """
+        check_is_fitted(self)
+        params = self._load_state()[2]
+        labels = pd.Index(self.classes_)
+        return pd.DataFrame(
+            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
+        )
+
+
+class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
+    """What both chain estimators share (see the module notes)."""
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -53,9 +56,25 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         tags.input_tags.allow_nan = True
         return tags
 
-    # -- input ------------------------------------------------------------
-    def _base_margin(self, X, base_X, n_classes):
-        """Node scores ``(n, K)`` of the fitted base model on ``base_X`` (default ``X``) or None."""
+    def _fit_structure(self, rows):
+        self.constraints_ = resolve_constraints(
+            self.allowed_transitions, len(self.classes_), labels=self.classes_
+        )
+        return {"allowed_transitions": self.constraints_}
+
+    # -- base model -------------------------------------------------------
+    def _fit_base_model(self, train):
+        """``base_model_``: a clone of ``base_model`` fitted on the training rows, or None."""
+        self.base_model_ = None
+        if self.base_model is not None:
+            inputs = train.X if train.base_X is None else train.base_X
+            self.base_model_ = clone(self.base_model).fit(
+                inputs, train.codes, train.lengths, sample_weight=train.seq_weight
+            )
+
+    def _base_margin(self, rows):
+        """Node scores ``(n, K)`` of the fitted base model on ``rows.base_X`` (default ``X``), or None."""
+        X, base_X, n_classes = rows.X, rows.base_X, len(self.classes_)
         if self.base_model_ is None:
             if base_X is not None:
                 raise ValueError(
@@ -80,7 +99,6 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
 
     # -- fit --------------------------------------------------------------
     @reports("fit")
-    @all_or_nothing
     def fit(
         self: _Self,
         X: Any,
@@ -120,91 +138,25 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             last one drives early stopping. With ``base_model`` and ``base_X``,
             entries must be dicts with a ``"base_X"`` key.
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
-            Input of ``base_model`` (e.g. sparse lexical features while the
-            trees see dense ones); ``X`` by default.
+            Input of ``base_model``; ``X`` by default.
         verbose : bool or int, optional
             Print the metrics every round (``True``) or every ``verbose``
-            rounds; ``False``: silent. None (the default): every round for an
-            ``eval_set`` you pass, as ``XGBClassifier.fit`` does, and nothing
-            for the held-out sequences of automatic early stopping.
+            rounds; ``False``: silent. None: every round for an ``eval_set``
+            you pass, nothing for held-out sequences.
 
         Returns
         -------
         self
         """
-        self._require_engine()
-        self._check_params()
-        X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
-        classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y,
-                                           X.shape[0])  # fmt: skip
-        stopping = self._stopping(lengths, bool(eval_set))
-        metrics = eval_metrics(
-            self.eval_metric, held_out=stopping.held_out is not None, decode=self.decode
-        )
-        self.constraints_ = resolve_constraints(
-            self.allowed_transitions, len(classes), labels=classes
-        )
-        spec = self._objective_spec(
-            metrics, allowed_transitions=self.constraints_, **self._route()
-        )
-        seq_weight = self._class_weighted(
-            self._sequence_weights(sample_weight, lengths), codes, lengths, classes
-        )
-        data = (X, codes, lengths, base_X, seq_weight)
-        run = (eval_set, classes, spec, round_logging(verbose, eval_set), metrics)
-        booster, evals_result = self._boost(data, stopping, *run)
-        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
-        refit = self._refit_stopping(stopping)
-        if refit is not None:
-            self._set_refitted(self._boost(data, refit, *run)[0])
-        return self
-
-    def _boost(self, data, stopping, eval_set, classes, spec, verbose, metrics):
-        """Base model and boosting of one run of :meth:`fit`, held-out sequences split off.
-
-        Parameters
-        ----------
-        data : tuple
-            ``(X, codes, lengths, base_X, seq_weight)`` of all the training
-            sequences (``base_X`` and ``seq_weight`` may be None).
-        stopping : Stopping
-            From :meth:`_stopping` or :meth:`_refit_stopping`.
-        eval_set, classes, spec, verbose, metrics
-            As in :meth:`fit`.
-
-        Returns
-        -------
-        booster, evals_result
-            Of :meth:`_train`; sets ``base_model_``.
-        """
-        X, codes, lengths, base_X, seq_weight = data
-        if stopping.held_out is not None:
-            (lengths, X, codes, base_X, seq_weight), held = split_sequences(
-                stopping.held_out, lengths, (X, codes, base_X), (seq_weight,)
-            )
-        self.base_model_ = None
-        if self.base_model is not None:
-            inputs = X if base_X is None else base_X
-            self.base_model_ = clone(self.base_model).fit(
-                inputs, codes, lengths, sample_weight=seq_weight
-            )
-        train = LabelledRows(X, codes, lengths, seq_weight,
-                             self._base_margin(X, base_X, len(classes)))  # fmt: skip
-        evals, names = self._eval_data(eval_set, classes, base_X)
-        if stopping.held_out is not None:
-            lengths_h, Xh, codes_h, base_h, weight_h = held
-            margin_h = self._base_margin(Xh, base_h, len(classes))
-            evals.append(LabelledRows(Xh, codes_h, lengths_h, weight_h, margin_h))
-            names.append(HELD_OUT_NAME)
-        return self._train(train, evals, spec, len(classes), verbose, names, metrics, stopping)
+        return self._fit(X, y, eval_set, verbose, groups=groups, lengths=lengths,
+                         sample_weight=sample_weight, base_X=base_X)  # fmt: skip
 
     # -- predict ----------------------------------------------------------
     def _data(self, X, groups, lengths, base_X):
-        """Engine data, lengths ``(m,)``, base margin ``(n, K)`` (or None), nested flag."""
+        """Engine data, LabelledRows and base margin ``(n, K)`` (or None) of one prediction."""
         check_is_fitted(self)
-        X, lengths, nested = self._check_X(X, groups, lengths, reset=False)
-        margin = self._base_margin(X, base_X, len(self.classes_))
-        return self._engine_data(X), lengths, margin, nested
+        rows = self._rows(X, groups=groups, lengths=lengths, base_X=base_X)
+        return self._engine_data(rows.X), rows, self._base_margin(rows)
 
     def predict(
         self,
@@ -235,18 +187,18 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         (n,) ndarray of ``classes_`` values, or a list of label lists when
         ``X`` was a list of sequences
         """
-        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
+        data, rows, margin = self._data(X, groups, lengths, base_X)
         with self._thread_limits():
             codes = _viterbi(
                 self.booster_,
                 data,
-                lengths=lengths,
+                lengths=rows.lengths,
                 decode=self.decode if decode is None else decode,
                 base_margin=margin,
                 allowed_transitions=self.constraints_,
             )
         labels = self.classes_[codes]
-        return nest(labels, lengths) if nested else labels
+        return nest(labels, rows.lengths) if rows.nested else labels
 
     def predict_single(
         self,
@@ -291,16 +243,16 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         (n, n_classes) ndarray, or a list of ``(n_i, n_classes)`` arrays when
         ``X`` was a list of sequences
         """
-        data, lengths, margin, nested = self._data(X, groups, lengths, base_X)
+        data, rows, margin = self._data(X, groups, lengths, base_X)
         with self._thread_limits():
             marginals = _marginals(
                 self.booster_,
                 data,
-                lengths=lengths,
+                lengths=rows.lengths,
                 base_margin=margin,
                 allowed_transitions=self.constraints_,
             )
-        return nest(marginals, lengths, as_lists=False) if nested else marginals
+        return nest(marginals, rows.lengths, as_lists=False) if rows.nested else marginals
 
     def predict_proba(
         self,
@@ -323,15 +275,15 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
         base_X: Any = None,
     ) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, lens, margin, nested = self._data(X, groups, lengths, base_X)
-        codes = self._encode(flatten_y(y, lens) if nested else y,
-                             int(lens.sum()), self.classes_)  # fmt: skip
+        data, rows, margin = self._data(X, groups, lengths, base_X)
+        codes = self._encode(flatten_y(y, rows.lengths) if rows.nested else y,
+                             int(rows.lengths.sum()), self.classes_)  # fmt: skip
         with self._thread_limits():
             return _log_likelihood(
                 self.booster_,
                 data,
                 codes,
-                lengths=lens,
+                lengths=rows.lengths,
                 base_margin=margin,
                 allowed_transitions=self.constraints_,
             )

@@ -21,15 +21,9 @@ from .. import _config
 from ..engines import dask as engine
 from ..engines.xgboost import crf_objective, load_state, xgb_params
 from ..objectives.params import DEFAULTS, fill_doc
-from .base import (
-    BoostedCRFClassifier,
-    ChainTransitions,
-    all_or_nothing,
-    eval_metrics,
-    keep_params,
-)
+from .base import BoostedCRFClassifier, all_or_nothing, eval_metrics, keep_params
+from .chain_base import ChainTransitions
 from .xgboost_training import XGBoostTraining
-from .model_file import ModelFile
 
 
 def _map_rows(collection, fn, dtype):
@@ -47,7 +41,7 @@ def _map_rows(collection, fn, dtype):
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions")
-class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, BoostedCRFClassifier):
+class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost on a Dask cluster.
 
     Parameters
@@ -200,7 +194,7 @@ class DaskXGBCRFClassifier(ModelFile, XGBoostTraining, ChainTransitions, Boosted
             verbose_eval=verbose,
         )
         # The objective's metric is the one the engine records and stops on.
-        self._set_fitted(classes, out["booster"], out["history"], metrics)
+        self._set_fitted(out["booster"], out["history"], metrics)
         return self
 
     def predict(self, X, *, groups, decode=None):

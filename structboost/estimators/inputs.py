@@ -5,7 +5,7 @@
   ``lengths`` (rows per sequence) or the estimator's ``sequence_column``;
   with none of them every row is its own sequence.
 - sklearn-crfsuite's contract (:func:`kind`, :func:`flatten_X`,
-  :func:`flatten_y`, :func:`nest`; :class:`ListInputs`): ``X`` a list with
+  :func:`flatten_y`, :func:`nest`): ``X`` a list with
   one entry per sequence, each either a 2-D array (numpy, scipy sparse or
   pandas, one row per position) or a list of feature dicts (one per
   position, as sklearn-crfsuite's ``sent2features``); ``y`` a list of label
@@ -24,7 +24,7 @@ from sklearn.feature_extraction import DictVectorizer
 from sklearn.utils.validation import validate_data
 
 from ..features import canonical_sparse
-from ..sequences import resolve_lengths, sequence_weights
+from ..sequences import resolve_lengths
 
 
 def _is_2d(item):
@@ -212,10 +212,10 @@ def eval_entry(item, index, n_rows, structure=()):
 
 
 class SequenceInputs:
-    """Flat rows and their boundaries, validated (mixed into every estimator).
+    """Flat rows or lists of sequences and their boundaries, validated (mixed into every estimator).
 
-    Reads ``sequence_column`` and sets ``id_column_`` and ``boundaries_``
-    in ``fit`` (``reset=True``).
+    Reads ``sequence_column``; ``fit`` (``reset=True``) sets ``id_column_``,
+    ``boundaries_`` and ``vectorizer_`` (feature-dict input).
     """
 
     def _validate(self, X, reset):
@@ -286,10 +286,6 @@ class SequenceInputs:
             lengths = np.ones(n_rows, dtype=np.int64)
         return X, resolve_lengths(n_rows, groups=groups, lengths=lengths)
 
-    def _check_X(self, X, groups, lengths, *, reset, where="X"):
-        """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
-        return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
-
     def _eval_set(self, eval_set, convert, structure=()):
         """Every ``eval_set`` entry converted, and the entries' names (checked distinct).
 
@@ -322,14 +318,6 @@ class SequenceInputs:
             raise ValueError(f"eval_set names must differ; got {names}.")
         return converted, names
 
-    def _eval_rows(self, entry, where, classes):
-        """An :func:`eval_entry` dict's features, lengths ``(m,)`` and label codes ``(n,)``."""
-        X, lengths, nested = self._check_X(
-            entry["X"], entry["groups"], entry["lengths"], reset=False, where=where
-        )
-        y = flatten_y(entry["y"], lengths) if nested else entry["y"]
-        return X, lengths, self._encode(y, X.shape[0], classes)
-
     def _check_id_column(self, X, groups, lengths):
         """A clear error when the column that held the ids in ``fit`` is still in ``X``."""
         column = getattr(self, "id_column_", None)
@@ -345,14 +333,6 @@ class SequenceInputs:
             f"X still has the column {column!r} that held the sequence ids in fit; it is no "
             f"feature: {fix}, or set sequence_column={column!r} to have it read on every call."
         )
-
-
-class ListInputs:
-    """Flat rows or lists of sequences (sklearn-crfsuite's contract) as ``X``.
-
-    Mixed into a :class:`SequenceInputs` estimator ahead of it; keeps
-    ``vectorizer_`` for feature-dict input.
-    """
 
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
         """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
@@ -381,38 +361,3 @@ class ListInputs:
             self.vectorizer_ = vectorizer
         rows, lengths = self._boundaries(rows, None, lengths, reset=reset, where=where)
         return rows, lengths, True
-
-
-
-class ChainInputs(ListInputs):
-    """The chain estimators' inputs: :class:`ListInputs`, weights, eval sets.
-
-    Mixed into a :class:`SequenceInputs` estimator with ``_encode`` and
-    ``_base_margin``.
-    """
-
-    def _sequence_weights(self, sample_weight, lengths):
-        return None if sample_weight is None else sequence_weights(sample_weight, lengths)
-
-    def _eval_data(self, eval_set, classes, base_X):
-        """``eval_set`` as engine-ready tuples and their names.
-
-        Returns
-        -------
-        evals : list of LabelledRows
-        names : list of str
-        """
-        from .base import LabelledRows
-
-        def convert(entry, where):
-            if base_X is not None and entry["base_X"] is None and self.base_model is not None:
-                raise ValueError(
-                    f"{where} has no base_X but fit got one: pass eval_set entries as "
-                    "dicts with a 'base_X' key."
-                )
-            X, lengths, codes = self._eval_rows(entry, where, classes)
-            weights = self._sequence_weights(entry["sample_weight"], lengths)
-            margin = self._base_margin(X, entry["base_X"], len(classes))
-            return LabelledRows(X, codes, lengths, weights, margin)
-
-        return self._eval_set(eval_set, convert)

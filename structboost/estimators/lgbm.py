@@ -108,14 +108,13 @@ class LGBMCRFClassifier(_CRFClassifier):
     def _require_engine(self):
         require("lightgbm", "lightgbm", type(self).__name__)
 
-    def _route(self):
-        return {}
-
-    def _train(self, train, evals, spec, n_classes, verbose, names, metrics, stopping):
+    def _train(self, train, evals, names, spec, verbose, metrics, stopping):
         import lightgbm as lgb
 
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
 
+        self._fit_base_model(train)
+        n_classes = len(self.classes_)
         obj = lgb_crf_objective(n_classes, spec)
         self._start_transitions(obj)
         params = lgb_params(
@@ -127,8 +126,8 @@ class LGBMCRFClassifier(_CRFClassifier):
             **self._engine_params(),
         )
         train_set, *valid_sets = (
-            lgb.Dataset(r.X, label=r.codes, weight=self._row_weights(r.seq_weight, r.lengths),
-                        group=r.lengths, init_score=r.base_margin)
+            lgb.Dataset(r.X, label=r.codes, group=r.lengths, init_score=self._base_margin(r),
+                        weight=None if r.seq_weight is None else np.repeat(r.seq_weight, r.lengths))
             for r in (train, *evals)
         )  # fmt: skip
         evals_result = {}
@@ -164,10 +163,6 @@ class LGBMCRFClassifier(_CRFClassifier):
         from ..engines.lightgbm import kept_rounds
 
         return kept_rounds(self.booster_)
-
-    @staticmethod
-    def _row_weights(seq_weight, lengths):
-        return None if seq_weight is None else np.repeat(seq_weight, lengths)
 
     def _load_state(self):
         from ..engines.lightgbm import load_state

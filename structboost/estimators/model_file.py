@@ -26,7 +26,6 @@ from ..engines.model_io import (
 )
 from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
-from .base import changed_params
 from .inputs import vectorizer_document, vectorizer_from_document
 
 _FILE_FORMAT = "structboost-crf-classifier"
@@ -34,6 +33,30 @@ _FILE_FORMAT = "structboost-crf-classifier"
 # transitions); version-1 files are refused with the message of read_document.
 _FILE_VERSION = 2
 _FILE_HINT = "write one with the estimator's save_model(path)"
+
+
+#: Parameters that do not describe the trained model: set after fit, they may be saved.
+_NOT_THE_MODEL = ("callbacks", "n_jobs")
+
+
+def changed_params(estimator):
+    """Names of the model's parameters set since the estimator was fitted or loaded (sorted)."""
+    before = getattr(estimator, "_params_at_fit_", None)
+    if before is None:
+        return []
+    now = estimator.get_params(deep=False)
+    return sorted(name for name in set(before) | set(now) if name not in _NOT_THE_MODEL
+                  and not _same(before.get(name), now.get(name)))  # fmt: skip
+
+
+def _same(a, b):
+    if a is b:
+        return True
+    try:
+        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
 
 
 class ModelFile:

@@ -45,7 +45,6 @@ from ..engines.xgboost import booster_from_json
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ._spanning import maximum_spanning_parents
 from .base import BoostedCRFClassifier, all_or_nothing, keep_params
-from .model_file import ModelFile
 from .tree import TreeCRFClassifier
 
 STRUCTURES = ("independent", "chow-liu", "ess")
@@ -395,7 +394,7 @@ _Self = TypeVar("_Self", bound="ESSTreeCRFClassifier")
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions", solvers=TREE_SOLVERS)
-class ESSTreeCRFClassifier(ModelFile, BoostedCRFClassifier):
+class ESSTreeCRFClassifier(BoostedCRFClassifier):
     """Multi-label classifier: a boosted CRF over a tree of labels.
 
     Parameters

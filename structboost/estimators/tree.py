@@ -12,57 +12,28 @@ groups_or_lengths, parents[, edge_types])`` tuples or dicts.
 
 from collections.abc import Sequence
 from typing import Any, TypeVar
+
 import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._typing import ArrayLike, Floats
 from ..features import canonical_sparse
-from ..engines.xgboost import xgb_params
 from ..engines.predict import predict_tree, predict_tree_marginals, tree_log_likelihood
 from ..engines.xgboost import load_state
 from ..engines.xgboost_tree import TREE_STATE_KEY, tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
-from ..sequences import sequence_weights
 from ..transitions.tree import TreeTransitionParams
-from .base import (
-    HELD_OUT_NAME,
-    BoostedCRFClassifier,
-    all_or_nothing,
-    eval_metrics,
-    keep_params,
-    round_logging,
-    split_sequences,
-)
-from .xgboost_training import XGBoostTraining
 from ._docs import STOPPING_PARAMS
-from .inputs import ListInputs, flatten_y, nest
-from .model_file import ModelFile
-
-_STRUCTURE = ("parents", "edge_types")
-
-
-def _edge_type_count(edge_types, given):
-    if given is not None:
-        return int(given)
-    if edge_types is None:
-        return 1
-    return int(np.max(edge_types)) + 1 if len(edge_types) else 1
-
-
-def _flat_structure(parents, edge_types, lengths):
-    """``parents`` and ``edge_types`` ``(n,)``, flat or given as one array per instance."""
-    if parents is None:
-        raise ValueError("parents is required: the parent of each row within its instance.")
-    parents = flatten_y(parents, lengths, "parents")
-    return parents, None if edge_types is None else flatten_y(edge_types, lengths, "edge_types")
-
+from .base import BoostedCRFClassifier, keep_params
+from .inputs import flatten_y, nest
+from .xgboost_training import XGBoostTraining
 
 _Self = TypeVar("_Self", bound="TreeCRFClassifier")
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
           solvers=TREE_SOLVERS, stopping_params=STOPPING_PARAMS)  # fmt: skip
-class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassifier):
+class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
 
     Parameters
@@ -154,16 +125,30 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
     ) -> None:
         keep_params(self, locals())
 
+    _structure = ("parents", "edge_types")
+
     def _validate(self, X, reset):
         return canonical_sparse(validate_data(
             self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
         ))
 
-    def _dmatrix(self, X, codes, lengths, parents, edge_types, sample_weight=None):
-        weight = None if sample_weight is None else sequence_weights(sample_weight, lengths)
-        return tree_dmatrix(X, codes, lengths, parents, edge_types, weight=weight)
+    def _fit_structure(self, rows):
+        if self.n_edge_types is not None:
+            self.n_edge_types_ = int(self.n_edge_types)
+        elif rows.edge_types is None or not len(rows.edge_types):
+            self.n_edge_types_ = 1
+        else:
+            self.n_edge_types_ = int(np.max(rows.edge_types)) + 1
+        return {}
 
-    @all_or_nothing
+    def _objective(self, n_classes, spec):
+        return tree_crf_objective(n_classes, self.n_edge_types_, spec)
+
+    @staticmethod
+    def _dmatrix(rows, n_classes):
+        return tree_dmatrix(rows.X, rows.codes, rows.lengths, rows.parents, rows.edge_types,
+                            weight=rows.seq_weight)  # fmt: skip
+
     def fit(
         self: _Self,
         X: Any,
@@ -212,74 +197,8 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         -------
         self
         """
-        self._check_params()
-        X, lengths, nested = self._check_X(X, groups, lengths, reset=True)
-        classes, codes = self._fit_classes(flatten_y(y, lengths) if nested else y, X.shape[0])
-        parents, edge_types = _flat_structure(parents, edge_types, lengths)
-        stopping = self._stopping(lengths, bool(eval_set))
-        metrics = eval_metrics(self.eval_metric, held_out=stopping.held_out is not None)
-        self.n_edge_types_ = _edge_type_count(edge_types, self.n_edge_types)
-        spec = self._objective_spec(metrics)
-        seq_weight = self._class_weighted(
-            None if sample_weight is None else sequence_weights(sample_weight, lengths),
-            codes, lengths, classes,
-        )  # fmt: skip
-        if seq_weight is not None:
-            sample_weight = np.repeat(seq_weight, np.asarray(lengths))
-        train = (X, codes, lengths, parents, edge_types, sample_weight)
-
-        def convert(e, where):
-            Xe, le, codes_e = self._eval_rows(e, where, classes)
-            par, types = _flat_structure(e["parents"], e["edge_types"], le)
-            return self._dmatrix(Xe, codes_e, le, par, types, e["sample_weight"])
-
-        evals, eval_names = self._eval_set(eval_set, convert, _STRUCTURE)
-        params = xgb_params(
-            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
-        )
-        run = (params, len(classes), spec, round_logging(verbose, eval_set), metrics)
-        booster, evals_result = self._boost(train, stopping, evals, eval_names, *run)
-        self._set_fitted(classes, booster, evals_result, metrics, stopping.held_out)
-        refit = self._refit_stopping(stopping)
-        if refit is not None:
-            self._set_refitted(self._boost(train, refit, [], [], *run)[0])
-        return self
-
-    def _boost(self, train, stopping, evals, eval_names, params, n_labels, spec, verbose,
-               metrics):
-        """One boosting run of :meth:`fit`, held-out instances split off.
-
-        Parameters
-        ----------
-        train : tuple
-            ``(X, codes, lengths, parents, edge_types, sample_weight)`` of all
-            the training instances (the last may be None).
-        stopping : Stopping
-            From :meth:`_stopping` or :meth:`_refit_stopping`.
-        evals : list of xgboost.DMatrix
-            The ``eval_set``'s.
-        eval_names : list of str
-        params : dict
-        n_labels : int
-        spec : ObjectiveSpec
-            Every run starts a fresh objective (its transitions at zero).
-        verbose, metrics
-            As :meth:`_xgb_train` takes them.
-
-        Returns
-        -------
-        booster, evals_result
-        """
-        dvalid, names = [], []
-        if stopping.held_out is not None:
-            parts = split_sequences(stopping.held_out, train[2], (train[0], train[1], *train[3:]))
-            # (lengths, X, codes, ...) -> the _dmatrix order (X, codes, lengths, ...)
-            train, held = ((p[1], p[2], p[0], *p[3:]) for p in parts)
-            dvalid.append(self._dmatrix(*held))
-            names.append(HELD_OUT_NAME)
-        obj = tree_crf_objective(n_labels, self.n_edge_types_, spec)
-        return self._xgb_train(params, obj, self._dmatrix(*train), dvalid + evals, verbose,
-                               names + eval_names, metrics, stopping)  # fmt: skip
+        return self._fit(X, y, eval_set, verbose, parents=parents, edge_types=edge_types,
+                         groups=groups, lengths=lengths, sample_weight=sample_weight)  # fmt: skip
 
     def _load_state(self):
         return load_state(self.booster_, TREE_STATE_KEY, TreeTransitionParams,
@@ -295,10 +214,9 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         self.n_edge_types_ = found
 
     def _inputs(self, X, parents, edge_types, groups, lengths):
-        """Flat rows, lengths ``(m,)``, parents, edge types and whether ``X`` was a list."""
+        """LabelledRows of one prediction."""
         check_is_fitted(self)
-        X, lens, nested = self._check_X(X, groups, lengths, reset=False)
-        return (X, lens, *_flat_structure(parents, edge_types, lens), nested)
+        return self._rows(X, groups=groups, lengths=lengths, parents=parents, edge_types=edge_types)
 
     def predict(
         self,
@@ -315,10 +233,9 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         -------
         (n,) ndarray, or a list of label lists when ``X`` was a list of instances
         """
-        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
-                                                            lengths)  # fmt: skip
-        labels = self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
-        return nest(labels, lens) if nested else labels
+        r = self._inputs(X, parents, edge_types, groups, lengths)
+        labels = self.classes_[predict_tree(self.booster_, r.X, r.lengths, r.parents, r.edge_types)]
+        return nest(labels, r.lengths) if r.nested else labels
 
     def predict_marginals(
         self,
@@ -335,10 +252,9 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         -------
         (n, K) ndarray, or a list of ``(n_i, K)`` arrays when ``X`` was a list of instances
         """
-        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
-                                                            lengths)  # fmt: skip
-        marginals = predict_tree_marginals(self.booster_, X, lens, parents, edge_types)
-        return nest(marginals, lens, as_lists=False) if nested else marginals
+        r = self._inputs(X, parents, edge_types, groups, lengths)
+        marginals = predict_tree_marginals(self.booster_, r.X, r.lengths, r.parents, r.edge_types)
+        return nest(marginals, r.lengths, as_lists=False) if r.nested else marginals
 
     def predict_proba(
         self,
@@ -364,10 +280,10 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         lengths: ArrayLike | None = None,
     ) -> Floats:
         """``log P(y | x)`` of every instance, ``(m,)``."""
-        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
-                                                            lengths)  # fmt: skip
-        codes = self._encode(flatten_y(y, lens) if nested else y, X.shape[0], self.classes_)
-        return tree_log_likelihood(self.booster_, X, codes, lens, parents, edge_types)
+        r = self._inputs(X, parents, edge_types, groups, lengths)
+        codes = self._encode(flatten_y(y, r.lengths) if r.nested else y, r.X.shape[0],
+                             self.classes_)  # fmt: skip
+        return tree_log_likelihood(self.booster_, r.X, codes, r.lengths, r.parents, r.edge_types)
 
     def score(
         self,
@@ -381,9 +297,8 @@ class TreeCRFClassifier(ModelFile, ListInputs, XGBoostTraining, BoostedCRFClassi
         sample_weight: ArrayLike | None = None,
     ) -> float:
         """Node accuracy of the MAP labelling (weighted by ``sample_weight`` per row)."""
-        X, lens, parents, edge_types, nested = self._inputs(X, parents, edge_types, groups,
-                                                            lengths)  # fmt: skip
-        pred = self.classes_[predict_tree(self.booster_, X, lens, parents, edge_types)]
-        truth = np.asarray(flatten_y(y, lens) if nested else y)
+        r = self._inputs(X, parents, edge_types, groups, lengths)
+        pred = self.classes_[predict_tree(self.booster_, r.X, r.lengths, r.parents, r.edge_types)]
+        truth = np.asarray(flatten_y(y, r.lengths) if r.nested else y)
         weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         return float(np.average(pred == truth, weights=weights))

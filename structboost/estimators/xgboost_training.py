@@ -1,4 +1,4 @@
-"""The XGBoost training loop of the XGBoost estimators (the only part of them that needs XGBoost).
+"""The XGBoost engine run of the XGBoost estimators (the only part of them that needs XGBoost).
 
 Kept apart from :mod:`.base` so that the LightGBM estimators import without
 XGBoost installed.
@@ -7,46 +7,48 @@ XGBoost installed.
 import xgboost as xgb
 
 from ..engines.model_io import field
-from ..engines.xgboost import booster_from_json, kept_rounds
+from ..engines.xgboost import booster_from_json, kept_rounds, xgb_params
 from .base import evaluate_metrics
 
 
 class XGBoostTraining:
-    """The XGBoost training loop and booster queries of the XGBoost estimators.
+    """``_train`` on XGBoost and the booster's queries, mixed into a BoostedCRFClassifier.
 
-    Mixed into a :class:`BoostedCRFClassifier` with ``n_estimators``,
-    ``learning_rate``, ``max_depth``, ``early_stopping_rounds`` and ``callbacks``.
+    The estimator supplies ``_objective(n_classes, spec)`` and
+    ``_dmatrix(rows, n_classes)`` (a training DMatrix of LabelledRows).
     """
 
-    def _xgb_train(self, params, obj, dtrain, dvalid, verbose, names, metrics, stopping):
+    def _train(self, train, evals, names, spec, verbose, metrics, stopping):
         """``xgboost.train`` with the CRF objective, metric and transition callback.
 
         Parameters
         ----------
-        params : dict
-            From :func:`structboost.xgb_params`.
-        obj : XGBCRFObjective or XGBTreeCRFObjective
-        dtrain : xgboost.DMatrix
-        dvalid : list of xgboost.DMatrix
-            Evaluation sets; the last drives early stopping.
+        train : LabelledRows
+        evals : list of LabelledRows
+            Evaluation sets, named ``names``; the last drives early stopping.
+        names : list of str
+        spec : ObjectiveSpec
         verbose : bool or int
             XGBoost's ``verbose_eval``.
-        names : list of str
-            Names of the evaluation sets in ``evals_result``.
         metrics : list of (str, str or callable)
-            From :func:`eval_metrics`; the last drives early stopping.
+            From :func:`~structboost.estimators.base.eval_metrics`.
         stopping : Stopping
-            Rounds and patience (from :meth:`BoostedCRFClassifier._stopping`).
 
         Returns
         -------
         booster : xgboost.Booster
         evals_result : dict
         """
+        n_classes = len(self.classes_)
+        obj = self._objective(n_classes, spec)
+        params = xgb_params(
+            n_classes, eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
+        )
+        dvalid = [self._dmatrix(rows, n_classes) for rows in evals]
         evals_result = {}
         booster = xgb.train(
             params,
-            dtrain,
+            self._dmatrix(train, n_classes),
             num_boost_round=stopping.rounds,
             obj=obj,
             custom_metric=lambda predt, d: evaluate_metrics(obj.crf, metrics, predt, obj.batch(d)),
