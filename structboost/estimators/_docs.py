@@ -1,7 +1,16 @@
 """Numpydoc sections the estimators share, filled into their docstrings by ``fill_doc``."""
 
-#: Numpydoc of the early-stopping and class-weight parameters (``fill_doc`` sections).
+#: Numpydoc of the rounds, early-stopping and class-weight parameters (``fill_doc`` sections).
+ROUNDS_PARAMS = """
+n_estimators : int, optional
+    Most boosting rounds; None: 1000 when automatic early stopping ends the
+    fit (see ``early_stopping``), 100 otherwise.
+"""
 STOPPING_PARAMS = """
+early_stopping_rounds : int, optional
+    Stop when the last ``eval_metric`` on the last ``eval_set`` entry has not
+    improved for this many rounds; predictions then use the best round and
+    its transitions.
 early_stopping : {"auto", True, False}
     Hold out ``validation_fraction`` of the training *sequences* (tree
     instances) and stop when the last ``eval_metric`` on them has not
@@ -43,8 +52,8 @@ class_weight : dict, "balanced" or None
     automatic early stopping are, as in scikit-learn.
 """
 
-#: Parameters and attributes both chain estimators document (after ``{objective_params}``).
-CHAIN_PARAMS = STOPPING_PARAMS + """
+#: Parameters of the estimators on rows with boundaries (chains and trees).
+SEQUENCE_PARAMS = STOPPING_PARAMS + """
 sequence_column : str, optional
     Name of the DataFrame column holding the per-row sequence id: every
     call reads the boundaries from it (never a feature), so the data
@@ -58,6 +67,22 @@ eval_metric : str, callable or list of them, optional
     or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
     ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
     ``__name__``); the last one drives early stopping.
+"""
+#: Parameters both chain estimators document (after the engine's).
+CHAIN_PARAMS = SEQUENCE_PARAMS + """
+base_model : estimator, optional
+    A :class:`structboost.LinearChainCRF` (or any estimator with
+    ``fit(X, y, lengths, sample_weight=)`` and ``decision_function(X) ->
+    (n, K)``): ``fit`` trains a clone of it first and boosts from its node
+    scores (XGBoost's ``base_margin``, LightGBM's ``init_score``) and
+    transitions; see :mod:`structboost.estimators.chain`.
+allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
+    Moves the model may make: a tag scheme (the classes must then be its
+    tags, such as ``"B-PER"`` and ``"O"``; see
+    :func:`structboost.objectives.constraints.allowed_transitions`) or masks
+    over ``classes_``. Forbidden transition, start and end scores stay at
+    ``-inf`` in training and in every prediction, so no prediction makes a
+    forbidden move. The training labels must obey them.
 decode : {"viterbi", "marginal"}
     What :meth:`predict` returns (and so ``score``, ``cross_val_score``
     and grid searches see): ``"viterbi"``, the most probable label
@@ -70,7 +95,9 @@ decode : {"viterbi", "marginal"}
     ``"marginal"`` stops on the NLL, which scores the marginals it reads.
     ``predict(decode=...)`` overrides it for one call.
 """
-CHAIN_ATTRIBUTES = """
+#: Fitted attributes of the estimators on rows with boundaries (chains and trees).
+FIT_ATTRIBUTES = """
+classes_ : ndarray, shape (n_classes,)
 best_iteration_ : int
     The last round the model uses, in the engine's numbering: 0-based on
     XGBoost (as ``XGBClassifier.best_iteration``), 1-based on LightGBM (as
@@ -104,11 +131,22 @@ id_column_ : str or None
     The DataFrame column that held the sequence ids in ``fit``.
 vectorizer_ : sklearn.feature_extraction.DictVectorizer or None
     The vocabulary of feature-dict input.
-transitions_ : pandas.DataFrame
 feature_importances_ : ndarray, shape ``(n_features_in_,)``
-base_model_ : estimator or None
-    The fitted clone of ``base_model``.
 n_features_in_ : int
 feature_names_in_ : ndarray of str
     Only when ``X`` was a DataFrame.
+"""
+CHAIN_ATTRIBUTES = FIT_ATTRIBUTES + """
+constraints_ : Constraints or None
+    ``allowed_transitions`` resolved against ``classes_``.
+transitions_ : pandas.DataFrame
+base_model_ : estimator or None
+    The fitted clone of ``base_model``.
+"""
+#: Numpydoc of ``fit``'s ``verbose``.
+VERBOSE = """
+verbose : bool or int, optional
+    Print the metrics every round (``True``) or every ``verbose`` rounds;
+    ``False``: silent. None: every round for an ``eval_set`` you pass,
+    nothing for the held-out sequences of automatic early stopping.
 """

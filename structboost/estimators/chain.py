@@ -43,7 +43,7 @@ from ..engines.edge import EDGE_STATE_KEY, edge_crf_objective, edge_dmatrix
 from ..engines.xgboost import crf_objective
 from ..engines.xgboost import load_state as load_xgb_state
 from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
-from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
+from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS, ROUNDS_PARAMS
 from .base import keep_params
 from .chain_base import _CRFClassifier
 from .crfsuite import SEQUENCE_DOC, SequenceSamples
@@ -52,7 +52,7 @@ from .xgboost_training import XGBoostTraining
 
 @fill_doc(
     "mode", "hessian_bound", "step", "transition_solver", "reg_transitions", "transitions_from",
-    shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
+    rounds_params=ROUNDS_PARAMS, shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     """Chain-CRF sequence labeller trained by XGBoost.
@@ -60,31 +60,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int, optional
-        Most boosting rounds; None: 1000 when automatic early stopping
-        ends the fit (see ``early_stopping``), 100 otherwise.
+    {rounds_params}
     learning_rate : float
         XGBoost's ``eta``.
     max_depth : int
-    early_stopping_rounds : int, optional
-        Stop when the CRF negative log-likelihood on the last ``eval_set``
-        entry has not improved for this many rounds; predictions then use
-        the best round and its transitions.
-    base_model : estimator, optional
-        A :class:`structboost.LinearChainCRF` (or any estimator with
-        ``fit(X, y, lengths, sample_weight=)`` and ``decision_function(X) ->
-        (n, K)``): ``fit`` trains a clone of it first and boosts from its
-        node scores (``base_margin``) and transitions; see the module notes.
-    allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
-        Moves the model may make: a tag scheme (the classes must then be
-        its tags, such as ``"B-PER"`` and ``"O"``; see
-        :func:`structboost.objectives.constraints.allowed_transitions`) or masks over
-        ``classes_``. Forbidden transition, start and end scores stay at
-        ``-inf`` in training (never refit, also when starting from a base
-        model's transitions) and in :meth:`predict`,
-        :meth:`predict_marginals`, :meth:`predict_log_likelihood` and
-        :meth:`score`, so no prediction makes a forbidden move. The
-        training labels must obey them.
     {shared_params}
     callbacks : list, optional
         ``xgboost.callback.TrainingCallback`` objects, run after the one
@@ -95,15 +74,11 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         XGBoost's meaning, or the objective's ``transition_iter`` and
         ``hess_floor``; any other name raises at ``fit``. ``n_jobs`` sets
         the threads of XGBoost and of the objective's numba kernels (None:
-        one, -1: every core). With
-        ``device="cuda"`` the CRF objective runs on the GPU as well
-        (``crf_objective(..., device="cuda")``, needs ``structboost-crf[gpu]``).
+        one, -1: every core). With ``device="cuda"`` the CRF objective runs
+        on the GPU as well (needs ``structboost-crf[gpu]``).
 
     Attributes
     ----------
-    classes_ : ndarray, shape (n_classes,)
-    constraints_ : Constraints or None
-        ``allowed_transitions`` resolved against ``classes_``.
     booster_ : xgboost.Booster
         Carries the transitions; :func:`structboost.engines.predict` accepts it.
     {shared_attributes}

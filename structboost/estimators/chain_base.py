@@ -20,6 +20,8 @@ from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
 from ..objectives.constraints import resolve as resolve_constraints
+from ..objectives.params import fill_doc
+from ._docs import VERBOSE
 from .base import BoostedCRFClassifier
 from .inputs import flatten_y, kind, nest
 
@@ -99,6 +101,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
 
     # -- fit --------------------------------------------------------------
     @reports("fit")
+    @fill_doc(verbose=VERBOSE)
     def fit(
         self: _Self,
         X: Any,
@@ -139,10 +142,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
             entries must be dicts with a ``"base_X"`` key.
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of ``base_model``; ``X`` by default.
-        verbose : bool or int, optional
-            Print the metrics every round (``True``) or every ``verbose``
-            rounds; ``False``: silent. None: every round for an ``eval_set``
-            you pass, nothing for held-out sequences.
+        {verbose}
 
         Returns
         -------

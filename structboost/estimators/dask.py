@@ -233,20 +233,9 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
     def _load_state(self):
         return load_state(self.booster_)
 
-    def from_document(self, doc, where="the model document"):
-        """Set this estimator from :meth:`to_document`'s dict, validated; keeps ``client``.
-
-        Parameters
-        ----------
-        doc : dict
-        where : str
-            Where the dict came from, for the messages.
-
-        Returns
-        -------
-        self
-        """
+    def _swap_in(self, staged):
+        """Become the loaded ``staged`` estimator, keeping this one's ``client``."""
         client = self._client
-        super().from_document(doc, where)
+        super()._swap_in(staged)
         self._client = client
         return self

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._extras import require
 from ..objectives.params import DEFAULTS, fill_doc
-from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS
+from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS, ROUNDS_PARAMS
 from .base import evaluate_metrics, keep_params
 from .chain_base import _CRFClassifier
 from .checks import LIGHTGBM
@@ -22,7 +22,7 @@ from .crfsuite import SEQUENCE_DOC, SequenceSamples
 
 @fill_doc(
     "mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
-    shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
+    rounds_params=ROUNDS_PARAMS, shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
 )
 class LGBMCRFClassifier(_CRFClassifier):
     """Chain-CRF sequence labeller trained by LightGBM (through ``lightgbm.train``).
@@ -30,22 +30,12 @@ class LGBMCRFClassifier(_CRFClassifier):
     Parameters
     ----------
     {objective_params}
-    n_estimators : int, optional
-        Most boosting rounds (each grows one tree per class); None: 1000
-        when automatic early stopping ends the fit (see ``early_stopping``),
-        100 otherwise.
+    {rounds_params}
+        LightGBM grows one tree per class and round.
     learning_rate : float
     max_depth : int
         ``-1`` for no limit.
     num_leaves : int
-    early_stopping_rounds : int, optional
-        Stop when the CRF negative log-likelihood on an ``eval_set`` entry
-        has not improved for this many rounds; predictions then use the best
-        round and its transitions.
-    base_model : estimator, optional
-        As in :class:`XGBCRFClassifier`; its scores become ``init_score``.
-    allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array, optional
-        As in :class:`XGBCRFClassifier`.
     {shared_params}
     callbacks : list, optional
         LightGBM callbacks (callables of ``env``, such as
@@ -61,9 +51,6 @@ class LGBMCRFClassifier(_CRFClassifier):
 
     Attributes
     ----------
-    classes_ : ndarray, shape (n_classes,)
-    constraints_ : Constraints or None
-        ``allowed_transitions`` resolved against ``classes_``.
     booster_ : lightgbm.Booster
         Carries the transitions; :func:`structboost.engines.predict` and
         :func:`structboost.lightgbm.save_lgb_model` accept it.

@@ -311,6 +311,10 @@ class ModelFile:
             staged.base_model_ = None
         if best_score is not None:
             staged.best_score_ = float(best_score)
+        return self._swap_in(staged)
+
+    def _swap_in(self, staged):
+        """Become ``staged``, a fresh estimator set from a valid document (as loaded); self."""
         staged._params_at_fit_ = staged.get_params(deep=False)
         self.__dict__.clear()
         self.__dict__.update(staged.__dict__)

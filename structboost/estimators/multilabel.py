@@ -43,6 +43,7 @@ from .._typing import ArrayLike, Floats, Ints
 from ..engines.model_io import field
 from ..engines.xgboost import booster_from_json
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
+from ._docs import VERBOSE
 from ._spanning import maximum_spanning_parents
 from .base import BoostedCRFClassifier, all_or_nothing, keep_params
 from .tree import TreeCRFClassifier
@@ -520,22 +521,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         )
 
     def _crf_estimator(self):
+        shared = set(TreeCRFClassifier._get_param_names()) & set(self._get_param_names())
         return TreeCRFClassifier(
-            mode=self.mode,
-            hessian_bound=self.hessian_bound,
-            step=self.step,
-            transition_solver=self.transition_solver,
-            reg_transitions=self.reg_transitions,
-            n_estimators=self.n_estimators,
-            learning_rate=self.learning_rate,
-            max_depth=self.max_depth,
             n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
-            early_stopping_rounds=self.early_stopping_rounds,
-            early_stopping=self.early_stopping,
-            validation_fraction=self.validation_fraction,
-            n_iter_no_change=self.n_iter_no_change,
-            refit=self.refit,
-            eval_metric=self.eval_metric,
+            **{name: getattr(self, name) for name in sorted(shared)},
             **{"seed": self.random_state, **self._engine_params()},
         )
 
@@ -580,6 +569,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         }
 
     @all_or_nothing
+    @fill_doc(verbose=VERBOSE)
     def fit(
         self: _Self,
         X: Any,
@@ -599,11 +589,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             ``"name"``, its key in ``evals_result_``); the CRF metric is
             recorded in ``evals_result_`` and the last one drives early
             stopping.
-        verbose : bool or int, optional
-            Print the metrics every round (``True``) or every ``verbose``
-            rounds; ``False``: silent. None (the default): every round for an
-            ``eval_set`` you pass, as ``XGBClassifier.fit`` does, and nothing
-            for the held-out sequences of automatic early stopping.
+        {verbose}
 
         Returns
         -------
@@ -739,10 +725,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
                 f"its labels 0/1 and its {n_features} + {n_labels} node features."
             )
         staged._adopt_crf(crf)
-        staged._params_at_fit_ = staged.get_params(deep=False)
-        self.__dict__.clear()
-        self.__dict__.update(staged.__dict__)
-        return self
+        return self._swap_in(staged)
 
     def _gain_importance(self):
         return self.crf_.feature_importances_[: self.n_features_in_]

@@ -23,7 +23,7 @@ from ..engines.xgboost import load_state
 from ..engines.xgboost_tree import TREE_STATE_KEY, tree_crf_objective, tree_dmatrix
 from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ..transitions.tree import TreeTransitionParams
-from ._docs import STOPPING_PARAMS
+from ._docs import FIT_ATTRIBUTES, ROUNDS_PARAMS, SEQUENCE_PARAMS, VERBOSE
 from .base import BoostedCRFClassifier, keep_params
 from .inputs import flatten_y, nest
 from .xgboost_training import XGBoostTraining
@@ -32,35 +32,22 @@ _Self = TypeVar("_Self", bound="TreeCRFClassifier")
 
 
 @fill_doc("mode", "hessian_bound", "step", "transition_solver", "reg_transitions",
-          solvers=TREE_SOLVERS, stopping_params=STOPPING_PARAMS)  # fmt: skip
+          solvers=TREE_SOLVERS, rounds_params=ROUNDS_PARAMS, sequence_params=SEQUENCE_PARAMS,
+          fit_attributes=FIT_ATTRIBUTES)  # fmt: skip
 class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     """Gradient-boosted tree CRF (GBCRF, TreeCRF or LogitBoost modes) on XGBoost.
 
     Parameters
     ----------
     {objective_params}
-    n_estimators : int, optional
-        Most boosting rounds; None: 1000 when automatic early stopping ends
-        the fit (see ``early_stopping``), 100 otherwise.
+    {rounds_params}
     learning_rate : float
         XGBoost's ``eta``.
     max_depth : int
     n_edge_types : int, optional
         Number of edge types; inferred as ``max(edge_types) + 1`` when None.
         Set it when test trees may use types absent from training.
-    early_stopping_rounds : int, optional
-        Stop when the last ``eval_metric`` on the last ``eval_set`` entry
-        has not improved for this many rounds; predictions then use the best
-        round and its potentials.
-    {stopping_params}
-    sequence_column : str, optional
-        DataFrame column holding the per-row instance id, read on every call
-        (never a feature); see :mod:`structboost.estimators.base`.
-    eval_metric : str, callable or list of them, optional
-        ``"crf-nll"`` (default; ``["crf-nll", "crf-error"]`` on held-out
-        instances), ``"crf-error"`` or callables ``f(y_true,
-        y_proba[, sample_weight=])`` of the node marginals, as in
-        :class:`structboost.XGBCRFClassifier`; the last drives early stopping.
+    {sequence_params}
     callbacks : list of xgboost.callback.TrainingCallback, optional
         Run after the one that stores the potentials.
     **kwargs
@@ -70,34 +57,10 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
 
     Attributes
     ----------
-    classes_ : (K,) ndarray
     booster_ : xgboost.Booster
         Carries the edge potentials; :func:`structboost.xgboost.predict_tree` accepts it.
     n_edge_types_ : int
-    best_iteration_ : int
-        0-based index of the last round the model uses.
-    evals_result_ : dict
-        ``eval_metric`` per round for each ``eval_set`` entry (``validation_i``
-        or the entry's ``"name"``).
-    best_score_ : float
-        The stopping metric on the last ``eval_set`` entry at
-        ``best_iteration_`` (only with an ``eval_set``).
-    validation_sequences_ : (v,) int64 ndarray
-        Positions of the training instances held out by automatic early
-        stopping (empty when none were).
-    validation_best_iteration_ : int or None
-        The 0-based round at which the metric on the held-out instances was
-        best; with ``refit=True`` the final model keeps that count scaled by
-        ``1 / (1 - validation_fraction)``. None when nothing was held out.
-    n_classes_ : int
-    feature_importances_ : ndarray, shape ``(n_features_in_,)``
-    n_features_in_ : int
-
-    Notes
-    -----
-    ``save_model(path)`` writes the fitted estimator as one JSON file and
-    ``load_model(path)`` reads it back (validated; reading runs no code), as
-    for :class:`structboost.XGBCRFClassifier`.
+    {fit_attributes}
     """
 
     def __init__(
@@ -149,6 +112,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         return tree_dmatrix(rows.X, rows.codes, rows.lengths, rows.parents, rows.edge_types,
                             weight=rows.seq_weight)  # fmt: skip
 
+    @fill_doc(verbose=VERBOSE)
     def fit(
         self: _Self,
         X: Any,
@@ -187,11 +151,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             dicts with those keys (and optionally ``"name"``, ``X`` a list of
             instances without ``groups``/``lengths``); the last one drives
             early stopping.
-        verbose : bool or int, optional
-            Print the metrics every round (``True``) or every ``verbose``
-            rounds; ``False``: silent. None (the default): every round for an
-            ``eval_set`` you pass, as ``XGBClassifier.fit`` does, and nothing
-            for the held-out sequences of automatic early stopping.
+        {verbose}
 
         Returns
         -------
