@@ -91,13 +91,8 @@ def eval_metrics(eval_metric, held_out=False, decode="viterbi"):
     return metrics
 
 
-def round_logging(verbose, eval_set):
-    """``fit``'s ``verbose`` as the engine's: None prints only for an ``eval_set`` given."""
-    return bool(eval_set) if verbose is None else verbose
-
-
 def evaluate_metrics(crf, metrics, margins, batch):
-    """``[(name, value)]`` of ``metrics`` (:func:`eval_metrics`) on one batch, ``margins`` (n, K)."""
+    """``[(name, value)]`` of ``metrics`` (:func:`eval_metrics`) on margins ``(n, K)``."""
     return [(name, crf.evaluate(margins, batch, metric)[1]) for name, metric in metrics]
 
 
@@ -237,7 +232,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         check_params(self, self._param_checks)
 
     def _require_engine(self):
-        """An ImportError naming the install command when the engine is missing (XGBoost is a dependency)."""
+        """An ImportError with the install command when the engine is missing (XGBoost: none)."""
 
     # -- input ------------------------------------------------------------
     def _rows(self, X, y=None, *, reset=False, where="X", groups=None, lengths=None,
@@ -287,7 +282,8 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         spec = self._objective_spec(metrics, **self._fit_structure(rows))
         rows = rows._replace(seq_weight=self._class_weighted(rows))
         evals, names = self._eval_rows(eval_set, rows.base_X)
-        run = (spec, round_logging(verbose, eval_set), metrics)
+        verbose = bool(eval_set) if verbose is None else verbose  # None: print for an eval_set
+        run = (spec, verbose, metrics)
         booster, evals_result = self._boost(rows, evals, names, stopping, *run)
         self._set_fitted(booster, evals_result, metrics, stopping.held_out)
         refit = self._refit_stopping(stopping)
@@ -301,7 +297,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         return {}
 
     def _boost(self, rows, evals, names, stopping, spec, verbose, metrics):
-        """One engine run (:meth:`_train`), the held-out sequences split off as the last eval set."""
+        """One engine run (:meth:`_train`), the held-out sequences split off as last eval set."""
         if stopping.held_out is not None:
             rows, held = rows.split(stopping.held_out)
             evals, names = [*evals, held], [*names, HELD_OUT_NAME]
@@ -388,7 +384,8 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         -------
         (m,) float64 ndarray, or ``rows.seq_weight`` when ``class_weight`` is None
         """
-        seq_weight, codes, lengths, classes = rows.seq_weight, rows.codes, rows.lengths, self.classes_
+        seq_weight, codes, lengths = rows.seq_weight, rows.codes, rows.lengths
+        classes = self.classes_
         class_weight = self.class_weight
         if class_weight is None:
             return seq_weight

@@ -46,6 +46,7 @@ from ..objectives.params import DEFAULTS, TRANSITIONS_FROM, fill_doc
 from ._docs import CHAIN_ATTRIBUTES, CHAIN_PARAMS, ROUNDS_PARAMS
 from .base import keep_params
 from .chain_base import _CRFClassifier
+from .checks import BOOSTING, Options
 from .crfsuite import SEQUENCE_DOC, SequenceSamples
 from .xgboost_training import XGBoostTraining
 
@@ -112,12 +113,10 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     ) -> None:
         keep_params(self, locals())
 
+    _param_checks = {**BOOSTING, "transitions_from": [Options(*TRANSITIONS_FROM)]}
+
     def _check_params(self):
         super()._check_params()
-        if self.transitions_from not in TRANSITIONS_FROM:
-            raise ValueError(
-                f"transitions_from must be one of {TRANSITIONS_FROM}; got {self.transitions_from!r}."
-            )
         if self.transitions_from == "input" and self.base_model is not None:
             raise ValueError(
                 "base_model boosts from a linear model's node scores and transitions; "

@@ -75,7 +75,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
             )
 
     def _base_margin(self, rows):
-        """Node scores ``(n, K)`` of the fitted base model on ``rows.base_X`` (default ``X``), or None."""
+        """Node scores ``(n, K)`` of the base model on ``rows.base_X`` (default ``X``), or None."""
         X, base_X, n_classes = rows.X, rows.base_X, len(self.classes_)
         if self.base_model_ is None:
             if base_X is not None:
@@ -152,10 +152,10 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
                          sample_weight=sample_weight, base_X=base_X)  # fmt: skip
 
     # -- predict ----------------------------------------------------------
-    def _data(self, X, groups, lengths, base_X):
+    def _data(self, X, groups, lengths, base_X, y=None):
         """Engine data, LabelledRows and base margin ``(n, K)`` (or None) of one prediction."""
         check_is_fitted(self)
-        rows = self._rows(X, groups=groups, lengths=lengths, base_X=base_X)
+        rows = self._rows(X, y, groups=groups, lengths=lengths, base_X=base_X)
         return self._engine_data(rows.X), rows, self._base_margin(rows)
 
     def predict(
@@ -275,14 +275,12 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         base_X: Any = None,
     ) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, rows, margin = self._data(X, groups, lengths, base_X)
-        codes = self._encode(flatten_y(y, rows.lengths) if rows.nested else y,
-                             int(rows.lengths.sum()), self.classes_)  # fmt: skip
+        data, rows, margin = self._data(X, groups, lengths, base_X, y)
         with self._thread_limits():
             return _log_likelihood(
                 self.booster_,
                 data,
-                codes,
+                rows.codes,
                 lengths=rows.lengths,
                 base_margin=margin,
                 allowed_transitions=self.constraints_,

@@ -1,31 +1,20 @@
-"""sklearn-crfsuite's dialect: one sample is one sequence.
+"""sklearn-crfsuite's dialect: one sample is one sequence (:class:`SequenceSamples`).
 
 :class:`~structboost.XGBSequenceCRF` and :class:`~structboost.LGBMSequenceCRF`
-(defined beside their row-dialect estimators, with :class:`SequenceSamples`) are the chain
-estimators for code written against ``sklearn_crfsuite.CRF``: ``X`` is a
-list of sequences (each a list of feature dicts, or a 2-D array), ``y`` a
-list of label lists, ``predict`` returns a list of label lists and
-``predict_single`` the labels of one sequence. Swapping the estimator is
-the one line to change in sklearn-crfsuite's tutorial::
+take ``X`` as a list of sequences (each a list of feature dicts, or a 2-D
+array) and ``y`` as a list of label lists, as ``sklearn_crfsuite.CRF`` does::
 
     crf = XGBSequenceCRF(allowed_transitions="iob2")    # was sklearn_crfsuite.CRF(...)
     crf.fit(X_train, y_train)
     f1 = make_scorer(metrics.flat_f1_score, average="weighted", labels=labels)
     RandomizedSearchCV(crf, {"max_depth": [3, 6]}, cv=3, scoring=f1).fit(X_train, y_train)
 
-with ``structboost.metrics`` in place of ``sklearn_crfsuite.metrics``.
-
-Why separate classes: scikit-learn's model selection splits *samples*. For
-a classifier an integer ``cv`` means stratified folds, which read ``y`` as
-one class per sample and cannot read a list of label lists (scikit-learn's
-``type_of_target`` stops at the "legacy multi-label data representation").
-These estimators are therefore, like ``sklearn_crfsuite.CRF``, no
-classifiers in scikit-learn's sense (their ``estimator_type`` tag is None):
-``cv=3`` gives plain ``KFold`` over the sequences, so every fold holds whole
-sequences. The row dialect (one row per token, boundaries from ``groups``,
-``lengths`` or a column) stays with :class:`~structboost.XGBCRFClassifier`
-and :class:`~structboost.LGBMCRFClassifier`, where ``GroupKFold`` keeps the
-sequences whole.
+with ``structboost.metrics`` in place of ``sklearn_crfsuite.metrics``. Like
+``sklearn_crfsuite.CRF`` they are no classifiers in scikit-learn's sense (no
+``estimator_type``): stratified folds cannot read a list of label lists, so
+an integer ``cv`` gives plain ``KFold`` over whole sequences. The row dialect
+(``GroupKFold`` keeps sequences whole) stays with the ``*CRFClassifier``
+estimators.
 """
 
 from .inputs import kind

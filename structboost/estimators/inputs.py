@@ -145,38 +145,27 @@ def nest(values, lengths, as_lists=True):
     return [part.tolist() for part in parts] if as_lists else parts
 
 
-def _n_rows(X):
-    """Rows of an ``X``: an array, a DataFrame or a list of sequences."""
-    return X.shape[0] if hasattr(X, "shape") else len(X)
-
-
-def eval_entry(item, index, n_rows, structure=()):
+def eval_entry(item, index, structure=()):
     """One ``eval_set`` entry as a dict.
 
     Parameters
     ----------
     item : tuple or dict
         ``(X, y, groups_or_lengths, *structure)``, ``(X, y)`` when ``X``
-        carries its boundaries (a list of sequences, or a DataFrame with the
-        ``sequence_column``), or a dict with keys ``"X"``, ``"y"``,
+        carries its boundaries, or a dict with keys ``"X"``, ``"y"``,
         ``"groups"`` or ``"lengths"``, the ``structure`` names, and
         optionally ``"sample_weight"``, ``"base_X"`` and ``"name"`` (its key
         in ``evals_result_``). A third tuple element with one entry per row
         of ``X`` (or a column name) is ``groups``, anything else ``lengths``.
     index : int
         Position in ``eval_set`` (for error messages).
-    n_rows : callable
-        Rows of an ``X``.
     structure : tuple of str
-        Names of the further per-row arrays the estimator needs
-        (trees: ``("parents", "edge_types")``, the last one optional).
+        Names of the further per-row arrays (trees: ``("parents", "edge_types")``).
 
     Returns
     -------
     dict
-        Keys ``X``, ``y``, ``groups``, ``lengths``, ``sample_weight``,
-        ``base_X``, ``name`` and the ``structure`` names (None when absent;
-        ``name`` defaults to ``"validation_{index}"``).
+        Every key above (None when absent; ``name`` defaults to ``"validation_{index}"``).
     """
     keys = ("X", "y", "groups", "lengths", "sample_weight", "base_X", "name") + tuple(structure)
     default_name = f"validation_{index}"
@@ -204,7 +193,7 @@ def eval_entry(item, index, n_rows, structure=()):
     entry.update(X=X, y=y, name=default_name, **dict(zip(structure, rest)))
     if third is None:
         pass
-    elif isinstance(third, str) or len(third) == n_rows(X):
+    elif isinstance(third, str) or len(third) == (X.shape[0] if hasattr(X, "shape") else len(X)):
         entry["groups"] = third
     else:
         entry["lengths"] = third
@@ -287,31 +276,10 @@ class SequenceInputs:
         return X, resolve_lengths(n_rows, groups=groups, lengths=lengths)
 
     def _eval_set(self, eval_set, convert, structure=()):
-        """Every ``eval_set`` entry converted, and the entries' names (checked distinct).
-
-        The one reading of ``eval_set`` of every estimator.
-
-        Parameters
-        ----------
-        eval_set : list of tuple or dict, or None
-            Entries as :func:`eval_entry` reads them.
-        convert : callable
-            ``convert(entry, where)`` of an :func:`eval_entry` dict and its
-            position for messages (``"eval_set[i]"``): what the engine
-            evaluates on.
-        structure : tuple of str
-            Names of the further per-row arrays of an entry (see
-            :func:`eval_entry`).
-
-        Returns
-        -------
-        converted : list
-        names : list of str
-            The keys of ``evals_result_``.
-        """
+        """``convert(entry, "eval_set[i]")`` of each :func:`eval_entry`, and their distinct names."""
         converted, names = [], []
         for i, item in enumerate(eval_set or ()):
-            entry = eval_entry(item, i, _n_rows, structure)
+            entry = eval_entry(item, i, structure)
             converted.append(convert(entry, f"eval_set[{i}]"))
             names.append(entry["name"])
         if len(set(names)) != len(names):

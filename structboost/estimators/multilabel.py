@@ -46,6 +46,7 @@ from ..objectives.params import DEFAULTS, TREE_SOLVERS, fill_doc
 from ._docs import VERBOSE
 from ._spanning import maximum_spanning_parents
 from .base import BoostedCRFClassifier, all_or_nothing, keep_params
+from .checks import BOOSTING, Options
 from .tree import TreeCRFClassifier
 
 STRUCTURES = ("independent", "chow-liu", "ess")
@@ -500,14 +501,8 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
     ) -> None:
         keep_params(self, locals())
 
-    def _check_params(self):
-        super()._check_params()
-        if self.structure not in STRUCTURES:
-            raise ValueError(f"structure must be one of {STRUCTURES}; got {self.structure!r}.")
-        if self.edge_typing not in EDGE_TYPINGS:
-            raise ValueError(
-                f"edge_typing must be one of {EDGE_TYPINGS}; got {self.edge_typing!r}."
-            )
+    _param_checks = {**BOOSTING, "structure": [Options(*STRUCTURES)],
+                     "edge_typing": [Options(*EDGE_TYPINGS)]}  # fmt: skip
 
     def _pairwise_models(self):
         return PairwiseLabelModels(

@@ -173,10 +173,11 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
             )
         self.n_edge_types_ = found
 
-    def _inputs(self, X, parents, edge_types, groups, lengths):
+    def _inputs(self, X, parents, edge_types, groups, lengths, y=None):
         """LabelledRows of one prediction."""
         check_is_fitted(self)
-        return self._rows(X, groups=groups, lengths=lengths, parents=parents, edge_types=edge_types)
+        return self._rows(X, y, groups=groups, lengths=lengths, parents=parents,
+                          edge_types=edge_types)  # fmt: skip
 
     def predict(
         self,
@@ -240,10 +241,8 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         lengths: ArrayLike | None = None,
     ) -> Floats:
         """``log P(y | x)`` of every instance, ``(m,)``."""
-        r = self._inputs(X, parents, edge_types, groups, lengths)
-        codes = self._encode(flatten_y(y, r.lengths) if r.nested else y, r.X.shape[0],
-                             self.classes_)  # fmt: skip
-        return tree_log_likelihood(self.booster_, r.X, codes, r.lengths, r.parents, r.edge_types)
+        r = self._inputs(X, parents, edge_types, groups, lengths, y)
+        return tree_log_likelihood(self.booster_, r.X, r.codes, r.lengths, r.parents, r.edge_types)
 
     def score(
         self,
