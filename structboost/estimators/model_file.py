@@ -58,19 +58,15 @@ def _same(a, b):
         return False
 
 
-
 class ModelFile:
-    """``save_model`` / ``load_model`` and their dicts, mixed into the boosted estimators.
+    """``save_model`` / ``load_model`` and their dicts, part of every boosted estimator.
 
-    The estimator supplies ``_engine_document()`` (its booster as a JSON
-    dict), ``_booster_from_document(doc, where, num_features, num_labels,
-    params)`` (the booster, its engine model checked against the file's
-    feature and label counts; called on the fresh estimator the file's
-    parameters are set on and checked), ``_load_state()`` and ``_kept_rounds()``; it
-    may override ``_state_loaded(state)`` to set fitted attributes the CRF
-    state determines. An estimator built around another one (the multi-label
-    tree CRF) overrides :meth:`to_document` and :meth:`from_document` and
-    keeps the rest.
+    The estimator supplies ``_engine_document()``, ``_booster_from_document(doc,
+    where, num_features, num_labels, params)`` (called on the fresh estimator
+    the file's checked parameters are set on), ``_load_state()`` and
+    ``_kept_rounds()``; ``_state_loaded(state)`` may set what the CRF state
+    determines. The multi-label tree CRF overrides :meth:`to_document` and
+    :meth:`from_document`.
     """
 
     def _json_params(self):
