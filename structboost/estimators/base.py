@@ -217,7 +217,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
     # The engine that reads the keyword arguments outside the signature.
     _engine = "xgboost"
     # Names of the per-row structure arrays of ``fit``, ``predict`` and eval-set entries.
-    _structure = ()
+    _structure: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -283,12 +283,11 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         rows = rows._replace(seq_weight=self._class_weighted(rows))
         evals, names = self._eval_rows(eval_set, rows.base_X)
         verbose = bool(eval_set) if verbose is None else verbose  # None: print for an eval_set
-        run = (spec, verbose, metrics)
-        booster, evals_result = self._boost(rows, evals, names, stopping, *run)
+        booster, evals_result = self._boost(rows, evals, names, stopping, spec, verbose, metrics)
         self._set_fitted(booster, evals_result, metrics, stopping.held_out)
         refit = self._refit_stopping(stopping)
         if refit is not None:
-            self.booster_ = self._boost(rows, [], [], refit, *run)[0]
+            self.booster_ = self._boost(rows, [], [], refit, spec, verbose, metrics)[0]
             self._set_best_iteration()  # evals_result_ stays the held-out run's
         return self
 
