@@ -403,7 +403,13 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         per_class = compute_class_weight(class_weight, classes=classes, y=classes[codes])
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         factor = np.add.reduceat(per_class[codes], starts) / lengths
-        return factor if seq_weight is None else np.asarray(seq_weight) * factor
+        weighted = factor if seq_weight is None else np.asarray(seq_weight) * factor
+        if not (weighted > 0).any():
+            raise ValueError(
+                f"class_weight={class_weight!r} leaves every training sequence with weight "
+                "zero, so nothing can be learned: give the labels of y positive weights."
+            )
+        return weighted
 
     # -- early stopping ---------------------------------------------------
     def _stopping(self, lengths, has_eval_set):

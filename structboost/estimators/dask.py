@@ -26,6 +26,13 @@ from .chain_base import ChainTransitions
 from .xgboost_training import XGBoostTraining
 
 
+def _distinct(y):
+    """The sorted distinct labels ``(k,)`` of a dask Series or Array (one compute)."""
+    if isinstance(y, dd.Series):
+        return np.sort(y.unique().compute().to_numpy())
+    return np.asarray(da.unique(y).compute())
+
+
 def _map_rows(collection, fn, dtype):
     """``fn`` applied to the values of every partition of a 1-D dask collection."""
     if isinstance(collection, dd.Series):
@@ -166,18 +173,23 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
                 'summed over the workers, "crf-nll" or "crf-error" (a callable would see one '
                 "worker's rows only)."
             )
-        if isinstance(y, dd.Series):
-            classes = np.sort(y.unique().compute().to_numpy())
-        else:
-            classes = np.asarray(da.unique(y).compute())
+        classes = _distinct(y)
         if len(classes) < 2:
             raise ValueError(f"y has only one class {classes.tolist()}: a classifier needs 2.")
         self.classes_ = classes
         dtrain = self._dmatrix(X, y, groups)
         self.n_features_in_ = dtrain.num_col()
-        evals = list(zip(*self._eval_set(
-            eval_set, lambda entry, where: self._dmatrix(entry["X"], entry["y"], entry["groups"])
-        )))  # fmt: skip
+
+        def evaluated(entry, where):
+            unseen = np.setdiff1d(_distinct(entry["y"]), classes)
+            if unseen.size:
+                raise ValueError(
+                    f"{where} has labels not seen in y, e.g. {unseen[:5].tolist()}; known labels: "
+                    f"{classes.tolist()}. Evaluate on labels the model can predict."
+                )
+            return self._dmatrix(entry["X"], entry["y"], entry["groups"])
+
+        evals = list(zip(*self._eval_set(eval_set, evaluated)))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
         params = xgb_params(

@@ -193,6 +193,11 @@ def test_estimator_metric_and_named_eval_set(client):
     for metric in (lambda y_true, y_proba: 0.0, ["crf-nll", "crf-error"]):
         with pytest.raises(ValueError, match="one metric summed over the workers"):
             est.set_params(eval_metric=metric).fit(features, labels, groups="seq")
+    unseen = labels.map(lambda v: "never" if v == labels.head(1).iloc[0] else v, meta=labels)
+    with pytest.raises(ValueError, match=r"eval_set\[0\] has labels not seen in y"):
+        est.set_params(eval_metric="crf-nll").fit(
+            features, labels, groups="seq", eval_set=[(features, unseen, "seq")]
+        )
 
 
 def test_a_split_sequence_raises_naming_it(client):

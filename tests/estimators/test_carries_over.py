@@ -140,6 +140,8 @@ def test_class_weight_weighs_each_sequence_by_its_labels(data, cls, tmp_path):
     assert cls().load_model(tmp_path / "c.json").class_weight == {0: 2.0}  # int labels stay ints
     with pytest.raises(ValueError, match="class_weight names labels not in y"):
         cls(**common, class_weight={"B-Y": 2.0}).fit(X, y, lengths=lengths)
+    with pytest.raises(ValueError, match="every training sequence with weight zero"):
+        cls(**common, class_weight=dict.fromkeys(np.unique(y), 0.0)).fit(X, y, lengths=lengths)
 
 
 def test_sklearn_crfsuite_row():
