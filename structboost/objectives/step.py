@@ -35,8 +35,6 @@ and the gradient secant ``(G_new - G) . d`` (for a quadratic both are the
 curvature along ``d`` plus the cross term of the two steps).
 """
 
-from typing import NamedTuple
-
 import numpy as np
 
 from .. import _config
@@ -47,34 +45,6 @@ from ._kernels import step_sums
 MAX_SHRINK = 4.0
 #: Smallest scale (a floor for the controller; the Hessian floor is ``2 p (1 - p)``).
 MIN_SCALE = 1e-3
-
-
-#: The secant's sums: ``[change, slope, model, new_slope]`` (:meth:`SecantScale.local_sums`).
-SECANT_SUMS = 4
-
-
-class RoundSums(NamedTuple):
-    """What a one-pass round sums over its rows, crossing the workers in one allreduce.
-
-    Attributes
-    ----------
-    secant : (4,) float64 or None
-        The adaptive step's ``[change, slope, model, new_slope]``
-        (:meth:`SecantScale.local_sums`); None without them.
-    steps : (d,) float64
-        The transition step's (:meth:`~structboost.transitions.onestep.OneStep.local_sums`).
-    """
-
-    secant: np.ndarray | None
-    steps: np.ndarray
-
-    def summed(self, allreduce):
-        """These sums over every worker, in one call of ``allreduce``."""
-        secant = np.zeros(SECANT_SUMS) if self.secant is None else self.secant
-        total = allreduce(np.concatenate((secant, self.steps)))
-        return RoundSums(
-            None if self.secant is None else total[:SECANT_SUMS], total[SECANT_SUMS:]
-        )
 
 
 class SecantScale:
@@ -108,7 +78,7 @@ class SecantScale:
         The transition part of the path score is the same for any node
         scores, so differences at fixed transitions need only ``log_z (m,)``
         and ``node``, the weighted sum of the labels' node scores (the
-        round computes it once, see :func:`~.base.label_score`).
+        round computes it once, see :func:`~.round.label_score`).
         """
         return float(weighted_total(batch.seq_weight, log_z)) - node
 
@@ -234,7 +204,7 @@ class SecantScale:
         ``borrow``: keep float32 arrays as they are instead of copies
         (XGBoost's fresh margins of each round, and the float32 buffers an
         objective hands the engine, see :meth:`NodeObjective.grad_hess
-        <structboost.objectives.base.NodeObjective.grad_hess>`): the caller
+        <structboost.objectives.round.NodeObjective.grad_hess>`): the caller
         leaves them unchanged until the next :meth:`update`, which checks
         the margins against ``stamp``, their checksum (taken by the round's
         margin check, :func:`~.base.check_margin_values`; without it they

@@ -306,11 +306,11 @@ class TransitionProblem(PenalisedProblem):
     def _posterior(self, params, rates, edges):
         return self._pass(0, params, rates, edges)[1]
 
-    def _evaluate(self, params, need, rates):
-        """One block: as the base class. Several: the sums, block by block (to a tap, if set)."""
+    def _evaluate(self, params, need, rates, tap=None):
+        """One block: as the base class. Several: the sums, block by block (to ``tap``, if given)."""
         if self._one is not None:
             return super()._evaluate(params, need, rates)
-        tap = self._tap  # (only a tap reads the blocks: without it the rates would be lost)
+        # (only a tap reads the blocks: without it the rates would be lost)
         for rows, seqs, post in self.blocks(params, rates and tap is not None, need):
             if tap is not None:
                 tap(rows, seqs, post)
