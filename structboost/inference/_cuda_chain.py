@@ -536,8 +536,13 @@ def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, grad, he
         if not finish:
             hess[t, j] = var
         else:
-            v = 1.0 if unit else var * f
-            hess[t, j] = (v if v > floor else floor) * w
+            hess[t, j] = _floored(1.0 if unit else var * f, floor, w)
+
+
+@cuda.jit(device=True)
+def _floored(v, floor, w):
+    """``w max(v, floor)``, as the host kernels write it."""
+    return (v if v > floor else floor) * w
 
 
 @cuda.jit
@@ -548,13 +553,10 @@ def finish_hess(raw, gamma, scale, floor, row_weight, hess):
     :func:`_hess_factor` of row ``t`` and ``w = row_weight[t]``.
     """
     t = cuda.grid(1)
-    if t >= raw.shape[0]:
-        return
-    w = row_weight[t]
-    f = _hess_factor(gamma, t, scale)
-    for j in range(raw.shape[1]):
-        v = raw[t, j] * f
-        hess[t, j] = (v if v > floor else floor) * w
+    if t < raw.shape[0]:
+        f = _hess_factor(gamma, t, scale)
+        for j in range(raw.shape[1]):
+            hess[t, j] = _floored(raw[t, j] * f, floor, row_weight[t])
 
 
 @cuda.jit

@@ -140,10 +140,7 @@ class HostArrays:
     def __init__(self):
         self._buffers = None  # float32 G and H handed to an engine (see outputs)
 
-    @staticmethod
-    def margins(margins, num_labels):
-        """``(u (n, K), checksum)``: :func:`checked_rows`."""
-        return checked_rows(margins, num_labels)
+    margins = staticmethod(checked_rows)
 
     def outputs(self, shape, dtype, order):
         """The ``(grad, hess)`` arrays a round writes (see :meth:`NodeObjective.grad_hess`)."""
@@ -192,19 +189,19 @@ class HostArrays:
 
         ``out``: the whole ``(grad, hess)``; ``gamma (r,)``: the block's node
         bound (None: LogitBoost's 2, or TreeCRF's unit H); ``scale`` None
-        writes ``p (1 - p)`` in place of H. ``last``: the adaptive step's
-        whole ``(margins, old_g, old_h)``-with-this-round's-margins tuple (see
-        :meth:`NodeObjective._write_blocks`), or None. Returns None, or with
-        ``last`` the block's ``[slope, model, new_slope]`` and checksum.
+        writes ``p (1 - p)`` in place of H. ``last``: the whole ``(margins,
+        old_margins, old_g, old_h)`` (see :meth:`NodeObjective._write_blocks`),
+        or None. Returns None, or with ``last`` the block's ``[slope, model,
+        new_slope]`` and checksum.
         """
         s0, s1, _ = seqs.indices(batch.seq_weight.shape[0])
         lengths = np.diff(batch.offsets[s0 : s1 + 1])
         sums = node_grad_hess(
             p, batch.labels[rows], np.repeat(batch.seq_weight[seqs], lengths),
             np.zeros(0) if gamma is None else gamma, 1.0 if scale is None else scale,
-            hessian is Hessian.UNIT, floor, scale is not None, (out[0][rows], out[1][rows]),
-            _config.parallel(out[0].shape[0]), GH_ROWS,
-            None if last is None else tuple(a[rows] for a in last),
+            unit=hessian is Hessian.UNIT, floor=floor, finish=scale is not None,
+            out=(out[0][rows], out[1][rows]), parallel=_config.parallel(out[0].shape[0]),
+            rows=GH_ROWS, last=None if last is None else tuple(a[rows] for a in last),
         )  # fmt: skip
         if sums is None:
             return None
@@ -287,7 +284,7 @@ class NodeObjective:
     #: The transition solvers this structure supports.
     solvers: tuple[str, ...] = SOLVERS
     #: The backend of the round's arrays.
-    arrays = HostArrays
+    arrays: type[Any] = HostArrays
     # Each structure's subclass defines these (``evaluate`` calls them).
     sequence_nll: Callable[[Any, Any], Floats]
     decode: Callable[[Any, Any], Any]
@@ -405,11 +402,12 @@ class NodeObjective:
         backend's ``finish_hess``); ``log_z (m,)``, if given, receives the
         blocks' ``log Z``.
 
-        ``last``: ``(margins, old_g, old_h)``, the adaptive step's kept
-        arrays (:meth:`~.step.SecantScale.kept`), with ``margins`` those of
-        this round ``(n, K)``: the kernel then takes the secant's sums in the
-        same read, returned as ``[slope, model, new_slope]`` (summed block by
-        block in order) and the kept margins' checksum; None otherwise.
+        ``last``: ``(margins, old_margins, old_g, old_h)``, each ``(n, K)``:
+        this round's margins and the adaptive step's kept arrays
+        (:meth:`~.step.SecantScale.kept`). The kernel then takes the
+        secant's sums in the same read, returned as ``[slope, model,
+        new_slope]`` (summed block by block in order) and the kept margins'
+        checksum; None otherwise.
         """
         arrays = self._arrays
         summed, checksum = np.zeros(3), 0
@@ -476,9 +474,8 @@ class NodeObjective:
                 before = solve.evaluate(
                     self.params, FIRST_NEED[solver], rates=solver == "newton"
                 ).log_z[index]
-                scale = self.step_scale.update(
-                    u, self.step_scale.nll(before, node, batch), self.allreduce
-                )
+                sums = self.step_scale.local_sums(u, self.step_scale.nll(before, node, batch))
+                scale = self.step_scale.fit(None if sums is None else self.allreduce(sums))
         bound_scale = scale if self.step_scale is not None else 1.0
         if problem is not None:
             tap = None

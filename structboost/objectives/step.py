@@ -82,27 +82,6 @@ class SecantScale:
         """
         return float(weighted_total(batch.seq_weight, log_z)) - node
 
-    def update(self, margins, nll, allreduce):
-        """Fit the scale to the step from the last round's margins to ``margins``.
-
-        Parameters
-        ----------
-        margins : (n, K) float32 or float64
-            This round's node scores (any memory layout; read in row blocks).
-        nll : float
-            :meth:`nll` at these margins, with ``log_z`` at the transitions
-            the last round's gradient was computed with.
-        allreduce : callable
-            Sums a float64 array over the workers of a distributed run.
-
-        Returns
-        -------
-        float
-            The scale for this round's Hessian.
-        """
-        sums = self.local_sums(margins, nll)
-        return self.fit(None if sums is None else allreduce(sums))
-
     def local_sums(self, margins, nll, measured=None):
         """This worker's ``[change, slope, model, new_slope]`` of the secant, or None.
 
@@ -110,10 +89,9 @@ class SecantScale:
         are ``measured`` (:meth:`measure`, taken before the last round's G
         and H were overwritten, or while this round's were written, see
         :meth:`kept`), by default :meth:`measure` now without this round's
-        gradient. None without a last round (or one of another shape).
-        Arguments otherwise as for :meth:`update`, whose sums these are; a
-        caller may sum them with others in one allreduce and hand them to
-        :meth:`fit`.
+        gradient (``margins (n, K)``: this round's, any layout). None
+        without a last round (or one of another shape). Summed over the
+        workers (with others, in one allreduce), they go to :meth:`fit`.
         """
         if measured is None:
             measured = self.measure(margins)
@@ -193,7 +171,7 @@ class SecantScale:
         return self.scale
 
     def remember(self, margins, nll, grad, hess, borrow=False, stamp=None):
-        """Keep what the next round's :meth:`update` needs.
+        """Keep what the next round's :meth:`local_sums` needs.
 
         ``margins``, ``grad`` and ``hess`` are ``(n, K)`` (the weighted
         gradient and Hessian handed to the engine) and ``nll`` is
@@ -205,7 +183,7 @@ class SecantScale:
         (XGBoost's fresh margins of each round, and the float32 buffers an
         objective hands the engine, see :meth:`NodeObjective.grad_hess
         <structboost.objectives.round.NodeObjective.grad_hess>`): the caller
-        leaves them unchanged until the next :meth:`update`, which checks
+        leaves them unchanged until the next :meth:`local_sums`, which checks
         the margins against ``stamp``, their checksum (taken by the round's
         margin check, :func:`~.base.check_margin_values`; without it they
         are copied). Copies otherwise (LightGBM updates its margins in
