@@ -443,61 +443,67 @@ class NodeObjective:
         return self._one_step
 
     def _grad_hess(self, u, batch, out, stamp):
-        """The round: one pass (:meth:`_one_pass`), or a refit and a pass; G and H into ``out``."""
-        clock = self._arrays.clock
-        t0 = clock()
-        problem = params = scale = None
+        """The round: one pass where the transition step allows (:meth:`_one_pass`), else a refit first."""
+        t0 = self._arrays.clock()
         steps = self._steps() if self.uses_transitions else None
         # the labels' node score, once a round: the pass's NLL check and the secant's
         node = None
         if steps is not None or self.step_scale is not None:
             node = self._arrays.label_score(u, batch)
-        if self.uses_transitions:
-            problem = self._problem(u, batch)
-            params = None if steps is None else steps.params(problem, self.params)
-        if params is not None:
-            self.params = params
-            if self._one_pass(u, batch, out, problem, steps, node, stamp, t0):
-                return
-            # the transitions lag: this round refits from its pass (the solver's
-            # first evaluation), at the scale that pass fitted
-            scale = 1.0 if self.step_scale is None else self.step_scale.scale
-            t0 = clock()
+        problem = self._problem(u, batch) if self.uses_transitions else None
+        params = None if steps is None else steps.params(problem, self.params)
+        if params is None:
+            return self._refit_round(u, batch, out, stamp, problem, steps, node, None, t0)
+        self.params = params
+        if not self._one_pass(u, batch, out, problem, steps, node, stamp, t0):
+            self._refit_round(u, batch, out, stamp, problem, steps, node, params,
+                              self._arrays.clock())  # fmt: skip
+
+    def _refit_round(self, u, batch, out, stamp, problem, steps, node, lagging, t0):
+        """The round that refits the transitions (no ``problem``: none), then writes G and H there.
+
+        ``lagging``: the parameters of the round's own pass when it refits
+        from that pass (:meth:`_one_pass` returned False, the secant's scale
+        fitted), else None: the secant's scale is fitted here first.
+        """
+        clock = self._arrays.clock
+        secant = self.step_scale
+        scale = None if lagging is None or secant is None else secant.scale
         need = VALUE if steps is None else steps.need
-        log_z = np.empty(batch.offsets.shape[0] - 1) if self.step_scale is not None else None
-        if problem is not None:  # the refit round: its passes, then one for G and H
+        log_z = np.empty(batch.offsets.shape[0] - 1) if secant is not None else None
+        if problem is not None:  # the refit: its passes, then one for G and H
             solver = self.spec.transition_solver
             # equal rows (the first round's margins): the refit passes over one sequence a length
             solve, index = problem.by_length() or (problem, slice(None))
-            if self.step_scale is not None and scale is None:  # the NLL at the last
-                # round's transitions (the solver's first evaluation reuses this pass)
+            if secant is not None and scale is None:  # the NLL at the last round's
+                # transitions (the solver's first evaluation reuses this pass)
                 before = solve.evaluate(
                     self.params, FIRST_NEED[solver], rates=solver == "newton"
                 ).log_z[index]
-                sums = self.step_scale.local_sums(u, self.step_scale.nll(before, node, batch))
-                scale = self.step_scale.fit(None if sums is None else self.allreduce(sums))
-        bound_scale = scale if self.step_scale is not None else 1.0
-        if problem is not None:
+                sums = secant.local_sums(u, secant.nll(before, node, batch))
+                scale = secant.fit(None if sums is None else self.allreduce(sums))
+            bound_scale = 1.0 if secant is None else scale
             tap = None
             if solve is problem:  # G and H from the last iteration's passes (a batch in blocks)
                 tap = lambda rows, seqs, post: self._write_blocks(  # noqa: E731
-                    [(rows, seqs, post, self._arrays.marginals(post))], batch, out, bound_scale, log_z
-                )
-            iters = self.spec.iterations if steps is None else steps.refit_iterations(params)
+                    [(rows, seqs, post, self._arrays.marginals(post))], batch, out,
+                    bound_scale, log_z,
+                )  # fmt: skip
+            iters = self.spec.iterations if steps is None else steps.refit_iterations(lagging)
             self.params = refit(solve, self.params, solver, iters, self._lbfgs_memory,
                                 solve is problem and self._rates(need), tap)  # fmt: skip
         t1 = clock()
         inference = [0.0]
         if problem is None or not problem.tapped(self.params):
             blocks = _timed(self._node_blocks(u, batch, problem, need), clock, inference)
-            self._write_blocks(blocks, batch, out, bound_scale, log_z)
+            self._write_blocks(blocks, batch, out, 1.0 if secant is None else scale, log_z)
         if steps is not None:  # the next round steps from its own pass, checked against this one
             steps.start(problem, self.params, self.allreduce(
                 steps.local_sums(problem, self.params, node)
             ))  # fmt: skip
-        if self.step_scale is not None:
-            self.step_scale.remember(u, self.step_scale.nll(log_z, node, batch), *out,
-                                     borrow=out[0].dtype == np.float32, stamp=stamp)  # fmt: skip
+        if secant is not None:
+            secant.remember(u, secant.nll(log_z, node, batch), *out,
+                            borrow=out[0].dtype == np.float32, stamp=stamp)  # fmt: skip
         t2 = clock()
         self.timings["transitions"] += t1 - t0
         self.timings["inference"] += inference[0]
