@@ -41,10 +41,8 @@ class DeviceSecant(SecantScale):
     H and reduces them on the device: two floats cross the bus per sum.
     """
 
-    def _along(self, margins, grad, hess=None):
-        slope, model = step_sums(margins.unary, self._last[0], grad,
-                                 grad if hess is None else hess)  # fmt: skip
-        return [slope, 0.0 if hess is None else model]
+    def _along(self, margins, grad, hess):
+        return list(step_sums(margins.unary, self._last[0], grad, hess))
 
     def remember(self, margins, nll, grad, hess, borrow=False, stamp=None):
         """Keep float32 device copies of ``margins``, ``grad`` and ``hess`` ``(n, K)``."""

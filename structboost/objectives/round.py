@@ -1,17 +1,18 @@
 """One boosting round of a CRF objective, on the CPU or a GPU: margins in, G and H out.
 
 =================  ==========================================  ==========================
-mode (:class:`Hessian`)  Hessian per row and label               transitions
+mode               Hessian per row and label                    transitions
 =================  ==========================================  ==========================
 ``"gbcrf"``        ``gamma_t * p * (1 - p)`` (Theorem 4.1)      a step every round
 ``"treecrf"``      ``1`` (first order, Dietterich et al.)       a step every round
 ``"logitboost"``   ``2 * p * (1 - p)``                          none (independent rows)
 =================  ==========================================  ==========================
 
-The gradient is always ``G = p - onehot(y)`` with ``p`` the CRF node
-marginals. Sequence weights multiply both ``G`` and ``H``; the Hessian is
-floored at ``hess_floor`` before weighting (as XGBoost floors its softmax
-Hessian), so no row loses all weight.
+The modes are :class:`Hessian`'s values. The gradient is always ``G = p -
+onehot(y)`` with ``p`` the CRF node marginals. Sequence weights multiply
+both ``G`` and ``H``; the Hessian is floored at ``hess_floor`` before
+weighting (as XGBoost floors its softmax Hessian), so no row loses all
+weight.
 
 A round of one pass (:mod:`structboost.transitions.onestep`, the default
 with ``"lbfgs"`` and ``"newton"``) runs in phases:

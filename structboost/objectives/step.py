@@ -97,20 +97,17 @@ class SecantScale:
             measured = self.measure(margins)
         return None if measured is None else np.array([nll - self._last[3], *measured])
 
-    def measure(self, margins, grad=None):
-        """``[slope, model, new_slope]`` of the step ``d`` to ``margins (n, K)``, or None.
+    def measure(self, margins):
+        """``[slope, model, 0]`` of the step ``d`` to ``margins (n, K)``, or None.
 
         ``slope = G . d`` and ``model = d' H d`` with the G and H the last
-        round handed the engine; ``new_slope = G_new . d`` with ``grad``,
-        this round's weighted gradient ``(n, K)`` (0 without). None without
-        a last round (or one of another shape). Reads the last round's G and
-        H: a caller that reuses their buffers measures first.
+        round handed the engine (no ``new_slope``: this round's G is not
+        written yet). None without a last round (or one of another shape).
+        Reads the last round's G and H: a caller that reuses their buffers
+        measures first.
         """
         last = self.kept(margins)
-        if last is None:
-            return None
-        new_slope = 0.0 if grad is None else self._along(margins, grad)[0]
-        return np.array([*self._along(margins, last[1], last[2]), new_slope])
+        return None if last is None else np.array([*self._along(margins, *last[1:]), 0.0])
 
     def kept(self, margins):
         """The last round's float32 ``(margins, G, H)``, each ``(n, K)``; None as :meth:`measure`.
@@ -133,8 +130,8 @@ class SecantScale:
                 "a copy."
             )
 
-    def _along(self, margins, grad, hess=None):
-        """``[grad . d, d' hess d]`` (0 without ``hess``), ``d`` the step to ``margins``.
+    def _along(self, margins, grad, hess):
+        """``[grad . d, d' hess d]``, ``d`` the step to ``margins``.
 
         The same read checks that borrowed margins kept their stamp (see
         :meth:`remember`).
