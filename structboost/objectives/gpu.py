@@ -78,9 +78,7 @@ class DeviceArrays:
         cuda.synchronize()
         return time.perf_counter()
 
-    @staticmethod
-    def margins(margins, num_labels):
-        return device_unary(margins, num_labels), None
+    margins = staticmethod(lambda margins, num_labels: (device_unary(margins, num_labels), None))
 
     def outputs(self, shape, dtype, order):
         if self._buffers is None or self._buffers[0].shape != shape:
@@ -100,13 +98,9 @@ class DeviceArrays:
     def label_score(self, u, batch):
         return label_score(u.unary, self.structure(batch))
 
-    @staticmethod
-    def independent_blocks(u, batch):
-        yield slice(None), slice(None), None, softmax(u.w)
-
-    @staticmethod
-    def marginals(post):
-        return post.marginals_device()
+    independent_blocks = staticmethod(lambda u, batch: [(slice(None), slice(None), None,
+                                                         softmax(u.w))])  # fmt: skip
+    marginals = staticmethod(lambda post: post.marginals_device())
 
     def full(self, n, value):
         """A device ``(n,)`` of ``value``, kept (a fixed bound's, every round)."""
@@ -115,13 +109,8 @@ class DeviceArrays:
             self._full = {key: cuda.to_device(np.full(n, float(value)))}
         return self._full[key]
 
-    @staticmethod
-    def empty(n):
-        return cuda.device_array(n)
-
-    @staticmethod
-    def put(dst, rows, src):
-        dst.copy_to_device(src)  # (one block: rows covers dst)
+    empty = staticmethod(cuda.device_array)
+    put = staticmethod(lambda dst, rows, src: dst.copy_to_device(src))  # (rows cover dst)
 
     def grad_hess(self, p, batch, rows, seqs, gamma, scale, hessian, floor, out, last):
         """As :meth:`~.round.HostArrays.grad_hess`; the secant's sums in reductions of their own."""

@@ -129,10 +129,9 @@ def label_score(margins, batch):
 class HostArrays:
     """The round's arrays in host memory: numpy, and the numba kernels of :mod:`._kernels`.
 
-    A backend (the device's: :class:`structboost.objectives.gpu.DeviceArrays`)
-    supplies these operations; :class:`NodeObjective` runs the round on them.
-    ``u`` is the round's margins as :meth:`margins` returns them, ``rows``
-    and ``seqs`` the slices of a block of the pass.
+    The operations :class:`NodeObjective` runs its round on (the device's:
+    :class:`structboost.objectives.gpu.DeviceArrays`); ``u`` is the round's
+    margins as :meth:`margins` returns them, ``rows`` and ``seqs`` a block's.
     """
 
     secant = SecantScale
@@ -168,17 +167,9 @@ class HostArrays:
         for rows, seqs in row_blocks(batch.offsets, u.shape):
             yield rows, seqs, None, node_softmax(u[rows])
 
-    @staticmethod
-    def marginals(post):
-        return post.marginals()
-
-    @staticmethod
-    def full(n, value):
-        return np.full(n, float(value))
-
-    @staticmethod
-    def empty(n):
-        return np.empty(n)
+    marginals = staticmethod(lambda post: post.marginals())
+    full = staticmethod(lambda n, value: np.full(n, float(value)))
+    empty = staticmethod(np.empty)
 
     @staticmethod
     def put(dst, rows, src):
