@@ -551,6 +551,7 @@ class NodeObjective:
         if secant is not None:
             arrays.finish_hess(out[1], gamma_rows, scale, self.spec.hess_floor, batch)
             secant.remember(u, nll, *out, borrow=out[0].dtype == np.float32, stamp=stamp)
+            self.timings["gamma"] += arrays.clock() - t3  # (on a GPU: the results are ready)
         return True
 
     def evaluate(
