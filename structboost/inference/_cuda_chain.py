@@ -531,12 +531,9 @@ def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, grad, he
     f = _hess_factor(gamma, t, scale)
     for j in range(p.shape[1]):
         q = p[t, j]
-        grad[t, j] = (q - 1.0 if j == labels[t] else q) * w
         var = q * (1.0 - q)
-        if not finish:
-            hess[t, j] = var
-        else:
-            hess[t, j] = _floored(1.0 if unit else var * f, floor, w)
+        grad[t, j] = (q - 1.0 if j == labels[t] else q) * w
+        hess[t, j] = _floored(1.0 if unit else var * f, floor, w) if finish else var
 
 
 @cuda.jit(device=True)
