@@ -174,9 +174,7 @@ class EdgeCRFObjective(CRFObjective):
         k = self.num_labels
         offsets, y = batch.offsets, batch.labels
         first_row, is_first, n_rows = edge_layout(offsets, k)
-        post = self.posterior(
-            margins, batch, rates=self._rates()
-        )
+        post = self.posterior(margins, batch, rates=self._rates())
         p_node = post.marginals()
         pair = post.edge_marginals()
         t1 = time.process_time()
