@@ -63,7 +63,7 @@ import structboost as sb
 from structboost.datasets import load_ocr, ocr_split
 from structboost.estimators.linear import LinearChainProblem
 from structboost.majorize import ChainCRFTerm, fit_majorize
-from structboost.objectives import base as objective_base
+from structboost.objectives import round as objective_round
 from structboost.transitions import base as transition_base
 from structboost.transitions.chain import TransitionProblem, refit
 
@@ -299,7 +299,7 @@ def training_rounds(X, y, lengths, k, counter, args):
     """Per-round logs of each entry of ``ROUND_SOLVERS`` on one training set."""
     logs = {}
     for name, (solver, refit_with) in ROUND_SOLVERS.items():
-        objective_base.refit = refit_with
+        objective_round.refit = refit_with
         obj = sb.crf_objective(k, transition_solver=solver, nthread=args.threads)
         dtrain = xgb.DMatrix(X, label=y, group=lengths)
         log = RoundLog(obj, counter)
@@ -308,7 +308,7 @@ def training_rounds(X, y, lengths, k, counter, args):
                   evals=[(dtrain, "train")], verbose_eval=False,
                   callbacks=[obj.callback(), log])
         logs[name] = log.rows
-    objective_base.refit = refit
+    objective_round.refit = refit
     return logs
 
 
@@ -346,11 +346,11 @@ def rounds_tables(data, args):
 def same_margins(X, y, lengths, k, counter, marks, args):
     """(c), same margins: each round's refit by scipy and now on one problem (training follows now)."""
     paired = PairedRefit(counter)
-    objective_base.refit = paired
+    objective_round.refit = paired
     obj = sb.crf_objective(k, nthread=args.threads)
     xgb.train(sb.xgb_params(k, max_depth=6, eta=0.3, nthread=args.threads),
               xgb.DMatrix(X, label=y, group=lengths), args.train_rounds, obj=obj)
-    objective_base.refit = refit
+    objective_round.refit = refit
     rows = paired.rows
     print("\nThe same problems (training follows the refit now; scipy's L-BFGS-B refits the "
           "same margins from the same start; f* from a converged solve):\n")

@@ -49,7 +49,7 @@ class EngineObjective(ABC):
 
     #: Keywords of ``crf.grad_hess`` for the dtype and memory order of the G
     #: and H handed to the engine (see :meth:`NodeObjective.grad_hess
-    #: <structboost.objectives.base.NodeObjective.grad_hess>`); none: fresh
+    #: <structboost.objectives.round.NodeObjective.grad_hess>`); none: fresh
     #: float64 rows.
     grad_layout: dict[str, Any] = {}
 

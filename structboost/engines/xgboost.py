@@ -269,7 +269,7 @@ class XGBCRFObjective(EngineObjective):
     buffers, rewritten by its next call, which also checks that ``predt``
     did not change in place meanwhile (the adaptive step keeps it; see
     :meth:`NodeObjective.grad_hess
-    <structboost.objectives.base.NodeObjective.grad_hess>`).
+    <structboost.objectives.round.NodeObjective.grad_hess>`).
 
     Attributes
     ----------

@@ -11,7 +11,7 @@ Layout and parallelism: rows stay flat ``(n, K)`` C-contiguous float64 and
 ``offsets (m + 1,)`` int64 delimit the sequences, as on the CPU. The
 recursions run one thread per sequence, so every step ``t`` advances all
 sequences of the batch at once (batched by position across sequences); the
-per-row kernels (softmax, G/H) run one thread per row, and the
+per-row kernels (softmax, G and H) run one thread per row, and the
 parameter-sized sums run as a tiled matrix product (expected transition
 counts) or one thread per label and chunk of rows (start/end marginals),
 added with atomics. No kernel allocates memory: scratch lives in the output
@@ -504,34 +504,56 @@ def label_scores(unary, labels, row_weight, out):
     _block_add(s1, 0.0, out)
 
 
-@cuda.jit
-def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor, grad, hess):
-    """Node gradient and Hessian of one boosting round, one thread per row.
+@cuda.jit(device=True)
+def _hess_factor(gamma, t, scale):
+    """The GBCRF factor of row ``t``: ``gamma[t]``, ``max(scale gamma[t], 2)`` below scale 1; 2 without ``gamma``."""
+    if gamma.shape[0] == 0:
+        return 2.0
+    f = gamma[t]
+    if scale < 1.0:
+        f = max(scale * f, 2.0)
+    return f
 
-    ``grad = w (p - onehot(y))`` and ``hess = w max(h, hess_floor)`` with
-    ``h = 1`` (``mode`` 1, TreeCRF), ``scale p (1 - p)`` (``mode`` 0; 2 for
-    LogitBoost, a fixed gamma) or ``gamma[t] p (1 - p)`` (``mode`` 2, a
-    per-row bound), ``w = row_weight[t]``. A ``step`` below 1 (GBCRF's
-    adaptive step) scales ``h`` by ``step``, never below ``2 p (1 - p)``;
-    ``step = 1`` leaves ``h`` as it is.
+
+@cuda.jit
+def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, grad, hess):
+    """Weighted G and H of one round, one thread per row.
+
+    The arithmetic of :func:`structboost.objectives._kernels.node_grad_hess`:
+    ``grad = w (p - onehot(y))``; with ``finish``, ``hess = w max(h, floor)``
+    with ``h = 1`` if ``unit`` (TreeCRF) else ``p (1 - p)`` times
+    :func:`_hess_factor`; without, ``hess = p (1 - p)`` (see :func:`finish_hess`).
     """
     t = cuda.grid(1)
     if t >= p.shape[0]:
         return
     w = row_weight[t]
+    f = _hess_factor(gamma, t, scale)
     for j in range(p.shape[1]):
         q = p[t, j]
-        g = q - 1.0 if j == labels[t] else q
-        if mode == 1:
-            h = 1.0
-        elif mode == 2:
-            h = gamma[t] * q * (1.0 - q)
-        else:
-            h = scale * q * (1.0 - q)
-        if step < 1.0:
-            h = max(step * h, 2.0 * q * (1.0 - q))
-        grad[t, j] = w * g
-        hess[t, j] = w * max(h, hess_floor)
+        var = q * (1.0 - q)
+        grad[t, j] = (q - 1.0 if j == labels[t] else q) * w
+        hess[t, j] = _floored(1.0 if unit else var * f, floor, w) if finish else var
+
+
+@cuda.jit(device=True)
+def _floored(v, floor, w):
+    """``w max(v, floor)``, as the host kernels write it."""
+    return (v if v > floor else floor) * w
+
+
+@cuda.jit
+def finish_hess(raw, gamma, scale, floor, row_weight, hess):
+    """``hess = w max(raw f, floor)`` per row, ``raw`` holding ``p (1 - p)`` (may be ``hess``).
+
+    As :func:`structboost.objectives._kernels.finish_bound_hess`, ``f`` the
+    :func:`_hess_factor` of row ``t`` and ``w = row_weight[t]``.
+    """
+    t = cuda.grid(1)
+    if t < raw.shape[0]:
+        f = _hess_factor(gamma, t, scale)
+        for j in range(raw.shape[1]):
+            hess[t, j] = _floored(raw[t, j] * f, floor, row_weight[t])
 
 
 @cuda.jit

@@ -5,10 +5,9 @@ The optional GPU path (``pip install structboost-crf[gpu]``): the kernels of
 functions with the signatures and outputs of :mod:`structboost.inference.chain`
 (:func:`forward_backward`, :func:`viterbi`, :func:`gamma`; one shared
 ``(K, K)`` table or per-position ``(n, K, K)`` transitions), and
-:class:`DevicePosterior`, on which the device transition problem
-(:mod:`structboost.transitions.gpu`) and the objective round
+:class:`DevicePosterior`, on which the objective's round on the device
 (:mod:`structboost.objectives.gpu`, ``structboost.crf_objective(K,
-device="cuda")``) build. Nothing imports this module (nor ``numba.cuda``)
+device="cuda")``) builds. Nothing imports this module (nor ``numba.cuda``)
 unless a GPU path is asked for.
 
 Inputs may be numpy arrays or device arrays (anything with
@@ -287,12 +286,13 @@ class DevicePosterior:
                self.structure.d_offsets, node, edge)
         return node, edge
 
-    def node_gamma(self, method="mixing"):
+    def node_gamma(self, method="mixing", marginals=None):
         """Per-row node bound ``(n,)`` as a device array.
 
         ``"mixing"`` and ``"length"`` run on the device; ``"exact"`` (an
         analysis tool, ``O(L^2 K^3)`` per sequence) runs the CPU kernel on
-        copies of the messages.
+        copies of the messages. ``marginals``: unused (the posterior's own
+        are read), as the host posterior's.
         """
         if method == "mixing":
             return self._gammas[0]
@@ -419,36 +419,20 @@ def softmax(w):
     return p
 
 
-def grad_hess(p, labels, row_weight, gamma, scale, mode, step, hess_floor):
-    """Node gradient and Hessian of one round from device marginals.
+def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, out):
+    """Write the weighted G and H of one round into ``out = (grad, hess)``, each ``(n, K)``.
 
-    Parameters
-    ----------
-    p : (n, K) float64 device array
-        Node marginals.
-    labels : (n,) int64 device array
-    row_weight : (n,) float64 device array
-        Each row's sequence weight.
-    gamma : (n,) float64 device array
-        Per-row node bound (read only when ``mode`` is 2).
-    scale : float
-        Constant Hessian factor (``mode`` 0).
-    mode : int
-        The Hessian: ``scale p (1 - p)`` (0), ``1`` (1, TreeCRF) or
-        ``gamma p (1 - p)`` (2).
-    step : float
-        Step scale of the round.
-    hess_floor : float
-
-    Returns
-    -------
-    grad, hess : (n, K) float64 device arrays
+    The device twin of :func:`structboost.objectives._kernels.node_grad_hess`
+    (``row_weight (n,)``: each row's sequence weight; ``gamma (n,)`` or
+    ``(0,)``); all device arrays.
     """
-    n, k = p.shape
-    grad, hess = cuda.device_array((n, k)), cuda.device_array((n, k))
-    launch(kern.grad_hess, n, p, labels, row_weight, gamma, scale, mode, step, hess_floor,
-           grad, hess)
-    return grad, hess
+    launch(kern.grad_hess, p.shape[0], p, labels, row_weight, gamma, scale, unit, floor, finish,
+           *out)  # fmt: skip
+
+
+def finish_hess(hess, gamma, scale, floor, row_weight):
+    """Finish in place a ``hess (n, K)`` written as ``p (1 - p)`` (:func:`grad_hess` without ``finish``)."""
+    launch(kern.finish_hess, hess.shape[0], hess, gamma, scale, floor, row_weight, hess)
 
 
 def step_sums(new, old, a, b):

@@ -2,8 +2,8 @@
 
 Engine-agnostic (numpy only). The XGBoost and LightGBM adapters read the
 margins and the sequence structure from their data objects and call
-:meth:`CRFObjective.grad_hess` once per boosting round; the mode, Hessian and
-weighting live in :class:`~.base.NodeObjective`.
+:meth:`CRFObjective.grad_hess` once per boosting round; the round, its modes and
+weighting live in :class:`~.round.NodeObjective`.
 """
 
 from dataclasses import dataclass
@@ -15,9 +15,10 @@ from .._typing import Floats, Ints
 from ..inference.chain import forward_backward, map_labels, path_scores
 from ..sequences import check_labels, check_lengths, offsets_from_lengths
 from ..transitions.chain import TransitionParams, TransitionProblem, observed_counts
-from .base import NodeObjective, check_sequence_weights, row_blocks
+from .base import check_sequence_weights, row_blocks
 from .params import ObjectiveSpec
 from .constraints import resolve as resolve_constraints
+from .round import NodeObjective
 
 
 @dataclass

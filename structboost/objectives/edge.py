@@ -42,8 +42,8 @@ import numpy as np
 
 from ..inference.chain import map_labels, path_scores, posterior
 from ..sequences import offsets_from_lengths
-from .base import NodeObjective
 from .chain import CRFObjective
+from .round import Hessian, NodeObjective
 
 
 def edge_layout(offsets, num_labels):
@@ -174,9 +174,7 @@ class EdgeCRFObjective(CRFObjective):
         k = self.num_labels
         offsets, y = batch.offsets, batch.labels
         first_row, is_first, n_rows = edge_layout(offsets, k)
-        post = self.posterior(
-            margins, batch, rates=self.mode == "gbcrf" and self.spec.hessian_bound == "mixing"
-        )
+        post = self.posterior(margins, batch, rates=self._rates())
         p_node = post.marginals()
         pair = post.edge_marginals()
         t1 = time.process_time()
@@ -189,7 +187,7 @@ class EdgeCRFObjective(CRFObjective):
         grad = prob.copy()
         grad[first_row[first], y[first]] -= 1.0
         grad[first_row[inner] + y[inner - 1], y[inner]] -= 1.0
-        if self.mode == "treecrf":
+        if self.hessian is Hessian.UNIT:
             hess = np.ones_like(prob)
         else:
             hess = prob * (1.0 - prob)

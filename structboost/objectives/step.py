@@ -35,8 +35,6 @@ and the gradient secant ``(G_new - G) . d`` (for a quadratic both are the
 curvature along ``d`` plus the cross term of the two steps).
 """
 
-from typing import NamedTuple
-
 import numpy as np
 
 from .. import _config
@@ -47,34 +45,6 @@ from ._kernels import step_sums
 MAX_SHRINK = 4.0
 #: Smallest scale (a floor for the controller; the Hessian floor is ``2 p (1 - p)``).
 MIN_SCALE = 1e-3
-
-
-#: The secant's sums: ``[change, slope, model, new_slope]`` (:meth:`SecantScale.local_sums`).
-SECANT_SUMS = 4
-
-
-class RoundSums(NamedTuple):
-    """What a one-pass round sums over its rows, crossing the workers in one allreduce.
-
-    Attributes
-    ----------
-    secant : (4,) float64 or None
-        The adaptive step's ``[change, slope, model, new_slope]``
-        (:meth:`SecantScale.local_sums`); None without them.
-    steps : (d,) float64
-        The transition step's (:meth:`~structboost.transitions.onestep.OneStep.local_sums`).
-    """
-
-    secant: np.ndarray | None
-    steps: np.ndarray
-
-    def summed(self, allreduce):
-        """These sums over every worker, in one call of ``allreduce``."""
-        secant = np.zeros(SECANT_SUMS) if self.secant is None else self.secant
-        total = allreduce(np.concatenate((secant, self.steps)))
-        return RoundSums(
-            None if self.secant is None else total[:SECANT_SUMS], total[SECANT_SUMS:]
-        )
 
 
 class SecantScale:
@@ -108,30 +78,9 @@ class SecantScale:
         The transition part of the path score is the same for any node
         scores, so differences at fixed transitions need only ``log_z (m,)``
         and ``node``, the weighted sum of the labels' node scores (the
-        round computes it once, see :func:`~.base.label_score`).
+        round computes it once, see :func:`~.round.label_score`).
         """
         return float(weighted_total(batch.seq_weight, log_z)) - node
-
-    def update(self, margins, nll, allreduce):
-        """Fit the scale to the step from the last round's margins to ``margins``.
-
-        Parameters
-        ----------
-        margins : (n, K) float32 or float64
-            This round's node scores (any memory layout; read in row blocks).
-        nll : float
-            :meth:`nll` at these margins, with ``log_z`` at the transitions
-            the last round's gradient was computed with.
-        allreduce : callable
-            Sums a float64 array over the workers of a distributed run.
-
-        Returns
-        -------
-        float
-            The scale for this round's Hessian.
-        """
-        sums = self.local_sums(margins, nll)
-        return self.fit(None if sums is None else allreduce(sums))
 
     def local_sums(self, margins, nll, measured=None):
         """This worker's ``[change, slope, model, new_slope]`` of the secant, or None.
@@ -140,29 +89,25 @@ class SecantScale:
         are ``measured`` (:meth:`measure`, taken before the last round's G
         and H were overwritten, or while this round's were written, see
         :meth:`kept`), by default :meth:`measure` now without this round's
-        gradient. None without a last round (or one of another shape).
-        Arguments otherwise as for :meth:`update`, whose sums these are; a
-        caller may sum them with others in one allreduce and hand them to
-        :meth:`fit`.
+        gradient (``margins (n, K)``: this round's, any layout). None
+        without a last round (or one of another shape). Summed over the
+        workers (with others, in one allreduce), they go to :meth:`fit`.
         """
         if measured is None:
             measured = self.measure(margins)
         return None if measured is None else np.array([nll - self._last[3], *measured])
 
-    def measure(self, margins, grad=None):
-        """``[slope, model, new_slope]`` of the step ``d`` to ``margins (n, K)``, or None.
+    def measure(self, margins):
+        """``[slope, model, 0]`` of the step ``d`` to ``margins (n, K)``, or None.
 
         ``slope = G . d`` and ``model = d' H d`` with the G and H the last
-        round handed the engine; ``new_slope = G_new . d`` with ``grad``,
-        this round's weighted gradient ``(n, K)`` (0 without). None without
-        a last round (or one of another shape). Reads the last round's G and
-        H: a caller that reuses their buffers measures first.
+        round handed the engine (no ``new_slope``: this round's G is not
+        written yet). None without a last round (or one of another shape).
+        Reads the last round's G and H: a caller that reuses their buffers
+        measures first.
         """
         last = self.kept(margins)
-        if last is None:
-            return None
-        new_slope = 0.0 if grad is None else self._along(margins, grad)[0]
-        return np.array([*self._along(margins, last[1], last[2]), new_slope])
+        return None if last is None else np.array([*self._along(margins, *last[1:]), 0.0])
 
     def kept(self, margins):
         """The last round's float32 ``(margins, G, H)``, each ``(n, K)``; None as :meth:`measure`.
@@ -185,8 +130,8 @@ class SecantScale:
                 "a copy."
             )
 
-    def _along(self, margins, grad, hess=None):
-        """``[grad . d, d' hess d]`` (0 without ``hess``), ``d`` the step to ``margins``.
+    def _along(self, margins, grad, hess):
+        """``[grad . d, d' hess d]``, ``d`` the step to ``margins``.
 
         The same read checks that borrowed margins kept their stamp (see
         :meth:`remember`).
@@ -223,7 +168,7 @@ class SecantScale:
         return self.scale
 
     def remember(self, margins, nll, grad, hess, borrow=False, stamp=None):
-        """Keep what the next round's :meth:`update` needs.
+        """Keep what the next round's :meth:`local_sums` needs.
 
         ``margins``, ``grad`` and ``hess`` are ``(n, K)`` (the weighted
         gradient and Hessian handed to the engine) and ``nll`` is
@@ -234,8 +179,8 @@ class SecantScale:
         ``borrow``: keep float32 arrays as they are instead of copies
         (XGBoost's fresh margins of each round, and the float32 buffers an
         objective hands the engine, see :meth:`NodeObjective.grad_hess
-        <structboost.objectives.base.NodeObjective.grad_hess>`): the caller
-        leaves them unchanged until the next :meth:`update`, which checks
+        <structboost.objectives.round.NodeObjective.grad_hess>`): the caller
+        leaves them unchanged until the next :meth:`local_sums`, which checks
         the margins against ``stamp``, their checksum (taken by the round's
         margin check, :func:`~.base.check_margin_values`; without it they
         are copied). Copies otherwise (LightGBM updates its margins in

@@ -1,6 +1,6 @@
 """The CRF boosting objective on trees with typed edges.
 
-The same modes as the chain objective (:class:`~structboost.objectives.base.NodeObjective`
+The same modes as the chain objective (:class:`~structboost.objectives.round.NodeObjective`
 holds the mode and Hessian assembly): ``"gbcrf"`` (Hessian ``gamma_v p (1 -
 p)`` with the tree node bound), ``"treecrf"`` (unit Hessian) and
 ``"logitboost"`` (no edges). Each row is a node; ``parents`` gives its parent
@@ -16,8 +16,9 @@ import numpy as np
 from ..inference.tree import TreeBatch, check_tree, label_scores, map_labels, posterior
 from ..sequences import check_labels, check_lengths
 from ..transitions.tree import TreeTransitionParams, TreeTransitionProblem, tree_observed_counts
-from .base import NodeObjective, check_sequence_weights
+from .base import check_sequence_weights
 from .params import TREE_SOLVERS
+from .round import NodeObjective
 
 
 @dataclass
@@ -82,7 +83,7 @@ class TreeCRFObjective(NodeObjective):
         Number of edge types, each with its own ``(K, K)`` potential.
     spec : ObjectiveSpec, optional
     **params
-        As for :class:`~structboost.objectives.base.NodeObjective`
+        As for :class:`~structboost.objectives.round.NodeObjective`
         (``transition_solver`` in ``"lbfgs"``, ``"newton"``; constraints are
         for chains).
 

@@ -101,7 +101,6 @@ class PenalisedProblem:
     newton_scale = 1.0
     free = None
     _last = None
-    _tap = None  # the tap of the pass under way (see lbfgs)
     _tapped = None  # the parameter vector of the last pass that was tapped whole
     allreduce = staticmethod(identity)
 
@@ -125,7 +124,7 @@ class PenalisedProblem:
         vec[self.free] = x
         return vec
 
-    def evaluate(self, params, need=VALUE, rates=False):
+    def evaluate(self, params, need=VALUE, rates=False, tap=None):
         """The sums at ``params`` up to level ``need``, reusing the last evaluation.
 
         Parameters
@@ -136,6 +135,9 @@ class PenalisedProblem:
         rates : bool
             The mixing-rate bounds will be asked for at ``params`` (a hint
             for :meth:`_posterior`; :data:`CURVATURE` implies it).
+        tap : callable, optional
+            ``tap(rows, sequences, posterior)`` of every block of a pass
+            taken here over a batch in several blocks (see :meth:`lbfgs`).
 
         Returns
         -------
@@ -153,7 +155,7 @@ class PenalisedProblem:
             if ev.posterior is not None and self._sums_from(ev.posterior, need):
                 ev.expected, ev.curvature = self.expected_counts(ev.posterior, need >= CURVATURE)
                 return ev
-        ev = self._evaluate(params, need, rates)
+        ev = self._evaluate(params, need, rates, tap)
         self._last = (vec, ev)
         return ev
 
@@ -161,8 +163,8 @@ class PenalisedProblem:
         """Whether the kept posterior ``post`` gives the sums up to ``need`` without another pass."""
         return True
 
-    def _evaluate(self, params, need, rates):
-        """One message pass over the whole batch, and the sums asked for."""
+    def _evaluate(self, params, need, rates, tap=None):
+        """One message pass over the whole batch, and the sums asked for (no ``tap``: one block)."""
         post = self._posterior(params, rates or need >= CURVATURE, need == GRADIENT)
         ev = Evaluation(post.log_z, posterior=post)
         if need >= GRADIENT:
@@ -207,9 +209,9 @@ class PenalisedProblem:
         """Parameters of ``param_type`` with free entries ``x``."""
         return self.param_type.from_vector(self._full(x), self.num_labels)
 
-    def _local_value(self, x, need=VALUE, rates=False):
+    def _local_value(self, x, need=VALUE, rates=False, tap=None):
         """This worker's data term of ``f`` at free parameters ``x`` (no penalty), and its sums."""
-        ev = self.evaluate(self._params(x), need, rates)
+        ev = self.evaluate(self._params(x), need, rates, tap)
         return weighted_total(self.seq_weight, ev.log_z) - self._free_part(self.counts) @ x, ev
 
     def value(self, x):
@@ -217,13 +219,12 @@ class PenalisedProblem:
         data = self.allreduce(np.array([self._local_value(x)[0]]))[0]
         return data + 0.5 * self.reg * x @ x
 
-    def value_and_grad(self, x, rates=False):
+    def value_and_grad(self, x, rates=False, tap=None):
         """Penalised NLL (up to the constant node-score term) and its gradient in ``x``.
 
-        ``rates``: the mixing-rate bounds will be asked for at ``x`` (a hint,
-        as for :meth:`evaluate`).
+        ``rates`` and ``tap`` as for :meth:`evaluate`.
         """
-        local, ev = self._local_value(x, GRADIENT, rates)
+        local, ev = self._local_value(x, GRADIENT, rates, tap)
         summed = self.allreduce(
             np.concatenate(([local], self._free_part(ev.expected - self.counts)))
         )
@@ -297,17 +298,9 @@ class PenalisedProblem:
         memory.begin(x0, self.free)
         last = None
         if rates or tap is not None:
-            last = functools.partial(self._tapped_value_and_grad, rates, tap)
+            last = functools.partial(self.value_and_grad, rates=rates, tap=tap)
         x, _ = minimize(self.value_and_grad, x0, max_iter, memory, last=last)
         return self.param_type.from_vector(self._full(x), self.num_labels)
-
-    def _tapped_value_and_grad(self, rates, tap, x):
-        """:meth:`value_and_grad` at ``x`` with ``tap`` on the blocks of its pass (see :meth:`lbfgs`)."""
-        self._tap = tap
-        try:
-            return self.value_and_grad(x, rates=rates)
-        finally:
-            self._tap = None
 
     def tapped(self, params):
         """Whether a tapped pass (:meth:`lbfgs`) handed its caller every block at ``params``."""

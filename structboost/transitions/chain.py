@@ -306,11 +306,11 @@ class TransitionProblem(PenalisedProblem):
     def _posterior(self, params, rates, edges):
         return self._pass(0, params, rates, edges)[1]
 
-    def _evaluate(self, params, need, rates):
-        """One block: as the base class. Several: the sums, block by block (to a tap, if set)."""
+    def _evaluate(self, params, need, rates, tap=None):
+        """One block: as the base class. Several: the sums, block by block (to ``tap``, if given)."""
         if self._one is not None:
             return super()._evaluate(params, need, rates)
-        tap = self._tap  # (only a tap reads the blocks: without it the rates would be lost)
+        # (only a tap reads the blocks: without it the rates would be lost)
         for rows, seqs, post in self.blocks(params, rates and tap is not None, need):
             if tap is not None:
                 tap(rows, seqs, post)
@@ -321,12 +321,6 @@ class TransitionProblem(PenalisedProblem):
     def _sums_from(self, post, need):
         """Whether ``post`` gives the sums up to ``need``: curvature reads the stored messages."""
         return post.has_messages or need < CURVATURE
-
-    def _sums(self, log_z, expected, curvature):
-        """The :class:`~.base.Evaluation` of sums taken block by block (curvature clipped)."""
-        if curvature is not None:
-            _clip_curvature(curvature, self.num_labels)
-        return Evaluation(log_z, expected, curvature)
 
     def blocks(self, params, rates=False, need=VALUE):
         """The posterior at ``params`` block by block (see :meth:`PenalisedProblem.blocks`).
@@ -350,7 +344,9 @@ class TransitionProblem(PenalisedProblem):
                 expected = e if expected is None else expected + e
                 if c is not None:
                     curvature = c if curvature is None else curvature + c
-        self._last = (params.to_vector(), self._sums(log_z, expected, curvature))
+        if curvature is not None:
+            _clip_curvature(curvature, self.num_labels)
+        self._last = (params.to_vector(), Evaluation(log_z, expected, curvature))
 
     def expected_counts(self, post, with_curvature=False):
         """Expected counts and, on request, their curvature bound, in vector order.

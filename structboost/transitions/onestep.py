@@ -35,29 +35,14 @@ from scratch (``refit_iter`` iterations; a chain's over one sequence of each
 length, as its margins are equal at every row:
 :meth:`~.chain.TransitionProblem.by_length`); the others continue its
 transitions and curvature pairs for :data:`WARMUP_ITER` L-BFGS iterations
-(about 3 passes a round, against 5-7 of a converged refit; Newton's take one
-bound step, 2 passes). Measured at the library defaults on OCR, protein and
-CoNLL-2003 (benchmarks/README.md, "One pass a round"): the training NLL
-after 100 rounds within 0.35% of ten converged refits, the test scores
-within the spread that a change of the refit's own tolerance gives, at 55
-passes in a 30-round OCR fit against 81-82. One iteration, or ending the
-warm-up after the first round by the :data:`LAG` test below, let the NLL
-rise at learning rate 1 on the engine tests' sticky HMM. After the warm-up
-an L-BFGS round refits *from its own pass* when that pass shows a rise of
-the NLL or lagging transitions (their step predicted to gain more than
-:data:`LAG` of what the last round gained), and runs a second pass for the G
-and H it hands the engine (:meth:`OneStep.finish` says so). Why: the
-transitions include a label bias (a label's incoming transition and start
-scores shift its margin at every position), so while they lag a round the
-pass's gradient keeps a per-label misfit, ``sum_t G[t, k] = E[N_k] - N_k``,
-that a refit would have removed. The trees take it as a constant shift of
-whole sequences, along which a sticky chain's curvature is near the full
-bound, while the adaptive step's scale was fitted along the last round's
-trees, with no such shift in them: at learning rate 1 the trees overshoot it
-and the next pass sees a larger misfit of the other sign (on the engine
-tests' sticky HMM the label sums grow from about 15 to about 100 in one
-round and the NLL jumps by 14%; measured in benchmarks/README.md). Refitting
-from the pass that shows the lag zeroes that misfit before the trees see it.
+(Newton's take one bound step). After the warm-up an L-BFGS round refits
+*from its own pass* when that pass shows a rise of the NLL or lagging
+transitions (their step predicted to gain more than :data:`LAG` of what the
+last round gained), and runs a second pass for the G and H it hands the
+engine (:meth:`OneStep.finish` says so): the transitions include a label
+bias, so while they lag the pass's gradient keeps a per-label misfit
+``sum_t G[t, k] = E[N_k] - N_k``, which the trees would take as a shift of
+whole sequences and overshoot (benchmarks/README.md, "One pass a round").
 
 Every round checks the last round's steps with the pass it runs anyway.
 The penalised NLL must not have risen. Nor may its change along
@@ -65,11 +50,7 @@ The penalised NLL must not have risen. Nor may its change along
 gives as ``(g_(r-1) + g_r) . S_(r-1) / 2`` with ``g`` the penalised
 gradients of the two passes, exceed :data:`LAG` of the round's fall of the
 NLL: the rule leaves out the cross term of the node and the transition
-steps, and a smaller positive change is within that error. (When any
-positive change counted, changes of 0.002 to 6 against falls of 490 to
-1,270 sent 3 of 30 rounds after the warm-up to a converged refit on 1M
-rows of ``benchmarks/dask_scaling.py``'s data; 40 rounds ran 103 passes
-over the data, now 80, with the training NLL 0.003% higher.) After a rise
+steps, and a smaller positive change is within that error. After a rise
 Newton's transitions hold for a round (so that the adaptive step's next
 secant is at fixed transitions) and its ``damping`` halves (it doubles
 back after each good round, up to 1); an L-BFGS round refits from its

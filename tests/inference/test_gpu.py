@@ -62,7 +62,6 @@ def _import_cuda():
 cuda = _import_cuda()
 from structboost.inference import gpu  # noqa: E402
 from structboost.objectives import gpu as objectives_gpu  # noqa: E402
-from structboost.transitions import gpu as transitions_gpu  # noqa: E402
 
 SIMULATOR = gpu.kern.SIMULATOR
 if not SIMULATOR and not cuda.is_available():
@@ -232,7 +231,7 @@ def test_expected_counts_and_curvature_match_the_cpu(case):
     params = TransitionParams(*crf[2:])
     cpu = TransitionProblem(margins, batch.offsets, batch.seq_weight, batch.counts, 1.0)
     structure = gpu.DeviceStructure(batch.offsets, batch.seq_weight)
-    dev = transitions_gpu.DeviceTransitionProblem(gpu.device_unary(margins), structure, batch.counts, 1.0)
+    dev = objectives_gpu.DeviceTransitionProblem(gpu.device_unary(margins), structure, batch.counts, 1.0)
     for curvature in (False, True):
         want = cpu.expected_counts(cpu.posterior(params), curvature)
         got = dev.expected_counts(dev.posterior(params), curvature)

@@ -13,7 +13,7 @@ import xgboost as xgb
 
 import structboost as sb
 from structboost import _config
-from structboost.objectives import base as objectives_base
+from structboost.objectives import round as objectives_base
 from structboost.objectives.base import check_margin_values
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.sequences import offsets_from_lengths, sequence_blocks

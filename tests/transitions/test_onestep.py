@@ -9,7 +9,7 @@ import xgboost as xgb
 import naive
 import structboost as sb
 from structboost.datasets import make_hmm_sequences
-from structboost.objectives import base as objectives_base
+from structboost.objectives import round as objectives_base
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.objectives.params import DEFAULT_ITER
 from structboost.transitions import chain as transitions_chain
