@@ -18,8 +18,7 @@ threads); the floor, the booster's own ``inplace_predict`` of the margins
 on rows vectorised beforehand (one sentence, and the test set); chunk span
 F1 on ``eng.testb``; and ``predict_single`` right after the fit in the same
 process against a fresh process that loads the saved model (first call,
-then the median). With ``--compiled``, the same for a model whose trees
-were compiled (``clf.compile()``, the ``serving`` extra).
+then the median).
 
 The table goes to standard output and, with ``--out``, to a Markdown file::
 
@@ -128,22 +127,20 @@ def span_f1(model, X, y):
     return f"{100 * span_prf(y, predicted).loc['overall', 'f1']:.2f}"
 
 
-def fresh(model_path, sentence_path, calls, compiled):
+def fresh(model_path, sentence_path, calls):
     """The fresh process: load the model, time ``predict_single`` from its first call."""
     clf = sb.XGBSequenceCRF().load_model(model_path)
-    if compiled:
-        clf.compile()
     one = json.loads(Path(sentence_path).read_text())
     print(json.dumps(first_and_median(lambda: clf.predict_single(one), calls)))
 
 
-def fresh_process(clf, one, calls, compiled):
+def fresh_process(clf, one, calls):
     with tempfile.TemporaryDirectory() as tmp:
         model, sentence = Path(tmp, "model.json"), Path(tmp, "sentence.json")
         clf.save_model(model)
         sentence.write_text(json.dumps(one))
         args = [sys.executable, __file__, "--fresh", str(model), str(sentence),
-                "--calls", str(calls)] + (["--compiled"] if compiled else [])  # fmt: skip
+                "--calls", str(calls)]  # fmt: skip
         out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])
 
@@ -165,15 +162,15 @@ def fit_structboost(args, X_train, y_train):
     return clf, time.perf_counter() - t0
 
 
-def measure_structboost(clf, args, X_test, y_test, one, compiled):
-    """The serving measurements of a fitted (and, with ``compiled``, just compiled) tagger."""
+def measure_structboost(clf, args, X_test, y_test, one):
+    """The serving measurements of a tagger, starting right after its fit."""
     after_fit = first_and_median(lambda: clf.predict_single(one), args.calls)
     single = latencies(lambda: clf.predict_single(one), args.calls)
     batch1 = tokens_per_second(clf, X_test)
     clf.set_params(n_jobs=2)
     batch2 = tokens_per_second(clf, X_test)
     clf.set_params(n_jobs=1)
-    loaded = fresh_process(clf, one, args.calls, compiled)
+    loaded = fresh_process(clf, one, args.calls)
     return {
         "single": f"{ms(np.median(single))} / {ms(np.percentile(single, 99))} ms",
         "batch": f"{rate(batch1)} / {rate(batch2)}",
@@ -239,12 +236,11 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--preset", default=None, help="a structboost.presets name")
-    parser.add_argument("--compiled", action="store_true", help="also time clf.compile()")
     parser.add_argument("--out", default=None, help="Markdown file for the table")
     parser.add_argument("--fresh", nargs=2, metavar=("MODEL", "SENTENCE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.fresh:
-        return fresh(*args.fresh, args.calls, args.compiled)
+        return fresh(*args.fresh, args.calls)
     data = Path(args.data_dir)
     X_train, y_train = read_split(data / "eng.train", args.train_sentences)
     X_test, y_test = read_split(data / "eng.testb")
@@ -260,13 +256,8 @@ def main(argv=None):
         print("sklearn-crfsuite is not installed: structboost alone")
     clf, fit = fit_structboost(args, X_train, y_train)
     columns["structboost"] = {"fit": f"{fit:.1f} s",
-                              **measure_structboost(clf, args, X_test, y_test, one, False)}
+                              **measure_structboost(clf, args, X_test, y_test, one)}
     columns["booster `inplace_predict` (floor)"] = floor(clf, X_test, one, args.calls)
-    if args.compiled:
-        clf.compile()
-        columns["structboost, compiled trees"] = measure_structboost(
-            clf, args, X_test, y_test, one, True
-        )
     text = table(columns, len(X_train))
     text += f"\n\n(load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end)\n"
     print(text)

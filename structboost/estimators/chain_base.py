@@ -30,7 +30,7 @@ from .base import (
     split_sequences,
 )
 from .inputs import ChainInputs, flatten_y, kind, nest
-from .serving import compile_trees, serving_predict
+from .serving import serving_predict
 from .model_file import ModelFile
 
 
@@ -278,22 +278,6 @@ class _CRFClassifier(ModelFile, ChainInputs, ChainTransitions, BoostedCRFClassif
             ``n_i`` labels (``classes_`` values).
         """
         return self.predict([xseq], decode=decode, base_X=base_X)[0]
-
-    def compile(self: _Self) -> _Self:
-        """Compile the trees to machine code for ``predict`` (the ``serving`` extra).
-
-        The compiled trees (``compiled_trees_``) give the booster's margins up
-        to float32 rounding; ``predict`` and ``predict_single`` use them until
-        a refit or ``load_model``. They are not written by ``save_model``
-        (compile again after loading); a pickle carries them. XGBoost models
-        with one transition table and no base model only.
-
-        Returns
-        -------
-        self
-        """
-        self.compiled_trees_ = compile_trees(self)
-        return self
 
     def predict_marginals(
         self,

@@ -3,14 +3,13 @@
 :func:`serving_predict` is what ``predict`` and ``predict_single`` run for
 an XGBoost chain model with one transition table and no base model (other
 models take the general route). It builds once per fitted model, and again
-when the booster, the vocabulary, the constraints, the thread count or the
-compiled trees change, a :class:`ServingPath`: the fitted
-``DictVectorizer``'s vocabulary as a plain mapping, the transition scores
-checked and constrained, the booster's thread count set to the estimator's;
-a call then vectorises feature dicts in one loop (:func:`vectorize`: the
-rows ``DictVectorizer.transform`` gives), lets the trees read the rows in
-place (no ``DMatrix``; compiled trees after ``compile()``, see
-:mod:`structboost.engines.compiled`) and decodes.
+when the booster, the vocabulary, the constraints or the thread count
+change, a :class:`ServingPath`: the transition scores checked and
+constrained, the booster's thread count set to the estimator's. A call then
+vectorises feature dicts in one loop through the fitted vocabulary as a
+plain mapping (:func:`vectorize`: the rows ``DictVectorizer.transform``
+gives), lets the booster read the rows in place (no ``DMatrix``) and
+decodes.
 
 The paths are kept in a weak mapping keyed by the estimator, not on it:
 ``predict`` leaves the estimator's ``__dict__`` as it was (scikit-learn's
@@ -109,25 +108,18 @@ class ServingPath:
     booster : xgboost.Booster
     rounds : int
         The rounds the booster predicts with.
-    threads : int
     params : TransitionParams
         Checked, with the estimator's constraints applied.
-    trees : CompiledTrees or None
-        The estimator's compiled trees, when they are this booster's.
     """
 
     key: tuple
     booster: Any
     rounds: int
-    threads: int
     params: Any
-    trees: Any
 
     def margins(self, est, rows):
         """Node scores ``(n, K)`` float64 of validated ``rows`` (``est`` builds a DMatrix if needed)."""
-        if self.trees is not None and in_place(rows):
-            margins = self.trees.margins(rows, self.threads)
-        elif in_place(rows):
+        if in_place(rows):
             margins = inplace_margins(self.booster, rows, self.rounds)
         else:
             from ..engines.xgboost import booster_margins
@@ -156,8 +148,7 @@ def serving_path(est, threads):
     if not _servable(est):
         return None
     booster = est.booster_
-    key = (booster, getattr(est, "vectorizer_", None), est.constraints_, est.classes_, threads,
-           getattr(est, "compiled_trees_", None))  # fmt: skip
+    key = (booster, getattr(est, "vectorizer_", None), est.constraints_, est.classes_, threads)
     path = _PATHS.get(est)
     if path is not None and len(path.key) == len(key) and all(
         a is b for a, b in zip(path.key, key)
@@ -168,14 +159,7 @@ def serving_path(est, threads):
     _, _, params = load_state(booster)
     check_transition_values(params)
     booster.set_param({"nthread": threads})
-    rounds, compiled = kept_rounds(booster), key[5]
-    if compiled is not None:
-        from ..engines.compiled import booster_digest
-
-        if compiled.rounds != rounds or compiled.digest != booster_digest(booster):
-            compiled = None  # compiled from another booster: a refit since
-    path = ServingPath(key, booster, rounds, threads, constrained(params, est.constraints_),
-                       compiled)  # fmt: skip
+    path = ServingPath(key, booster, kept_rounds(booster), constrained(params, est.constraints_))
     _PATHS[est] = path
     return path
 
@@ -213,23 +197,3 @@ def serving_predict(est, X, groups, lengths, decode):
     labels = est.classes_[codes]
     return nest(labels, lengths) if nested else labels
 
-
-def compile_trees(est):
-    """The estimator's trees compiled (:class:`structboost.engines.compiled.CompiledTrees`).
-
-    Raises
-    ------
-    ValueError
-        For a model the serving path does not predict for.
-    ImportError
-        Without the ``serving`` extra.
-    """
-    if not _servable(est):
-        raise ValueError(
-            "compile() serves XGBoost chain models with one transition table and no base "
-            "model: this one predicts through the general route; leave it uncompiled."
-        )
-    from ..engines.compiled import CompiledTrees
-    from ..engines.xgboost import kept_rounds
-
-    return CompiledTrees.build(est.booster_, kept_rounds(est.booster_), est._threads())
