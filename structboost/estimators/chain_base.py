@@ -30,8 +30,8 @@ from .base import (
     split_sequences,
 )
 from .inputs import ChainInputs, flatten_y, kind, nest
-from .serving import serving_predict
 from .model_file import ModelFile
+from .serving import serving_predict
 
 
 _Self = TypeVar("_Self", bound="_CRFClassifier")

@@ -104,7 +104,8 @@ class ServingPath:
     Attributes
     ----------
     key : tuple
-        The estimator's fitted objects and thread count it was built from.
+        What it was built from: the estimator's booster, vectorizer,
+        constraints, classes and thread count.
     booster : xgboost.Booster
     rounds : int
         The rounds the booster predicts with.
@@ -150,9 +151,7 @@ def serving_path(est, threads):
     booster = est.booster_
     key = (booster, getattr(est, "vectorizer_", None), est.constraints_, est.classes_, threads)
     path = _PATHS.get(est)
-    if path is not None and len(path.key) == len(key) and all(
-        a is b for a, b in zip(path.key, key)
-    ):
+    if path is not None and all(a is b for a, b in zip(path.key, key)):
         return path
     from ..engines.xgboost import kept_rounds, load_state
 
@@ -185,9 +184,9 @@ def serving_predict(est, X, groups, lengths, decode):
         return None
     decode = est.decode if decode is None else decode
     check_decode(decode)
-    rows = None
-    if groups is None and lengths is None and kind(X) == "dicts" and est.vectorizer_ is not None:
-        rows, lengths = vectorize(X, est.vectorizer_)
+    rows, vectorizer = None, getattr(est, "vectorizer_", None)
+    if groups is None and lengths is None and vectorizer is not None and kind(X) == "dicts":
+        rows, lengths = vectorize(X, vectorizer)
     nested = rows is not None
     if rows is None:
         rows, lengths, nested = est._check_X(X, groups, lengths, reset=False)

@@ -8,6 +8,7 @@ same rows, margins and tags, and raise alike.
 import pickle
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.feature_extraction import DictVectorizer
 
@@ -137,6 +138,22 @@ def test_array_input_and_constraints(monkeypatch):
             lengths=lengths), flat.predict(np.concatenate(X).astype(np.float32), lengths=lengths))
     assert fast[:2] == slow[:2]
     for a, b in zip(fast[2:], slow[2:]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_dataframe_input(monkeypatch):
+    rng = np.random.default_rng(4)
+    X = pd.DataFrame(rng.normal(size=(120, 3)), columns=["a", "b", "c"])
+    X["d"] = rng.integers(0, 3, 120)  # an int column: the DataFrame is no float array
+    y = np.where(X["a"] > 0, "p", "q")
+    clf = sb.XGBCRFClassifier(n_estimators=3, max_depth=2, n_jobs=1, early_stopping=False)
+    clf.fit(X, y, lengths=[12] * 10)
+    fast = clf.predict(X, lengths=[12] * 10), clf.predict(X[["a", "b", "c", "d"]].astype(float),
+                                                          lengths=[12] * 10)  # fmt: skip
+    monkeypatch.setattr(chain_base, "serving_predict", lambda *args: None)
+    slow = clf.predict(X, lengths=[12] * 10), clf.predict(X[["a", "b", "c", "d"]].astype(float),
+                                                          lengths=[12] * 10)  # fmt: skip
+    for a, b in zip(fast, slow):
         np.testing.assert_array_equal(a, b)
 
 
