@@ -42,14 +42,10 @@ def _xgboost_inputs(booster, data, groups, lengths):
     if is_edge_model(booster):
         return edge_inputs(booster, data, groups, lengths)
     num_labels, _, params = load_state(booster)
-    if not isinstance(data, xgb.DMatrix) and _in_place(data):
-        # no DMatrix: the booster reads the array where it lies
+    if not isinstance(data, xgb.DMatrix) and in_place(data):
         lengths = resolve_lengths(data.shape[0], groups=groups, lengths=lengths)
         check_feature_count(data.shape[1] if data.ndim > 1 else 1, booster.num_features())
-        margins = booster.inplace_predict(
-            data, predict_type="margin", iteration_range=(0, kept_rounds(booster))
-        )
-        return margins, lengths, params, num_labels, None
+        return inplace_margins(booster, data, kept_rounds(booster)), lengths, params, num_labels, None
     if isinstance(data, xgb.DMatrix):
         dmat = data
         if groups is None and lengths is None:
@@ -63,13 +59,21 @@ def _xgboost_inputs(booster, data, groups, lengths):
     return booster_margins(booster, dmat), lengths, params, num_labels, labels
 
 
-def _in_place(data):
+def in_place(data):
     """Whether XGBoost's ``inplace_predict`` reads ``data`` as it is (a 2-D float array or CSR)."""
     import scipy.sparse as sp
 
     if isinstance(data, np.ndarray):
         return data.ndim == 2 and data.dtype.kind == "f"
     return sp.issparse(data) and data.format == "csr"
+
+
+def inplace_margins(booster, data, rounds):
+    """Raw margins ``(n, K)`` of the first ``rounds`` rounds, read where ``data`` lies.
+
+    ``data`` is one that :func:`in_place` accepts: no DMatrix is built.
+    """
+    return booster.inplace_predict(data, predict_type="margin", iteration_range=(0, rounds))
 
 
 def _lightgbm_inputs(booster, data, groups, lengths):
@@ -125,14 +129,7 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
             "structboost.lightgbm.lgb_crf_objective."
         )
     margins, lengths, params, num_labels, labels = inputs
-    if len(margins) == 0:
-        raise ValueError("the data has no rows: there is nothing to predict.")
-    margins = np.ascontiguousarray(np.asarray(margins).reshape(len(margins), -1), dtype=np.float64)
-    if margins.shape[1] != num_labels:
-        raise ValueError(
-            f"the booster outputs {margins.shape[1]} scores per row but its CRF has "
-            f"{num_labels} labels."
-        )
+    margins = node_scores(margins, num_labels)
     if base_margin is not None:
         base = np.asarray(base_margin, dtype=np.float64)
         if base.shape != margins.shape:
@@ -141,25 +138,82 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
                 f"{margins.shape}: give one score per row and label."
             )
         margins += base
+    if base_margin is None:
+        check_node_scores(margins)
+    else:
+        check_margin_values(
+            margins,
+            "the margin (booster + base_margin)",
+            "the model cannot score it (" + DIVERGED + "), or base_margin holds it",
+        )
+    check_transition_values(params)
+    return margins, offsets_from_lengths(lengths), params, labels
+
+
+def node_scores(margins, num_labels):
+    """The booster's margins as C-contiguous float64 ``(n, K)``, checked for shape.
+
+    Raises
+    ------
+    ValueError
+        No rows, or not ``num_labels`` scores per row.
+    """
+    if len(margins) == 0:
+        raise ValueError("the data has no rows: there is nothing to predict.")
+    margins = np.ascontiguousarray(np.asarray(margins).reshape(len(margins), -1), dtype=np.float64)
+    if margins.shape[1] != num_labels:
+        raise ValueError(
+            f"the booster outputs {margins.shape[1]} scores per row but its CRF has "
+            f"{num_labels} labels."
+        )
+    return margins
+
+
+def check_node_scores(margins):
+    """Raise naming the first row of the booster's ``margins (n, K)`` that is not finite."""
     check_margin_values(
-        margins,
-        "the booster's margin" if base_margin is None else "the margin (booster + base_margin)",
-        "the model cannot score it (" + DIVERGED + ")"
-        + ("" if base_margin is None else ", or base_margin holds it"),
+        margins, "the booster's margin", "the model cannot score it (" + DIVERGED + ")"
     )
+
+
+def check_transition_values(params):
+    """Raise when a model's transition, start or end scores hold NaN or +inf."""
     for name in ("transitions", "start", "end"):
         scores = getattr(params, name)
         if np.isnan(scores).any() or np.isposinf(scores).any():
             raise ValueError(
                 f"the booster's CRF {name} scores hold NaN or +inf: {DIVERGED}."
             )
-    return margins, offsets_from_lengths(lengths), params, labels
 
 
-def _constrained(params, allowed_transitions):
+def constrained(params, allowed_transitions):
     """The model's transition parameters with the forbidden moves at ``-inf``."""
     constraints = resolve_constraints(allowed_transitions, params.num_labels)
     return params if constraints is None else constraints.apply(params)
+
+
+def check_decode(decode):
+    """Raise unless ``decode`` is one of :data:`DECODINGS`."""
+    if decode not in DECODINGS:
+        raise ValueError(f"decode must be one of {DECODINGS}; got {decode!r}.")
+
+
+def decode_labels(margins, offsets, params, decode):
+    """Labels ``(n,)`` int64 of checked node scores under (constrained) ``params``.
+
+    Parameters
+    ----------
+    margins : (n, K) float64, C-contiguous
+    offsets : (m + 1,) int64
+    params : TransitionParams
+    decode : {"viterbi", "marginal"}
+        As in :func:`predict`.
+    """
+    p = params
+    if decode == "marginal":
+        post = posterior(margins, offsets, p.transitions, p.start, p.end, keep_messages=False)
+        return post.marginals().argmax(axis=1).astype(np.int64)
+    return map_labels(margins, offsets, p.transitions, p.start, p.end)
 
 
 @reports("predict")
@@ -213,16 +267,11 @@ def predict(
     -------
     (n,) int64
     """
-    if decode not in DECODINGS:
-        raise ValueError(f"decode must be one of {DECODINGS}; got {decode!r}.")
+    check_decode(decode)
     u, offsets, p, _ = crf_inputs(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
-    p = _constrained(p, allowed_transitions)
-    if decode == "marginal":
-        post = posterior(u, offsets, p.transitions, p.start, p.end, keep_messages=False)
-        return post.marginals().argmax(axis=1).astype(np.int64)
-    return map_labels(u, offsets, p.transitions, p.start, p.end)
+    return decode_labels(u, offsets, constrained(p, allowed_transitions), decode)
 
 
 @reports("predict_marginals")
@@ -242,7 +291,7 @@ def predict_marginals(
     u, offsets, p, _ = crf_inputs(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
-    p = _constrained(p, allowed_transitions)
+    p = constrained(p, allowed_transitions)
     return posterior(u, offsets, p.transitions, p.start, p.end, keep_messages=False).marginals()
 
 
@@ -266,7 +315,7 @@ def sequence_log_likelihood(
     u, offsets, p, stored = crf_inputs(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
-    p = _constrained(p, allowed_transitions)
+    p = constrained(p, allowed_transitions)
     if labels is None:
         labels = stored
     if labels is None or np.size(labels) == 0:

@@ -24,6 +24,7 @@ from ..objectives.params import fill_doc
 from ._docs import VERBOSE
 from .base import BoostedCRFClassifier
 from .inputs import flatten_y, kind, nest
+from .serving import serving_predict
 
 
 _Self = TypeVar("_Self", bound="_CRFClassifier")
@@ -187,6 +188,10 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         (n,) ndarray of ``classes_`` values, or a list of label lists when
         ``X`` was a list of sequences
         """
+        if base_X is None:
+            labels = serving_predict(self, X, groups, lengths, decode)
+            if labels is not None:
+                return labels
         data, rows, margin = self._data(X, groups, lengths, base_X)
         with self._thread_limits():
             codes = _viterbi(

@@ -1,0 +1,198 @@
+"""The chain estimators' ``predict`` with nothing per call beyond the trees.
+
+:func:`serving_predict` is what ``predict`` and ``predict_single`` run for
+an XGBoost chain model with one transition table and no base model (other
+models take the general route). It builds once per fitted model, and again
+when the booster, the vocabulary, the constraints or the thread count
+change, a :class:`ServingPath`: the transition scores checked and
+constrained, the booster's thread count set to the estimator's. A call then
+vectorises feature dicts in one loop through the fitted vocabulary as a
+plain mapping (:func:`vectorize`: the rows ``DictVectorizer.transform``
+gives), lets the booster read the rows in place (no ``DMatrix``) and
+decodes.
+
+The paths are kept in a weak mapping keyed by the estimator, not on it:
+``predict`` leaves the estimator's ``__dict__`` as it was (scikit-learn's
+checks), and a pickle or ``clone`` carries no path.
+"""
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import check_is_fitted
+
+from .. import _config
+from ..features import canonical_sparse
+from ..engines.predict import (
+    check_decode,
+    check_node_scores,
+    check_transition_values,
+    constrained,
+    decode_labels,
+    in_place,
+    inplace_margins,
+    node_scores,
+)
+from ..sequences import offsets_from_lengths
+from .inputs import kind, nest
+
+#: Value types ``DictVectorizer`` reads as the feature's value (strings: one-hot columns).
+_NUMBERS = frozenset({bool, int, float, type(None)})
+
+_PATHS: "weakref.WeakKeyDictionary[Any, ServingPath]" = weakref.WeakKeyDictionary()
+
+
+def vectorize(X, vectorizer):
+    """The rows ``vectorizer.transform`` gives for a list of feature-dict sequences.
+
+    Parameters
+    ----------
+    X : list of list of dict
+        Non-empty sequences of feature dicts.
+    vectorizer : sklearn.feature_extraction.DictVectorizer
+        Fitted, sparse.
+
+    Returns
+    -------
+    rows : (n, d) scipy CSR matrix or None
+        The rows the estimators read from ``DictVectorizer.transform``'s
+        (unseen features dropped, zeros absent: :func:`~structboost.features.canonical_sparse`); None when ``X`` is no such list or a value
+        is no string and of another type than bool, int, float or None
+        (iterables, NumPy numbers: ``DictVectorizer`` reads those, and raises
+        on the unsupported).
+    lengths : (m,) int64 ndarray or None
+    """
+    if not isinstance(X, (list, tuple)) or not X or not vectorizer.sparse:
+        return None, None
+    vocabulary, separator = vectorizer.vocabulary_, vectorizer.separator
+    get = vocabulary.get
+    indices, values, indptr, lengths = [], [], [0], []
+    for seq in X:
+        if not isinstance(seq, (list, tuple)) or not seq:
+            return None, None
+        for d in seq:
+            if not isinstance(d, dict):
+                return None, None
+            for f, v in d.items():
+                if type(v) in _NUMBERS:
+                    column = get(f)
+                elif isinstance(v, str):
+                    column = get("%s%s%s" % (f, separator, v))
+                    v = 1
+                else:
+                    return None, None
+                if column is not None:
+                    indices.append(column)
+                    values.append(v)
+            indptr.append(len(indices))
+        lengths.append(len(seq))
+    rows = sp.csr_matrix(
+        (np.asarray(values, dtype=vectorizer.dtype), np.asarray(indices, dtype=np.int32),
+         np.asarray(indptr, dtype=np.int32)),
+        shape=(len(indptr) - 1, len(vocabulary)),
+    )  # fmt: skip
+    return canonical_sparse(rows), np.asarray(lengths, dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class ServingPath:
+    """What a fitted chain model's prediction needs, prepared once.
+
+    Attributes
+    ----------
+    key : tuple
+        What it was built from: the estimator's booster, vectorizer,
+        constraints, classes and thread count.
+    booster : xgboost.Booster
+    rounds : int
+        The rounds the booster predicts with.
+    params : TransitionParams
+        Checked, with the estimator's constraints applied.
+    """
+
+    key: tuple
+    booster: Any
+    rounds: int
+    params: Any
+
+    def margins(self, est, rows):
+        """Node scores ``(n, K)`` float64 of validated ``rows`` (``est`` builds a DMatrix if needed)."""
+        if in_place(rows):
+            margins = inplace_margins(self.booster, rows, self.rounds)
+        else:
+            from ..engines.xgboost import booster_margins
+
+            margins = booster_margins(self.booster, est._engine_data(rows))
+        margins = node_scores(margins, self.params.num_labels)
+        check_node_scores(margins)
+        return margins
+
+
+def _servable(est):
+    """Whether the serving path predicts for ``est``: XGBoost, one transition table, no base model."""
+    check_is_fitted(est)
+    return (
+        type(est.booster_).__module__.split(".")[0] == "xgboost"
+        and getattr(est, "transitions_from", "linear") == "linear"
+        and est.base_model_ is None
+    )
+
+
+def serving_path(est, threads):
+    """The estimator's :class:`ServingPath` on ``threads`` threads, or None for the general route.
+
+    Built on first use and whenever what it was built from changes.
+    """
+    if not _servable(est):
+        return None
+    booster = est.booster_
+    key = (booster, getattr(est, "vectorizer_", None), est.constraints_, est.classes_, threads)
+    path = _PATHS.get(est)
+    if path is not None and all(a is b for a, b in zip(path.key, key)):
+        return path
+    from ..engines.xgboost import kept_rounds, load_state
+
+    _, _, params = load_state(booster)
+    check_transition_values(params)
+    booster.set_param({"nthread": threads})
+    path = ServingPath(key, booster, kept_rounds(booster), constrained(params, est.constraints_))
+    _PATHS[est] = path
+    return path
+
+
+def serving_predict(est, X, groups, lengths, decode):
+    """Labels by the serving path, or None where the estimator takes the general route.
+
+    Parameters
+    ----------
+    est : XGBCRFClassifier or XGBSequenceCRF
+        Fitted.
+    X, groups, lengths, decode
+        As in the estimator's ``predict`` (without ``base_X``).
+
+    Returns
+    -------
+    (n,) ndarray of ``classes_`` values, a list of label lists when ``X`` was
+    a list of sequences, or None
+    """
+    threads = est._threads()
+    path = serving_path(est, threads)
+    if path is None:
+        return None
+    decode = est.decode if decode is None else decode
+    check_decode(decode)
+    rows, vectorizer = None, getattr(est, "vectorizer_", None)
+    if groups is None and lengths is None and vectorizer is not None and kind(X) == "dicts":
+        rows, lengths = vectorize(X, vectorizer)
+    nested = rows is not None
+    if rows is None:
+        rows, lengths, nested = est._check_X(X, groups, lengths, reset=False)
+    margins = path.margins(est, rows)
+    with _config.threads(threads):
+        codes = decode_labels(margins, offsets_from_lengths(lengths), path.params, decode)
+    labels = est.classes_[codes]
+    return nest(labels, lengths) if nested else labels
+
