@@ -17,14 +17,10 @@ import numpy as np
 #: Curvature pairs kept (the "m" of L-BFGS).
 MEMORY = 10
 #: A refit stops once the next step is predicted to lower ``f`` by at most this
-#: fraction of ``max(|f|, 1)`` (the size of scipy's L-BFGS-B default test,
-#: ``factr = 1e7`` times the float64 epsilon, which scipy asks of the
-#: decrease a step made).
+#: fraction of ``max(|f|, 1)`` (scipy's L-BFGS-B default ``factr`` times eps).
 FTOL = 1e7 * np.finfo(np.float64).eps
 #: A refit stops once the next step is predicted to lower ``f`` by at most this
-#: fraction of what the refit has lowered it so far (diminishing returns). A
-#: tenth left strongly coupled chains about 2% above scipy's NLL every round; a
-#: hundredth matches or beats it (benchmarks/README.md, solvers (c)).
+#: fraction of what the refit has lowered it so far (benchmarks/README.md, solvers (c)).
 RTOL = 0.01
 #: Sufficient decrease of Armijo's condition.
 ARMIJO = 1e-4
