@@ -1,11 +1,8 @@
-"""The JSON model file of the estimators whose fitted model is a few arrays.
+"""The JSON model file of the estimators whose fitted model is a few arrays (:class:`~structboost.LinearChainCRF`, :class:`~structboost.LatentLogLinearClassifier`).
 
-:class:`~structboost.LinearChainCRF` and
-:class:`~structboost.LatentLogLinearClassifier` save and load as the boosted
-estimators do (:mod:`.model_file`): ``save_model(path)`` writes one JSON
-document (the parameters, the fitted arrays, the labels) and
-``load_model(path)`` reads it back into the estimator, every array checked
-for its shape and for finite values before use; loading runs no code.
+``save_model(path)`` writes the parameters, fitted arrays and labels as one
+JSON document; ``load_model(path)`` checks every array's shape and values
+before use and runs no code.
 """
 
 from typing import Any, TypeVar
@@ -32,10 +29,9 @@ _Self = TypeVar("_Self", bound="ArrayModelFile")
 class ArrayModelFile:
     """``save_model`` / ``load_model`` of an estimator whose model is float arrays.
 
-    The estimator declares :attr:`_fitted_arrays`, the fitted attributes that
-    are arrays with their dimensions as names (``"p"``, ``"K"``; equal names
-    must have equal sizes), and may override :meth:`_arrays` and
-    :meth:`_set_arrays` where an attribute is not a plain array.
+    The estimator declares :attr:`_fitted_arrays` (attribute -> dimension
+    names such as ``("p", "K")``; equal names, equal sizes) and may override
+    :meth:`_arrays` and :meth:`_set_arrays`.
     """
 
     #: Fitted array attribute -> the names of its dimensions.
@@ -51,12 +47,7 @@ class ArrayModelFile:
             setattr(self, name, value)
 
     def save_model(self, path: Any) -> None:
-        """Write the fitted estimator as one JSON file (replaced whole or not at all).
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-        """
+        """Write the fitted estimator to ``path`` as one JSON file (replaced whole or not at all)."""
         check_is_fitted(self)
         params = self.get_params(deep=False)  # type: ignore[attr-defined]
         check_json_params(params)
@@ -71,15 +62,7 @@ class ArrayModelFile:
         write_document(path, _FORMAT, _VERSION, body)
 
     def load_model(self: _Self, path: Any) -> _Self:
-        """Read a file of :meth:`save_model` into this estimator, checked field by field.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-
-        Returns
-        -------
-        self
+        """Read a file of :meth:`save_model` into this estimator, checked field by field; returns self.
 
         Raises
         ------
