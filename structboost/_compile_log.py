@@ -84,7 +84,9 @@ _listening_lock = threading.Lock()
 
 @contextlib.contextmanager
 def listening():
-    """:data:`CLOCK` hears numba's compile events (any thread's) inside the block, announcing the process's first."""
+    """:data:`CLOCK` hears numba's compile events (any thread's) inside the block, announcing the
+    process's first.
+    """
     with _listening_lock:
         if _listening["calls"] == 0:
             _listening["clock"] = CLOCK
@@ -101,7 +103,9 @@ def listening():
 
 
 def log_wait(what, since):
-    """Log how long ``what`` waited for compiling since ``CLOCK.seconds`` was ``since`` (silent if none, or inside a marked call)."""
+    """Log how long ``what`` waited for compiling since ``CLOCK.seconds`` was ``since`` (silent if
+    none, or inside a marked call).
+    """
     spent = CLOCK.seconds - since
     if spent > 0 and not getattr(_active, "on", False):
         logger.info(
@@ -111,7 +115,9 @@ def log_wait(what, since):
 
 
 def reports(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
-    """Decorate a function so that it logs the compile time it waited for, if any, naming the call ``what`` (e.g. ``"fit"``)."""
+    """Decorate a function so that it logs the compile time it waited for, if any, naming the call
+    ``what`` (e.g. ``"fit"``).
+    """
 
     def decorate(func: Callable[_P, _R]) -> Callable[_P, _R]:
         @functools.wraps(func)

@@ -38,7 +38,9 @@ def _can_cache():
 
 
 class _TolerantCache(FunctionCache):
-    """numba's on-disk cache of one kernel, compiling a damaged (truncated) entry again instead of raising."""
+    """numba's on-disk cache of one kernel, compiling a damaged (truncated) entry again instead of
+    raising.
+    """
 
     def _forget(self):
         with contextlib.suppress(OSError):
@@ -125,7 +127,9 @@ def usable_cores():
 
 
 def resolve_n_jobs(n_jobs):
-    """The thread count (at least 1) of one fit or prediction from ``n_jobs``: None is 1, -1 every usable core, -2 all but one."""
+    """The thread count (at least 1) of one fit or prediction from ``n_jobs``: None is 1, -1 every
+    usable core, -2 all but one.
+    """
     if n_jobs is None:
         return 1
     if isinstance(n_jobs, bool) or int(n_jobs) != n_jobs or n_jobs == 0:
@@ -139,7 +143,8 @@ def resolve_n_jobs(n_jobs):
 
 
 def parallel(n_rows):
-    """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels: :data:`SERIAL_ROWS` rows or more, on more than one thread.
+    """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels: :data:`SERIAL_ROWS` rows or
+    more, on more than one thread.
 
     On one thread numba's threading layer is never started, so a process
     forked afterwards can still use structboost.
@@ -149,7 +154,9 @@ def parallel(n_rows):
 
 @contextlib.contextmanager
 def threads(nthread):
-    """Run the enclosed numba kernels on ``nthread`` threads (None: as is), capped at ``NUMBA_NUM_THREADS``, restored on exit."""
+    """Run the enclosed numba kernels on ``nthread`` threads (None: as is), capped at
+    ``NUMBA_NUM_THREADS``, restored on exit.
+    """
     if nthread is None:
         yield
         return

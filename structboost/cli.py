@@ -39,7 +39,9 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def _progress_callback(name, total, every, stream=None):
-    """An XGBoost callback reporting the training NLL every ``every`` rounds (one redrawn line on a terminal, else INFO lines)."""
+    """An XGBoost callback reporting the training NLL every ``every`` rounds (one redrawn line on a
+    terminal, else INFO lines).
+    """
     import xgboost as xgb
 
     stream = sys.stderr if stream is None else stream
@@ -300,7 +302,9 @@ def _same_file(a, b):
 
 
 def _check_output(path, flag, inputs):
-    """Refuse an output ``path`` (option ``flag``) that is one of ``inputs`` (option -> path) or cannot be written, before any work."""
+    """Refuse an output ``path`` (option ``flag``) that is one of ``inputs`` (option -> path) or
+    cannot be written, before any work.
+    """
     for name, given in inputs.items():
         if given is not None and _same_file(path, given):
             raise ValueError(

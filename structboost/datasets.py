@@ -1,4 +1,5 @@
-"""Data for sequence labelling: a synthetic HMM, and readers for the OCR letters, the Qian & Sejnowski protein files and CoNLL column files.
+"""Data for sequence labelling: a synthetic HMM, and readers for the OCR letters, the Qian &
+Sejnowski protein files and CoNLL column files.
 
 Arrays come back flat, one row per position, with ``lengths (m,)``.
 """

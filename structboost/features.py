@@ -84,7 +84,9 @@ def _input_names(X):
 
 
 def _dense_values(X, fill=None):
-    """Values of a numeric DataFrame or array-like as a 2-D array (a dtype that also holds ``fill``, if given)."""
+    """Values of a numeric DataFrame or array-like as a 2-D array (a dtype that also holds ``fill``,
+    if given).
+    """
     if isinstance(X, pd.DataFrame):
         bad = [str(c) for c, dt in X.dtypes.items()
                if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt))]
@@ -309,7 +311,9 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         )
 
     def get_feature_names_out(self, input_features=None):
-        """Output names ``"<name>(t<offset>)"`` ``(d (2w + 1),)``, offset by offset (``input_features`` default as sklearn's)."""
+        """Output names ``"<name>(t<offset>)"`` ``(d (2w + 1),)``, offset by offset
+        (``input_features`` default as sklearn's).
+        """
         names = _default_names(self, input_features)
         return np.asarray(
             [f"{name}(t{shift:+d})" if shift else f"{name}(t)"

@@ -79,7 +79,9 @@ def _paired(y_true, y_pred):
 
 
 def token_accuracy(y_true, y_pred):
-    """Fraction of rows whose label is right; ``y_true``, ``y_pred`` ``(n,)`` or lists of label lists."""
+    """Fraction of rows whose label is right; ``y_true``, ``y_pred`` ``(n,)`` or lists of label
+    lists.
+    """
     true, pred, _ = _flat(y_true, y_pred)
     true, pred = _paired(true, pred)
     return float(np.mean(true == pred))
@@ -157,7 +159,8 @@ def _scores(n_correct, n_predicted, n_true):
 
 
 def span_prf(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
-    """Precision, recall and F1 of chunks, per type and overall (CoNLL semantics; zero denominators give 0).
+    """Precision, recall and F1 of chunks, per type and overall (CoNLL semantics; zero denominators
+    give 0).
 
     Parameters
     ----------

@@ -1,4 +1,6 @@
-"""Sequence boundaries and node potentials over flat rows, validated once: every other description turned into ``lengths (m,)``."""
+"""Sequence boundaries and node potentials over flat rows, validated once: every other description
+turned into ``lengths (m,)``.
+"""
 
 import numpy as np
 
@@ -54,7 +56,8 @@ def offsets_from_lengths(lengths):
 
 
 def sequence_blocks(offsets, max_rows):
-    """Split a batch into consecutive blocks of whole sequences of at most ``max_rows`` rows (a longer sequence alone).
+    """Split a batch into consecutive blocks of whole sequences of at most ``max_rows`` rows (a
+    longer sequence alone).
 
     Parameters
     ----------
@@ -103,7 +106,9 @@ def _missing(values):
 
 
 def check_values(values, name, what):
-    """Refuse missing (None, NaN, NaT) or mixed-type entries of a 1-D array (``name``, ``what`` for the message)."""
+    """Refuse missing (None, NaN, NaT) or mixed-type entries of a 1-D array (``name``, ``what`` for
+    the message).
+    """
     missing = _missing(values)
     if missing.any():
         row = int(np.flatnonzero(missing)[0])
@@ -124,7 +129,9 @@ def check_values(values, name, what):
 
 
 def lengths_from_groups(groups):
-    """Lengths ``(m,)`` int64, in order of first appearance, of a per-row sequence id ``groups (n,)`` (rows contiguous)."""
+    """Lengths ``(m,)`` int64, in order of first appearance, of a per-row sequence id ``groups
+    (n,)`` (rows contiguous).
+    """
     ids = np.asarray(groups)
     if ids.ndim != 1:
         raise ValueError(f"groups must be 1-D (one sequence id per row); got shape {ids.shape}.")
@@ -163,7 +170,9 @@ def resolve_lengths(n_rows, *, groups=None, lengths=None):
 
 
 def weighted_total(weights, values):
-    """``weights @ values`` over sequences, ``(m,)`` by ``(m, ...)``, on the calling thread (no BLAS pool)."""
+    """``weights @ values`` over sequences, ``(m,)`` by ``(m, ...)``, on the calling thread (no BLAS
+    pool).
+    """
     return np.einsum("s,s...->...", weights, values)
 
 

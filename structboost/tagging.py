@@ -150,7 +150,9 @@ class ChunkTagger(BaseEstimator):
         return float(self.evaluate(frame).loc["overall", "f1"])
 
     def evaluate(self, frame, report=False):
-        """Span scores of ``frame``'s true tags: :func:`~structboost.metrics.span_prf`, or with ``report`` :func:`~structboost.metrics.span_report`'s text."""
+        """Span scores of ``frame``'s true tags: :func:`~structboost.metrics.span_prf`, or with
+        ``report`` :func:`~structboost.metrics.span_report`'s text.
+        """
         lengths = self._lengths(frame)
         truth = frame[self.tag_column].to_numpy().astype(str)
         pred = self.predict(frame)
@@ -173,7 +175,8 @@ class ChunkTagger(BaseEstimator):
 
 
 def load_tagger(path):
-    """Read a tagger written by :meth:`ChunkTagger.save`, validated field by field; loading runs no code.
+    """Read a tagger written by :meth:`ChunkTagger.save`, validated field by field; loading runs no
+    code.
 
     Parameters
     ----------

@@ -37,12 +37,16 @@ from .xgboost import XGBCRFObjective, kept_rounds, load_state
 
 
 def allreduce_sum(values):
-    """Sum a float64 array ``(p,)`` over the workers of the running XGBoost collective (``values`` itself outside one)."""
+    """Sum a float64 array ``(p,)`` over the workers of the running XGBoost collective (``values``
+    itself outside one).
+    """
     return collective.allreduce(np.ascontiguousarray(values, dtype=np.float64), collective.Op.SUM)
 
 
 def worker_threads():
-    """Threads of the Dask worker running the caller (its tasks' and XGBoost's), or None outside a worker."""
+    """Threads of the Dask worker running the caller (its tasks' and XGBoost's), or None outside a
+    worker.
+    """
     try:
         from distributed import get_worker
 
@@ -53,7 +57,8 @@ def worker_threads():
 
 
 class DaskXGBCRFObjective(XGBCRFObjective):
-    """An :class:`~structboost.engines.xgboost.XGBCRFObjective` exact under ``xgboost.dask`` (build with :func:`distributed_objective`).
+    """An :class:`~structboost.engines.xgboost.XGBCRFObjective` exact under ``xgboost.dask`` (build
+    with :func:`distributed_objective`).
 
     Its CRF objective sums over the workers (:func:`allreduce_sum`); an empty
     DMatrix reads as a batch without sequences. Unless ``nthread`` was set,
@@ -88,7 +93,8 @@ class DaskXGBCRFObjective(XGBCRFObjective):
 
 
 def distributed_objective(obj):
-    """A deep copy of a chain-CRF objective (a :class:`DaskXGBCRFObjective`) that sums its statistics over Dask workers.
+    """A deep copy of a chain-CRF objective (a :class:`DaskXGBCRFObjective`) that sums its
+    statistics over Dask workers.
 
     Parameters
     ----------
@@ -198,7 +204,8 @@ def _qid(lengths, start):
 
 
 def sequence_dmatrix(client, X, label=None, *, groups, **kwargs):
-    """An ``xgboost.dask.DaskDMatrix`` whose partitions hold whole sequences, ``qid`` the global sequence index.
+    """An ``xgboost.dask.DaskDMatrix`` whose partitions hold whole sequences, ``qid`` the global
+    sequence index.
 
     Parameters
     ----------
@@ -386,7 +393,8 @@ def predict(client, booster, X, *, groups, decode="viterbi"):
 
 
 def predict_marginals(client, booster, X, *, groups):
-    """Posterior marginals ``P(y_t = k | x)``, computed where the partitions lie (parameters as :func:`predict`).
+    """Posterior marginals ``P(y_t = k | x)``, computed where the partitions lie (parameters as
+    :func:`predict`).
 
     Returns
     -------

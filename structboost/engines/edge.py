@@ -163,7 +163,9 @@ def registered(dmat, num_labels):
 
 
 class XGBEdgeCRFObjective(XGBCRFObjective):
-    """A boosted-transition CRF objective for ``xgboost.train(obj=...)`` (build with :func:`edge_crf_objective`; G and H ``(r, K)`` over edge rows)."""
+    """A boosted-transition CRF objective for ``xgboost.train(obj=...)`` (build with
+    :func:`edge_crf_objective`; G and H ``(r, K)`` over edge rows).
+    """
 
     state_key = EDGE_STATE_KEY
     grad_layout = {}  # the edge-row objective returns fresh float64 G and H

@@ -77,7 +77,9 @@ def dataset_lengths(dataset):
 
 
 def kept_rounds(booster):
-    """Number of rounds the booster predicts with: ``best_iteration`` after early stopping, else all."""
+    """Number of rounds the booster predicts with: ``best_iteration`` after early stopping, else
+    all.
+    """
     best = booster.best_iteration
     return best if best is not None and best > 0 else booster.current_iteration()
 
@@ -125,7 +127,8 @@ def booster_document(booster):
 
 
 def booster_from_document(doc, where, num_features=None):
-    """Inverse of :func:`booster_document`: the booster with its transitions, both validated before LightGBM reads the text.
+    """Inverse of :func:`booster_document`: the booster with its transitions, both validated before
+    LightGBM reads the text.
 
     Parameters
     ----------
@@ -174,7 +177,9 @@ def save_lgb_model(booster: lgb.Booster, path: str | os.PathLike[str]) -> None:
 
 
 def load_lgb_model(path: str | os.PathLike[str]) -> lgb.Booster:
-    """Load a booster saved by :func:`save_lgb_model`, its transitions attached (for :func:`structboost.engines.predict`)."""
+    """Load a booster saved by :func:`save_lgb_model`, its transitions attached (for
+    :func:`structboost.engines.predict`).
+    """
     try:
         doc = json.loads(Path(path).read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -183,7 +188,8 @@ def load_lgb_model(path: str | os.PathLike[str]) -> lgb.Booster:
 
 
 class LGBTransitionRecorder:
-    """LightGBM callback keeping every round's transitions on the booster (``structboost_crf``), before early stopping.
+    """LightGBM callback keeping every round's transitions on the booster (``structboost_crf``),
+    before early stopping.
 
     Attributes
     ----------
@@ -246,7 +252,9 @@ class LGBCRFObjective(EngineObjective):
         )
 
     def metric(self, preds, eval_data):
-        """``lightgbm.train(feval=...)`` metric: ``("crf-nll" or "crf-error", weighted value, False)``."""
+        """``lightgbm.train(feval=...)`` metric: ``("crf-nll" or "crf-error", weighted value,
+        False)``.
+        """
         return (*self.evaluate(preds, eval_data), False)
 
     def _sklearn_batch(self, y_true, weight, group):

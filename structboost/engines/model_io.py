@@ -20,7 +20,9 @@ _FORMAT_FIELD = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"([A-Za-z0-9_.-]{1,100})"
 _HEAD_BYTES = 256
 
 def write_document(path, kind, version, body):
-    """Write ``{"format": kind, "version": version, **body}`` as JSON to ``path``, replacing it only once complete (``-inf`` as ``-Infinity``)."""
+    """Write ``{"format": kind, "version": version, **body}`` as JSON to ``path``, replacing it only
+    once complete (``-inf`` as ``-Infinity``).
+    """
     doc = {"format": kind, "version": version, **body}
     atomic_write_text(path, json.dumps(doc))
 
@@ -73,7 +75,9 @@ def read_document(path, kind, version, hint):
 
 
 def parse_json(raw, where, fix):
-    """The JSON value of ``raw`` (str or UTF-8 bytes), or a ValueError naming ``where`` and ``fix`` (also for too deep nesting)."""
+    """The JSON value of ``raw`` (str or UTF-8 bytes), or a ValueError naming ``where`` and ``fix``
+    (also for too deep nesting).
+    """
     try:
         return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:

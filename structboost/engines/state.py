@@ -102,7 +102,9 @@ def _tree_fields(state, k):
 
 
 def parse_params(state, num_labels, param_type=TransitionParams):
-    """Validated ``param_type`` (:class:`~structboost.transitions.chain.TransitionParams` or :class:`~structboost.transitions.tree.TreeTransitionParams`) from a stored dict's fields."""
+    """Validated ``param_type`` (:class:`~structboost.transitions.chain.TransitionParams` or
+    :class:`~structboost.transitions.tree.TreeTransitionParams`) from a stored dict's fields.
+    """
     if not isinstance(state, Mapping):
         raise _corrupt(f"transition parameters must be a JSON object; got {type(state).__name__}")
     fields = (_chain_fields if param_type is TransitionParams else _tree_fields)(state, num_labels)
@@ -152,7 +154,9 @@ def parse_state(state, param_type=TransitionParams):
 
 
 class TransitionHistory(Mapping):
-    """Read-only mapping from the 0-based round to the parameters refit in it (the first ``r`` rounds use round ``r - 1``'s)."""
+    """Read-only mapping from the 0-based round to the parameters refit in it (the first ``r``
+    rounds use round ``r - 1``'s).
+    """
 
     def __init__(self, num_labels, mode):
         self.num_labels = int(num_labels)

@@ -38,7 +38,8 @@ def _damaged(where, engine, err):
 
 
 def check_feature_count(n_data, n_model, where="the data"):
-    """Refuse data whose ``n_data`` columns differ from the model's ``n_model`` features (``where``: what the data is).
+    """Refuse data whose ``n_data`` columns differ from the model's ``n_model`` features (``where``:
+    what the data is).
 
     Engines accept fewer columns silently (as missing values) and fail
     unclearly on more.
@@ -80,7 +81,9 @@ def _in_range(arr, name, low, high):
 
 
 def _check_tree_links(left, right, internal, root, name):
-    """Raise unless ``left``/``right`` links of ``internal`` nodes make one tree from ``root``; the mask of nodes reached."""
+    """Raise unless ``left``/``right`` links of ``internal`` nodes make one tree from ``root``; the
+    mask of nodes reached.
+    """
     n = left.size
     seen = np.zeros(n, dtype=bool)
     seen[root] = True
@@ -277,7 +280,9 @@ def mark_checked(booster):
 
 
 def check_xgboost_booster(booster):
-    """Check an XGBoost booster's model (:func:`check_xgboost_json`) before it predicts, once per booster and round count."""
+    """Check an XGBoost booster's model (:func:`check_xgboost_json`) before it predicts, once per
+    booster and round count.
+    """
     rounds = booster.num_boosted_rounds()
     if _CHECKED.get(booster) != rounds:
         check_xgboost_json(booster.save_raw("json").decode("utf-8"), "the booster")

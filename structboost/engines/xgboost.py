@@ -68,7 +68,8 @@ def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
 
 
 def booster_from_json(model, where, num_features=None, num_labels=None):
-    """A booster from XGBoost's JSON model (``save_raw("json")`` decoded), checked completely before XGBoost reads it.
+    """A booster from XGBoost's JSON model (``save_raw("json")`` decoded), checked completely before
+    XGBoost reads it.
 
     Parameters
     ----------
@@ -268,7 +269,9 @@ class XGBCRFObjective(EngineObjective):
         )
 
     def metric(self, predt, dmat):
-        """XGBoost custom metric on any grouped DMatrix: ``("crf-nll" or "crf-error", weighted value)``."""
+        """XGBoost custom metric on any grouped DMatrix: ``("crf-nll" or "crf-error", weighted
+        value)``.
+        """
         return self.evaluate(predt, dmat)
 
     def callback(self):

@@ -106,14 +106,17 @@ class LatentProblem:
         return float(np.sum(log_z - log_num) + 0.5 * self.reg * theta @ theta), grad
 
     def denominator_bound(self, theta):
-        """Algorithm 1 bound on ``sum_j log Z_j`` at ``theta``: a :class:`QuadraticBound` with dense curvature ``(d, d)``."""
+        """Algorithm 1 bound on ``sum_j log Z_j`` at ``theta``: a :class:`QuadraticBound` with dense
+        curvature ``(d, d)``.
+        """
         log_z, prob, weights = majorize.outcome_curvature(self.scores(theta))  # weights (t, n, n)
         curvature = np.einsum("jab,jq,jr->aqbr", weights, self.inputs, self.inputs, optimize=True)
         mu = (prob.T @ self.inputs).ravel()
         return majorize.QuadraticBound(theta, float(log_z.sum()), mu, curvature.reshape(self.dim, self.dim))
 
     def numerator_bound(self, theta):
-        """Jensen's bound on ``sum_j log sum_h exp(theta[y_j, h] @ x~_j)``: ``theta' @ features + entropy``.
+        """Jensen's bound on ``sum_j log sum_h exp(theta[y_j, h] @ x~_j)``: ``theta' @ features +
+        entropy``.
 
         Returns
         -------
@@ -128,7 +131,9 @@ class LatentProblem:
         return (weights.T @ self.inputs).ravel(), float(-np.sum(eta * log_eta))
 
     def bound_step(self, theta):
-        """One monotone update ``(d,)``: the maximizer of the minorizer of ``l`` at ``theta`` (a ``1e-9`` ridge keeps it invertible)."""
+        """One monotone update ``(d,)``: the maximizer of the minorizer of ``l`` at ``theta`` (a
+        ``1e-9`` ridge keeps it invertible).
+        """
         features, _ = self.numerator_bound(theta)
         bound = self.denominator_bound(theta)
         if self.reg == 0:
@@ -324,7 +329,9 @@ def _fit_lbfgs(problem, theta, max_iter, tol, clock):
 
 
 def _fit_em(X, y, problem, max_iter, tol, rng, clock):
-    """EM for a Gaussian mixture per class with a shared covariance: ``(theta, history, seconds)`` of the conditioned model."""
+    """EM for a Gaussian mixture per class with a shared covariance: ``(theta, history, seconds)``
+    of the conditioned model.
+    """
     t, p = X.shape
     c, m = problem.n_classes, problem.n_hidden
     responsibility = rng.dirichlet(np.ones(m), size=t)  # p(h | x_j, y_j)

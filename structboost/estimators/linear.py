@@ -58,7 +58,8 @@ def _with_ones(X):
 
 
 class LinearChainProblem:
-    """Penalised NLL of a linear-chain CRF in all its parameters (a ``BoundTerm`` of :func:`structboost.majorize.fit_majorize`).
+    """Penalised NLL of a linear-chain CRF in all its parameters (a ``BoundTerm`` of
+    :func:`structboost.majorize.fit_majorize`).
 
     Parameters
     ----------
@@ -139,7 +140,9 @@ class LinearChainProblem:
         return self.value_and_grad(theta)[0]
 
     def bound(self, theta, rank=None):
-        """Algorithm 3 bound (a :class:`QuadraticBound`) on the summed ``log Z`` at ``theta (d,)``; ``rank``: streamed at that rank."""
+        """Algorithm 3 bound (a :class:`QuadraticBound`) on the summed ``log Z`` at ``theta (d,)``;
+        ``rank``: streamed at that rank.
+        """
         coef, params = self.split(theta)
         b = self.batch
         log_z, mu, curvature = majorize.linear_chain_bound(
@@ -360,7 +363,9 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
         return X
 
     def decision_function(self, X: Any) -> Floats:
-        """Node scores ``X @ coef_ + intercept_``, shape (n, K): a booster's ``base_margin`` or ``init_score``."""
+        """Node scores ``X @ coef_ + intercept_``, shape (n, K): a booster's ``base_margin`` or
+        ``init_score``.
+        """
         X = self._check_fitted(X)
         return np.asarray(X @ self.coef_) + self.intercept_
 

@@ -76,7 +76,9 @@ def check_label_matrix(Y):
 
 
 def label_pair_joints(Y, alpha=1.0):
-    """Laplace-smoothed (``alpha`` per cell) joint frequencies of every label pair, ``(L, L, 4)`` (order 00, 01, 10, 11)."""
+    """Laplace-smoothed (``alpha`` per cell) joint frequencies of every label pair, ``(L, L, 4)``
+    (order 00, 01, 10, 11).
+    """
     y = check_label_matrix(Y).astype(np.float64)
     n = y.shape[0]
     n11 = y.T @ y
@@ -146,7 +148,9 @@ def label_node_features(X, n_labels):
 
 
 def label_edge_types(parents, typing="pair"):
-    """Edge type ``(m, L)`` of every label's edge: ``parent * L + child`` for ``"pair"``, 0 for ``"shared"`` and roots."""
+    """Edge type ``(m, L)`` of every label's edge: ``parent * L + child`` for ``"pair"``, 0 for
+    ``"shared"`` and roots.
+    """
     if typing not in EDGE_TYPINGS:
         raise ValueError(f"edge_typing must be one of {EDGE_TYPINGS}; got {typing!r}.")
     par = np.asarray(parents)
@@ -157,7 +161,8 @@ def label_edge_types(parents, typing="pair"):
 
 
 class PairwiseLabelModels:
-    """Conditional models ``P(y_i, y_j | x)`` of label pairs (4 classes each; XGBoost on one thread each).
+    """Conditional models ``P(y_i, y_j | x)`` of label pairs (4 classes each; XGBoost on one thread
+    each).
 
     Parameters
     ----------
@@ -631,7 +636,9 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         doc: dict[str, Any],
         where: str = "the model document",
     ) -> _Self:
-        """Set this estimator from :meth:`to_document`'s dict; a damaged one raises ValueError naming ``where``, changing nothing."""
+        """Set this estimator from :meth:`to_document`'s dict; a damaged one raises ValueError
+        naming ``where``, changing nothing.
+        """
         staged = type(self)()
         staged.set_params(**self._document_params(doc, where))
         try:

@@ -50,7 +50,8 @@ def table(n_tables, t):
 
 @njit(**KERNEL)
 def _exp_nonpositive(x, bits):
-    """In place ``x = exp(x)`` for entries ``<= 0`` (``-inf`` allowed), vectorisable (``bits``: int64 scratch).
+    """In place ``x = exp(x)`` for entries ``<= 0`` (``-inf`` allowed), vectorisable (``bits``:
+    int64 scratch).
 
     Cody-Waite reduction ``x = k ln 2 + r``, a degree-13 Taylor polynomial in
     ``r`` (relative error below 1e-16) and ``2 ** k`` built in the exponent bits.

@@ -53,7 +53,9 @@ def _fmin(typingctx, a, b):
 
 @intrinsic
 def _prefetch(typingctx, arr, row, col):
-    """Prefetch for writing the cache line of ``arr[row, col]`` (``llvm.prefetch``; no effect on results)."""
+    """Prefetch for writing the cache line of ``arr[row, col]`` (``llvm.prefetch``; no effect on
+    results).
+    """
     sig = types.void(arr, row, col)
 
     def codegen(context, builder, signature, args):
@@ -100,7 +102,9 @@ def _lanes_sums(plane, act, sums):
 
 @njit(**KERNEL)
 def _lanes_times(src, dst, mat, idx, act):
-    """``dst[b, s] = sum_a src[a, s] mat[tab_s, a, b]`` over ``(K, lanes)`` planes, for the first ``act`` lanes."""
+    """``dst[b, s] = sum_a src[a, s] mat[tab_s, a, b]`` over ``(K, lanes)`` planes, for the first
+    ``act`` lanes.
+    """
     k = mat.shape[1]
     if mat.shape[0] == 1:
         for a in range(0, k, 4):
@@ -129,7 +133,9 @@ def _lanes_times(src, dst, mat, idx, act):
 
 @njit(**FINITE)
 def _lanes_min(inv, pen, dst, mat, idx, act, shift, penalised):
-    """``dst[b, s] = min_a (mat[tab_s + shift, a, b] inv[a, s] + pen[a, s])`` for the first ``act`` lanes (penalties read only if ``penalised``)."""
+    """``dst[b, s] = min_a (mat[tab_s + shift, a, b] inv[a, s] + pen[a, s])`` for the first ``act``
+    lanes (penalties read only if ``penalised``).
+    """
     k = mat.shape[1]
     if mat.shape[0] == 1:
         for a in range(0, k, 4):
@@ -159,7 +165,9 @@ def _lanes_min(inv, pen, dst, mat, idx, act, shift, penalised):
 
 @njit(**KERNEL)
 def _lanes_rate(weights, mins, act, vec, scaled, idx, out):
-    """``out[row_s] = max(0, 1 - sum_b weights[b, s] kept(mins[b, s]) / d_s)``, ``d_s = vec[_BS, s]`` if ``scaled`` else 1."""
+    """``out[row_s] = max(0, 1 - sum_b weights[b, s] kept(mins[b, s]) / d_s)``, ``d_s = vec[_BS,
+    s]`` if ``scaled`` else 1.
+    """
     for s in range(act):
         vec[_TOT, s] = 0.0
     for b in range(mins.shape[0]):
@@ -250,7 +258,9 @@ def _lanes_outer(x, y, lanes, acc):
 
 @njit(**KERNEL)
 def _lanes_edges(new, am, ro, vec, idx, seq_weight, buf, acc):
-    """Add ``seq_weight[i] alpha[t] r[t + 1]' / (beta_scale[t] overlap[t])`` of the first ``new`` lanes' edges to ``acc (K, K)``."""
+    """Add ``seq_weight[i] alpha[t] r[t + 1]' / (beta_scale[t] overlap[t])`` of the first ``new``
+    lanes' edges to ``acc (K, K)``.
+    """
     cy = buf[_EDGE]
     for s in range(new):
         vec[_TOT, s] = seq_weight[idx[_SEQ, s]] * vec[_INV, s] / vec[_BS, s]

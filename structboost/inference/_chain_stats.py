@@ -1,4 +1,6 @@
-"""What derives from the messages or pairwise marginals of linear chains: rates, pairwise marginals, Eq. 17 path sums, the exact node bound."""
+"""What derives from the messages or pairwise marginals of linear chains: rates, pairwise marginals,
+Eq. 17 path sums, the exact node bound.
+"""
 
 from typing import NamedTuple
 
@@ -10,7 +12,8 @@ from ._chain import table
 
 
 class Messages(NamedTuple):
-    """The stored scaled messages of a batch (:meth:`of` a ``Workspace`` or ``ChainPosterior``), and their rates.
+    """The stored scaled messages of a batch (:meth:`of` a ``Workspace`` or ``ChainPosterior``), and
+    their rates.
 
     Attributes
     ----------
@@ -75,7 +78,9 @@ def _edges_serial(alpha, r, offsets, emat, out):
 
 
 def edge_marginals(alpha, r, offsets, emat, parallel):
-    """Pairwise marginals ``(n, K, K)`` ``P(y_t = a, y_{t+1} = b)`` of consecutive positions; zero on last rows."""
+    """Pairwise marginals ``(n, K, K)`` ``P(y_t = a, y_{t+1} = b)`` of consecutive positions; zero
+    on last rows.
+    """
     n, k = alpha.shape
     out = np.zeros((n, k, k))
     (_edges_parallel if parallel else _edges_serial)(alpha, r, offsets, emat, out)
@@ -99,7 +104,9 @@ def _row_conditional(mat, weight, out):
 
 @njit(**KERNEL)
 def _rate(emat, into_inv, weight, possible, low):
-    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`~structboost.inference._chain_lanes._lanes_rates`)."""
+    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see
+    :func:`~structboost.inference._chain_lanes._lanes_rates`).
+    """
     k = low.shape[0]
     low[:] = np.inf
     for i in range(k):
@@ -140,7 +147,9 @@ def path_sums(right, left, offsets):
 
 @njit(**KERNEL)
 def _sequence_exact_gamma(fwd, bwd, marginals, lo, out):
-    """Exact node bound of one sequence into ``out[lo:lo + L]`` from ``fwd[t] = P(y_{t+1} | y_t)``, ``bwd[t] = P(y_{t-1} | y_t)``."""
+    """Exact node bound of one sequence into ``out[lo:lo + L]`` from ``fwd[t] = P(y_{t+1} | y_t)``,
+    ``bwd[t] = P(y_{t-1} | y_t)``.
+    """
     length, k, _ = fwd.shape
     for t in range(length):
         tv = np.zeros(k)
@@ -191,7 +200,9 @@ def exact_gamma(alpha, r, marginals, offsets, emat):
 
 
 def exact_gamma_pairwise(pairwise, marginals, offsets):
-    """:func:`exact_gamma` ``(r,)`` from pairwise marginals ``(r, K, K)`` of the log-space rows (``alpha = r = 1``)."""
+    """:func:`exact_gamma` ``(r,)`` from pairwise marginals ``(r, K, K)`` of the log-space rows
+    (``alpha = r = 1``).
+    """
     ones = np.ones_like(marginals)
     tables = np.concatenate((np.zeros_like(pairwise[:1]), pairwise[:-1]))
     return exact_gamma(ones, ones, marginals, offsets, tables)
@@ -199,7 +210,9 @@ def exact_gamma_pairwise(pairwise, marginals, offsets):
 
 @njit(**KERNEL)
 def pairwise_rates(pairwise, offsets):
-    """Mixing rates ``right, left (r,)`` from pairwise marginals ``(r, K, K)`` of the log-space rows."""
+    """Mixing rates ``right, left (r,)`` from pairwise marginals ``(r, K, K)`` of the log-space
+    rows.
+    """
     r, k, _ = pairwise.shape
     right = np.zeros(r)
     left = np.zeros(r)

@@ -176,7 +176,9 @@ def _cached_positions(offsets, k, task):
 
 @njit(**KERNEL)
 def _chunk_lanes(c, offsets, idx):
-    """Point the lanes of ``idx (5, lanes)`` at the sequences of chunk ``c``, longest first; their count."""
+    """Point the lanes of ``idx (5, lanes)`` at the sequences of chunk ``c``, longest first; their
+    count.
+    """
     lo, hi = c * CHUNK, min(offsets.shape[0] - 1, (c + 1) * CHUNK)
     lanes = hi - lo
     lengths = np.empty(lanes, dtype=np.int64)

@@ -44,7 +44,9 @@ def blocks(count):
 
 @cuda.jit(device=True)
 def _table(n_tables, t):
-    """Index of the transition table of position ``t`` (as :func:`structboost.inference._chain.table`)."""
+    """Index of the transition table of position ``t`` (as
+    :func:`structboost.inference._chain.table`).
+    """
     return t if n_tables > 1 else 0
 
 
@@ -59,7 +61,8 @@ def _sequence_rows(offsets):
 
 @cuda.jit
 def prepare_rows(margins, unary, w, row_max, bad):
-    """Per row: float64 copy, ``exp(u - max(u))`` (below ``exp(EXP_FLOOR)``: zero, as on the CPU), the maximum.
+    """Per row: float64 copy, ``exp(u - max(u))`` (below ``exp(EXP_FLOOR)``: zero, as on the CPU),
+    the maximum.
 
     Parameters
     ----------
@@ -106,7 +109,9 @@ def softmax_rows(w, out):
 @cuda.jit(device=True)
 def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
             log_z, alpha, beta, r, into, beta_scale, marg, overlap):
-    """Both sweeps of sequence ``i``, as :func:`structboost.inference._chain_sweeps._chunk_messages` without the rates; False at once when lost."""
+    """Both sweeps of sequence ``i``, as :func:`structboost.inference._chain_sweeps._chunk_messages`
+    without the rates; False at once when lost.
+    """
     lo = offsets[i]
     hi = offsets[i + 1]
     k = w.shape[1]
@@ -272,7 +277,8 @@ def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
 
 @cuda.jit
 def path_gamma(right, left, offsets, node_gamma, edge_gamma):
-    """Node and edge bounds from the Eq. 17 path sums, one thread per sequence (``right`` overwritten).
+    """Node and edge bounds from the Eq. 17 path sums, one thread per sequence (``right``
+    overwritten).
 
     ``node_gamma[t] = 2 (1 + to_right[t] + to_left[t])`` (Theorem 4.1) and
     ``edge_gamma[t] = 2 (3 + to_left[t] + to_right[t + 1])`` (Theorem 4.2,
@@ -302,7 +308,8 @@ def length_gamma(offsets, out):
 
 @cuda.jit
 def edge_weights(beta_scale, overlap, row_weight, edge_gamma, last, coef):
-    """``coef[t] = (w_t / z_t, g_t / z_t, g_t / z_t^2)`` for :func:`outer_sums`, zero where ``last[t]``.
+    """``coef[t] = (w_t / z_t, g_t / z_t, g_t / z_t^2)`` for :func:`outer_sums`, zero where
+    ``last[t]``.
 
     ``z_t = beta_scale[t] overlap[t]``, ``w_t = row_weight[t]``,
     ``g_t = w_t edge_gamma[t]``.
@@ -379,7 +386,8 @@ def outer_grid(n, k):
 
 @cuda.jit
 def node_sums(marg, rows, weight, gamma, with_curvature, total, curvature):
-    """``total[j] += sum_e weight[e] p[rows[e], j]`` and the curvature ``weight gamma p (1 - p)``, with atomics.
+    """``total[j] += sum_e weight[e] p[rows[e], j]`` and the curvature ``weight gamma p (1 - p)``,
+    with atomics.
 
     One thread per label and chunk of :data:`CHUNK` rows; launch
     ``K * ceil(len(rows) / CHUNK)`` threads on zeroed outputs.
@@ -431,7 +439,8 @@ def _block_add(s1, s2, out):
 
 @cuda.jit
 def step_sums(new, old, a, b, out):
-    """``out[0] += sum a (new - old)``, ``out[1] += sum b (new - old)^2`` over ``(n, K)``: the secant's sums.
+    """``out[0] += sum a (new - old)``, ``out[1] += sum b (new - old)^2`` over ``(n, K)``: the
+    secant's sums.
 
     Launch :func:`reduction_blocks` blocks of :data:`THREADS` threads on a
     zeroed ``out (2,)``.
@@ -467,7 +476,9 @@ def label_scores(unary, labels, row_weight, out):
 
 @cuda.jit(device=True)
 def _hess_factor(gamma, t, scale):
-    """The GBCRF factor of row ``t``: ``gamma[t]``, ``max(scale gamma[t], 2)`` below scale 1; 2 without ``gamma``."""
+    """The GBCRF factor of row ``t``: ``gamma[t]``, ``max(scale gamma[t], 2)`` below scale 1; 2
+    without ``gamma``.
+    """
     if gamma.shape[0] == 0:
         return 2.0
     f = gamma[t]
@@ -478,7 +489,9 @@ def _hess_factor(gamma, t, scale):
 
 @cuda.jit
 def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, grad, hess):
-    """Weighted G and H of one round, one thread per row: :func:`structboost.objectives._kernels.node_grad_hess`'s arithmetic."""
+    """Weighted G and H of one round, one thread per row:
+    :func:`structboost.objectives._kernels.node_grad_hess`'s arithmetic.
+    """
     t = cuda.grid(1)
     if t >= p.shape[0]:
         return
@@ -499,7 +512,9 @@ def _floored(v, floor, w):
 
 @cuda.jit
 def finish_hess(raw, gamma, scale, floor, row_weight, hess):
-    """``hess = w max(raw f, floor)`` per row, ``raw`` holding ``p (1 - p)``, ``f`` the :func:`_hess_factor`."""
+    """``hess = w max(raw f, floor)`` per row, ``raw`` holding ``p (1 - p)``, ``f`` the
+    :func:`_hess_factor`.
+    """
     t = cuda.grid(1)
     if t < raw.shape[0]:
         f = _hess_factor(gamma, t, scale)
@@ -509,7 +524,8 @@ def finish_hess(raw, gamma, scale, floor, row_weight, hess):
 
 @cuda.jit
 def viterbi(unary, offsets, transitions, start, end, score, back, path):
-    """Most probable label path of every sequence, one thread per sequence (ties to the lowest label).
+    """Most probable label path of every sequence, one thread per sequence (ties to the lowest
+    label).
 
     ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
     ``path (n,)`` int64.

@@ -154,7 +154,9 @@ def _dot(x, y):
 
 @njit(cache=CACHE)
 def _log_matvec(trans, emat, t_max, x, w, out):
-    """``out[a] = log sum_b exp(trans[a, b] + x[b])`` with ``emat = exp(trans - t_max)`` and scratch ``w (K,)``."""
+    """``out[a] = log sum_b exp(trans[a, b] + x[b])`` with ``emat = exp(trans - t_max)`` and scratch
+    ``w (K,)``.
+    """
     k = x.shape[0]
     top = _exp_shifted(x, w)
     if top == -np.inf:
@@ -259,14 +261,18 @@ def softmax_rows(belief):
 
 @njit(cache=CACHE)
 def _row_scale(lnorm_a, top, t_max):
-    """Factor turning ``emat[a] * w`` into a conditional row, or 0 when row ``a`` must be formed in log space."""
+    """Factor turning ``emat[a] * w`` into a conditional row, or 0 when row ``a`` must be formed in
+    log space.
+    """
     gap = lnorm_a - top - t_max
     return np.exp(-gap) if gap > _LOG_TINY else 0.0
 
 
 @njit(cache=CACHE)
 def _conditional(trans, emat, t_max, x, lnorm, w, out):
-    """``out[a, b] = exp(trans[a, b] + x[b] - lnorm[a])`` (``lnorm`` from :func:`_log_matvec`); rows with ``lnorm[a] = -inf`` zero."""
+    """``out[a, b] = exp(trans[a, b] + x[b] - lnorm[a])`` (``lnorm`` from :func:`_log_matvec`); rows
+    with ``lnorm[a] = -inf`` zero.
+    """
     k = x.shape[0]
     top = _exp_shifted(x, w)
     for a in range(k):
@@ -309,7 +315,8 @@ def edge_marginals(marginals, tree, msgs):
 
 @njit(cache=CACHE)
 def _contraction(trans, emat_t, t_max, x, lnorm, w, rows, scale):
-    """``1 - sum_j min_i M[i, j]`` over the possible rows of the conditional ``M`` of :func:`_conditional`, never stored.
+    """``1 - sum_j min_i M[i, j]`` over the possible rows of the conditional ``M`` of
+    :func:`_conditional`, never stored.
 
     ``emat_t`` is ``exp(trans - t_max)`` transposed; ``rows`` (int64) and
     ``scale`` are ``(K,)`` scratch.

@@ -175,7 +175,8 @@ EDGE_BLOCK = 4096
 
 
 def _edge_products(a, r, coef):
-    """``A' diag(coef[0]) R``, and with three rows of ``coef`` also ``A' diag(coef[1]) R`` and ``(A^2)' diag(coef[2]) R^2``.
+    """``A' diag(coef[0]) R``, and with three rows of ``coef`` also ``A' diag(coef[1]) R`` and
+    ``(A^2)' diag(coef[2]) R^2``.
 
     Parameters
     ----------
@@ -217,7 +218,8 @@ def _edge_products(a, r, coef):
 
 @dataclass
 class ChainPosterior:
-    """Scaled forward-backward messages of a batch, with what derives from them (built by :func:`posterior`).
+    """Scaled forward-backward messages of a batch, with what derives from them (built by
+    :func:`posterior`).
 
     ``transitions`` and ``emat`` are ``(P, K, K)``; ``marg`` holds the node
     marginals, ``right``/``left`` the mixing rates once ``has_rates``. ``beta`` is
@@ -262,7 +264,9 @@ class ChainPosterior:
         return self.alpha, self.r
 
     def marginals(self, rows=None):
-        """Node marginals ``(n, K)`` (the posterior's own buffer: copy before changing), or those of ``rows``."""
+        """Node marginals ``(n, K)`` (the posterior's own buffer: copy before changing), or those of
+        ``rows``.
+        """
         return self.marg if rows is None else self.marg[rows]
 
     def edge_marginals(self):
@@ -384,7 +388,9 @@ def _no_labelling(offsets, seq):
 
 
 def _log_space_part(unary, offsets, sequences, trans, start, end):
-    """Log-space posterior of ``sequences``: ``(log_z (s,), LogSpacePart)``; raises where nothing is allowed."""
+    """Log-space posterior of ``sequences``: ``(log_z (s,), LogSpacePart)``; raises where nothing is
+    allowed.
+    """
     log_z, marginals, pairwise = _chain.log_space_posterior(unary, offsets, sequences, trans, start, end)
     if not np.isfinite(log_z).all():
         raise _no_labelling(offsets, int(sequences[np.flatnonzero(~np.isfinite(log_z))[0]]))
@@ -397,7 +403,9 @@ def _log_space_part(unary, offsets, sequences, trans, start, end):
 
 
 def log_space_fill(part, num_labels):
-    """Buffer name -> value of the log-space rows of ``part`` (marginals for ``alpha`` and ``marg``, placeholders otherwise)."""
+    """Buffer name -> value of the log-space rows of ``part`` (marginals for ``alpha`` and ``marg``,
+    placeholders otherwise).
+    """
     return {
         "alpha": part.marginals, "marg": part.marginals, "beta": 1.0, "into": 1.0,
         "r": 1.0 / num_labels, "beta_scale": 1.0, "overlap": 1.0,
@@ -462,7 +470,9 @@ def posterior(
 
 
 def path_scores(unary, offsets, labels, transitions, start, end):
-    """Score ``(m,)`` of a given labelling ``labels (n,)`` of every sequence, in one sweep without temporaries."""
+    """Score ``(m,)`` of a given labelling ``labels (n,)`` of every sequence, in one sweep without
+    temporaries.
+    """
     out = np.empty(offsets.shape[0] - 1)
     _chain_viterbi.label_scores(unary, offsets, labels, as_tables(transitions), start, end, True, out)
     return out
@@ -477,7 +487,9 @@ def label_node_scores(unary, offsets, labels):
 
 
 def node_softmax(unary):
-    """Row-wise softmax ``(n, K)`` of finite node scores, read in place: the marginals of rows without edges."""
+    """Row-wise softmax ``(n, K)`` of finite node scores, read in place: the marginals of rows
+    without edges.
+    """
     n, k = unary.shape
     out = np.empty((n, k))
     _chain.exp_rows(unary, out, np.empty(n), _config.parallel(n), normalise=True)

@@ -177,7 +177,8 @@ def set_rows(dst, rows, value):
 
 
 class DevicePosterior:
-    """Scaled forward-backward messages on the device: :class:`~structboost.inference.chain.ChainPosterior`'s twin.
+    """Scaled forward-backward messages on the device:
+    :class:`~structboost.inference.chain.ChainPosterior`'s twin.
 
     Parameters
     ----------
@@ -263,7 +264,9 @@ class DevicePosterior:
         return node, edge
 
     def node_gamma(self, method="mixing", marginals=None):
-        """Per-row node bound ``(n,)`` as a device array (``"exact"`` runs on the host; ``marginals`` unused)."""
+        """Per-row node bound ``(n,)`` as a device array (``"exact"`` runs on the host;
+        ``marginals`` unused).
+        """
         if method == "mixing":
             return self._gammas[0]
         if method == "length":
@@ -279,7 +282,8 @@ class DevicePosterior:
         return self._gammas[1]
 
     def weighted_sums(self, edge_weight, node_weight, with_curvature):
-        """Expected transition, start and end counts, summed on the device (log-space rows excluded).
+        """Expected transition, start and end counts, summed on the device (log-space rows
+        excluded).
 
         Parameters
         ----------
@@ -318,7 +322,9 @@ class DevicePosterior:
         return trans.copy_to_host(), trans_curv.copy_to_host(), ends
 
     def to_host(self):
-        """The same posterior as a host :class:`~structboost.inference.chain.ChainPosterior`, without the rates."""
+        """The same posterior as a host :class:`~structboost.inference.chain.ChainPosterior`,
+        without the rates.
+        """
         return ChainPosterior(
             offsets=self.offsets, transitions=self.transitions, emat=self.emat, log_z=self.log_z,
             alpha=self.alpha.copy_to_host(), beta=self.beta.copy_to_host(),
@@ -344,20 +350,26 @@ def _posterior(unary, lengths, transitions, start, end):
 
 
 def forward_backward(unary, lengths, transitions, start, end):
-    """Log partition function ``(m,)`` and node marginals ``(n, K)``, on the GPU (as :func:`structboost.inference.forward_backward`)."""
+    """Log partition function ``(m,)`` and node marginals ``(n, K)``, on the GPU (as
+    :func:`structboost.inference.forward_backward`).
+    """
     post = _posterior(unary, lengths, transitions, start, end)
     return post.log_z, post.marginals()
 
 
 def gamma(unary, lengths, transitions, start, end, method="mixing"):
-    """Per-position node bound ``(n,)`` of Chen et al. (2015), on the GPU (as :func:`structboost.inference.gamma`)."""
+    """Per-position node bound ``(n,)`` of Chen et al. (2015), on the GPU (as
+    :func:`structboost.inference.gamma`).
+    """
     if method not in GAMMA_METHODS:
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
     return _posterior(unary, lengths, transitions, start, end).node_gamma(method).copy_to_host()
 
 
 def softmax(w):
-    """Row-wise softmax ``(n, K)`` device array of :class:`DeviceUnary`'s shifted exponentials ``w``."""
+    """Row-wise softmax ``(n, K)`` device array of :class:`DeviceUnary`'s shifted exponentials
+    ``w``.
+    """
     n, k = w.shape
     p = cuda.device_array((n, k))
     launch(kern.softmax_rows, n, w, p)
@@ -365,18 +377,24 @@ def softmax(w):
 
 
 def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, out):
-    """Write the weighted G and H into device ``out = (grad, hess)``: :func:`structboost.objectives._kernels.node_grad_hess`'s twin."""
+    """Write the weighted G and H into device ``out = (grad, hess)``:
+    :func:`structboost.objectives._kernels.node_grad_hess`'s twin.
+    """
     launch(kern.grad_hess, p.shape[0], p, labels, row_weight, gamma, scale, unit, floor, finish,
            *out)  # fmt: skip
 
 
 def finish_hess(hess, gamma, scale, floor, row_weight):
-    """Finish in place a ``hess (n, K)`` written as ``p (1 - p)`` (:func:`grad_hess` without ``finish``)."""
+    """Finish in place a ``hess (n, K)`` written as ``p (1 - p)`` (:func:`grad_hess` without
+    ``finish``).
+    """
     launch(kern.finish_hess, hess.shape[0], hess, gamma, scale, floor, row_weight, hess)
 
 
 def step_sums(new, old, a, b):
-    """``[sum a (new - old), sum b (new - old)^2]`` over ``(n, K)`` device arrays: the secant's sums."""
+    """``[sum a (new - old), sum b (new - old)^2]`` over ``(n, K)`` device arrays: the secant's
+    sums.
+    """
     out = zeros(2)
     kern.step_sums[kern.reduction_blocks(new.shape[0]), kern.THREADS](new, old, a, b, out)
     return out.copy_to_host()
@@ -388,7 +406,9 @@ def copy_into(src, dst):
 
 
 def label_score(unary, structure):
-    """Weighted sum ``sum_t w_t unary[t, y_t]`` of device ``unary (n, K)`` over a labelled :class:`DeviceStructure`."""
+    """Weighted sum ``sum_t w_t unary[t, y_t]`` of device ``unary (n, K)`` over a labelled
+    :class:`DeviceStructure`.
+    """
     out = zeros(2)
     kern.label_scores[kern.reduction_blocks(unary.shape[0]), kern.THREADS](
         unary, structure.d_labels, structure.d_row_weight, out
@@ -410,7 +430,9 @@ def viterbi_labels(unary, d_offsets, transitions, start, end):
 
 
 def viterbi(unary, lengths, transitions, start, end):
-    """Most probable labelling ``(n,)`` int64 of every sequence, on the GPU (as :func:`structboost.inference.viterbi`)."""
+    """Most probable labelling ``(n,)`` int64 of every sequence, on the GPU (as
+    :func:`structboost.inference.viterbi`).
+    """
     du, offsets, trans, s, e = _host_chain(unary, lengths, transitions, start, end)
     return viterbi_labels(du, cuda.to_device(offsets), trans, s, e)
 

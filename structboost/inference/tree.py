@@ -152,12 +152,16 @@ def check_tree(unary, lengths, parents, transitions, edge_types=None):
 
 
 def map_labels(batch):
-    """MAP labels ``(n,)`` of a :class:`TreeBatch` (ties to the lowest label; arbitrary where nothing is allowed)."""
+    """MAP labels ``(n,)`` of a :class:`TreeBatch` (ties to the lowest label; arbitrary where
+    nothing is allowed).
+    """
     return _tree.viterbi(batch)[0]
 
 
 def label_scores(batch, labels):
-    """Score ``(m,)`` of the labelling ``labels (n,)`` of every instance (``-inf`` with a forbidden pair)."""
+    """Score ``(m,)`` of the labelling ``labels (n,)`` of every instance (``-inf`` with a forbidden
+    pair).
+    """
     return _tree.label_scores(batch, labels)
 
 
@@ -181,7 +185,9 @@ class TreeMessages(NamedTuple):
 
 @dataclass
 class TreePosterior:
-    """Log-space sum-product messages of a batch (built by :func:`posterior`), with what derives from them."""
+    """Log-space sum-product messages of a batch (built by :func:`posterior`), with what derives
+    from them.
+    """
 
     batch: TreeBatch
     log_z: np.ndarray
@@ -219,7 +225,9 @@ class TreePosterior:
 
 
 def posterior(batch):
-    """Sum-product passes on a :class:`TreeBatch`; ``ValueError`` when an instance has no allowed labelling."""
+    """Sum-product passes on a :class:`TreeBatch`; ``ValueError`` when an instance has no allowed
+    labelling.
+    """
     log_z, inside, up, outside, down, belief = _tree.messages(batch)
     _raise_infeasible(log_z)
     return TreePosterior(batch, log_z, TreeMessages(inside, up, outside, down), belief)
@@ -262,7 +270,9 @@ def tree_edge_marginals(
     transitions: ArrayLike,
     edge_types: ArrayLike | None = None,
 ) -> Floats:
-    """Joint marginals ``(n, K, K)`` ``P(y_parent(v) = a, y_v = b | x)`` of every edge (zero for roots); parameters as :func:`tree_forward_backward`."""
+    """Joint marginals ``(n, K, K)`` ``P(y_parent(v) = a, y_v = b | x)`` of every edge (zero for
+    roots); parameters as :func:`tree_forward_backward`.
+    """
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_marginals()
 
 
@@ -273,7 +283,9 @@ def tree_viterbi(
     transitions: ArrayLike,
     edge_types: ArrayLike | None = None,
 ) -> Ints:
-    """Most probable labelling ``(n,)`` int64 of every tree (ties to the lowest label); parameters as :func:`tree_forward_backward`."""
+    """Most probable labelling ``(n,)`` int64 of every tree (ties to the lowest label); parameters
+    as :func:`tree_forward_backward`.
+    """
     b = check_tree(unary, lengths, parents, transitions, edge_types)
     labels, best = _tree.viterbi(b)
     _raise_infeasible(best)
@@ -318,7 +330,9 @@ def tree_edge_gamma(
     transitions: ArrayLike,
     edge_types: ArrayLike | None = None,
 ) -> Floats:
-    """Per-edge bound gamma^(e) ``(n,)`` (Theorem 4.2 made valid on trees, :func:`structboost.inference._tree.mixing_bounds`); zero for roots."""
+    """Per-edge bound gamma^(e) ``(n,)`` (Theorem 4.2 made valid on trees,
+    :func:`structboost.inference._tree.mixing_bounds`); zero for roots.
+    """
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_gamma()
 
 
@@ -330,7 +344,8 @@ def tree_nll(
     transitions: ArrayLike,
     edge_types: ArrayLike | None = None,
 ) -> Floats:
-    """Negative log-likelihood ``log Z - score(labels)`` ``(m,)`` of every tree (``inf`` with a forbidden pair).
+    """Negative log-likelihood ``log Z - score(labels)`` ``(m,)`` of every tree (``inf`` with a
+    forbidden pair).
 
     Parameters
     ----------

@@ -101,7 +101,9 @@ def running_curvature(log_alpha, weights, log_z, prob, curvature, curvature_sum)
 
 @njit(cache=CACHE)
 def add_weighted_rows(weights, rows, out):
-    """``out[v, w] += sum_j weights[j, v, w] * rows[j, v]`` (``(s, K, K)``, ``(s, K, d)`` into ``(K, K, d)``), off threaded BLAS."""
+    """``out[v, w] += sum_j weights[j, v, w] * rows[j, v]`` (``(s, K, K)``, ``(s, K, d)`` into ``(K,
+    K, d)``), off threaded BLAS.
+    """
     s_count, k, _ = weights.shape
     d = rows.shape[2]
     for v in range(k):

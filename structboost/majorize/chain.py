@@ -234,7 +234,9 @@ def _take_rows(inputs, rows):
 def _indicator_chain_bound(
     unary, inputs, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank=None
 ):
-    """Bound of validated chains grouped by length: ``unary (n, K)`` at ``theta~``, ``inputs (n, p)`` dense or sparse."""
+    """Bound of validated chains grouped by length: ``unary (n, K)`` at ``theta~``, ``inputs (n,
+    p)`` dense or sparse.
+    """
     k = unary.shape[1]
     p = inputs.shape[1]
     d = p * k + k * k + 2 * k
@@ -433,7 +435,8 @@ def chain_features(labels, lengths, num_labels, weights=None):
 
 
 class ChainCRFTerm:
-    """Linear-chain CRF NLL in ``theta = [theta_T.ravel(), theta_start, theta_end]``, bounded by Algorithm 3.
+    """Linear-chain CRF NLL in ``theta = [theta_T.ravel(), theta_start, theta_end]``, bounded by
+    Algorithm 3.
 
     Parameters
     ----------

@@ -24,7 +24,9 @@ DEFAULT_RANK = 32
 
 
 def default_rank(dim, lam):
-    """:data:`DEFAULT_RANK` when ``dim > LOW_RANK_DIM`` and the L2 penalty ``lam > 0``, else None (dense curvature)."""
+    """:data:`DEFAULT_RANK` when ``dim > LOW_RANK_DIM`` and the L2 penalty ``lam > 0``, else None
+    (dense curvature).
+    """
     return DEFAULT_RANK if dim > LOW_RANK_DIM and lam > 0 else None
 
 
@@ -60,7 +62,9 @@ class LowRankCurvature:
 
     @classmethod
     def from_dense(cls, sigma, rank):
-        """Best rank-``k`` part of a PSD ``sigma (d, d)``, the remainder bounded by its absolute row sums (Lanczos for large ``d``)."""
+        """Best rank-``k`` part of a PSD ``sigma (d, d)``, the remainder bounded by its absolute row
+        sums (Lanczos for large ``d``).
+        """
         d = sigma.shape[0]
         curvature = cls(d, rank)
         if d > _DENSE_EIGEN_DIM and _PARTIAL_EIGEN * curvature.rank < d:
@@ -107,7 +111,9 @@ class LowRankCurvature:
         self.add_factors(np.sqrt(other.scales)[:, None] * other.basis)
 
     def take(self, index):
-        """An upper bound of the principal submatrix of coordinates ``index`` (bool ``(d,)`` or int)."""
+        """An upper bound of the principal submatrix of coordinates ``index`` (bool ``(d,)`` or
+        int).
+        """
         part = LowRankCurvature(self.diagonal[index].size, self.rank)
         part.basis = self.basis[:, index]
         part.scales = self.scales.copy()
@@ -123,7 +129,9 @@ class LowRankCurvature:
         return self.basis.T @ (self.scales[:, None] * self.basis) + np.diag(self.diagonal)
 
     def solve(self, rhs, shift):
-        """Solve ``(V^T diag(s) V + diag(D) + shift I) x = rhs`` by Woodbury; ``D + shift`` must be positive."""
+        """Solve ``(V^T diag(s) V + diag(D) + shift I) x = rhs`` by Woodbury; ``D + shift`` must be
+        positive.
+        """
         inverse_diagonal = 1.0 / (self.diagonal + shift)
         root = np.sqrt(self.scales)
         scaled = root[:, None] * self.basis  # shape (r, d): S^(1/2) V

@@ -33,7 +33,8 @@ def curvature_coefficient(x):
 
 
 def _running_mean_operator(log_alpha):
-    """Scalar part of Algorithm 1 for ``log_alpha (..., n)`` in array order (see :func:`outcome_curvature`).
+    """Scalar part of Algorithm 1 for ``log_alpha (..., n)`` in array order (see
+    :func:`outcome_curvature`).
 
     Returns
     -------
@@ -103,7 +104,8 @@ def outcome_curvature(log_alpha):
 
 
 def _partition_factors(features, theta, base_scores):
-    """Algorithm 1 in factored form, ``Sigma = factors^T factors``: ``(log_z, mu, factors (..., n, d))``.
+    """Algorithm 1 in factored form, ``Sigma = factors^T factors``: ``(log_z, mu, factors (..., n,
+    d))``.
 
     Outcomes go in blocks, each led by a pseudo-outcome carrying the sum and
     mean of those before, which is exact in ``O(n * block)`` memory.

@@ -74,7 +74,8 @@ def _summed_bound(terms, theta, rank):
 
 
 def fit_majorize(loss_terms, theta0, lam, max_iter=100, tol=1e-9, rank=None, callback=None):
-    """Minimize a penalized log-linear NLL by majorization (Algorithms 2 and 4); ``J`` never increases.
+    """Minimize a penalized log-linear NLL by majorization (Algorithms 2 and 4); ``J`` never
+    increases.
 
     ``J(theta) = sum over terms of sum_j w_j (log Z_j(theta) - theta @ f_j(y_j)
     - log h_j(y_j)) + lam/2 ||theta||^2``.

@@ -267,7 +267,9 @@ def _step_serial(new, old, bits, grad, hess, with_hess, partial, checksums):
 
 
 def step_sums(new, old, grad, hess=None, parallel=False):
-    """``[grad . d, d' hess d]`` (0 without ``hess``), ``d = new - old``, and ``old``'s float32 checksum, all ``(n, K)``."""
+    """``[grad . d, d' hess d]`` (0 without ``hess``), ``d = new - old``, and ``old``'s float32
+    checksum, all ``(n, K)``.
+    """
     order = "F" if new.flags.f_contiguous and not new.flags.c_contiguous else "C"
     flat = [np.ravel(a, order=order) for a in (new, old, grad, grad if hess is None else hess)]
     bits = flat[1].view(np.uint32) if flat[1].dtype == np.float32 else np.zeros(0, np.uint32)

@@ -1,4 +1,6 @@
-"""What the objectives and prediction check of their inputs (margins, sequence weights), and a round's blocks of whole sequences."""
+"""What the objectives and prediction check of their inputs (margins, sequence weights), and a
+round's blocks of whole sequences.
+"""
 
 import numpy as np
 
@@ -17,7 +19,8 @@ DIVERGED = (
 
 
 def check_margin_values(margins, what, cause):
-    """Raise naming the first row whose margin is NaN, infinite or beyond :data:`MARGIN_LIMIT`; checked in one read.
+    """Raise naming the first row whose margin is NaN, infinite or beyond :data:`MARGIN_LIMIT`;
+    checked in one read.
 
     Parameters
     ----------
@@ -71,14 +74,18 @@ def check_sequence_weights(seq_weight, lengths):
 
 
 def row_blocks(offsets, shape):
-    """The ``(rows, sequences)`` slices of the blocks of whole sequences a round over ``shape = (n, K)`` takes."""
+    """The ``(rows, sequences)`` slices of the blocks of whole sequences a round over ``shape = (n,
+    K)`` takes.
+    """
     bounds = sequence_blocks(offsets, _config.block_rows(*shape))
     for s0, s1 in zip(bounds[:-1], bounds[1:]):
         yield slice(offsets[s0], offsets[s1]), slice(s0, s1)
 
 
 def softmax(margins):
-    """Row-wise softmax of ``(n, K)`` margins (the round takes :func:`~structboost.inference.chain.node_softmax`)."""
+    """Row-wise softmax of ``(n, K)`` margins (the round takes
+    :func:`~structboost.inference.chain.node_softmax`).
+    """
     z = margins - margins.max(axis=1, keepdims=True)
     np.exp(z, out=z)
     z /= z.sum(axis=1, keepdims=True)

@@ -1,4 +1,6 @@
-"""The chain-CRF boosting objective: node potentials and sequences in, G and H out (the round: :class:`~.round.NodeObjective`)."""
+"""The chain-CRF boosting objective: node potentials and sequences in, G and H out (the round:
+:class:`~.round.NodeObjective`).
+"""
 
 from dataclasses import dataclass
 from typing import Any
@@ -115,7 +117,9 @@ class CRFObjective(NodeObjective):
         return super().grad_hess(margins, batch, dtype, order)
 
     def sequence_nll(self, margins: Any, batch: Any) -> Floats:
-        """Per-sequence NLL ``(m,)`` under the current transitions, ``margins (n, K)`` read block by block as :meth:`grad_hess` does."""
+        """Per-sequence NLL ``(m,)`` under the current transitions, ``margins (n, K)`` read block by
+        block as :meth:`grad_hess` does.
+        """
         self._check_allowed(batch)
         u = self.margin_rows(margins)
         p = self.params
@@ -129,7 +133,9 @@ class CRFObjective(NodeObjective):
         return forward_backward(u, batch.lengths, p.transitions, p.start, p.end)[1]
 
     def decode(self, margins: Any, batch: Any) -> Ints:
-        """Viterbi labels ``(n,)`` of the sequences of ``batch``, block by block (see :meth:`sequence_nll`)."""
+        """Viterbi labels ``(n,)`` of the sequences of ``batch``, block by block (see
+        :meth:`sequence_nll`).
+        """
         u = self.margin_rows(margins)
         p = self.params
         offsets = batch.offsets

@@ -54,13 +54,17 @@ class Constraints(NamedTuple):
         return np.concatenate((self.transitions.ravel(), self.start, self.end))
 
     def masks(self):
-        """The constraints as :class:`TransitionParams` scores to add: ``0`` where allowed, ``-inf`` where forbidden."""
+        """The constraints as :class:`TransitionParams` scores to add: ``0`` where allowed, ``-inf``
+        where forbidden.
+        """
         return TransitionParams(
             *(np.where(mask, 0.0, -np.inf) for mask in (self.transitions, self.start, self.end))
         )
 
     def apply(self, params):
-        """A copy of ``params`` (:class:`TransitionParams` over the same K labels) with every forbidden entry ``-inf``."""
+        """A copy of ``params`` (:class:`TransitionParams` over the same K labels) with every
+        forbidden entry ``-inf``.
+        """
         if params.num_labels != self.num_labels:
             raise ValueError(
                 f"the constraints cover {self.num_labels} labels but the model has "
@@ -72,7 +76,9 @@ class Constraints(NamedTuple):
         )
 
     def _moves(self, labels, lengths):
-        """``(y (n,), first (m,), last (m,), move_ok (n,))``: rows, sequence ends, and whether row ``t``'s move is allowed."""
+        """``(y (n,), first (m,), last (m,), move_ok (n,))``: rows, sequence ends, and whether row
+        ``t``'s move is allowed.
+        """
         y = np.asarray(labels, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
         first = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
@@ -85,14 +91,18 @@ class Constraints(NamedTuple):
         return y, first, last, move_ok
 
     def valid_sequences(self, labels, lengths):
-        """Whether each labelled sequence makes only allowed moves, ``(m,)`` bool; ``labels (n,)``, ``lengths (m,)``."""
+        """Whether each labelled sequence makes only allowed moves, ``(m,)`` bool; ``labels (n,)``,
+        ``lengths (m,)``.
+        """
         y, first, last, move_ok = self._moves(labels, lengths)
         if not y.size:
             return np.zeros(0, dtype=bool)
         return np.logical_and.reduceat(move_ok, first) & self.start[y[first]] & self.end[y[last]]
 
     def check_labels(self, labels, lengths):
-        """Raise a ``ValueError`` naming the first forbidden move of labelled sequences ``labels (n,)``, ``lengths (m,)``."""
+        """Raise a ``ValueError`` naming the first forbidden move of labelled sequences ``labels
+        (n,)``, ``lengths (m,)``.
+        """
         y, first, last, move_ok = self._moves(labels, lengths)
         bad_start = np.flatnonzero(~self.start[y[first]])
         bad_end = np.flatnonzero(~self.end[y[last]])

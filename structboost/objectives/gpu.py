@@ -34,7 +34,9 @@ from .step import SecantScale
 
 
 class DeviceSecant(SecantScale):
-    """:class:`~structboost.objectives.step.SecantScale` whose sums run on the device over float32 device copies."""
+    """:class:`~structboost.objectives.step.SecantScale` whose sums run on the device over float32
+    device copies.
+    """
 
     def _along(self, margins, grad, hess):
         return list(step_sums(margins.unary, self._last[0], grad, hess))
@@ -79,7 +81,9 @@ class DeviceArrays:
         return self._buffers
 
     def structure(self, batch):
-        """The :class:`~structboost.inference.gpu.DeviceStructure` of a batch, built once per batch object."""
+        """The :class:`~structboost.inference.gpu.DeviceStructure` of a batch, built once per batch
+        object.
+        """
         key = id(batch)
         cached = self._structures.get(key)
         if cached is not None and cached[0]() is batch:
@@ -123,7 +127,8 @@ class DeviceArrays:
 
 
 class DeviceTransitionProblem(PenalisedProblem):
-    """:class:`~structboost.transitions.chain.TransitionProblem` with device messages; the solvers run on the host.
+    """:class:`~structboost.transitions.chain.TransitionProblem` with device messages; the solvers
+    run on the host.
 
     Parameters
     ----------
@@ -153,7 +158,9 @@ class DeviceTransitionProblem(PenalisedProblem):
                                params.end)
 
     def expected_counts(self, post, with_curvature=False):
-        """As :meth:`TransitionProblem.expected_counts <structboost.transitions.chain.TransitionProblem.expected_counts>`."""
+        """As :meth:`TransitionProblem.expected_counts
+        <structboost.transitions.chain.TransitionProblem.expected_counts>`.
+        """
         st = self.structure
         edge_gamma = post.edge_gamma() if with_curvature else st.d_row_weight
         node_gamma = post.node_gamma("mixing") if with_curvature else st.d_row_weight
@@ -173,7 +180,8 @@ class DeviceTransitionProblem(PenalisedProblem):
 
 
 class DeviceCRFObjective(CRFObjective):
-    """:class:`~structboost.objectives.chain.CRFObjective` whose round runs on a CUDA GPU, same results to float tolerance.
+    """:class:`~structboost.objectives.chain.CRFObjective` whose round runs on a CUDA GPU, same
+    results to float tolerance.
 
     :meth:`grad_hess` returns its own float64 device buffers (``dtype`` and
     ``order`` ignored), which XGBoost with ``device="cuda"`` reads in place.

@@ -306,7 +306,9 @@ _DOCS = {f.name: _entry(f) for f in fields(ObjectiveSpec)}
 
 
 def param_docs(*names, solvers=SOLVERS, indent=4):
-    """Numpydoc entries of the named :class:`ObjectiveSpec` fields (none: all), documenting ``solvers``, indented ``indent``."""
+    """Numpydoc entries of the named :class:`ObjectiveSpec` fields (none: all), documenting
+    ``solvers``, indented ``indent``.
+    """
     pad = " " * indent
     lines = []
     for name in names or tuple(_DOCS):

@@ -86,7 +86,9 @@ class RoundSums(NamedTuple):
 
 
 def checked_rows(margins, num_labels):
-    """``(n, K)`` float32 or float64 margins as given (other dtypes to float64) and their checksum, or a clear error."""
+    """``(n, K)`` float32 or float64 margins as given (other dtypes to float64) and their checksum,
+    or a clear error.
+    """
     m = np.asarray(margins)
     if m.ndim == 1 and m.size % num_labels == 0:
         m = m.reshape(-1, num_labels)
@@ -157,7 +159,8 @@ class HostArrays:
 
     @staticmethod
     def grad_hess(p, batch, rows, seqs, gamma, scale, hessian, floor, out, last):
-        """Write G and H of one block into ``out = (grad, hess)`` (:func:`~._kernels.node_grad_hess`).
+        """Write G and H of one block into ``out = (grad, hess)``
+        (:func:`~._kernels.node_grad_hess`).
 
         ``gamma (r,)`` is the block's node bound (None: LogitBoost or TreeCRF);
         ``scale`` None writes ``p (1 - p)`` in place of H. With ``last``
@@ -179,7 +182,9 @@ class HostArrays:
 
     @staticmethod
     def finish_hess(hess, gamma, scale, floor, batch):
-        """Finish in place a GBCRF ``hess (n, K)`` written as ``p (1 - p)`` (:func:`~._kernels.finish_bound_hess`)."""
+        """Finish in place a GBCRF ``hess (n, K)`` written as ``p (1 - p)``
+        (:func:`~._kernels.finish_bound_hess`).
+        """
         finish_bound_hess(hess, gamma, scale, floor, batch.offsets, batch.seq_weight, hess,
                           _config.parallel(hess.shape[0]))  # fmt: skip
 
@@ -322,7 +327,9 @@ class NodeObjective:
             return out
 
     def _node_blocks(self, u, batch, problem, need=VALUE):
-        """``(rows, sequences, posterior, marginals)`` of each block of one pass at ``self.params`` (no posterior: None)."""
+        """``(rows, sequences, posterior, marginals)`` of each block of one pass at ``self.params``
+        (no posterior: None).
+        """
         if problem is None:
             yield from self._arrays.independent_blocks(u, batch)
             return
@@ -335,7 +342,8 @@ class NodeObjective:
         return mixing or need >= CURVATURE
 
     def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None, last=None):
-        """Write G and H of every block of ``blocks`` into ``out``; returns the secant's sums with ``last``.
+        """Write G and H of every block of ``blocks`` into ``out``; returns the secant's sums with
+        ``last``.
 
         ``scale`` None writes ``p (1 - p)`` in place of H and the node bound into
         ``gamma_rows (n,)``; ``log_z (m,)``, if given, receives the blocks'
@@ -377,7 +385,9 @@ class NodeObjective:
         return self._one_step
 
     def _grad_hess(self, u, batch, out, stamp):
-        """The round: one pass where the transition step allows (:meth:`_one_pass`), else a refit first."""
+        """The round: one pass where the transition step allows (:meth:`_one_pass`), else a refit
+        first.
+        """
         t0 = self._arrays.clock()
         steps = self._steps() if self.uses_transitions else None
         # the labels' node score, once a round: the pass's NLL check and the secant's

@@ -57,11 +57,14 @@ class SecantScale:
 
     @staticmethod
     def nll(log_z, node, batch):
-        """Weighted NLL of ``batch`` up to the transition path term, from ``log_z (m,)`` and the labels' weighted node score ``node``."""
+        """Weighted NLL of ``batch`` up to the transition path term, from ``log_z (m,)`` and the
+        labels' weighted node score ``node``.
+        """
         return float(weighted_total(batch.seq_weight, log_z)) - node
 
     def local_sums(self, margins, nll, measured=None):
-        """This worker's ``[change, slope, model, new_slope]`` of the secant, or None without a last round of this shape.
+        """This worker's ``[change, slope, model, new_slope]`` of the secant, or None without a last
+        round of this shape.
 
         ``change`` is that of :meth:`nll`; the others are ``measured`` (see
         :meth:`kept`), by default :meth:`measure` of ``margins (n, K)`` now.
@@ -72,12 +75,16 @@ class SecantScale:
         return None if measured is None else np.array([nll - self._last[3], *measured])
 
     def measure(self, margins):
-        """``[slope, model, 0]`` = ``[G . d, d' H d, 0]`` of the step ``d`` to ``margins (n, K)`` with last round's G and H, or None."""
+        """``[slope, model, 0]`` = ``[G . d, d' H d, 0]`` of the step ``d`` to ``margins (n, K)``
+        with last round's G and H, or None.
+        """
         last = self.kept(margins)
         return None if last is None else np.array([*self._along(margins, *last[1:]), 0.0])
 
     def kept(self, margins):
-        """The last round's float32 ``(margins, G, H)`` ``(n, K)`` for sums taken while this round's are written; None as :meth:`measure`."""
+        """The last round's float32 ``(margins, G, H)`` ``(n, K)`` for sums taken while this round's
+        are written; None as :meth:`measure`.
+        """
         last = self._last
         return None if last is None or last[0].shape != margins.shape else last[:3]
 
@@ -92,7 +99,9 @@ class SecantScale:
             )
 
     def _along(self, margins, grad, hess):
-        """``[grad . d, d' hess d]``, ``d`` the step to ``margins``; checks borrowed margins' stamp in the same read."""
+        """``[grad . d, d' hess d]``, ``d`` the step to ``margins``; checks borrowed margins' stamp
+        in the same read.
+        """
         sums, checksum = step_sums(
             margins, self._last[0], grad, hess, _config.parallel(margins.shape[0])
         )
@@ -100,7 +109,8 @@ class SecantScale:
         return sums
 
     def fit(self, sums, moved=False, explained=0.0):
-        """Fit the scale to the summed secant ``[change, slope, model, new_slope]`` (None keeps it); the scale for this round.
+        """Fit the scale to the summed secant ``[change, slope, model, new_slope]`` (None keeps it);
+        the scale for this round.
 
         At fixed transitions the curvature is the value secant
         ``2 (change - slope)``; when the transitions ``moved`` it is also taken

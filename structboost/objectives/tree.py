@@ -1,4 +1,5 @@
-"""The CRF boosting objective on trees with typed edges (modes as :class:`~structboost.objectives.round.NodeObjective`).
+"""The CRF boosting objective on trees with typed edges (modes as
+:class:`~structboost.objectives.round.NodeObjective`).
 
 Each row is a node with ``parents`` (within its instance, ``-1`` for a
 root) and ``edge_types``; each type's ``(K, K)`` potential is refit every
@@ -41,7 +42,9 @@ class TreeLabelBatch:
     def build(
         cls, labels, lengths, parents, num_labels, n_edge_types=1, edge_types=None, seq_weight=None
     ):
-        """Validate labels ``(n,)``, lengths ``(m,)``, parents ``(n,)``, edge types (``0..n_edge_types-1``, None: 0) and weights."""
+        """Validate labels ``(n,)``, lengths ``(m,)``, parents ``(n,)``, edge types
+        (``0..n_edge_types-1``, None: 0) and weights.
+        """
         n = len(labels)
         lengths = check_lengths(lengths, n)
         y = check_labels(labels, num_labels, n)

@@ -85,7 +85,9 @@ class PenalisedProblem:
     allreduce = staticmethod(identity)
 
     def by_length(self):
-        """A cheaper equivalent problem and each sequence's index into it, or None (see :meth:`~.chain.TransitionProblem.by_length`)."""
+        """A cheaper equivalent problem and each sequence's index into it, or None (see
+        :meth:`~.chain.TransitionProblem.by_length`).
+        """
         return None
 
     def _free_part(self, vec):
@@ -145,7 +147,9 @@ class PenalisedProblem:
         return ev
 
     def posterior(self, params, rates=False, need=VALUE):
-        """Messages of a one-block batch at ``params``, reusing the last evaluation; ``rates`` and ``need`` as :meth:`evaluate`."""
+        """Messages of a one-block batch at ``params``, reusing the last evaluation; ``rates`` and
+        ``need`` as :meth:`evaluate`.
+        """
         post = self.evaluate(params, need, rates).posterior
         if post is None:
             raise ValueError(
@@ -181,7 +185,9 @@ class PenalisedProblem:
         return data + 0.5 * self.reg * x @ x
 
     def value_and_grad(self, x, rates=False, tap=None):
-        """Penalised NLL (up to the constant node-score term) and its gradient in ``x``; ``rates``, ``tap`` as :meth:`evaluate`."""
+        """Penalised NLL (up to the constant node-score term) and its gradient in ``x``; ``rates``,
+        ``tap`` as :meth:`evaluate`.
+        """
         local, ev = self._local_value(x, GRADIENT, rates, tap)
         summed = self.allreduce(
             np.concatenate(([local], self._free_part(ev.expected - self.counts)))
@@ -189,7 +195,8 @@ class PenalisedProblem:
         return summed[0] + 0.5 * self.reg * x @ x, summed[1:] + self.reg * x
 
     def newton_step(self, params, max_halvings=30):
-        """One diagonal-bound Newton step (Theorem 4.2), halved until the penalised NLL does not rise.
+        """One diagonal-bound Newton step (Theorem 4.2), halved until the penalised NLL does not
+        rise.
 
         The accepted point's evaluation stays cached; both passes compute the
         mixing rates in their sweeps.

@@ -102,7 +102,8 @@ class TransitionParams:
 
 
 def observed_counts(labels, offsets, seq_weight, num_labels):
-    """Weighted empirical transition, start and end counts ``(K*K + 2K,)``, in :meth:`TransitionParams.to_vector` order.
+    """Weighted empirical transition, start and end counts ``(K*K + 2K,)``, in
+    :meth:`TransitionParams.to_vector` order.
 
     Parameters
     ----------
@@ -250,7 +251,9 @@ class TransitionProblem(PenalisedProblem):
         )  # fmt: skip
 
     def _pass(self, b, params, rates, edges):
-        """The block ``b`` and its posterior at ``params``; ``edges``: sum the expected counts within the sweep."""
+        """The block ``b`` and its posterior at ``params``; ``edges``: sum the expected counts
+        within the sweep.
+        """
         block = self._one
         if block is None:
             block = self._block(b)
@@ -282,7 +285,9 @@ class TransitionProblem(PenalisedProblem):
         return post.has_messages or need < CURVATURE
 
     def blocks(self, params, rates=False, need=VALUE):
-        """The posterior at ``params`` block by block (:meth:`PenalisedProblem.blocks`); the sums up to ``need`` taken on the way."""
+        """The posterior at ``params`` block by block (:meth:`PenalisedProblem.blocks`); the sums up
+        to ``need`` taken on the way.
+        """
         if self._one is not None:
             yield from super().blocks(params, rates, need)
             return
@@ -302,7 +307,8 @@ class TransitionProblem(PenalisedProblem):
         self._last = (params.to_vector(), Evaluation(log_z, expected, curvature))
 
     def expected_counts(self, post, with_curvature=False):
-        """Expected counts ``(K*K + 2K,)`` and, on request, their curvature bound, from the posterior of a one-block batch.
+        """Expected counts ``(K*K + 2K,)`` and, on request, their curvature bound, from the
+        posterior of a one-block batch.
 
         The curvature is ``sum w gamma p (1 - p)`` per parameter (edge bound for
         transitions, node gamma at first/last rows for start/end), else None.
@@ -341,7 +347,8 @@ class TransitionProblem(PenalisedProblem):
         return expected, curvature
 
     def majorize_step(self, params):
-        """One majorization step: minimise the Algorithm 3 bound plus the penalty over the free entries.
+        """One majorization step: minimise the Algorithm 3 bound plus the penalty over the free
+        entries.
 
         The bound touches the penalised NLL at ``params`` and lies above it, so
         the result never scores worse. Above ``majorize.LOW_RANK_DIM`` parameters

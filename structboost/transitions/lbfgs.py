@@ -66,7 +66,9 @@ class LBFGSMemory:
         self.pairs = []
 
     def begin(self, x0, free):
-        """Start a refit at ``x0 (d,)`` over the entries ``free`` marks (None: all), clearing the pairs unless it continues the last."""
+        """Start a refit at ``x0 (d,)`` over the entries ``free`` marks (None: all), clearing the
+        pairs unless it continues the last.
+        """
         same_mask = (free is None and self._free is None) or (
             free is not None and self._free is not None and np.array_equal(free, self._free)
         )
@@ -87,7 +89,9 @@ class LBFGSMemory:
         del self.pairs[: -self.size]
 
     def direction(self, grad):
-        """The quasi-Newton direction ``-H grad (d,)`` by the two-loop recursion (without pairs: ``-grad`` at unit length)."""
+        """The quasi-Newton direction ``-H grad (d,)`` by the two-loop recursion (without pairs:
+        ``-grad`` at unit length).
+        """
         if not self.pairs:
             norm = float(np.sqrt(grad @ grad))
             return -grad / norm if norm > 0 else -grad
@@ -117,7 +121,8 @@ def _between(lo, f_lo, slope_lo, hi, f_hi):
 
 
 def _line_search(fun, x, f, slope, d, lengthen):
-    """A step along ``d`` from ``x`` (``slope = grad @ d < 0``): ``(t, x_new, f_new, grad_new, calls)``, ``t = 0`` if none is Armijo.
+    """A step along ``d`` from ``x`` (``slope = grad @ d < 0``): ``(t, x_new, f_new, grad_new,
+    calls)``, ``t = 0`` if none is Armijo.
 
     Tries ``1`` first and shortens; with ``lengthen`` also lengthens steps
     along which ``f`` still falls steeply.

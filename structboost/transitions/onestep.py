@@ -111,18 +111,24 @@ class OneStep:
         return self._step is not None and bool(self._step.any())
 
     def path_change(self, problem):
-        """This worker's ``counts . S`` of the pending step ``S`` (0 without one): the labels' transition score rise."""
+        """This worker's ``counts . S`` of the pending step ``S`` (0 without one): the labels'
+        transition score rise.
+        """
         return float(problem._free_part(problem.counts) @ self._step) if self.moved else 0.0
 
     def explained(self, summed):
-        """``(g_(r-1) + g_r) . S / 2``: the data NLL change the pending step explains (``summed`` from :meth:`local_sums`; 0 without a step)."""
+        """``(g_(r-1) + g_r) . S / 2``: the data NLL change the pending step explains (``summed``
+        from :meth:`local_sums`; 0 without a step).
+        """
         if not self.moved or self._grad is None:
             return 0.0
         grad = summed[1 : 1 + self._step.shape[0]]
         return 0.5 * float((self._grad + grad) @ self._step)
 
     def params(self, problem, current):
-        """The parameters of this round's pass (the recorded base plus the pending step), or None when the round must refit first."""
+        """The parameters of this round's pass (the recorded base plus the pending step), or None
+        when the round must refit first.
+        """
         free = problem.free
         if self.rounds < WARMUP or self._base is None:
             return None
@@ -137,13 +143,17 @@ class OneStep:
         return problem._params(problem._free_part(self._base) + self._step)
 
     def refit_iterations(self, lagging):
-        """Iterations of this round's refit: :data:`WARMUP_ITER` for a warm-up L-BFGS refit with pairs, else ``refit_iter``."""
+        """Iterations of this round's refit: :data:`WARMUP_ITER` for a warm-up L-BFGS refit with
+        pairs, else ``refit_iter``.
+        """
         if lagging is not None or not self.memory.pairs or self.solver != "lbfgs":
             return self.refit_iter
         return min(WARMUP_ITER, self.refit_iter)
 
     def local_sums(self, problem, params, node_score):
-        """This worker's ``[nll, expected - counts, curvature]`` at ``params``, from the cached evaluation (``node_score`` None: NLL unchecked)."""
+        """This worker's ``[nll, expected - counts, curvature]`` at ``params``, from the cached
+        evaluation (``node_score`` None: NLL unchecked).
+        """
         ev = problem.evaluate(params, self.need)
         x = problem._free_part(params.to_vector())
         nll = np.nan
@@ -243,7 +253,9 @@ class OneStep:
         return step
 
     def record(self, params, free, step=None, grad=None):
-        """Keep ``params`` as the next round's base, with its pending free ``step`` (None: a refit) and summed data gradient ``grad``."""
+        """Keep ``params`` as the next round's base, with its pending free ``step`` (None: a refit)
+        and summed data gradient ``grad``.
+        """
         self._base = params.to_vector()
         self.rounds += 1
         self._free = None if free is None else np.array(free, dtype=bool)

@@ -80,7 +80,8 @@ def _type_sum_matrix(batch, seq_weight):
 
 
 def tree_observed_counts(batch, labels, seq_weight):
-    """Weighted observed ``(parent, child)`` label counts per edge type, ``(n_types * K * K,)`` in :meth:`TreeTransitionParams.to_vector` order.
+    """Weighted observed ``(parent, child)`` label counts per edge type, ``(n_types * K * K,)`` in
+    :meth:`TreeTransitionParams.to_vector` order.
 
     Parameters
     ----------
@@ -127,7 +128,9 @@ class TreeTransitionProblem(PenalisedProblem):
         return posterior(self.batch._replace(transitions=trans))
 
     def expected_counts(self, post, with_curvature=False):
-        """Expected per-type counts ``(n_types * K * K,)`` and, on request, the curvature ``sum_e w gamma_e P_e (1 - P_e)``."""
+        """Expected per-type counts ``(n_types * K * K,)`` and, on request, the curvature ``sum_e w
+        gamma_e P_e (1 - P_e)``.
+        """
         k = self.num_labels
         pair = post.edge_marginals()[self._edges].reshape(-1, k * k)
         expected = (self._type_sum @ pair).ravel()
