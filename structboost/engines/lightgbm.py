@@ -290,7 +290,8 @@ def lgb_crf_objective(
     Parameters
     ----------
     num_labels : int
-        Number of labels K; the booster needs ``num_class=K`` (:func:`lgb_params`).
+        Number of labels K; the booster needs ``num_class=K``
+        (:func:`lgb_params`).
     spec : ObjectiveSpec, optional
         Settings the keywords below change.
     {objective_params}

@@ -68,22 +68,9 @@ def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
 
 
 def booster_from_json(model, where, num_features=None, num_labels=None):
-    """A booster from XGBoost's JSON model (``save_raw("json")`` decoded), checked completely before
-    XGBoost reads it.
-
-    Parameters
-    ----------
-    model : str
-    where : str
-        The file it came from, for the messages.
-    num_features, num_labels : int, optional
-        The counts the model must have
-        (:func:`structboost.engines.validate.check_xgboost_json`).
-
-    Raises
-    ------
-    ValueError
-        Naming ``where`` and the damaged field.
+    """A booster from XGBoost's JSON model, checked by
+    :func:`structboost.engines.validate.check_xgboost_json` (``num_labels``: its ``num_outputs``)
+    before XGBoost reads it.
     """
     check_xgboost_json(model, where, num_features, num_labels)
     booster = xgb.Booster()

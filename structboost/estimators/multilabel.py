@@ -484,14 +484,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
 
     def _pairwise_models(self):
         return PairwiseLabelModels(
-            self.pairs_,
-            method=self.pairwise,
-            n_estimators=self.pairwise_estimators,
-            max_depth=self.pairwise_depth,
-            learning_rate=self.learning_rate,
-            folds=self.folds,
+            self.pairs_, method=self.pairwise, n_estimators=self.pairwise_estimators,
+            max_depth=self.pairwise_depth, learning_rate=self.learning_rate, folds=self.folds,
             random_state=self.random_state,
-        )
+        )  # fmt: skip
 
     def _crf_estimator(self):
         shared = set(TreeCRFClassifier._get_param_names()) & set(self._get_param_names())

@@ -100,26 +100,17 @@ def _backward_pass(log_node, inputs, theta_T, weights, curvature, visit):
 
 
 def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, cross):
-    """Algorithm 3 with dense curvature, in ``O(K^2 d + K^4)`` per position.
+    """Algorithm 3 with dense curvature, in ``O(K^2 d + K^4)`` per position; ``(log_z, mu)`` as
+    :func:`_backward_pass`.
 
     Level ``t`` adds ``sym(B_t^T C_t) + E^T M E`` with ``C_t = N_t B_t + 2 X_t^T``
     and ``E^T M E`` a block on the transition indices. As
     ``B_t = S_t + P_(t+1) B_(t+1)`` (``S_t`` the sparse local features),
     ``sum_t B_t^T C_t = sum_t S_t^T Z_t`` with ``Z_t = C_t + P_t^T Z_(t-1)``:
     the ``C_t`` are stored on the way back and turned into ``Z_t`` on the way
-    forward.
-
-    Parameters
-    ----------
-    log_node, inputs, theta_T, weights, curvature
-        As in :func:`_backward_pass`.
-    sigma, cross : (d, d) ndarray
-        Accumulators, updated in place; the curvature is ``sigma + sym(cross)``.
-
-    Returns
-    -------
-    log_z : (s,) ndarray
-    mu : (s, d) ndarray
+    forward. ``sigma`` and ``cross`` ``(d, d)`` are accumulators, updated in
+    place; the curvature is ``sigma + sym(cross)``. The other arguments are
+    :func:`_backward_pass`'s.
     """
     s, length, k = log_node.shape
     p = inputs.shape[-1]
