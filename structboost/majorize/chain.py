@@ -270,14 +270,9 @@ def _indicator_chain_bound(
     return log_z, mu, low_rank
 
 
-def _check_rank(rank):
-    if rank is not None and (int(rank) != rank or rank < 1):
-        raise ValueError(f"rank must be a positive integer or None, got {rank!r}.")
-
-
-def _check_batch_size(batch_size):
-    if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}.")
+def _check_count(name, value):
+    if value is not None and (int(value) != value or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
 
 
 def _checked_bound(unary, inputs, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size,
@@ -288,8 +283,8 @@ def _checked_bound(unary, inputs, lengths, theta_T, theta_start, theta_end, weig
     _check_curvature(curvature, k, lengths.max())
     theta_T, theta_start, theta_end = _check_chain_parameters(k, theta_T, theta_start, theta_end)
     weights = check_weights(weights, lengths.size, "sequence")
-    _check_batch_size(batch_size)
-    _check_rank(rank)
+    _check_count("batch_size", batch_size)
+    _check_count("rank", rank)
     inputs = np.zeros((unary.shape[0], 0)) if inputs is None else inputs
     return _indicator_chain_bound(
         unary, inputs, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank
