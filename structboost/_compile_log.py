@@ -1,16 +1,9 @@
 """``logging`` INFO lines on the time structboost's numba kernels take to compile.
 
-numba compiles a kernel on its first call for each argument signature and
-caches the result on disk; a cache hit emits no compile event. The first
-time this process compiles structboost kernels, the ``structboost`` logger
-says so as it starts (a first fit waits seconds, not milliseconds). Each
-fit or prediction marked with :func:`reports` that waited for compiling
-then logs, as it ends, how long it waited in all: every kernel it compiled,
-callees included, which is what its caller really waited for.
-
-The listener is numba's, and numba's registry is the process's: it is
-installed only while a marked call runs, and removed when the last one
-ends, whether it returns or raises.
+The first compile of the process is announced; each fit or prediction
+marked with :func:`reports` that waited for compiling logs, as it ends, how
+long (outermost compiles, callees included). numba's listener is installed
+only while a marked call runs.
 """
 
 import contextlib
@@ -44,8 +37,7 @@ class CompileClock(event.Listener):
     Attributes
     ----------
     seconds : float
-        Wall-clock seconds spent compiling structboost kernels so far
-        (nested compiles of callees counted once, in their caller's).
+        Wall-clock seconds spent compiling so far.
     announced : bool
         Whether the first compile has been logged.
     """
@@ -92,9 +84,8 @@ _listening_lock = threading.Lock()
 
 @contextlib.contextmanager
 def listening():
-    """:data:`CLOCK` hears numba's compile events inside the block (any thread's).
-
-    Announces the first compile of the process; logs no wait (see :func:`reports`).
+    """:data:`CLOCK` hears numba's compile events (any thread's) inside the block, announcing the
+    process's first.
     """
     with _listening_lock:
         if _listening["calls"] == 0:
@@ -112,10 +103,8 @@ def listening():
 
 
 def log_wait(what, since):
-    """Log how long ``what`` waited for compiling since ``CLOCK.seconds`` was ``since``.
-
-    Silent when nothing compiled, and inside a call marked with
-    :func:`reports` (the outermost one reports).
+    """Log how long ``what`` waited for compiling since ``CLOCK.seconds`` was ``since`` (silent if
+    none, or inside a marked call).
     """
     spent = CLOCK.seconds - since
     if spent > 0 and not getattr(_active, "on", False):
@@ -126,12 +115,8 @@ def log_wait(what, since):
 
 
 def reports(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
-    """Decorate a function so that it logs the compile time it waited for, if any.
-
-    Parameters
-    ----------
-    what : str
-        Names the call in the line, e.g. ``"fit"``.
+    """Decorate a function so that it logs the compile time it waited for, if any, naming the call
+    ``what`` (e.g. ``"fit"``).
     """
 
     def decorate(func: Callable[_P, _R]) -> Callable[_P, _R]:

@@ -1,36 +1,18 @@
 """Numba settings shared by every kernel module, and the thread policy.
 
-``KERNEL`` and ``PARALLEL`` are the keyword arguments of ``numba.njit`` for
-serial and ``prange`` kernels (:mod:`structboost.inference._chain`,
-:mod:`structboost.inference._tree`, :mod:`structboost.text._lexical`, the
-objective's row loops in :mod:`structboost.objectives._kernels`). Fast-math
-is limited to reassociation, contraction and reciprocals, which let LLVM
-vectorise the ``K``-long reductions; never ``nnan``/``ninf``, because forbidden (``-inf``)
-transitions are legal input.
+``KERNEL`` and ``PARALLEL`` are ``numba.njit``'s keywords for serial and
+``prange`` kernels. Fast-math is limited to reassociation, contraction and
+reciprocals (never ``nnan``/``ninf``: ``-inf`` transitions are legal).
+Kernels are cached on disk where numba finds a place (else compiled per
+process, :data:`CACHE` False); a damaged cache entry is a miss
+(:func:`njit`). Nothing here writes to the environment.
 
-The kernels are cached on disk where numba finds a place for them (beside
-the package, in the user's cache folder, or ``NUMBA_CACHE_DIR`` when the
-user sets it); where it finds none they are compiled in each process
-(:data:`CACHE` is False) and the compile log line says so. A damaged cache
-entry (a file truncated by a full disk or a killed process) is read as a
-miss and written again (:func:`njit`), so it never breaks a fit. Nothing
-here writes to the environment.
-
-:func:`threads` sets numba's thread count for one call: batches below
-``SERIAL_ROWS`` rows, or any batch on one thread, run the serial kernels on
-the calling thread (no thread pool is started), larger ones the ``prange``
-kernels on ``nthread`` threads (numba's default when None).
-
-Threads of the estimators: :func:`resolve_n_jobs` turns ``n_jobs`` into one
-count, decided once per fit and given to the engine and the kernels alike,
-with scikit-learn's meaning (None: one thread; -1: every core of the
-process's CPU set). An OpenMP runtime (XGBoost's, LightGBM's and numba's
-each load one) keeps its idle threads spinning between parallel regions: on
-cores that other work keeps busy, a fit on every core ran 10-70x slower than
-on one (XGBoost alone as well, ``benchmarks/busy_threads.py``), so more than
-one thread is the user's choice, made where the cores are theirs. Users who
-set ``OMP_WAIT_POLICY=passive`` before starting Python can take every core
-on a shared machine without that trap.
+:func:`threads` sets numba's thread count for one call; batches below
+``SERIAL_ROWS`` rows, or on one thread, run the serial kernels.
+:func:`resolve_n_jobs` decides a fit's count once, for the engine and the
+kernels alike, with scikit-learn's meaning (None: one thread): spinning
+OpenMP runtimes make fits on busy cores far slower
+(``benchmarks/busy_threads.py``), so more threads are the user's choice.
 """
 
 import contextlib
@@ -56,11 +38,8 @@ def _can_cache():
 
 
 class _TolerantCache(FunctionCache):
-    """numba's on-disk cache of one kernel, reading a damaged entry as a miss.
-
-    numba raises on a truncated index or data file, at every later call,
-    until the file is deleted; here such an entry is compiled again and its
-    index rewritten.
+    """numba's on-disk cache of one kernel, compiling a damaged (truncated) entry again instead of
+    raising.
     """
 
     def _forget(self):
@@ -148,19 +127,8 @@ def usable_cores():
 
 
 def resolve_n_jobs(n_jobs):
-    """The thread count of one fit or prediction from an estimator's ``n_jobs``.
-
-    Parameters
-    ----------
-    n_jobs : int or None
-        None: 1 (scikit-learn's meaning); a negative value counts back from
-        every usable core (-1: all of them, -2: all but one); a positive one
-        is taken as it is.
-
-    Returns
-    -------
-    int
-        At least 1.
+    """The thread count (at least 1) of one fit or prediction from ``n_jobs``: None is 1, -1 every
+    usable core, -2 all but one.
     """
     if n_jobs is None:
         return 1
@@ -175,23 +143,19 @@ def resolve_n_jobs(n_jobs):
 
 
 def parallel(n_rows):
-    """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels.
+    """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels: :data:`SERIAL_ROWS` rows or
+    more, on more than one thread.
 
-    Batches of :data:`SERIAL_ROWS` rows or more, on more than one of numba's
-    threads (the calling thread's count, :func:`threads`). On one thread the
-    serial kernels run and numba's threading layer is never started: a
-    process forked afterwards (``multiprocessing``, a pre-forking server)
-    can use structboost, which numba's OpenMP layer refuses once it ran.
+    On one thread numba's threading layer is never started, so a process
+    forked afterwards can still use structboost.
     """
     return n_rows >= SERIAL_ROWS and numba.get_num_threads() > 1
 
 
 @contextlib.contextmanager
 def threads(nthread):
-    """Run the enclosed numba kernels on ``nthread`` threads (None: leave as is).
-
-    Capped at ``numba.config.NUMBA_NUM_THREADS``; numba's setting is per
-    calling thread and restored on exit.
+    """Run the enclosed numba kernels on ``nthread`` threads (None: as is), capped at
+    ``NUMBA_NUM_THREADS``, restored on exit.
     """
     if nthread is None:
         yield

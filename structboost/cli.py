@@ -1,14 +1,9 @@
 """Command line entry point: ``structboost train | predict | evaluate | demo | warmup``.
 
-``train``, ``predict`` and ``evaluate`` work on token files (``--format
-conll``: one token per line, whitespace-separated columns, a blank line
-between sentences, ``-DOCSTART-`` lines skipped) through
-:class:`structboost.tagging.ChunkTagger`.
-
-Results (tables, reports, tagged tokens) go to standard output; progress
-and notes go through :mod:`logging` (the ``structboost`` logger, INFO, on
-standard error). Progress redraws one line on a terminal and logs plain
-lines otherwise, so log files hold no carriage returns.
+``train``, ``predict`` and ``evaluate`` work on CoNLL token files through
+:class:`structboost.tagging.ChunkTagger`. Results go to standard output;
+progress and notes to the ``structboost`` logger on standard error (one
+redrawn line on a terminal, plain lines otherwise).
 """
 
 import argparse
@@ -34,8 +29,6 @@ logger = logging.getLogger("structboost.cli")
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time of each record."""
 
-    structboost_cli = True
-
     @property
     def stream(self):
         return sys.stderr
@@ -46,10 +39,8 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def _progress_callback(name, total, every, stream=None):
-    """An XGBoost callback reporting the training NLL every ``every`` rounds.
-
-    On a terminal it redraws one line (``\\r``); otherwise it logs a line
-    at INFO each time.
+    """An XGBoost callback reporting the training NLL every ``every`` rounds (one redrawn line on a
+    terminal, else INFO lines).
     """
     import xgboost as xgb
 
@@ -311,16 +302,8 @@ def _same_file(a, b):
 
 
 def _check_output(path, flag, inputs):
-    """Refuse an output path that is an input or cannot be written, before any work.
-
-    Parameters
-    ----------
-    path : str
-        The output file.
-    flag : str
-        Its option, for the messages.
-    inputs : dict
-        Option -> path (or None) of every file the command reads.
+    """Refuse an output ``path`` (option ``flag``) that is one of ``inputs`` (option -> path) or
+    cannot be written, before any work.
     """
     for name, given in inputs.items():
         if given is not None and _same_file(path, given):

@@ -1,9 +1,7 @@
-"""Data for sequence labelling: a synthetic HMM, and readers for the OCR
-letters, the Qian & Sejnowski protein files and CoNLL column files.
+"""Data for sequence labelling: a synthetic HMM, and readers for the OCR letters, the Qian &
+Sejnowski protein files and CoNLL column files.
 
-Everything here is numpy and pandas: arrays come back flat, one row per
-position, with ``lengths (m,)`` giving the rows of each sequence in order, the
-layout every structboost objective and metric takes.
+Arrays come back flat, one row per position, with ``lengths (m,)``.
 """
 
 from dataclasses import dataclass
@@ -108,16 +106,7 @@ class SequenceData:
         return offsets_from_lengths(self.lengths)
 
     def subset(self, mask):
-        """The data of the sequences selected by ``mask``, each kept whole, in order.
-
-        Parameters
-        ----------
-        mask : array-like of bool, shape (m,)
-
-        Returns
-        -------
-        SequenceData
-        """
+        """The data of the sequences selected by ``mask (m,)`` bool, each kept whole, in order."""
         mask = np.asarray(mask)
         if mask.dtype != bool or mask.shape != (self.n_sequences,):
             raise ValueError(
@@ -172,23 +161,18 @@ def make_hmm_sequences(
 ):
     """Sample labelled sequences from the HMM of Dietterich et al. (2008, s. 7.3).
 
-    The observations are split into ``n_labels`` equal blocks. Label ``l``
-    emits a symbol drawn uniformly from its own block with probability
-    ``emission``, otherwise uniformly from the other blocks. A label repeats
-    with probability ``stay`` and moves to each other label with probability
-    ``(1 - stay) / (n_labels - 1)``; the first label is uniform (the chain's
-    stationary distribution). The defaults are the paper's: 3 labels, 24
-    symbols, 0.6 and 0.6. A larger ``stay`` (e.g. 0.9) makes the label
-    transitions matter more.
+    The observations form ``n_labels`` equal blocks; label ``l`` emits
+    uniformly from its own block with probability ``emission``, else from the
+    others. A label repeats with probability ``stay`` and otherwise moves
+    uniformly; the first label is uniform. The defaults are the paper's.
 
     Parameters
     ----------
     n_sequences : int
         Number of sequences ``m``.
     length : int, (int, int) tuple or array-like of int
-        Length of every sequence; a tuple ``(low, high)`` draws each length
-        uniformly from ``low..high`` (inclusive); an array (not a tuple) gives
-        the ``n_sequences`` lengths.
+        Every sequence's length; ``(low, high)`` draws each from ``low..high``;
+        an array (not a tuple) gives the ``n_sequences`` lengths.
     n_labels : int
         Number of labels ``K >= 2``.
     n_observations : int
@@ -199,21 +183,16 @@ def make_hmm_sequences(
         Probability of emitting from the label's own block.
     window : int
         Half-width ``w``: each row holds the one-hot symbols of positions
-        ``t - w .. t + w`` side by side, all zeros where that position lies
-        outside the sequence. The paper's "window size" is ``2 w + 1`` (it
-        encodes each position with 25 indicators, presumably one for
-        "outside"; here those blocks are zero instead).
+        ``t - w .. t + w`` (zeros outside the sequence); the paper's window
+        size is ``2 w + 1``.
     random_state : None, int or numpy.random.Generator
-        Seed; the same seed gives the same data.
 
     Returns
     -------
     X : (n, (2 * window + 1) * n_observations) float64 ndarray
         Block ``j`` holds the one-hot symbol at offset ``j - window``.
     y : (n,) int64 ndarray
-        Labels ``0..n_labels - 1``.
     lengths : (m,) int64 ndarray
-        Rows per sequence.
     """
     for name, value, low in (("n_sequences", n_sequences, 1), ("n_labels", n_labels, 2),
                              ("n_observations", n_observations, 1), ("window", window, 0)):
@@ -263,18 +242,16 @@ def load_ocr(path, dtype=np.float64):
     Parameters
     ----------
     path : str or path-like
-        The ``letters.npz`` file or the folder holding it. The file holds
-        ``pixels (n, 128)``, ``labels (n,)``, ``lengths (m,)`` and
-        ``folds (m,)``.
+        The file (``pixels (n, 128)``, ``labels (n,)``, ``lengths (m,)``,
+        ``folds (m,)``) or the folder holding it.
     dtype : numpy dtype
-        Type of ``X`` (the pixels are 0/1; ``numpy.uint8`` saves memory).
+        Type of ``X`` (the pixels are 0/1).
 
     Returns
     -------
     SequenceData
-        ``X (n, 128)`` pixels of the 16 x 8 images in row-major order, ``y``
-        letters 0..25 (``label_names`` ``'a'..'z'``), ``lengths`` letters per
-        word, ``folds`` the fold 0..9 of every word.
+        ``X (n, 128)`` pixels of the 16 x 8 images, row-major; ``y`` letters
+        0..25; ``folds`` 0..9 per word.
     """
     path = Path(path)
     if path.is_dir():
@@ -321,9 +298,8 @@ def ocr_split(data, test_folds, valid_folds=()):
     data : SequenceData
         With ``folds``, e.g. from :func:`load_ocr`.
     test_folds : int or sequence of int
-        Folds of the test set.
     valid_folds : int or sequence of int
-        Folds of the validation set; may be empty.
+        May be empty.
 
     Returns
     -------
@@ -336,8 +312,7 @@ def ocr_split(data, test_folds, valid_folds=()):
     Examples
     --------
     The 10-fold protocol of Chen et al. (2015): ``ocr_split(data, k)`` for
-    ``k`` in 0..9. The "small train" protocol: train on fold 0,
-    ``ocr_split(data, test_folds=range(1, 10))``.
+    ``k`` in 0..9; train on fold 0: ``ocr_split(data, test_folds=range(1, 10))``.
     """
     if data.folds is None:
         raise ValueError("data has no folds: build it with folds=... to split by fold.")
@@ -364,11 +339,9 @@ def ocr_split(data, test_folds, valid_folds=()):
 def read_protein_qs(path):
     """Read a Qian & Sejnowski (1988) protein secondary-structure file.
 
-    The format: ``#`` comment lines and blank lines are skipped; ``<>`` starts
-    a protein; ``end`` or ``<end>`` ends one, though a protein may also end
-    where the next ``<>`` begins or at the end of the file; every other line
-    is ``RESIDUE LABEL``, a one-letter amino-acid code and ``h`` (helix),
-    ``e`` (strand) or ``_`` (coil).
+    ``#`` comments and blank lines are skipped; ``<>`` starts a protein, which
+    ends at ``end``, ``<end>``, the next ``<>`` or the end of the file; other
+    lines are ``RESIDUE LABEL`` (``h``, ``e`` or ``_``).
 
     Parameters
     ----------
@@ -379,7 +352,6 @@ def read_protein_qs(path):
     residues : (n,) ndarray of str
         One-letter codes, proteins concatenated.
     labels : (n,) ndarray of str
-        ``"h"``, ``"e"`` or ``"_"`` per residue.
     lengths : (m,) int64 ndarray
         Residues per protein, in file order.
     """
@@ -442,31 +414,25 @@ def read_conll(
 ):
     """Read a CoNLL column file (CoNLL-2000 chunking, CoNLL-2003 NER).
 
-    One token per line, fields separated by whitespace; a blank line ends a
-    sentence. ``-DOCSTART-`` lines (document boundaries) are skipped and also
-    end a sentence. Leading and trailing whitespace is ignored, and so is a
-    byte-order mark at the start of the file.
+    One token per line, whitespace-separated fields; a blank line or a
+    ``-DOCSTART-`` line ends a sentence. A byte-order mark is ignored.
 
     Parameters
     ----------
     path : str or path-like
     columns : sequence of str
-        Names of the fields of every token line, in order. CoNLL-2003 English:
-        ``("token", "pos", "chunk", "tag")``; CoNLL-2000: three columns.
+        Names of the fields of every token line, in order (CoNLL-2000: three).
     encoding : str
-        Text encoding (the German CoNLL-2003 files are ``"latin-1"``); a
-        file that is not valid in it raises a ``ValueError`` naming the
-        file and line.
+        Text encoding (German CoNLL-2003: ``"latin-1"``); invalid text raises
+        ``ValueError`` naming the file and line.
     line_numbers : bool
-        Add a ``line`` column: the 1-based line of every token in the file,
-        for error messages that point into it.
+        Add a ``line`` column: the 1-based line of every token.
 
     Returns
     -------
     pandas.DataFrame
-        One row per token: ``sentence`` (int64 id 0, 1, ... in file order),
-        the named columns (strings) and, with ``line_numbers``, ``line``.
-        Sentence lengths are ``numpy.bincount(df["sentence"])``.
+        One row per token: ``sentence`` (int64 id in file order), the named
+        columns (strings) and, with ``line_numbers``, ``line``.
 
     Examples
     --------
@@ -527,24 +493,19 @@ def read_conll(
 def convert_tags(tags, source, target, lengths=None):
     """Rewrite chunk tags from one scheme to another ("iob1", "iob2", "bioes").
 
-    The chunks are read from ``tags`` with conlleval's rules (see
-    :func:`structboost.metrics.extract_spans`) and written out in ``target``.
-    Converting a scheme to itself puts ill-formed sequences into canonical
-    form (e.g. a leading ``I-PER`` in IOB2 becomes ``B-PER``).
+    Chunks are read with conlleval's rules (:func:`structboost.metrics.extract_spans`);
+    converting a scheme to itself puts ill-formed sequences in canonical form.
 
     Parameters
     ----------
     tags : array-like of str, shape (n,)
-        Tags of one sentence, or of several sentences back to back with
-        ``lengths``.
+        Tags of one sentence, or of several back to back with ``lengths``.
     source, target : {"iob1", "iob2", "bioes"}
         IOB1 opens a chunk with ``B-`` only right after a chunk of the same
-        type; IOB2 opens every chunk with ``B-``; BIOES also closes chunks with
-        ``E-`` and writes one-token chunks as ``S-``.
+        type; IOB2 opens every chunk with ``B-``; BIOES also closes with ``E-``
+        and writes one-token chunks as ``S-``.
     lengths : array-like of int, shape (m,), optional
-        Tokens per sentence; ``None`` means one sentence. It matters for IOB1
-        (a sentence's first chunk never takes ``B-``) and keeps chunks from
-        crossing sentences.
+        Tokens per sentence; ``None``: one sentence.
 
     Returns
     -------

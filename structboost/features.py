@@ -1,51 +1,20 @@
 """Per-position features for sequences: sliding windows and missing values.
 
-Both transformers follow scikit-learn's conventions (``fit`` / ``transform``
-/ ``get_feature_names_out``, fitted state ending in ``_``) and take the data
-every structboost function takes: flat rows, one per position, with the
-sequence boundaries given as ``lengths`` (rows per sequence) or ``groups``
-(a per-row sequence id).
+Both transformers follow scikit-learn's conventions and take flat rows, one
+per position, with sequence boundaries as ``lengths`` or ``groups``.
 
-Missing values and the engines
-------------------------------
-Dietterich et al. (2008, s. 6-7.4) compare four ways for regression trees to
-handle a missing input: C4.5 instance weighting, CART surrogate splits,
-imputation and indicator features. Neither XGBoost nor LightGBM has the
-first two. What they do instead ("native" here) is learn a *default
-direction* per split: while a split on feature ``j`` is scored, the rows
-missing ``j`` are tried once in the left child and once in the right, and the
-side with the larger gain is stored in the node. At prediction a row missing
-``j`` follows that stored side (XGBoost's sparsity-aware split finding;
-LightGBM's ``use_missing=true``, its default, does the same for NaN).
+Missing values: XGBoost and LightGBM have neither C4.5 instance weighting nor
+CART surrogate splits (Dietterich et al. 2008); each split instead learns a
+*default direction* for rows missing its feature, chosen by the training
+loss ("native"). A feature never missing in training gets a fixed default,
+so train with missing values where they will occur. Imputation and indicator
+features work with every engine (:class:`MissingValues`).
 
-- Against instance weighting: C4.5 sends a missing row down *both* children
-  with weights ``n_left / n`` and ``n_right / n`` and averages the two
-  subtrees' predictions; it assumes values are missing at random and that a
-  missing row behaves like the observed ones. The default direction sends
-  all missing rows of a node to *one* child, chosen by the training loss, so
-  "missing" becomes a value of its own that joins one side of each split.
-  That is an indicator feature folded into every split, without the extra
-  column, rather than a marginalisation.
-- Against surrogate splits: no other feature stands in for the missing one.
-  On one-hot windows (proteins, letters) the paper found surrogates useless
-  anyway, since no other column predicts the missing residue.
-- Where the training data has no missing value of a feature, the stored
-  direction is a fixed default (LightGBM reads NaN as 0 then), so values
-  missing only at test time are handled like a constant imputation. Train
-  with missing values where they will occur.
-- Imputation and indicators work with every engine: strategies
-  ``"impute"`` and ``"indicator"`` of :class:`MissingValues`.
-
-XGBoost reads the entries *absent* from a scipy sparse matrix as missing, not
-as zero, so a sparse window's padding and a one-hot block's zeros both take
-the default direction; on 0/1 features this is the same split as "0 vs 1".
-The estimators read a zero that the matrix stores explicitly the same way,
-and sum duplicate entries (:func:`canonical_sparse`, applied to every sparse
-input of ``fit`` and ``predict``), so their results depend on the matrix's
-values, never on how scipy stores them. The functions that take a booster
-(:func:`structboost.predict`, ...) read data as the engine read the training
-``DMatrix``: XGBoost takes a stored zero as the value 0. LightGBM reads every
-zero of a sparse matrix, stored or not, as 0.
+XGBoost reads entries *absent* from a scipy sparse matrix as missing (on 0/1
+features the same split as "0 vs 1"). The estimators read a stored zero the
+same way and sum duplicate entries (:func:`canonical_sparse`); the functions
+that take a booster (:func:`structboost.predict`, ...) read data as the
+engine does: XGBoost takes a stored zero as 0, LightGBM every zero as 0.
 """
 
 import numbers
@@ -67,12 +36,8 @@ STRATEGIES = ("native", "impute", "indicator")
 def canonical_sparse(X):
     """``X`` with its duplicate entries summed and its stored zeros dropped.
 
-    A scipy sparse matrix may hold an entry twice (its value is the sum) or
-    store a zero; the engines would read those differently from the same
-    matrix in canonical form (XGBoost takes a stored zero as the value 0, an
-    absent entry as missing). Anything but a CSR or CSC matrix, and a matrix
-    already canonical without stored zeros, is returned as it is; otherwise
-    a canonical copy, never changing the caller's matrix.
+    Anything but CSR or CSC, and a matrix already canonical without stored
+    zeros, is returned as it is; otherwise a canonical copy.
 
     Parameters
     ----------
@@ -119,9 +84,8 @@ def _input_names(X):
 
 
 def _dense_values(X, fill=None):
-    """Values of a numeric DataFrame or array-like as a 2-D numpy array.
-
-    With ``fill`` given, the dtype is one that also holds ``fill``.
+    """Values of a numeric DataFrame or array-like as a 2-D array (a dtype that also holds ``fill``,
+    if given).
     """
     if isinstance(X, pd.DataFrame):
         bad = [str(c) for c, dt in X.dtypes.items()
@@ -220,23 +184,18 @@ def window_sources(lengths, half_width):
 class SlidingWindow(TransformerMixin, BaseEstimator):
     """Features of the positions ``t - w`` to ``t + w`` side by side, per sequence.
 
-    Row ``t`` of the output holds the input rows ``t - w, ..., t + w`` of its
-    own sequence, offset by offset: output column ``j * d + c`` is input
-    feature ``c`` at offset ``j - w``, named ``"<name>(t<offset>)"`` (``x3(t-1)``,
-    ``x3(t)``, ``x3(t+1)``) so that feature importances stay readable (no
-    brackets: XGBoost and LightGBM reject them in feature names). A
-    window never reaches into a neighbouring sequence: positions outside the
-    sequence take ``fill``.
+    Output column ``j * d + c`` is input feature ``c`` at offset ``j - w``,
+    named ``"<name>(t<offset>)"`` (``x3(t-1)``, ``x3(t)``, ``x3(t+1)``; no
+    brackets, which the engines reject). Positions outside the sequence take
+    ``fill``.
 
     Parameters
     ----------
     half_width : int
-        ``w >= 0``; the window holds ``2 w + 1`` positions (Dietterich et
-        al.'s window of 11 is ``half_width=5``).
+        ``w >= 0``; the window holds ``2 w + 1`` positions.
     fill : float
-        Value of positions outside the sequence. The default NaN makes them
-        missing, so a GBDT learns where they go (see the module notes). A
-        scipy sparse input stays sparse and then needs ``fill=0``.
+        Value of positions outside the sequence; NaN (default) makes them
+        missing. A scipy sparse input stays sparse and needs ``fill=0``.
 
     Attributes
     ----------
@@ -266,6 +225,13 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         if isinstance(self.fill, bool) or not isinstance(self.fill, numbers.Real):
             raise ValueError(f"fill must be a real number (NaN for missing); got {self.fill!r}.")
 
+    def _check_sparse_fill(self):
+        if self.fill != 0:
+            raise ValueError(
+                f"a sparse X stays sparse, so positions outside a sequence must be 0; got "
+                f"fill={self.fill!r}. Pass fill=0 or a dense X."
+            )
+
     def fit(self, X, y=None, *, lengths=None, groups=None):
         """Record the number (and names) of the input features.
 
@@ -274,8 +240,7 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         X : array-like, DataFrame or scipy sparse matrix, shape (n, d)
         y : ignored
         lengths, groups : optional
-            Accepted (and validated when given) for symmetry with
-            :meth:`transform`.
+            Validated when given, as in :meth:`transform`.
 
         Returns
         -------
@@ -283,11 +248,8 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         """
         self._check_params()
         X = _as_2d(X)
-        if sp.issparse(X) and self.fill != 0:
-            raise ValueError(
-                f"a sparse X stays sparse, so positions outside a sequence must be 0; got "
-                f"fill={self.fill!r}. Pass fill=0 or a dense X."
-            )
+        if sp.issparse(X):
+            self._check_sparse_fill()
         _record_input(self, X)
         if lengths is not None or groups is not None:
             resolve_lengths(X.shape[0], groups=groups, lengths=lengths)
@@ -303,15 +265,13 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         lengths : (m,) array-like of int, optional
             Rows per sequence.
         groups : (n,) array-like, optional
-            Per-row sequence id (rows of a sequence contiguous); give this or
-            ``lengths``.
+            Per-row sequence id (rows of a sequence contiguous); this or ``lengths``.
 
         Returns
         -------
         ndarray, DataFrame or scipy sparse CSR, shape (n, (2w + 1) d)
-            A DataFrame (same index, columns named by offset) for a DataFrame
-            input; CSR for a sparse one. The dtype is the input's when it holds
-            ``fill``, else the promotion of both (NaN makes integers float).
+            Of the input's kind; the input's dtype when it holds ``fill``, else
+            the promotion of both.
         """
         check_is_fitted(self, "n_features_in_")
         self._check_params()
@@ -332,11 +292,7 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         return out
 
     def _transform_sparse(self, X, sources, inside):
-        if self.fill != 0:
-            raise ValueError(
-                f"a sparse X stays sparse, so positions outside a sequence must be 0; got "
-                f"fill={self.fill!r}. Pass fill=0 or a dense X."
-            )
+        self._check_sparse_fill()
         X = X.tocsr()
         n = X.shape[0]
         blocks = []
@@ -355,16 +311,8 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         )
 
     def get_feature_names_out(self, input_features=None):
-        """Output names ``"<name>[<offset>]"``, offset by offset.
-
-        Parameters
-        ----------
-        input_features : array-like of str, optional
-            Defaults to ``feature_names_in_``, else ``x0, x1, ...``.
-
-        Returns
-        -------
-        (d (2w + 1),) ndarray of str
+        """Output names ``"<name>(t<offset>)"`` ``(d (2w + 1),)``, offset by offset
+        (``input_features`` default as sklearn's).
         """
         names = _default_names(self, input_features)
         return np.asarray(
@@ -377,27 +325,22 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
 class MissingValues(TransformerMixin, BaseEstimator):
     """Missing-value handling for boosted trees: native, imputation or indicators.
 
-    A *variable* is either one column or a block of columns listed in
-    ``groups_of_columns`` (e.g. the 20 one-hot indicators of a residue). A
-    row misses a variable when any of its columns is NaN.
+    A *variable* is one column or a block of columns in ``groups_of_columns``
+    (e.g. a residue's 20 one-hot indicators); a row misses it when any of its
+    columns is NaN. Impute and indicator need dense input.
 
     Parameters
     ----------
     strategy : {"native", "impute", "indicator"}
-        - ``"native"``: leave NaN in place for the engine's learned default
-          direction (see the module notes); ``transform`` returns ``X``.
-        - ``"impute"``: replace a missing variable by its most frequent value
-          in the training data; for a block, its most frequent complete row
-          (for one-hot blocks, the most frequent category), written over the
-          whole block.
-        - ``"indicator"``: set the missing entries to ``fill_value`` and append
-          one 0/1 column per variable, named ``"<variable>_missing"``, that is 1
-          where the variable was missing.
+        - ``"native"``: leave NaN for the engine's default direction;
+          ``transform`` returns ``X``.
+        - ``"impute"``: write the variable's most frequent complete training
+          value (row of the block) over it.
+        - ``"indicator"``: set missing entries to ``fill_value`` and append one
+          0/1 column ``"<variable>_missing"`` per variable.
     groups_of_columns : dict or sequence of sequences, optional
-        Blocks of columns that form one variable: ``{"residue": [0, ..., 19]}``
-        or ``[[0, ..., 19], ...]`` (then named ``group0``, ...). Columns are
-        indices or, for a DataFrame, names. Blocks are disjoint; every other
-        column is a variable of its own.
+        ``{"residue": [0, ..., 19]}`` or ``[[0, ..., 19], ...]`` (named
+        ``group0``, ...); indices or DataFrame names; disjoint blocks.
     fill_value : float
         Value written over missing entries by ``"indicator"``.
 
@@ -407,15 +350,9 @@ class MissingValues(TransformerMixin, BaseEstimator):
     feature_names_in_ : (d,) ndarray of str
         Only when fitted on a DataFrame.
     variables_ : list of (str, (c,) int64 ndarray)
-        Name and column indices of every variable, in order of first column.
+        Name and columns of every variable, in order of first column.
     statistics_ : list of (c,) float64 ndarray
         ``"impute"`` only: the value written over each missing variable.
-
-    Notes
-    -----
-    Impute and indicator work on dense arrays and DataFrames (for a sparse
-    matrix, absent entries and missing ones cannot be told apart); native
-    passes anything through.
     """
 
     def __init__(self, strategy="native", groups_of_columns=None, fill_value=0.0):
@@ -483,7 +420,7 @@ class MissingValues(TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like or DataFrame, shape (n, d)
-            Training features, NaN where missing.
+            NaN where missing.
         y : ignored
 
         Returns
@@ -492,11 +429,8 @@ class MissingValues(TransformerMixin, BaseEstimator):
         """
         self._check_params()
         X = _as_2d(X)
-        if self.strategy != "native" and sp.issparse(X):
-            raise ValueError(
-                f"strategy={self.strategy!r} needs a dense X (NaN marks a missing entry); "
-                "pass X.toarray() or use strategy='native'."
-            )
+        if self.strategy != "native":
+            self._check_dense(X)
         _record_input(self, X)
         self.variables_ = self._resolve_variables(getattr(self, "feature_names_in_", None))
         if self.strategy == "impute":
@@ -506,6 +440,13 @@ class MissingValues(TransformerMixin, BaseEstimator):
         elif hasattr(self, "statistics_"):
             del self.statistics_
         return self
+
+    def _check_dense(self, X):
+        if sp.issparse(X):
+            raise ValueError(
+                f"strategy={self.strategy!r} needs a dense X (NaN marks a missing entry); "
+                "pass X.toarray() or use strategy='native'."
+            )
 
     @staticmethod
     def _most_frequent(values, name, cols):
@@ -520,18 +461,13 @@ class MissingValues(TransformerMixin, BaseEstimator):
         return patterns[np.argmax(counts)]
 
     def transform(self, X):
-        """Apply the strategy.
-
-        Parameters
-        ----------
-        X : array-like or DataFrame, shape (n, d)
+        """Apply the strategy to ``X (n, d)``.
 
         Returns
         -------
         ndarray or DataFrame
-            ``X`` itself for ``"native"``; shape ``(n, d)`` float for
-            ``"impute"``, ``(n, d + number of variables)`` for
-            ``"indicator"`` (a DataFrame keeps its index and names).
+            ``X`` itself for ``"native"``; ``(n, d)`` float for ``"impute"``;
+            ``(n, d + number of variables)`` for ``"indicator"``.
         """
         check_is_fitted(self, "variables_")
         self._check_params()
@@ -539,11 +475,7 @@ class MissingValues(TransformerMixin, BaseEstimator):
         _check_names(self, X)
         if self.strategy == "native":
             return X
-        if sp.issparse(X):
-            raise ValueError(
-                f"strategy={self.strategy!r} needs a dense X (NaN marks a missing entry); "
-                "pass X.toarray() or use strategy='native'."
-            )
+        self._check_dense(X)
         values = _dense_values(X)
         values = values.astype(np.result_type(values.dtype, np.float32))  # a copy
         missing = np.stack(
@@ -561,12 +493,7 @@ class MissingValues(TransformerMixin, BaseEstimator):
         return out
 
     def get_feature_names_out(self, input_features=None):
-        """The input names, plus ``"<variable>_missing"`` for ``"indicator"``.
-
-        Returns
-        -------
-        ndarray of str
-        """
+        """The input names, plus ``"<variable>_missing"`` for ``"indicator"``."""
         check_is_fitted(self, "variables_")
         names = _default_names(self, input_features)
         if self.strategy != "indicator":

@@ -1,19 +1,13 @@
 """Sequence-labelling metrics: token and sequence accuracy, CoNLL span scores.
 
-Every function takes the labels either flat, sequences concatenated
-(``(n,)``, with ``lengths`` where sentences matter), or as the estimators
-return them for a list of sequences: a list of label lists, whose lengths
-are then the sentence boundaries. The ``flat_*`` functions are
-sklearn-crfsuite's (``sklearn_crfsuite.metrics``): scikit-learn's token
-metrics on the concatenated labels, with its keyword arguments, so
-``make_scorer(flat_f1_score, average="weighted", labels=labels)`` scores a
-model selection over sequences.
-
-Span scores follow the CoNLL evaluation script ``conlleval``: a predicted
-chunk counts as correct only when its start, end and type all match a true
-chunk, and chunks are read from the tags with conlleval's rules (see
-:func:`extract_spans`), so IOB1 files are scored as they are, without
-conversion, and ill-formed sequences are scored rather than rejected.
+Labels come flat (``(n,)``, with ``lengths`` where sentences matter) or as
+a list of label lists. The ``flat_*`` functions are sklearn-crfsuite's:
+scikit-learn's token metrics on the concatenated labels, so
+``make_scorer(flat_f1_score, average="weighted", labels=labels)`` works in
+model selection. Span scores follow ``conlleval``: a chunk is correct when
+start, end and type match, with chunks read by conlleval's rules
+(:func:`extract_spans`), so IOB1 is scored as is and ill-formed sequences
+are scored, not rejected.
 """
 
 from collections import Counter
@@ -85,16 +79,8 @@ def _paired(y_true, y_pred):
 
 
 def token_accuracy(y_true, y_pred):
-    """Fraction of rows (tokens, letters, residues) whose label is right.
-
-    Parameters
-    ----------
-    y_true, y_pred : array-like, shape (n,), or list of label lists
-        Labels of any comparable type (ints, tag strings).
-
-    Returns
-    -------
-    accuracy : float
+    """Fraction of rows whose label is right; ``y_true``, ``y_pred`` ``(n,)`` or lists of label
+    lists.
     """
     true, pred, _ = _flat(y_true, y_pred)
     true, pred = _paired(true, pred)
@@ -107,9 +93,8 @@ def sequence_accuracy(y_true, y_pred, lengths=None):
     Parameters
     ----------
     y_true, y_pred : array-like, shape (n,), or list of label lists
-        Labels, sequences concatenated (or one list per sequence).
     lengths : array-like of int, shape (m,), optional
-        Rows per sequence, in row order; needed for flat labels.
+        Rows per sequence; needed for flat labels.
 
     Returns
     -------
@@ -129,33 +114,26 @@ def sequence_accuracy(y_true, y_pred, lengths=None):
 def extract_spans(tags, scheme="iob2", lengths=None, tag_names=None):
     """Chunks of a tag sequence, read with conlleval's rules.
 
-    A chunk starts at ``B-`` (or BIOES ``S-``), at an ``I-``/``E-`` that
-    follows ``O`` or a closed chunk, or where the type changes; it ends before
-    ``B-``, ``S-`` or ``O``, after ``E-`` or ``S-``, or where the type changes.
-    So IOB1 and IOB2 read the same way, and ill-formed sequences still yield
-    chunks: a leading ``I-PER`` opens one, as in conlleval (seqeval's strict
-    mode drops it instead).
+    A chunk starts at ``B-`` (or ``S-``), at an ``I-``/``E-`` after ``O`` or a
+    closed chunk, or where the type changes; it ends before ``B-``, ``S-`` or
+    ``O``, after ``E-`` or ``S-``, or where the type changes. IOB1 and IOB2 read
+    alike, and a leading ``I-PER`` opens a chunk (as in conlleval).
 
     Parameters
     ----------
     tags : array-like, shape (n,), or list of tag lists
-        ``"O"`` or ``"P-TYPE"`` with a prefix legal in ``scheme``; a list of
-        tag lists gives the sentences (positions still index the
-        concatenation).
+        ``"O"`` or ``"P-TYPE"`` with a prefix legal in ``scheme``; positions
+        index the concatenation.
     scheme : {"iob2", "iob1", "bioes"}
-        Decides which prefixes are legal (``B``, ``I``; plus ``E``, ``S`` in
-        BIOES).
     lengths : array-like of int, shape (m,), optional
-        Tokens per sentence when ``tags`` holds several sentences back to back;
-        chunks never cross a sentence boundary. ``None``: one sentence.
+        Tokens per sentence; chunks never cross a sentence. ``None``: one.
     tag_names : sequence of str, optional
         Decode integer ``tags`` as ``tag_names[tags]``.
 
     Returns
     -------
     spans : list of (str, int, int)
-        ``(type, start, end)`` per chunk, in order; the chunk covers
-        ``tags[start:end]`` (end exclusive; positions index the flat array).
+        ``(type, start, end)`` per chunk, in order, ``end`` exclusive.
 
     Examples
     --------
@@ -181,30 +159,24 @@ def _scores(n_correct, n_predicted, n_true):
 
 
 def span_prf(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
-    """Precision, recall and F1 of chunks, per type and overall (CoNLL semantics).
-
-    A predicted chunk is correct when a true chunk has the same start, end and
-    type. Chunks are read from the tags by :func:`extract_spans` (conlleval's
-    rules). Scores with a zero denominator are 0, as in conlleval.
+    """Precision, recall and F1 of chunks, per type and overall (CoNLL semantics; zero denominators
+    give 0).
 
     Parameters
     ----------
     y_true, y_pred : array-like, shape (n,), or list of tag lists
-        Tags (or integer codes with ``tag_names``), sentences concatenated,
-        or one list per sentence (the estimators' output for a list of
-        sequences).
+        Tags (or integer codes with ``tag_names``).
     lengths : array-like of int, shape (m,), optional
         Tokens per sentence. ``None``: one sentence, or the lists' lengths.
     scheme : {"iob2", "iob1", "bioes"}
     tag_names : sequence of str, optional
-        Decode integer labels as ``tag_names[label]``.
 
     Returns
     -------
     scores : pandas.DataFrame
-        One row per chunk type (sorted) and a last row ``"overall"`` (micro
-        average); columns ``precision``, ``recall``, ``f1`` (fractions),
-        ``support`` (true chunks), ``predicted`` and ``correct`` (chunk counts).
+        One row per chunk type (sorted) and ``"overall"`` (micro average);
+        columns ``precision``, ``recall``, ``f1``, ``support``, ``predicted``,
+        ``correct``.
     """
     scheme = check_scheme(scheme)
     y_true, y_pred, lengths = _flat(y_true, y_pred, lengths)
@@ -232,20 +204,7 @@ def span_prf(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
 
 
 def span_report(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
-    """Chunk scores as text, laid out like conlleval's output.
-
-    Parameters
-    ----------
-    y_true, y_pred, lengths, scheme, tag_names
-        As in :func:`span_prf`.
-
-    Returns
-    -------
-    report : str
-        A header line with token and chunk counts, the overall token accuracy
-        and chunk precision, recall and F1 (in percent), then one line per
-        chunk type ending with the number of predicted chunks of that type.
-    """
+    """Chunk scores as text laid out like conlleval's output (arguments as :func:`span_prf`)."""
     scheme = check_scheme(scheme)
     y_true, y_pred, lengths = _flat(y_true, y_pred, lengths)
     true = as_tags(y_true, tag_names)
@@ -304,14 +263,5 @@ flat_classification_report = _token_metric(_sk.classification_report)
 
 
 def sequence_accuracy_score(y_true, y_pred):
-    """sklearn-crfsuite's name of :func:`sequence_accuracy` for lists of label lists.
-
-    Parameters
-    ----------
-    y_true, y_pred : list of label lists
-
-    Returns
-    -------
-    accuracy : float
-    """
+    """sklearn-crfsuite's name of :func:`sequence_accuracy` for lists of label lists."""
     return sequence_accuracy(y_true, y_pred)

@@ -1,9 +1,5 @@
-"""Sequence boundaries and node potentials over flat rows, validated once.
-
-All of structboost describes a batch of sequences as flat rows plus
-``lengths (m,)``, the number of rows of each sequence in row order. These
-helpers turn the other common descriptions into that one and raise a
-``ValueError`` that names the problem and the fix.
+"""Sequence boundaries and node potentials over flat rows, validated once: every other description
+turned into ``lengths (m,)``.
 """
 
 import numpy as np
@@ -24,19 +20,7 @@ def check_unary(unary):
 
 
 def check_lengths(lengths, n_rows):
-    """Validate sequence lengths against a row count.
-
-    Parameters
-    ----------
-    lengths : array-like of int, shape (m,)
-        Rows per sequence, in row order.
-    n_rows : int
-        Number of rows the lengths must cover.
-
-    Returns
-    -------
-    lengths : (m,) int64 ndarray
-    """
+    """Validated ``(m,)`` int64 rows per sequence covering ``n_rows`` rows."""
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise ValueError(f"lengths must be 1-D (one entry per sequence); got shape {arr.shape}.")
@@ -72,22 +56,19 @@ def offsets_from_lengths(lengths):
 
 
 def sequence_blocks(offsets, max_rows):
-    """Split a batch into consecutive blocks of whole sequences.
+    """Split a batch into consecutive blocks of whole sequences of at most ``max_rows`` rows (a
+    longer sequence alone).
 
     Parameters
     ----------
     offsets : (m + 1,) int64
-        Row offsets (:func:`offsets_from_lengths`).
     max_rows : int
-        Rows a block may hold; a sequence longer than that is a block by
-        itself.
 
     Returns
     -------
     (b + 1,) int64
-        Sequence boundaries: block ``j`` holds sequences
-        ``bounds[j]:bounds[j + 1]``. A batch without sequences is one empty
-        block (``[0, 0]``).
+        Block ``j`` holds sequences ``bounds[j]:bounds[j + 1]``; no sequences:
+        ``[0, 0]``.
     """
     m = offsets.shape[0] - 1
     bounds = [0]
@@ -125,12 +106,8 @@ def _missing(values):
 
 
 def check_values(values, name, what):
-    """Refuse missing (None, NaN, NaT) or mixed-type entries of a 1-D array.
-
-    Ids and labels are compared and sorted: NaN equals nothing (a NaN
-    sequence id would start a new sequence on every row) and values of
-    different types do not sort. ``name`` (the argument) and ``what`` (one
-    entry) go into the message.
+    """Refuse missing (None, NaN, NaT) or mixed-type entries of a 1-D array (``name``, ``what`` for
+    the message).
     """
     missing = _missing(values)
     if missing.any():
@@ -152,18 +129,8 @@ def check_values(values, name, what):
 
 
 def lengths_from_groups(groups):
-    """Turn a per-row sequence id into lengths.
-
-    Parameters
-    ----------
-    groups : array-like, shape (n,)
-        Sequence id of every row. The rows of a sequence must be contiguous;
-        ids need not be sorted.
-
-    Returns
-    -------
-    lengths : (m,) int64 ndarray
-        In order of first appearance.
+    """Lengths ``(m,)`` int64, in order of first appearance, of a per-row sequence id ``groups
+    (n,)`` (rows contiguous).
     """
     ids = np.asarray(groups)
     if ids.ndim != 1:
@@ -203,30 +170,14 @@ def resolve_lengths(n_rows, *, groups=None, lengths=None):
 
 
 def weighted_total(weights, values):
-    """``weights @ values`` over sequences, without BLAS: ``(m,)`` by ``(m, ...)``.
-
-    A round sums per-sequence values over tens of thousands of sequences;
-    BLAS would run such a product on its own thread pool (and spin there)
-    beside numba's and the engine's threads. ``np.einsum`` without
-    ``optimize`` runs it on the calling thread.
+    """``weights @ values`` over sequences, ``(m,)`` by ``(m, ...)``, on the calling thread (no BLAS
+    pool).
     """
     return np.einsum("s,s...->...", weights, values)
 
 
 def sequence_weights(row_weight, lengths):
-    """One weight per sequence from per-row weights that are constant within each.
-
-    Parameters
-    ----------
-    row_weight : array-like, shape (n,)
-        Weight of every row; all rows of a sequence must share one value.
-    lengths : (m,) int64 ndarray
-        Validated rows per sequence.
-
-    Returns
-    -------
-    (m,) float64 ndarray
-    """
+    """One weight ``(m,)`` per sequence from per-row weights ``(n,)`` constant within each."""
     w = np.asarray(row_weight, dtype=np.float64)
     n = int(lengths.sum())
     if w.shape != (n,):
@@ -250,12 +201,7 @@ def sequence_weights(row_weight, lengths):
 
 
 def check_labels(labels, n_labels, n_rows):
-    """Validate integer labels ``0..n_labels-1``.
-
-    Returns
-    -------
-    labels : (n,) int64 ndarray
-    """
+    """Validated integer labels ``(n,)`` int64 in ``0..n_labels-1``."""
     arr = np.asarray(labels)
     if arr.ndim != 1 or arr.shape[0] != n_rows:
         raise ValueError(

@@ -1,21 +1,13 @@
 """Chunk tagging of token files: lexical features, a CRF booster and tag schemes together.
 
 :class:`ChunkTagger` is what ``structboost train/predict/evaluate --format
-conll`` run, usable from Python as well. It reads a
-:func:`structboost.datasets.read_conll` DataFrame, turns it into sparse
-lexical window features (:class:`structboost.text.lexical.TokenFeatures`),
-rewrites the tags from the file's scheme (CoNLL-2003: IOB1) into the scheme
-the model learns (IOB2 by default: every chunk opens with ``B-``, so the
-chunk boundaries are labels the CRF sees), trains a CRF classifier
-(:class:`structboost.XGBCRFClassifier` by default) whose decoding is
-constrained to well-formed tag sequences of that scheme, and writes
-predictions back in the file's scheme.
-
-:meth:`ChunkTagger.save` writes one JSON file (see
-:mod:`structboost.model_io`): the tagger's settings, the feature vocabulary
-and the classifier's model file content; :func:`load_tagger` reads it
-without running any code. Taggers pickled by structboost before 0.2 are
-refused with a message asking to retrain.
+conll`` run: a :func:`structboost.datasets.read_conll` DataFrame becomes
+sparse lexical window features (:class:`structboost.text.lexical.TokenFeatures`);
+tags are rewritten from the file's scheme into the one the model learns
+(IOB2 by default), a CRF classifier is trained with decoding constrained to
+well-formed sequences, and predictions are written back in the file's
+scheme. :meth:`ChunkTagger.save` writes one JSON file that
+:func:`load_tagger` reads without running code.
 """
 
 import numpy as np
@@ -112,7 +104,7 @@ class ChunkTagger(BaseEstimator):
             One row per token (:func:`~structboost.datasets.read_conll`).
         dev : pandas.DataFrame, optional
             Development tokens: their CRF NLL is recorded per round and drives
-            the classifier's early stopping (if it has ``early_stopping_rounds``).
+            the classifier's early stopping.
         verbose : int
             Print the metrics every ``verbose`` rounds (0: silent).
 
@@ -147,17 +139,7 @@ class ChunkTagger(BaseEstimator):
         return self
 
     def predict(self, frame):
-        """Tags of every token, in ``scheme``.
-
-        Parameters
-        ----------
-        frame : pandas.DataFrame
-            Tokens (a tag column, if any, is ignored).
-
-        Returns
-        -------
-        (n,) ndarray of str
-        """
+        """Tags ``(n,)`` of every token of ``frame``, in ``scheme`` (a tag column is ignored)."""
         lengths = self._lengths(frame)
         X = self.features_.transform(frame)
         tags = self.classifier_.predict(X, lengths=lengths)
@@ -168,19 +150,8 @@ class ChunkTagger(BaseEstimator):
         return float(self.evaluate(frame).loc["overall", "f1"])
 
     def evaluate(self, frame, report=False):
-        """Span precision, recall and F1 per chunk type and overall.
-
-        Parameters
-        ----------
-        frame : pandas.DataFrame
-            Tokens with their true tags in ``scheme``.
-        report : bool
-            Return conlleval-style text instead of the table.
-
-        Returns
-        -------
-        pandas.DataFrame or str
-            See :func:`structboost.metrics.span_prf` / :func:`~structboost.metrics.span_report`.
+        """Span scores of ``frame``'s true tags: :func:`~structboost.metrics.span_prf`, or with
+        ``report`` :func:`~structboost.metrics.span_report`'s text.
         """
         lengths = self._lengths(frame)
         truth = frame[self.tag_column].to_numpy().astype(str)
@@ -189,12 +160,7 @@ class ChunkTagger(BaseEstimator):
         return scorer(truth, pred, lengths, scheme=self.scheme)
 
     def save(self, path):
-        """Write the fitted tagger to ``path`` as JSON (load with :func:`load_tagger`).
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-        """
+        """Write the fitted tagger to ``path`` as JSON (load with :func:`load_tagger`)."""
         if not isinstance(self.features_, TokenFeatures):
             raise ValueError(
                 f"a tagger with {type(self.features_).__name__} features cannot be written as "
@@ -209,9 +175,8 @@ class ChunkTagger(BaseEstimator):
 
 
 def load_tagger(path):
-    """Read a tagger written by :meth:`ChunkTagger.save`.
-
-    The file is JSON, validated field by field; loading runs no code.
+    """Read a tagger written by :meth:`ChunkTagger.save`, validated field by field; loading runs no
+    code.
 
     Parameters
     ----------

@@ -1,32 +1,19 @@
 """Distributed chain-CRF boosting on Dask with XGBoost.
 
-``xgboost.dask.train`` runs one training process per Dask worker, each on the
-partitions that worker holds; the trees' histograms are summed over the
-workers by XGBoost. The CRF objective on each worker sees only its local
-sequences, so everything the transition step and the metric need is summed
-with XGBoost's collective (:func:`allreduce_sum`, set as the objective's
-``allreduce`` hook): every worker then takes the same transition step from
-the same global statistics, in lockstep (a one-pass round, the default,
-sums once for its step and once for its metric), and early stopping sees
-the global metric. A worker holding no rows (``predt`` of shape ``(0,)``) still takes
-part in every sum with zeros.
+``xgboost.dask.train`` runs one training process per Dask worker on its
+partitions. The CRF objective on each worker sees only its own sequences,
+so the transition step's statistics and the metric are summed with
+XGBoost's collective (:func:`allreduce_sum`, the objective's
+``allreduce``): every worker takes the same step in lockstep and early
+stopping sees the global metric. A worker without rows sums zeros.
 
-Sequences must not straddle partitions: :func:`sequence_dmatrix` checks the
-per-row sequence ids and raises, naming the sequence, when one would be
-split. It passes XGBoost ``qid`` = the global sequence index, increasing
-with the partition index, and keeps each worker's partitions in their
-global order, so XGBoost's worker-local DMatrix needs no re-sort (its
-``qid`` sort is not stable and would reorder the rows of a sequence).
+Sequences must not straddle partitions (:func:`sequence_dmatrix` raises,
+naming the sequence). ``qid`` is the global sequence index and each
+worker's partitions stay in global order, so XGBoost's (unstable) ``qid``
+sort never reorders a sequence's rows.
 
-Prediction (:func:`predict`, :func:`predict_marginals`) takes the margins
-from ``xgboost.dask.inplace_predict`` and decodes each partition where it
-lies, returning a dask collection aligned with the input.
-
-Why not LightGBM: ``lightgbm.dask`` trains with custom objectives, but its
-Python package exposes no collective operation on user arrays (only
-``LGBM_NetworkInit``/``LGBM_NetworkFree``), so the objective cannot sum the
-transition statistics over workers; each worker would refit its own
-transitions from its own sequences.
+Prediction decodes each partition where it lies. LightGBM is not
+supported: its Python package exposes no collective on user arrays.
 """
 
 import copy
@@ -50,28 +37,15 @@ from .xgboost import XGBCRFObjective, kept_rounds, load_state
 
 
 def allreduce_sum(values):
-    """Sum a float64 array over the workers of the running XGBoost collective.
-
-    Parameters
-    ----------
-    values : (p,) array-like
-
-    Returns
-    -------
-    (p,) float64 ndarray
-        The element-wise sum over all workers; ``values`` itself outside a
-        distributed run (XGBoost's collective is then a no-op).
+    """Sum a float64 array ``(p,)`` over the workers of the running XGBoost collective (``values``
+    itself outside one).
     """
     return collective.allreduce(np.ascontiguousarray(values, dtype=np.float64), collective.Op.SUM)
 
 
 def worker_threads():
-    """Threads of the Dask worker running the caller, or None outside a worker.
-
-    A worker process runs its tasks (and ``xgboost.dask`` its training) on
-    that many threads; numba's pool left at its default would take every
-    core of the machine in every worker process, and two worker processes
-    on two cores then oversubscribe them.
+    """Threads of the Dask worker running the caller (its tasks' and XGBoost's), or None outside a
+    worker.
     """
     try:
         from distributed import get_worker
@@ -83,15 +57,12 @@ def worker_threads():
 
 
 class DaskXGBCRFObjective(XGBCRFObjective):
-    """An :class:`~structboost.engines.xgboost.XGBCRFObjective` exact under ``xgboost.dask``.
+    """An :class:`~structboost.engines.xgboost.XGBCRFObjective` exact under ``xgboost.dask`` (build
+    with :func:`distributed_objective`).
 
-    Its CRF objective sums the transition statistics and the metric over
-    the workers (:func:`allreduce_sum`); a worker's empty DMatrix reads as a
-    batch without sequences. Build one with :func:`distributed_objective`.
-    Unless the objective's ``nthread`` was set, its kernels run on the
-    worker's threads (:func:`worker_threads`, as XGBoost's trees do), set
-    when a worker first reads a DMatrix, so no environment variable is
-    needed to keep worker processes from oversubscribing the cores.
+    Its CRF objective sums over the workers (:func:`allreduce_sum`); an empty
+    DMatrix reads as a batch without sequences. Unless ``nthread`` was set,
+    its kernels run on the worker's threads (:func:`worker_threads`).
     """
 
     def __init__(self, crf):
@@ -122,18 +93,13 @@ class DaskXGBCRFObjective(XGBCRFObjective):
 
 
 def distributed_objective(obj):
-    """A copy of a chain-CRF objective that sums its statistics over Dask workers.
+    """A deep copy of a chain-CRF objective (a :class:`DaskXGBCRFObjective`) that sums its
+    statistics over Dask workers.
 
     Parameters
     ----------
     obj : XGBCRFObjective
-        From :func:`structboost.crf_objective` (CPU).
-
-    Returns
-    -------
-    DaskXGBCRFObjective
-        With a deep copy of ``obj``'s CRF objective (its settings and
-        current transitions); ``obj`` itself is left unchanged.
+        From :func:`structboost.crf_objective` (CPU); left unchanged.
     """
     if not isinstance(obj, XGBCRFObjective):
         raise ValueError(
@@ -158,8 +124,8 @@ def split_groups(X, groups):
     ----------
     X : dask DataFrame or dask Array, shape (n, d)
     groups : str, dask Series or dask Array (n,)
-        The name of the DataFrame column holding the sequence id (dropped
-        from the features), or the ids, partitioned like ``X``.
+        A DataFrame column name (dropped from the features), or the ids,
+        partitioned like ``X``.
 
     Returns
     -------
@@ -203,23 +169,17 @@ def _runs(ids):
 
 
 def sequence_layout(ids):
-    """The sequence lengths of every partition, checking that none is split.
+    """The sequence lengths (``(m_i,)`` int64) of every partition, checking that none is split.
 
     Parameters
     ----------
     ids : dask Series or dask Array (n,)
         Per-row sequence id; the rows of a sequence contiguous.
 
-    Returns
-    -------
-    list of (m_i,) int64 ndarray
-        Rows per sequence of each partition, in row order.
-
     Raises
     ------
     ValueError
-        When a sequence's rows lie in more than one partition (or are not
-        contiguous within one), naming the sequence.
+        Naming a sequence whose rows lie in more than one partition.
     """
     runs = dask.compute(*[dask.delayed(_runs)(part) for part in _partitions(ids)])
     firsts = np.concatenate([np.asarray(first, dtype=object) for first, _ in runs])
@@ -244,7 +204,8 @@ def _qid(lengths, start):
 
 
 def sequence_dmatrix(client, X, label=None, *, groups, **kwargs):
-    """An ``xgboost.dask.DaskDMatrix`` whose partitions hold whole sequences.
+    """An ``xgboost.dask.DaskDMatrix`` whose partitions hold whole sequences, ``qid`` the global
+    sequence index.
 
     Parameters
     ----------
@@ -257,15 +218,8 @@ def sequence_dmatrix(client, X, label=None, *, groups, **kwargs):
     groups : str, dask Series or dask Array (n,)
         Per-row sequence id (see :func:`split_groups`).
     **kwargs
-        Other ``DaskDMatrix`` arguments (``base_margin``, ``missing``,
-        ``feature_names``, ``enable_categorical``). Weights are refused:
-        XGBoost's dask interface has no per-group weights.
-
-    Returns
-    -------
-    xgboost.dask.DaskDMatrix
-        With ``qid`` = the global sequence index; each worker's local
-        DMatrix holds whole sequences, in their global order.
+        Other ``DaskDMatrix`` arguments; weights are refused (XGBoost's dask
+        interface has no per-group weights).
     """
     if kwargs.get("weight") is not None:
         raise ValueError(
@@ -318,15 +272,13 @@ def train(
     dtrain : xgboost.dask.DaskDMatrix
         From :func:`sequence_dmatrix`.
     obj : XGBCRFObjective
-        From :func:`structboost.crf_objective`; a distributed copy of it
-        (:func:`distributed_objective`) trains, with its metric and
-        transition callback.
+        From :func:`structboost.crf_objective`; a :func:`distributed_objective`
+        copy trains.
     num_boost_round : int
     evals : list of (DaskDMatrix, str), optional
-        Built with :func:`sequence_dmatrix`; the last drives early stopping.
+        The last drives early stopping.
     early_stopping_rounds : int, optional
     callbacks : sequence of xgboost.callback.TrainingCallback
-        Further callbacks.
     verbose_eval : bool or int
     **kwargs
         Other ``xgboost.dask.train`` arguments (``xgb_model``, ``coll_cfg``).
@@ -334,9 +286,8 @@ def train(
     Returns
     -------
     dict
-        ``{"booster": xgboost.Booster, "history": dict}`` as from
-        ``xgboost.dask.train``; the booster carries the transitions (of the
-        best iteration after early stopping), identical on every worker.
+        ``{"booster": xgboost.Booster, "history": dict}``; the booster carries
+        the transitions (of the best iteration after early stopping).
     """
     dobj = distributed_objective(obj)
     try:
@@ -425,18 +376,16 @@ def predict(client, booster, X, *, groups, decode="viterbi"):
     ----------
     client : distributed.Client or None
     booster : xgboost.Booster
-        Trained by :func:`train` (or any booster carrying CRF transitions).
+        Carrying CRF transitions (e.g. from :func:`train`).
     X : dask DataFrame or dask Array, shape (n, d)
     groups : str, dask Series or dask Array (n,)
-        Per-row sequence id (see :func:`split_groups`); no sequence may
-        span two partitions.
+        Per-row sequence id (see :func:`split_groups`).
     decode : {"viterbi", "marginal"}
         As in :func:`structboost.predict`.
 
     Returns
     -------
     dask Series (DataFrame input, X's index) or dask Array, (n,) int64
-        Partitioned like ``X``.
     """
     if decode not in DECODINGS:
         raise ValueError(f"decode must be one of {DECODINGS}; got {decode!r}.")
@@ -444,13 +393,11 @@ def predict(client, booster, X, *, groups, decode="viterbi"):
 
 
 def predict_marginals(client, booster, X, *, groups):
-    """Posterior marginals ``P(y_t = k | x)``, computed where the partitions lie.
-
-    Parameters are as in :func:`predict`.
+    """Posterior marginals ``P(y_t = k | x)``, computed where the partitions lie (parameters as
+    :func:`predict`).
 
     Returns
     -------
     dask DataFrame (columns ``0..K-1``, X's index) or dask Array, (n, K) float64
-        Partitioned like ``X``.
     """
     return _decode_collection(client, booster, X, groups, "marginals")

@@ -1,18 +1,13 @@
 """XGBoost wiring for boosted, input-dependent transitions (:mod:`structboost.objectives.edge`).
 
-One booster, trained by the ordinary ``xgboost.train(obj=...)``, scores edge
-rows: :func:`edge_dmatrix` repeats each position's features once per possible
-previous label and appends that label as a categorical column
-``prev_label`` (``K`` = the start symbol, on a sequence's first row), so a
-sequence of length ``L`` becomes ``1 + (L - 1) K`` rows, one group. The
-position-level labels and lengths reach the objective through a registry
-keyed weakly by the ``DMatrix`` (as :mod:`.xgboost_tree` does for trees).
-The fixed transition, start and end masks (zero, ``-inf`` where
-``allowed_transitions`` forbids) are stored on the booster as the JSON
-attribute ``structboost_edge_crf``, which also marks the model as one with
-boosted transitions for :func:`structboost.predict` and friends; early
-stopping, feature importance, ``save_model``/``load_model`` and pickling
-work as for node-only models.
+One booster scores edge rows: :func:`edge_dmatrix` repeats each position's
+features once per possible previous label, appended as the categorical
+column ``prev_label`` (``K``: the start symbol), so a sequence of length
+``L`` becomes ``1 + (L - 1) K`` rows, one group. Labels and lengths reach
+the objective through a registry keyed weakly by the ``DMatrix``. The fixed
+transition, start and end masks live on the booster as the JSON attribute
+``structboost_edge_crf``, which also marks the model for
+:func:`structboost.predict`.
 """
 
 import weakref
@@ -44,21 +39,17 @@ def edge_features(X, lengths, num_labels, categorical=True):
     Parameters
     ----------
     X : (n, d) numpy array, pandas DataFrame or scipy sparse matrix
-        One row per position.
     lengths : (m,) int64
-        Positions per sequence.
     num_labels : int
     categorical : bool
-        Whether the previous label is a categorical feature (else numeric codes).
+        Whether the previous label is categorical (else numeric codes).
 
     Returns
     -------
     rows : (r, d + 1) same kind as ``X``
-        Row ``(t, u)`` of :mod:`structboost.objectives.edge`'s layout: ``X[t]``
-        and ``u`` (``K`` on first rows) as the last column (for a DataFrame,
-        a pandas ``Categorical`` column when ``categorical``).
+        Row ``(t, u)``: ``X[t]`` and ``u`` (``K`` on first rows) last.
     feature_types : list of str or None
-        XGBoost feature types for numpy and sparse input (``"c"`` or ``"q"`` last).
+        XGBoost feature types for numpy and sparse input.
     """
     position, previous = edge_positions(lengths, num_labels)
     if isinstance(X, pd.DataFrame):
@@ -103,30 +94,24 @@ def edge_dmatrix(
     X : (n, d) numpy array, pandas DataFrame or scipy sparse matrix
         One row per position, the rows of a sequence contiguous.
     label : (n,) array-like of int, optional
-        Labels ``0..K-1`` per position (needed to train and evaluate).
+        Labels ``0..K-1`` per position.
     lengths : (m,) array-like of int, optional
-        Positions per sequence (or give ``groups``, a per-position sequence id).
+        Positions per sequence (or ``groups``, a per-position sequence id).
     num_labels : int
-        Number of labels K.
     weight : (m,) array-like, optional
         One weight per sequence.
     feature_names : list of str, optional
-        Names of the ``d`` columns of numpy or sparse ``X`` (default ``f0``,
-        ``f1``, ...; ``prev_label`` is appended). A DataFrame's come from its
-        columns.
+        Names of numpy or sparse ``X``'s columns (``prev_label`` appended).
     categorical : bool, default True
-        The previous label as a categorical feature (partition splits such
-        as ``prev_label in {1, 3}``). XGBoost's ``multi_output_tree`` does
-        not split on categorical features: pass False there (numeric codes
-        ``0..K-1``, ``K`` = start; a label then takes up to two splits).
+        The previous label as a categorical feature; pass False with
+        ``multi_output_tree``, which does not split on categories.
     **kwargs
-        Passed to :class:`xgboost.DMatrix` (``nthread``, ``missing``, ...).
+        Passed to :class:`xgboost.DMatrix`.
 
     Returns
     -------
     xgboost.DMatrix
-        ``1 + (L - 1) K`` rows per sequence (see
-        :mod:`structboost.objectives.edge`), grouped by sequence; row
+        ``1 + (L - 1) K`` rows per sequence, grouped by sequence; row
         ``(t, u)`` has label ``label[t]``.
     """
     k = int(num_labels)
@@ -178,11 +163,8 @@ def registered(dmat, num_labels):
 
 
 class XGBEdgeCRFObjective(XGBCRFObjective):
-    """A boosted-transition CRF objective for ``xgboost.train(obj=...)``.
-
-    Build one with :func:`edge_crf_objective`; train on a DMatrix from
-    :func:`edge_dmatrix`. ``obj(predt, dtrain)`` returns ``(grad, hess)``,
-    both ``(r, K)`` over the edge rows.
+    """A boosted-transition CRF objective for ``xgboost.train(obj=...)`` (build with
+    :func:`edge_crf_objective`; G and H ``(r, K)`` over edge rows).
     """
 
     state_key = EDGE_STATE_KEY
@@ -204,16 +186,11 @@ def edge_crf_objective(
     Parameters
     ----------
     num_labels : int
-        Number of labels K; the booster needs ``num_target=K`` (see
-        :func:`structboost.xgb_params`).
+        Number of labels K; the booster needs ``num_target=K``.
     spec : ObjectiveSpec, optional
-        The objective's settings, with ``transitions_from="input"`` (the
-        default here); the keywords below change them. Modes ``"gbcrf"``
-        (Hessian ``gamma p (1 - p)`` with the edge bound of Chen et al.'s
-        Theorem 4.2) and ``"treecrf"`` (Dietterich et al.'s unit Hessian);
-        a setting of the transition solver (``step``,
-        ``transition_solver``, ``reg_transitions``, ``transition_iter``)
-        raises: nothing is refit here.
+        Settings (``transitions_from="input"``) the keywords below change.
+        Modes ``"gbcrf"`` (the edge bound of Theorem 4.2) and ``"treecrf"``;
+        a transition-solver setting raises: nothing is refit here.
     {objective_params}
 
     Returns
@@ -247,8 +224,8 @@ def edge_inputs(booster, data, groups, lengths):
     unary : (n, K) float64
     lengths : (m,) int64
     params : TransitionParams
-        Per-position ``transitions (n, K, K)`` (boosted scores plus the
-        stored masks), and the stored start and end scores.
+        Per-position ``transitions (n, K, K)`` (boosted scores plus the masks)
+        and the stored start and end scores.
     num_labels : int
     labels : (n,) array or None
     """

@@ -1,18 +1,13 @@
 """LightGBM wiring: the objective callable, its metric, the transition recorder, saving.
 
-Only LightGBM's public API is used. ``lightgbm.train`` hands the objective the
-raw scores ``(n, K)`` (a column-major view, converted once) and the training
-``Dataset``, whose groups (``Dataset(X, label=y, group=lengths)``) carry the
-sequence boundaries; the objective returns ``(n, K)`` gradients and Hessians
-(a flat return would have to be class-major: LightGBM silently trains a wrong
-model on a row-major one).
-
-LightGBM boosters have no user attributes that survive ``save_model``, so the
-transition parameters live in a Python attribute of the booster (kept by
-pickle and joblib) and in the wrapper file of :func:`save_lgb_model`.
-LightGBM truncates the returned booster to its best iteration after early
-stopping; :func:`kept_rounds` and the recorded history give the transitions
-of exactly the rounds the booster keeps.
+``lightgbm.train`` hands the objective the raw scores ``(n, K)`` and the
+``Dataset``, whose groups (``group=lengths``) carry the sequence
+boundaries; the objective returns ``(n, K)`` G and H (a flat return would
+have to be class-major). LightGBM boosters keep no user attributes through
+``save_model``, so the transitions live in a Python attribute of the
+booster (kept by pickle) and in the file of :func:`save_lgb_model`;
+:func:`kept_rounds` and the recorded history match the rounds the booster
+keeps after early stopping.
 """
 
 import copy
@@ -53,16 +48,14 @@ def lgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     num_labels : int
     **overrides
         Any other LightGBM parameter (``objective=obj``, ``learning_rate``,
-        ``num_leaves``, ...). An override given under any alias replaces the
-        matching default.
+        ...); one given under any alias replaces the matching default.
 
     Returns
     -------
     dict
-        ``num_class=K``, built-in metrics off (``metric="None"``),
-        ``verbose=-1`` and ``min_sum_hessian_in_leaf=1`` (no leaf steps from a
-        Hessian sum below 1; LightGBM's 1e-3 allows huge leaf values),
-        updated with ``overrides``.
+        ``num_class=K``, ``metric="None"``, ``verbose=-1`` and
+        ``min_sum_hessian_in_leaf=1`` (LightGBM's 1e-3 allows huge leaf
+        values), updated with ``overrides``.
     """
     params = {"num_class": int(num_labels), "metric": "None", "verbose": -1}
     for name, (value, aliases) in _SAFE_DEFAULTS.items():
@@ -84,10 +77,8 @@ def dataset_lengths(dataset):
 
 
 def kept_rounds(booster):
-    """Number of boosting rounds the booster predicts with.
-
-    ``best_iteration`` after early stopping (LightGBM counts it from 1),
-    otherwise every round the booster holds.
+    """Number of rounds the booster predicts with: ``best_iteration`` after early stopping, else
+    all.
     """
     best = booster.best_iteration
     return best if best is not None and best > 0 else booster.current_iteration()
@@ -136,10 +127,7 @@ def booster_document(booster):
 
 
 def booster_from_document(doc, where, num_features=None):
-    """Inverse of :func:`booster_document`: the booster with its validated transitions.
-
-    The CRF state and LightGBM's model text are both checked
-    (:func:`structboost.engines.validate.check_lightgbm_text`) before
+    """Inverse of :func:`booster_document`: the booster with its transitions, both validated before
     LightGBM reads the text.
 
     Parameters
@@ -148,7 +136,7 @@ def booster_from_document(doc, where, num_features=None):
     where : str
         The file, for the messages.
     num_features : int, optional
-        The feature count the model must have (an estimator's ``n_features_in``).
+        The feature count the model must have.
     """
     if not isinstance(doc, dict) or not isinstance(doc.get(MODEL_KEY), str) or STATE_KEY not in doc:
         raise ValueError(
@@ -174,11 +162,10 @@ def booster_from_document(doc, where, num_features=None):
 
 
 def save_lgb_model(booster: lgb.Booster, path: str | os.PathLike[str]) -> None:
-    """Save a LightGBM booster together with its CRF transitions.
+    """Save a LightGBM booster with its CRF transitions, replacing ``path`` only once complete.
 
-    The file is JSON: ``{"lgb_model": booster.model_to_string(...),
-    "structboost_crf": state}``, holding the rounds the booster predicts with
-    (see :func:`kept_rounds`); it replaces ``path`` only once complete.
+    The file is JSON ``{"lgb_model": model text, "structboost_crf": state}`` of
+    the rounds the booster predicts with.
 
     Parameters
     ----------
@@ -190,13 +177,8 @@ def save_lgb_model(booster: lgb.Booster, path: str | os.PathLike[str]) -> None:
 
 
 def load_lgb_model(path: str | os.PathLike[str]) -> lgb.Booster:
-    """Load a booster saved by :func:`save_lgb_model`.
-
-    Returns
-    -------
-    lightgbm.Booster
-        With its transitions attached: :func:`structboost.engines.predict` and the
-        other predict functions accept it.
+    """Load a booster saved by :func:`save_lgb_model`, its transitions attached (for
+    :func:`structboost.engines.predict`).
     """
     try:
         doc = json.loads(Path(path).read_bytes().decode("utf-8"))
@@ -206,13 +188,8 @@ def load_lgb_model(path: str | os.PathLike[str]) -> lgb.Booster:
 
 
 class LGBTransitionRecorder:
-    """LightGBM callback keeping every round's transitions on the booster.
-
-    After each round the objective's current parameters are recorded in a
-    :class:`~structboost.engines.state.TransitionHistory` stored as the booster's
-    ``structboost_crf`` attribute. The recorder runs before early stopping
-    (``order = 10``), so the history is complete whichever round LightGBM
-    keeps.
+    """LightGBM callback keeping every round's transitions on the booster (``structboost_crf``),
+    before early stopping.
 
     Attributes
     ----------
@@ -242,16 +219,15 @@ class LGBTransitionRecorder:
 
 
 class LGBCRFObjective(EngineObjective):
-    """A chain-CRF objective for ``lightgbm.train`` and LightGBM's scikit-learn API.
+    """A chain-CRF objective for ``lightgbm.train`` (build with :func:`lgb_crf_objective`).
 
-    Call :func:`lgb_crf_objective` to build one. As
-    ``params["objective"]``, ``obj(preds, train_set)`` refits the transitions
-    and returns ``(grad, hess)``, both ``(n, K)``.
+    ``obj(preds, train_set)`` refits the transitions and returns
+    ``(grad, hess)``, both ``(n, K)``.
 
     Attributes
     ----------
     crf : CRFObjective
-        The engine-agnostic objective (its ``spec``, the transitions, timings).
+        The engine-agnostic objective.
     """
 
     # Booster.__boost flattens multiclass gradients class-major, then casts them to
@@ -276,13 +252,8 @@ class LGBCRFObjective(EngineObjective):
         )
 
     def metric(self, preds, eval_data):
-        """Custom metric for ``lightgbm.train(feval=...)`` on any grouped Dataset.
-
-        Returns
-        -------
-        (str, float, bool)
-            ``("crf-nll", weighted mean NLL per sequence, False)`` or
-            ``("crf-error", weighted Viterbi token error, False)``.
+        """``lightgbm.train(feval=...)`` metric: ``("crf-nll" or "crf-error", weighted value,
+        False)``.
         """
         return (*self.evaluate(preds, eval_data), False)
 
@@ -320,16 +291,15 @@ def lgb_crf_objective(
     ----------
     num_labels : int
         Number of labels K; the booster needs ``num_class=K``
-        (see :func:`lgb_params`).
+        (:func:`lgb_params`).
     spec : ObjectiveSpec, optional
-        The objective's settings; the keywords below change them (they
-        build one :class:`~structboost.objectives.params.ObjectiveSpec`).
+        Settings the keywords below change.
     {objective_params}
 
     Returns
     -------
     LGBCRFObjective
-        Use it as ``params["objective"]``, ``feval=obj.metric`` and
+        For ``params["objective"]``, ``feval=obj.metric`` and
         ``callbacks=[obj.callback()]``.
 
     Examples

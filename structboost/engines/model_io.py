@@ -1,16 +1,10 @@
 """Model files that cannot run code: one JSON document per model.
 
-The estimators' ``save_model`` and the chunk tagger's ``save`` (what
-``structboost train`` writes) store a JSON object::
-
-    {"format": "structboost-...", "version": 1, ...}
-
-holding the engine's own model (XGBoost's JSON model, or LightGBM's model
-text), the CRF state (:func:`structboost.engines.state.state_dict`), the label
-encoding and, for the tagger, the feature vocabulary. Reading one parses
-JSON and validates every field before use; nothing is unpickled, so a file
-from an untrusted source cannot run code (pickle and joblib stay available
-for Python objects, as in scikit-learn, and load only files you trust).
+``save_model`` and the tagger's ``save`` write ``{"format": "structboost-...",
+"version": 1, ...}`` holding the engine's model, the CRF state
+(:func:`structboost.engines.state.state_dict`), the label encoding and, for
+the tagger, the vocabulary. Reading validates every field; nothing is
+unpickled.
 """
 
 import json
@@ -26,26 +20,15 @@ _FORMAT_FIELD = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"([A-Za-z0-9_.-]{1,100})"
 _HEAD_BYTES = 256
 
 def write_document(path, kind, version, body):
-    """Write ``{"format": kind, "version": version, **body}`` as JSON to ``path``.
-
-    The file is replaced only once the new one is complete (see
-    :mod:`structboost._io`): a failed write keeps the previous file.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-    kind : str
-        The file format's name.
-    version : int
-    body : dict
-        JSON-ready content (``-inf`` is written as ``-Infinity``).
+    """Write ``{"format": kind, "version": version, **body}`` as JSON to ``path``, replacing it only
+    once complete (``-inf`` as ``-Infinity``).
     """
     doc = {"format": kind, "version": version, **body}
     atomic_write_text(path, json.dumps(doc))
 
 
 def read_document(path, kind, version, hint):
-    """The JSON object of a file written by :func:`write_document`, checked.
+    """The checked JSON object of a file written by :func:`write_document`.
 
     Parameters
     ----------
@@ -53,19 +36,13 @@ def read_document(path, kind, version, hint):
     kind : str
         The expected ``format``.
     version : int
-        The version this structboost reads.
     hint : str
         How to make such a file, for the messages.
-
-    Returns
-    -------
-    dict
 
     Raises
     ------
     ValueError
-        The file is missing, a pickle (older structboost), not JSON, of
-        another format or version.
+        The file is missing, a pickle, not JSON, or of another format or version.
     """
     path = Path(path)
     if not path.is_file():
@@ -98,9 +75,8 @@ def read_document(path, kind, version, hint):
 
 
 def parse_json(raw, where, fix):
-    """The JSON value of ``raw`` (str or UTF-8 bytes), or a ValueError naming ``where`` and ``fix``.
-
-    Text nested deeper than Python's recursion limit is refused like any other bad JSON.
+    """The JSON value of ``raw`` (str or UTF-8 bytes), or a ValueError naming ``where`` and ``fix``
+    (also for too deep nesting).
     """
     try:
         return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)

@@ -1,18 +1,11 @@
 """The CRF state a trained booster carries, shared by the engine adapters.
 
-A booster's trees give the node potentials; the transition parameters are
-refit by the objective every round and must travel with the model. Both
-engines stop early and keep fewer rounds than they ran (XGBoost records
-``best_iteration``; LightGBM even truncates the returned booster), so the
-adapters keep the parameters of every round in a :class:`TransitionHistory`
-and pick the ones that belong to the rounds the model keeps.
-
-The state itself is a JSON-ready dict (:func:`state_dict`), stored as a
-booster attribute by XGBoost and in a wrapper file for LightGBM. Every
-stored state is read back through :func:`parse_state`, which checks it
-completely (known version and mode, field types and shapes, values finite
-or ``-inf``) before any array reaches a numba kernel, so a damaged or
-crafted model file gives a ``ValueError``, never a crash.
+The transitions are refit every round and travel with the model. Both
+engines keep fewer rounds than they ran after early stopping, so the
+adapters keep every round's parameters in a :class:`TransitionHistory`.
+The state is a JSON-ready dict (:func:`state_dict`); every stored state is
+read back through :func:`parse_state`, which checks it completely before
+any array reaches a kernel.
 """
 
 from collections.abc import Mapping
@@ -35,16 +28,14 @@ def state_dict(num_labels, mode, params, rounds=None):
     num_labels : int
     mode : str
     params : TransitionParams or TreeTransitionParams
-        Anything with ``to_dict()``.
     rounds : int, optional
-        Number of boosting rounds of the model these parameters belong to.
+        Boosting rounds of the model these parameters belong to.
 
     Returns
     -------
     dict
-        ``version``, ``num_labels``, ``mode``, the parameter fields
-        (``transitions``, ``start``, ``end`` for chains) and ``rounds`` when
-        given.
+        ``version``, ``num_labels``, ``mode``, the parameter fields and
+        ``rounds`` when given.
     """
     state = {
         "version": STATE_VERSION,
@@ -111,20 +102,8 @@ def _tree_fields(state, k):
 
 
 def parse_params(state, num_labels, param_type=TransitionParams):
-    """Validated parameters of ``param_type`` read from the fields of a stored dict.
-
-    Parameters
-    ----------
-    state : Mapping
-        Holds the fields of ``param_type.to_dict()``.
-    num_labels : int
-    param_type : type
-        :class:`~structboost.transitions.chain.TransitionParams` or
-        :class:`~structboost.transitions.tree.TreeTransitionParams`.
-
-    Returns
-    -------
-    param_type
+    """Validated ``param_type`` (:class:`~structboost.transitions.chain.TransitionParams` or
+    :class:`~structboost.transitions.tree.TreeTransitionParams`) from a stored dict's fields.
     """
     if not isinstance(state, Mapping):
         raise _corrupt(f"transition parameters must be a JSON object; got {type(state).__name__}")
@@ -135,19 +114,14 @@ def parse_params(state, num_labels, param_type=TransitionParams):
 def parse_state(state, param_type=TransitionParams):
     """Validated inverse of :func:`state_dict`: the one reader of stored CRF state.
 
-    Checks the version, ``num_labels`` (an integer >= 1), ``mode`` (one of
-    :data:`structboost.objectives.chain.MODES`), ``rounds`` (if present), and
-    every parameter field: a rectangular array of numbers of the shape
-    ``num_labels`` implies, with finite scores or ``-inf`` (a forbidden
-    move) and at least one allowed score in each field.
+    Checks the version, ``num_labels``, ``mode``, ``rounds`` and every
+    parameter field (shape, finite or ``-inf``, at least one allowed score).
 
     Parameters
     ----------
     state : Mapping
-        As written by :func:`state_dict` (typically parsed from JSON).
     param_type : type
-        :class:`~structboost.transitions.chain.TransitionParams` or
-        :class:`~structboost.transitions.tree.TreeTransitionParams`.
+        As for :func:`parse_params`.
 
     Returns
     -------
@@ -155,8 +129,6 @@ def parse_state(state, param_type=TransitionParams):
     mode : str
     params : param_type
     rounds : int or None
-        Rounds of the model the parameters belong to (None for states
-        written before it was recorded).
 
     Raises
     ------
@@ -182,17 +154,8 @@ def parse_state(state, param_type=TransitionParams):
 
 
 class TransitionHistory(Mapping):
-    """Transition parameters after every boosting round of one training run.
-
-    A read-only mapping from the 0-based round index to the
-    :class:`~structboost.transitions.chain.TransitionParams` refit in that round;
-    the model made of the first ``r`` rounds uses the parameters of round
-    ``r - 1``.
-
-    Parameters
-    ----------
-    num_labels : int
-    mode : str
+    """Read-only mapping from the 0-based round to the parameters refit in it (the first ``r``
+    rounds use round ``r - 1``'s).
     """
 
     def __init__(self, num_labels, mode):

@@ -1,16 +1,10 @@
 """Engine models checked before any engine sees them.
 
-XGBoost and LightGBM trust their own model files: a split index past the
-feature count, a child link that points back up the tree, a LightGBM
-``tree_sizes`` header that no longer matches the trees, crash, hang or abort
-the process when the model is loaded or predicts. structboost's model files
-embed the engine's model (XGBoost's JSON, LightGBM's text), so every load
-path hands it to :func:`check_xgboost_json` or :func:`check_lightgbm_text`
-first. Both parse the model themselves and check its whole structure (field
-types, array lengths, index ranges, that every tree is a tree, finite
-numbers, sizes consistent with each other and with what structboost
-expects), and raise a ``ValueError`` naming the file and the field on the
-first inconsistency. A valid model is passed on unchanged.
+XGBoost and LightGBM trust their model files: a split index past the
+feature count, a child link pointing back up, a stale ``tree_sizes`` header
+crash or hang the process. Every load path hands the embedded engine model
+to :func:`check_xgboost_json` or :func:`check_lightgbm_text`, which check
+its whole structure and raise a ``ValueError`` naming the file and field.
 """
 
 import json
@@ -44,20 +38,11 @@ def _damaged(where, engine, err):
 
 
 def check_feature_count(n_data, n_model, where="the data"):
-    """Refuse data whose feature count differs from the model's.
+    """Refuse data whose ``n_data`` columns differ from the model's ``n_model`` features (``where``:
+    what the data is).
 
-    Engines accept fewer columns than a model was trained on (XGBoost reads
-    the missing ones as missing values) and predict without a word; more
-    columns fail inside the engine with an unclear message.
-
-    Parameters
-    ----------
-    n_data : int
-        Columns of the data.
-    n_model : int
-        Features the model was trained on.
-    where : str
-        What the data is, for the message.
+    Engines accept fewer columns silently (as missing values) and fail
+    unclearly on more.
     """
     if int(n_data) != int(n_model):
         raise ValueError(
@@ -96,10 +81,8 @@ def _in_range(arr, name, low, high):
 
 
 def _check_tree_links(left, right, internal, root, name):
-    """Raise unless the links of ``internal`` nodes make one tree from ``root``.
-
-    ``left`` / ``right`` hold the children of every node (in range; ignored
-    at leaves). Returns the bool mask of the nodes reached: each exactly once.
+    """Raise unless ``left``/``right`` links of ``internal`` nodes make one tree from ``root``; the
+    mask of nodes reached.
     """
     n = left.size
     seen = np.zeros(n, dtype=bool)
@@ -262,18 +245,15 @@ def _xgb_cats(cats, num_feature):
 
 
 def check_xgboost_json(text, where, num_features=None, num_outputs=None):
-    """Check XGBoost's JSON model completely before XGBoost loads it.
+    """Check XGBoost's JSON model (``save_raw("json")`` decoded) completely before XGBoost loads it.
 
     Parameters
     ----------
     text : str
-        ``booster.save_raw("json")`` decoded.
     where : str
         The file it came from, for the messages.
-    num_features : int, optional
-        The feature count the model must have been trained on.
-    num_outputs : int, optional
-        The outputs (labels) per row it must have.
+    num_features, num_outputs : int, optional
+        The feature count and outputs per row it must have.
 
     Raises
     ------
@@ -300,16 +280,8 @@ def mark_checked(booster):
 
 
 def check_xgboost_booster(booster):
-    """Check an XGBoost booster's model before it predicts, once per booster and round count.
-
-    A booster loaded by XGBoost itself (``Booster(model_file=...)``,
-    ``load_model``, unpickling) from a damaged file loads without complaint
-    and crashes when it predicts; :func:`structboost.predict` and friends
-    check it first with :func:`check_xgboost_json`.
-
-    Parameters
-    ----------
-    booster : xgboost.Booster
+    """Check an XGBoost booster's model (:func:`check_xgboost_json`) before it predicts, once per
+    booster and round count.
     """
     rounds = booster.num_boosted_rounds()
     if _CHECKED.get(booster) != rounds:
@@ -521,12 +493,10 @@ def _lgb_parameters(text):
 def check_lightgbm_text(text, where, num_features=None, num_labels=None):
     """Parse LightGBM's model text completely before LightGBM loads it.
 
-    Checks the header (known keys, ``num_class``, ``max_feature_idx``,
-    ``tree_sizes`` equal to the real byte size of every tree), every tree
-    (its arrays' lengths against ``num_leaves``, split features below
-    ``max_feature_idx + 1``, child links in range and forming a tree,
-    numbers finite and of the right kind, category sets), and the trailing
-    sections.
+    Checks the header (keys, ``num_class``, ``max_feature_idx``, ``tree_sizes``
+    against the trees' byte sizes), every tree (array lengths, split features,
+    child links forming a tree, finite numbers, category sets) and the
+    trailing sections.
 
     Parameters
     ----------
@@ -534,10 +504,8 @@ def check_lightgbm_text(text, where, num_features=None, num_labels=None):
         ``booster.model_to_string()``.
     where : str
         The file it came from, for the messages.
-    num_features : int, optional
-        The feature count the model must have been trained on.
-    num_labels : int, optional
-        The number of labels (``num_class``) it must have.
+    num_features, num_labels : int, optional
+        The feature count and ``num_class`` it must have.
 
     Raises
     ------

@@ -1,17 +1,13 @@
 """XGBoost wiring: the objective callable, its metric, the transition recorder.
 
-Only XGBoost's public API is used: ``xgb.train(obj=...)`` hands the objective
-the raw margins ``(n, K)`` and the training ``DMatrix``, whose group
-information (``group=`` lengths or sorted ``qid=``) carries the sequence
-boundaries. The transition parameters live on the booster as the JSON
-attribute ``structboost_crf``, so ``save_model``/``load_model`` (JSON and
-UBJ), pickling and slicing keep them. Each state records the number of
-rounds of the model it belongs to, and after training the transitions of
-every round are stored too (attribute ``structboost_crf_history``), so a
-slice ``booster[:r]`` predicts with the transitions of round ``r`` and
-training continued with ``xgb_model=`` and ``callbacks=[obj.callback()]``
-starts from the stored transitions; a booster whose rounds have no
-recorded transitions is refused.
+``xgb.train(obj=...)`` hands the objective the raw margins ``(n, K)`` and
+the ``DMatrix``, whose groups (``group=`` or sorted ``qid=``) carry the
+sequence boundaries. The transitions live on the booster as the JSON
+attribute ``structboost_crf`` (kept by ``save_model``, pickling, slicing),
+recording the rounds they belong to; every round's transitions are stored
+too (``structboost_crf_history``), so a slice ``booster[:r]`` predicts with
+round ``r``'s and continued training starts from them. A booster whose
+rounds have no recorded transitions is refused.
 """
 
 import json
@@ -56,12 +52,9 @@ def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``num_target=K`` (K outputs, no link function), ``base_score=0``
-        (custom objectives otherwise start from 0.5; one zero per label on
-        XGBoost >= 3.1, whose models store one intercept per output, so
-        that ``xgb.train(..., xgb_model=booster)`` accepts it), the default
-        metric disabled and ``tree_method="hist"``, updated with
-        ``overrides``.
+        ``num_target=K``, ``base_score=0`` (one zero per label on XGBoost >=
+        3.1), the default metric disabled and ``tree_method="hist"``, updated
+        with ``overrides``.
     """
     k = int(num_labels)
     params = {
@@ -75,26 +68,9 @@ def xgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
 
 
 def booster_from_json(model, where, num_features=None, num_labels=None):
-    """A booster from XGBoost's JSON model, checked completely before XGBoost reads it.
-
-    Parameters
-    ----------
-    model : str
-        ``booster.save_raw("json")`` decoded.
-    where : str
-        The file it came from, for the messages.
-    num_features, num_labels : int, optional
-        The feature and output counts the model must have
-        (see :func:`structboost.engines.validate.check_xgboost_json`).
-
-    Returns
-    -------
-    xgboost.Booster
-
-    Raises
-    ------
-    ValueError
-        Naming ``where`` and the damaged field.
+    """A booster from XGBoost's JSON model, checked by
+    :func:`structboost.engines.validate.check_xgboost_json` (``num_labels``: its ``num_outputs``)
+    before XGBoost reads it.
     """
     check_xgboost_json(model, where, num_features, num_labels)
     booster = xgb.Booster()
@@ -162,14 +138,11 @@ def kept_rounds(booster):
 def load_state(booster, key=STATE_KEY, param_type=TransitionParams, factory="crf_objective"):
     """The ``(num_labels, mode, params)`` of the rounds the booster predicts with.
 
-    The main state under ``key`` when it belongs to that many rounds (or
-    records no round count), else the recorded transitions of that round.
-
     Raises
     ------
     ValueError
-        No state, a damaged one, or no transitions recorded for the rounds
-        the booster keeps (a slice or continued training without the callback).
+        No state, a damaged one, or no transitions recorded for the rounds the
+        booster keeps (a slice or continued training without the callback).
     """
     state = _attr_json(booster, key)
     if state is None:
@@ -200,13 +173,9 @@ def booster_margins(booster, dmat):
 class TransitionRecorder(xgb.callback.TrainingCallback):
     """Keeps the transition parameters of every iteration on the booster.
 
-    After each round the objective's current parameters are stored on the
-    booster; after training, if early stopping recorded a ``best_iteration``,
-    the parameters of that iteration are put back, so the model and its
-    transitions always belong together, and the parameters of every round
-    are stored as well (for slices). When training continues a booster
-    (``xgb_model=``), the objective starts from the booster's stored
-    transitions and the rounds are numbered on from the booster's.
+    After training the parameters of the ``best_iteration`` (if any) are put
+    back and every round's stored (for slices). Continuing a booster
+    (``xgb_model=``) starts from its stored transitions, numbering rounds on.
 
     Attributes
     ----------
@@ -261,20 +230,17 @@ class TransitionRecorder(xgb.callback.TrainingCallback):
 
 
 class XGBCRFObjective(EngineObjective):
-    """A chain-CRF objective for ``xgboost.train(obj=...)``.
+    """A chain-CRF objective for ``xgboost.train(obj=...)`` (build with :func:`crf_objective`).
 
-    Call :func:`crf_objective` to build one. Calling it as
     ``obj(predt, dtrain)`` refits the transitions and returns ``(grad, hess)``,
-    both ``(n, K)`` float32, what XGBoost stores: the objective's own
-    buffers, rewritten by its next call, which also checks that ``predt``
-    did not change in place meanwhile (the adaptive step keeps it; see
-    :meth:`NodeObjective.grad_hess
-    <structboost.objectives.round.NodeObjective.grad_hess>`).
+    both ``(n, K)`` float32: the objective's own buffers, rewritten by the next
+    call, which checks that ``predt`` did not change in place meanwhile
+    (:meth:`NodeObjective.grad_hess <structboost.objectives.round.NodeObjective.grad_hess>`).
 
     Attributes
     ----------
     crf : CRFObjective
-        The engine-agnostic objective (its ``spec``, the transitions, timings).
+        The engine-agnostic objective.
     """
 
     state_key = STATE_KEY
@@ -290,13 +256,8 @@ class XGBCRFObjective(EngineObjective):
         )
 
     def metric(self, predt, dmat):
-        """XGBoost custom metric on any grouped DMatrix.
-
-        Returns
-        -------
-        (str, float)
-            ``("crf-nll", weighted mean NLL per sequence)`` or
-            ``("crf-error", weighted token error of the Viterbi path)``.
+        """XGBoost custom metric on any grouped DMatrix: ``("crf-nll" or "crf-error", weighted
+        value)``.
         """
         return self.evaluate(predt, dmat)
 
@@ -314,17 +275,13 @@ def crf_objective(
     Parameters
     ----------
     num_labels : int
-        Number of labels K; the booster needs ``num_target=K``
-        (see :func:`xgb_params`).
+        Number of labels K; the booster needs ``num_target=K`` (:func:`xgb_params`).
     spec : ObjectiveSpec, optional
-        The objective's settings; the keywords below change them (they
-        build one :class:`~structboost.objectives.params.ObjectiveSpec`).
+        Settings the keywords below change.
     device : {"cpu", "cuda"}
-        Where the objective's round runs. ``"cuda"`` (needs
-        ``structboost-crf[gpu]`` and a CUDA GPU; pair it with XGBoost's
-        ``device="cuda"``) refits the transitions and computes G and H with
-        the kernels of :mod:`structboost.objectives.gpu` and hands XGBoost
-        device arrays; the metric's inference and Viterbi run there too.
+        Where the round runs. ``"cuda"`` (needs ``structboost-crf[gpu]``; pair
+        it with XGBoost's ``device="cuda"``) runs it with
+        :mod:`structboost.objectives.gpu` and hands XGBoost device arrays.
     {objective_params}
 
     Returns

@@ -1,15 +1,11 @@
 """XGBoost wiring for tree CRFs: objective, metric, recorder.
 
 A ``DMatrix`` carries instance boundaries (``group=``) but not the tree
-structure. The structure reaches the objective through a registry keyed
-weakly by the ``DMatrix``: build the matrix with :func:`tree_dmatrix`, or
-register an existing grouped one with :func:`register_tree` (or
-``obj.register``, the same thing). The registry entry lives exactly as long as
-the ``DMatrix``. Prediction (:mod:`structboost.engines.predict`) takes the
-structure explicitly.
-
-The typed edge potentials are stored on the booster as the JSON attribute
-``structboost_tree_crf`` (kept by ``save_model``/``load_model`` and pickling).
+structure: that reaches the objective through a registry keyed weakly by
+the ``DMatrix`` (:func:`tree_dmatrix`, or :func:`register_tree` /
+``obj.register`` on a grouped one). Prediction takes the structure
+explicitly. The typed edge potentials live on the booster as the JSON
+attribute ``structboost_tree_crf``.
 """
 
 import weakref
@@ -32,21 +28,15 @@ _STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def register_tree(
     dmat: xgb.DMatrix, parents: ArrayLike, edge_types: ArrayLike | None = None
 ) -> xgb.DMatrix:
-    """Attach tree structure to a grouped DMatrix.
+    """Attach tree structure to a grouped DMatrix (``group=`` or sorted ``qid=``); returns ``dmat``.
 
     Parameters
     ----------
     dmat : xgboost.DMatrix
-        With instance boundaries (``group=`` lengths or sorted ``qid=``).
     parents : (n,) array-like of int
         Parent of each row within its instance, ``-1`` for a root.
     edge_types : (n,) array-like of int, optional
-        Type of the edge to each row's parent (ignored for roots); all 0 if None.
-
-    Returns
-    -------
-    xgboost.DMatrix
-        ``dmat`` itself.
+        Type of the edge to each row's parent; all 0 if None.
     """
     n = dmat.num_row()
     parents = np.asarray(parents)
@@ -113,12 +103,11 @@ def tree_structure(dmat):
 
 
 class XGBTreeCRFObjective(XGBCRFObjective):
-    """A tree-CRF objective for ``xgboost.train(obj=...)``.
+    """A tree-CRF objective for ``xgboost.train(obj=...)`` (build with :func:`tree_crf_objective`).
 
-    Build one with :func:`tree_crf_objective`. ``obj(predt, dtrain)``
-    refits the typed edge potentials and returns ``(grad, hess)``, both
-    ``(n, K)``; ``obj.metric`` and ``obj.callback()`` work as for chains on
-    any DMatrix whose structure is registered.
+    ``obj(predt, dtrain)`` refits the typed edge potentials and returns
+    ``(grad, hess)``, both ``(n, K)``, on any DMatrix whose structure is
+    registered.
 
     Attributes
     ----------
@@ -158,13 +147,11 @@ def tree_crf_objective(
     Parameters
     ----------
     num_labels : int
-        Number of labels K; the booster needs ``num_target=K``
-        (:func:`structboost.xgb_params`).
+        Number of labels K; the booster needs ``num_target=K``.
     n_edge_types : int
         Edge types, each with its own ``(K, K)`` potential.
     spec : ObjectiveSpec, optional
-        The objective's settings; the keywords below change them (they
-        build one :class:`~structboost.objectives.params.ObjectiveSpec`).
+        Settings the keywords below change.
     {objective_params}
 
     Returns

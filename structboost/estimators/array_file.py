@@ -1,11 +1,9 @@
-"""The JSON model file of the estimators whose fitted model is a few arrays.
+"""The JSON model file of the estimators whose fitted model is a few arrays
+(:class:`~structboost.LinearChainCRF`, :class:`~structboost.LatentLogLinearClassifier`).
 
-:class:`~structboost.LinearChainCRF` and
-:class:`~structboost.LatentLogLinearClassifier` save and load as the boosted
-estimators do (:mod:`.model_file`): ``save_model(path)`` writes one JSON
-document (the parameters, the fitted arrays, the labels) and
-``load_model(path)`` reads it back into the estimator, every array checked
-for its shape and for finite values before use; loading runs no code.
+``save_model(path)`` writes the parameters, fitted arrays and labels as one
+JSON document; ``load_model(path)`` checks every array's shape and values
+before use and runs no code.
 """
 
 from typing import Any, TypeVar
@@ -13,14 +11,7 @@ from typing import Any, TypeVar
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..engines.model_io import (
-    check_json_params,
-    decode_labels,
-    encode_labels,
-    field,
-    read_document,
-    write_document,
-)
+from ..engines import model_io
 
 _FORMAT = "structboost-array-model"
 _VERSION = 1
@@ -32,10 +23,9 @@ _Self = TypeVar("_Self", bound="ArrayModelFile")
 class ArrayModelFile:
     """``save_model`` / ``load_model`` of an estimator whose model is float arrays.
 
-    The estimator declares :attr:`_fitted_arrays`, the fitted attributes that
-    are arrays with their dimensions as names (``"p"``, ``"K"``; equal names
-    must have equal sizes), and may override :meth:`_arrays` and
-    :meth:`_set_arrays` where an attribute is not a plain array.
+    The estimator declares :attr:`_fitted_arrays` (attribute -> dimension
+    names such as ``("p", "K")``; equal names, equal sizes) and may override
+    :meth:`_arrays` and :meth:`_set_arrays`.
     """
 
     #: Fitted array attribute -> the names of its dimensions.
@@ -51,62 +41,51 @@ class ArrayModelFile:
             setattr(self, name, value)
 
     def save_model(self, path: Any) -> None:
-        """Write the fitted estimator as one JSON file (replaced whole or not at all).
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-        """
+        """Write the fitted estimator to ``path`` as one JSON file (replaced whole or not at all)."""
         check_is_fitted(self)
         params = self.get_params(deep=False)  # type: ignore[attr-defined]
-        check_json_params(params)
+        model_io.check_json_params(params)
         classes = getattr(self, "classes_", None)
         body = {
             "estimator": type(self).__name__,
             "params": params,
             "arrays": {name: value.tolist() for name, value in self._arrays().items()},
-            "classes": None if classes is None else encode_labels(classes),
+            "classes": None if classes is None else model_io.encode_labels(classes),
             "n_iter": int(getattr(self, "n_iter_", 0)),
         }
-        write_document(path, _FORMAT, _VERSION, body)
+        model_io.write_document(path, _FORMAT, _VERSION, body)
 
     def load_model(self: _Self, path: Any) -> _Self:
-        """Read a file of :meth:`save_model` into this estimator, checked field by field.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-
-        Returns
-        -------
-        self
+        """Read a file of :meth:`save_model` into this estimator, checked field by field; returns
+        self.
 
         Raises
         ------
         ValueError
             The file is not such a model of this estimator, or a field is damaged.
         """
-        doc = read_document(path, _FORMAT, _VERSION, _HINT)
+        doc = model_io.read_document(path, _FORMAT, _VERSION, _HINT)
         where = f"{path}"
-        name = field(doc, "estimator", str, where)
+        name = model_io.field(doc, "estimator", str, where)
         if name != type(self).__name__:
             raise ValueError(
                 f"{where} holds a {name}, not a {type(self).__name__}: load it with {name}()."
             )
-        params = field(doc, "params", dict, where)
+        params = model_io.field(doc, "params", dict, where)
         known = set(self.get_params(deep=False))  # type: ignore[attr-defined]
         if set(params) != known:
             raise ValueError(f"{where} is damaged: its parameters are not {sorted(known)}.")
-        arrays = _checked_arrays(field(doc, "arrays", dict, where), self._fitted_arrays, where)
+        stored = model_io.field(doc, "arrays", dict, where)
+        arrays = _checked_arrays(stored, self._fitted_arrays, where)
         classes = doc.get("classes")
         # Built on a fresh estimator and swapped in whole once valid: a damaged file
         # leaves this one unchanged.
         staged: Any = type(self)()
         staged.set_params(**params)
         if classes is not None:
-            staged.classes_ = decode_labels(classes, where)
+            staged.classes_ = model_io.decode_labels(classes, where)
         staged._set_arrays(arrays)
-        staged.n_iter_ = field(doc, "n_iter", int, where)
+        staged.n_iter_ = model_io.field(doc, "n_iter", int, where)
         self.__dict__.clear()
         self.__dict__.update(staged.__dict__)
         return self

@@ -1,33 +1,25 @@
 """Maximum latent conditional likelihood by majorization (Jebara & Choromanska 2012, section 4).
 
-Each class ``y`` has ``m`` hidden states; with ``x~ = [x, 1]`` and one
-parameter row ``theta[y, h]`` (``p + 1`` entries) per pair,
+Each class ``y`` has ``m`` hidden states; with ``x~ = [x, 1]``,
 
     p(y | x) = sum_h exp(theta[y, h] @ x~) / sum_(y', h) exp(theta[y', h] @ x~),
 
-the conditional of a mixture of ``m`` Gaussians per class with a shared
-covariance (a mixture of Gaussian-gated logistic regressions). The latent
+a mixture of Gaussian-gated logistic regressions. The latent
 log-likelihood ``l(theta) = sum_j log p(y_j | x_j) - reg / 2 ||theta||^2`` is
 not concave. :class:`LatentLogLinearClassifier` maximizes it by
 
 ``"bound"``
-    the paper's monotone update: Jensen's inequality bounds every numerator
-    ``log sum_h exp(.)`` from below (weights ``eta_jh = p(h | x_j, y_j)``),
-    Algorithm 1 bounds every denominator ``log Z_j`` from above by a
-    quadratic, and the maximizer of the resulting concave quadratic is the
-    next iterate, so ``l`` never decreases;
+    the paper's monotone update: Jensen bounds every numerator from below,
+    Algorithm 1 every denominator ``log Z_j`` from above, and the concave
+    quadratic's maximizer is the next iterate;
 ``"lbfgs"``
-    scipy's L-BFGS-B on ``l`` and its exact gradient;
+    L-BFGS-B on ``l`` and its exact gradient;
 ``"em"``
-    generative EM: a mixture of ``m`` Gaussians per class with one shared
-    covariance fitted to the joint likelihood of ``(x, y)``, then conditioned
-    (it does not maximize ``l``; the paper's point of comparison).
+    generative EM for a Gaussian mixture per class with a shared
+    covariance, then conditioned (the paper's comparison).
 
-The denominator's features are ``f_(j, o) = e_o (x) x~_j`` over the
-``n = C m`` outcomes ``o = (y, h)``, so Algorithm 1's curvature is
-``sum_j M_j (x) x~_j x~_j^T`` with the ``n x n`` matrices ``M_j`` of
-:mod:`structboost.majorize`: ``O(t n^2 p^2)`` per bound, never a loop over
-outcomes.
+Algorithm 1's curvature is ``sum_j M_j (x) x~_j x~_j^T`` over the ``C m``
+outcomes, ``O(t n^2 p^2)`` per bound.
 """
 
 import time
@@ -59,7 +51,7 @@ def _with_ones(X):
 
 
 class LatentProblem:
-    """Penalized negative latent conditional log-likelihood and its bounds.
+    """Penalized negative latent conditional log-likelihood ``f = -l`` and its bounds.
 
     Parameters
     ----------
@@ -67,17 +59,15 @@ class LatentProblem:
     y : ndarray of int, shape (t,)
         Class indices ``0..C-1``.
     n_classes : int
-        ``C``.
     n_hidden : int
         ``m``, hidden states per class.
     reg : float
-        L2 penalty ``>= 0`` on every parameter.
+        L2 penalty ``>= 0``.
 
     Notes
     -----
     ``theta`` is the flattened ``(C, m, p + 1)`` array (last column: the
-    biases ``nu``); outcome ``o = y m + h``. The objective minimized is
-    ``f(theta) = -l(theta)``.
+    biases ``nu``); outcome ``o = y m + h``.
     """
 
     def __init__(self, X, y, n_classes, n_hidden, reg):
@@ -106,12 +96,7 @@ class LatentProblem:
         return float(np.sum(log_z - log_num) + 0.5 * self.reg * theta @ theta)
 
     def value_and_grad(self, theta):
-        """``f(theta)`` and its gradient, shape (d,).
-
-        The gradient is ``sum_j (p_j - eta_j) (x) x~_j + reg theta`` with
-        ``p_j`` the posterior over all outcomes and ``eta_j`` that over the
-        observed class's hidden states (zero elsewhere).
-        """
+        """``f(theta)`` and its gradient ``sum_j (p_j - eta_j) (x) x~_j + reg theta``, shape (d,)."""
         scores, own, log_z, log_num = self._parts(theta)
         weights = np.exp(scores - log_z[:, None])
         np.put_along_axis(
@@ -121,13 +106,8 @@ class LatentProblem:
         return float(np.sum(log_z - log_num) + 0.5 * self.reg * theta @ theta), grad
 
     def denominator_bound(self, theta):
-        """Algorithm 1 bound on ``sum_j log Z_j`` at ``theta``.
-
-        Returns
-        -------
-        QuadraticBound
-            ``log_z`` the exact sum at ``theta``, ``mu`` its gradient and a
-            dense curvature ``sum_j M_j (x) x~_j x~_j^T``, shape (d, d).
+        """Algorithm 1 bound on ``sum_j log Z_j`` at ``theta``: a :class:`QuadraticBound` with dense
+        curvature ``(d, d)``.
         """
         log_z, prob, weights = majorize.outcome_curvature(self.scores(theta))  # weights (t, n, n)
         curvature = np.einsum("jab,jq,jr->aqbr", weights, self.inputs, self.inputs, optimize=True)
@@ -135,15 +115,13 @@ class LatentProblem:
         return majorize.QuadraticBound(theta, float(log_z.sum()), mu, curvature.reshape(self.dim, self.dim))
 
     def numerator_bound(self, theta):
-        """Jensen's bound on ``sum_j log sum_h exp(theta[y_j, h] @ x~_j)`` at ``theta``.
+        """Jensen's bound on ``sum_j log sum_h exp(theta[y_j, h] @ x~_j)``: ``theta' @ features +
+        entropy``.
 
         Returns
         -------
         features : ndarray, shape (d,)
-            ``sum_j sum_h eta_jh f_(j, y_j, h)``: the bound is
-            ``theta' @ features + entropy`` for every ``theta'``.
         entropy : float
-            ``-sum_j sum_h eta_jh log eta_jh``.
         """
         _, own, _, log_num = self._parts(theta)
         log_eta = own - log_num[:, None]
@@ -153,11 +131,8 @@ class LatentProblem:
         return (weights.T @ self.inputs).ravel(), float(-np.sum(eta * log_eta))
 
     def bound_step(self, theta):
-        """One monotone update: the maximizer of the minorizer of ``l`` at ``theta``, shape (d,).
-
-        Without a penalty the curvature is singular (adding one vector to
-        every ``theta[y, h]`` changes nothing); a ridge of ``1e-9`` times its
-        mean diagonal keeps it invertible and only loosens the bound.
+        """One monotone update ``(d,)``: the maximizer of the minorizer of ``l`` at ``theta`` (a
+        ``1e-9`` ridge keeps it invertible).
         """
         features, _ = self.numerator_bound(theta)
         bound = self.denominator_bound(theta)
@@ -179,39 +154,29 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
     n_hidden : int
         ``m``, hidden states per class (``1``: multinomial logistic regression).
     solver : {"bound", "lbfgs", "em"}
-        ``"bound"``: the monotone majorization update of Jebara & Choromanska
-        (2012), ``O(t C^2 m^2 p^2 + (C m p)^3)`` per iteration.
-        ``"lbfgs"``: L-BFGS-B on the exact objective and gradient.
-        ``"em"``: EM on the joint likelihood of a Gaussian mixture per class
-        with a shared covariance, then conditioned (ignores ``reg``).
+        ``"bound"``: the monotone majorization update,
+        ``O(t C^2 m^2 p^2 + (C m p)^3)`` per iteration. ``"lbfgs"``: L-BFGS-B.
+        ``"em"``: EM on the joint likelihood, then conditioned (ignores ``reg``).
     reg : float
-        L2 penalty on every parameter of the summed log-likelihood (the
-        paper uses 0); ``>= 0``.
+        L2 penalty ``>= 0`` on the summed log-likelihood.
     max_iter : int
-        Most iterations (bound updates, L-BFGS iterations or EM steps).
     tol : float
         Stop when an iteration changes the objective by at most
         ``tol * max(1, |objective|)``.
     init_scale : float
-        Standard deviation of the random start of ``"bound"`` and
-        ``"lbfgs"`` (identical for both with the same ``random_state``); it
-        breaks the symmetry between hidden states. Inputs on a unit scale
-        suit the default.
+        Standard deviation of the random start (breaks the symmetry between
+        hidden states).
     random_state : int, RandomState or None
-        Seeds the start (EM: the initial responsibilities).
 
     Attributes
     ----------
     classes_ : ndarray, shape (C,)
     coef_ : ndarray, shape (C, m, p)
-        ``theta[y, h]`` without the biases.
     intercept_ : ndarray, shape (C, m)
-        The biases ``nu[y, h]``.
     history_ : ndarray, shape ``(n_iter_ + 1,)``
-        Penalized latent log-likelihood ``l`` at the start and after every
-        iteration (for EM: of the conditioned model).
+        Penalized latent log-likelihood at the start and after every iteration.
     history_seconds_ : ndarray, shape ``(n_iter_ + 1,)``
-        Seconds since the start of :meth:`fit` when each value was reached.
+        Seconds since the start of :meth:`fit` at each value.
     n_iter_ : int
     n_features_in_ : int
 
@@ -270,18 +235,7 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
         self.n_features_in_ = self.coef_.shape[2]
 
     def fit(self: _Self, X: ArrayLike, y: ArrayLike) -> _Self:
-        """Fit by the chosen solver.
-
-        Parameters
-        ----------
-        X : array_like, shape (t, p)
-        y : array_like, shape (t,)
-            Class labels (any hashable values).
-
-        Returns
-        -------
-        self
-        """
+        """Fit by the chosen solver to ``X (t, p)`` and class labels ``y (t,)``; returns self."""
         self._check_settings()
         X, y = validate_data(self, X, y)
         check_classification_targets(y)
@@ -375,11 +329,8 @@ def _fit_lbfgs(problem, theta, max_iter, tol, clock):
 
 
 def _fit_em(X, y, problem, max_iter, tol, rng, clock):
-    """EM for a Gaussian mixture per class with a shared covariance, conditioned to ``theta``.
-
-    Returns ``theta`` of the conditional model (``theta[y, h] = S^-1 mean``,
-    ``nu = log pi - mean @ S^-1 mean / 2``), the history of its latent
-    log-likelihood and the seconds; stops on the joint log-likelihood.
+    """EM for a Gaussian mixture per class with a shared covariance: ``(theta, history, seconds)``
+    of the conditioned model.
     """
     t, p = X.shape
     c, m = problem.n_classes, problem.n_hidden

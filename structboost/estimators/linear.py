@@ -1,22 +1,16 @@
 """A linear-chain CRF whose node scores are linear in the inputs.
 
-Row ``t`` of a sequence with inputs ``x_t (p,)`` scores label ``k`` by
-``unary[t, k] = x_t @ coef[:, k] + intercept[k]``; labellings add the
-transition, start and end scores of :class:`~structboost.transitions.chain.TransitionParams`.
-All parameters are fit together by minimising the penalised negative
-log-likelihood::
+``unary[t, k] = x_t @ coef[:, k] + intercept[k]`` plus the transition,
+start and end scores of :class:`~structboost.transitions.chain.TransitionParams`,
+all fit together on the penalised NLL::
 
     f(theta) = sum_i w_i (log Z_i(theta) - score_i(y_i; theta)) + reg / 2 * ||theta||^2,
 
-with ``theta = [[coef; intercept].ravel(), transitions.ravel(), start, end]``
-(``d = (p + 1) K + K^2 + 2K``), either by L-BFGS on the exact gradient or by
-the majorization steps of Jebara & Choromanska (2012) with the Algorithm 3
-bound of :func:`structboost.majorize.linear_chain_bound` (optionally streamed
-at low rank, Algorithm 4; by default above ``LOW_RANK_DIM`` parameters).
-
-The fitted :meth:`LinearChainCRF.decision_function` gives node scores that a
-booster can start from (XGBoost ``base_margin``): the "features + embedding"
-setting of Chen et al. (2015).
+``theta = [[coef; intercept].ravel(), transitions.ravel(), start, end]``
+(``d = (p + 1) K + K^2 + 2K``), by L-BFGS or by the majorization steps of
+Jebara & Choromanska (2012) (:func:`structboost.majorize.linear_chain_bound`).
+Its :meth:`LinearChainCRF.decision_function` gives node scores a booster
+can start from (the "features + embedding" setting of Chen et al. 2015).
 """
 
 import time
@@ -64,31 +58,25 @@ def _with_ones(X):
 
 
 class LinearChainProblem:
-    """Penalised NLL of a linear-chain CRF in all its parameters.
-
-    Implements the ``BoundTerm`` protocol of :func:`structboost.majorize.fit_majorize`.
+    """Penalised NLL of a linear-chain CRF in all its parameters (a ``BoundTerm`` of
+    :func:`structboost.majorize.fit_majorize`).
 
     Parameters
     ----------
     X : ndarray or scipy sparse matrix, shape (n, p)
         Inputs of all rows, sequences contiguous.
     labels : array_like of int, shape (n,)
-        Labels ``0..K-1``.
     lengths : array_like of int, shape (m,)
     num_labels : int
-        ``K``.
     reg : float
-        L2 penalty on every parameter (coefficients, intercepts,
-        transitions, start and end scores).
+        L2 penalty on every parameter.
     weights : array_like, shape (m,), optional
-        Non-negative weight of each sequence.
 
     Attributes
     ----------
     dim : int
         ``d = (p + 1) K + K^2 + 2K``.
     observed_features : ndarray, shape (d,)
-        Weighted feature counts of the labelled sequences.
     observed_score : float
         0 (no fixed base scores).
     """
@@ -152,19 +140,8 @@ class LinearChainProblem:
         return self.value_and_grad(theta)[0]
 
     def bound(self, theta, rank=None):
-        """Algorithm 3 bound on the summed ``log Z`` at ``theta``.
-
-        Parameters
-        ----------
-        theta : ndarray, shape (d,)
-        rank : int, optional
-            Stream the curvature at this rank plus a diagonal (Algorithm 4,
-            :func:`~structboost.majorize.linear_chain_bound`), never forming
-            the ``d x d`` matrix.
-
-        Returns
-        -------
-        QuadraticBound
+        """Algorithm 3 bound (a :class:`QuadraticBound`) on the summed ``log Z`` at ``theta (d,)``;
+        ``rank``: streamed at that rank.
         """
         coef, params = self.split(theta)
         b = self.batch
@@ -191,26 +168,18 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
     ----------
     solver : {"lbfgs", "majorize"}
         ``"lbfgs"``: scipy's L-BFGS-B on the exact NLL and gradient.
-        ``"majorize"``: Jebara & Choromanska (2012) bound steps, monotone
-        without a line search; ``O(K^2 d + K p d)`` per row and ``d^2``
-        memory per step, ``d = (p + 1) K + K^2 + 2K``. Above
-        ``d = structboost.majorize.LOW_RANK_DIM`` (4096) parameters and with
-        ``reg > 0`` the curvature is streamed at rank
-        ``structboost.majorize.DEFAULT_RANK`` (32) unless ``rank`` is set.
+        ``"majorize"``: Jebara & Choromanska (2012) bound steps, monotone;
+        ``d^2`` memory, low rank (``structboost.majorize.DEFAULT_RANK``) above
+        ``structboost.majorize.LOW_RANK_DIM`` parameters with ``reg > 0``.
     reg : float
-        L2 penalty on every parameter, on the summed (not averaged) NLL;
-        ``> 0`` with ``rank``.
+        L2 penalty on every parameter, on the summed NLL; ``> 0`` with ``rank``.
     max_iter : int
-        Most iterations (L-BFGS iterations or bound steps).
     tol : float
         Stop when an iteration lowers the objective by at most
         ``tol * max(1, |f|)``.
     rank : int, optional
-        With ``solver="majorize"``: accumulate the bound's curvature at this
-        rank plus a diagonal by streaming its rank-one terms (Algorithm 4):
-        ``O(d rank)`` memory and no ``O(d^3)`` solve, at the price of a
-        looser bound and ``O(K^2 d rank)`` work per row. ``None``: the full
-        curvature up to ``LOW_RANK_DIM`` parameters, rank 32 above.
+        ``solver="majorize"`` only: the bound's curvature at this rank plus a
+        diagonal (Algorithm 4), ``O(d rank)`` memory, a looser bound.
     num_labels : int, optional
         ``K``; by default one more than the largest training label.
 
@@ -223,30 +192,22 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
     history_ : ndarray, shape ``(n_iter_ + 1,)``
         Penalised NLL at the start and after every iteration.
     history_seconds_ : ndarray, shape ``(n_iter_ + 1,)``
-        Seconds since the start of :meth:`fit` when each value was reached.
+        Seconds since the start of :meth:`fit` at each value.
     n_iter_ : int
     rank_ : int or None
-        Rank of the curvature used by ``solver="majorize"`` (``None``: dense
-        or L-BFGS).
+        Rank of the curvature of ``solver="majorize"``.
 
-    ``save_model(path)`` writes the fitted model as JSON and
-    ``load_model(path)`` reads it back (:mod:`structboost.estimators.array_file`;
-    the history of the fit is not kept).
+    ``save_model(path)`` / ``load_model(path)`` write and read the fitted model
+    as JSON (:mod:`structboost.estimators.array_file`; without the history).
 
     Notes
     -----
-    Sparse inputs (scipy CSR, e.g. from
-    :class:`structboost.text.lexical.TokenFeatures`) stay sparse: one float64
-    copy with a column of ones is made, and every function evaluation costs
-    two sparse-dense products with ``(p + 1, K)`` matrices plus one
-    forward-backward pass.
+    Sparse inputs stay sparse (one float64 copy with a column of ones).
 
     Examples
     --------
-    Boosting trees from the linear CRF (the "Features+Embd" setting of Chen
-    et al. 2015) with plain ``xgboost.train``: its node scores become the
-    ``base_margin`` of every DMatrix, and the transitions start from its own
-    (``XGBCRFClassifier(base_model=LinearChainCRF(...))`` does the same)::
+    Boosting from the linear CRF with ``xgboost.train`` (what
+    ``XGBCRFClassifier(base_model=LinearChainCRF(...))`` does)::
 
         crf = LinearChainCRF(reg=1.0).fit(X_sparse, y, lengths)
         obj = structboost.crf_objective(num_labels=K)
@@ -259,9 +220,8 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
                                 base_margin=crf.decision_function(X_sparse_test))
         labels = structboost.engines.predict(booster, dtest, lengths=lengths_test)
 
-    With LightGBM the scores go in as ``init_score``, which LightGBM never
-    adds when predicting: pass them again as
-    ``structboost.engines.predict(booster, X, lengths=..., base_margin=scores)``.
+    LightGBM never adds ``init_score`` when predicting: pass the scores again
+    as ``base_margin=`` to ``structboost.engines.predict``.
     """
 
     def __init__(
@@ -328,9 +288,7 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
         ----------
         X : ndarray or scipy sparse matrix, shape (n, p)
         y : array_like of int, shape (n,)
-            Labels ``0..K-1``.
         lengths : array_like of int, shape (m,)
-            Rows per sequence, in row order.
         sample_weight : array_like, shape (m,), optional
             One weight per sequence.
 
@@ -405,10 +363,8 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
         return X
 
     def decision_function(self, X: Any) -> Floats:
-        """Node scores ``X @ coef_ + intercept_``, shape (n, K).
-
-        Usable as XGBoost ``base_margin`` or LightGBM ``init_score``
-        (``(n, K)``) to boost from the linear CRF (see the class example).
+        """Node scores ``X @ coef_ + intercept_``, shape (n, K): a booster's ``base_margin`` or
+        ``init_score``.
         """
         X = self._check_fitted(X)
         return np.asarray(X @ self.coef_) + self.intercept_

@@ -1,36 +1,24 @@
 """Multi-label classification with label trees: independent, Chow-Liu and ESS-CRF.
 
-Every example with ``L`` labels becomes one tree instance of ``L`` rows, one
-per label, with binary states (label absent / present). A row's features are
-the example's features followed by the one-hot identity of its label, so one
-booster scores every label. Edges join labels; three structures:
+Each example with ``L`` labels becomes a tree instance of ``L`` binary rows
+(label absent / present) whose features are the example's followed by the
+one-hot label identity, so one booster scores every label. Structures:
 
 ``"independent"``
     No edges (binary relevance with one shared booster).
 ``"chow-liu"``
-    One tree for every input: the maximum spanning tree of the labels'
-    mutual information in the training set (Chow & Liu 1968).
+    One maximum spanning tree of the labels' training mutual information
+    (Chow & Liu 1968).
 ``"ess"``
-    Evidence-specific structure (Chechetka & Guestrin 2010): pairwise
-    conditional models ``P(y_i, y_j | x)`` give every input its own edge
-    weights, the conditional mutual information ``I(y_i; y_j | x)``, and its
-    own maximum spanning tree. The pairwise models are 4-class
-    gradient-boosted XGBoost classifiers by default (the paper used logistic
-    regression, available as ``pairwise="logistic"``). With many labels only
-    the ``max_pairs`` pairs of highest training mutual information get a
-    model; the other pairs weigh ``1e-6`` times their training mutual
-    information, so they join the tree only where needed to span it. The
-    training structures use out-of-fold pairwise predictions (``folds``), so
-    they are as noisy as the test structures; test inputs average the fold
-    models.
+    Evidence-specific trees (Chechetka & Guestrin 2010): conditional pair
+    models ``P(y_i, y_j | x)`` (4-class XGBoost, or ``"logistic"``) weigh
+    each input's edges by ``I(y_i; y_j | x)``. Only the ``max_pairs`` pairs
+    of highest training mutual information get a model (the others weigh
+    ``1e-6`` times it); training structures use out-of-fold predictions.
 
-Trees are rooted at label 0. Edge types (``edge_typing``): ``"pair"`` (the
-default) gives every ordered ``(parent label, child label)`` pair its own
-``2 x 2`` potential (``L * L`` types), so positively and negatively
-associated pairs each get the coupling they need and a pair shares its
-potential across all inputs whose tree contains it (relational sharing by
-pair); ``"shared"`` uses one potential for every edge, which can only express
-one kind of association for all pairs.
+Trees are rooted at label 0. ``edge_typing="pair"`` gives every ordered
+``(parent, child)`` pair its own ``2 x 2`` potential; ``"shared"`` one for
+all edges.
 """
 
 from collections.abc import Sequence
@@ -88,9 +76,8 @@ def check_label_matrix(Y):
 
 
 def label_pair_joints(Y, alpha=1.0):
-    """Smoothed joint frequencies of every label pair, ``(L, L, 4)`` (order 00, 01, 10, 11).
-
-    ``alpha`` is added to each of the four cells (Laplace smoothing).
+    """Laplace-smoothed (``alpha`` per cell) joint frequencies of every label pair, ``(L, L, 4)``
+    (order 00, 01, 10, 11).
     """
     y = check_label_matrix(Y).astype(np.float64)
     n = y.shape[0]
@@ -161,10 +148,8 @@ def label_node_features(X, n_labels):
 
 
 def label_edge_types(parents, typing="pair"):
-    """Edge type of every label's edge to its parent, ``(m, L)``.
-
-    ``"pair"``: ``parent * L + child`` (``L * L`` types); ``"shared"``: 0.
-    Roots get 0.
+    """Edge type ``(m, L)`` of every label's edge: ``parent * L + child`` for ``"pair"``, 0 for
+    ``"shared"`` and roots.
     """
     if typing not in EDGE_TYPINGS:
         raise ValueError(f"edge_typing must be one of {EDGE_TYPINGS}; got {typing!r}.")
@@ -176,23 +161,21 @@ def label_edge_types(parents, typing="pair"):
 
 
 class PairwiseLabelModels:
-    """Conditional models ``P(y_i, y_j | x)`` of label pairs (4 classes each).
+    """Conditional models ``P(y_i, y_j | x)`` of label pairs (4 classes each; XGBoost on one thread
+    each).
 
     Parameters
     ----------
     pairs : (P, 2) array-like of int
         Label pairs ``(i, j)``, ``i < j``.
     method : {"xgboost", "logistic"}
-        4-class gradient-boosted trees (``multi:softprob``) or multinomial
-        logistic regression on standardised features.
+        Gradient-boosted trees (``multi:softprob``) or multinomial logistic
+        regression on standardised features.
     n_estimators, max_depth, learning_rate : int, int, float
         XGBoost settings.
     folds : int
         Folds for out-of-fold training predictions (``< 2``: in-sample).
     random_state : int
-
-    Each XGBoost model runs on one thread: the models are small and many,
-    and OpenMP threads only contend on a busy machine.
     """
 
     def __init__(self, pairs, method="xgboost", n_estimators=30, max_depth=3,
@@ -362,7 +345,7 @@ def _numbers(value, shape, name, where):
 
 
 def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
-    """Per-input maximum spanning trees from conditional pair joints.
+    """Per-input maximum spanning trees ``(m, L)`` from conditional pair joints.
 
     Parameters
     ----------
@@ -371,12 +354,7 @@ def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
     pairs : (P, 2) int
     n_labels : int
     fallback : (L, L) array-like
-        Weights of pairs without a model (scaled by ``eps`` so that they only
-        join a tree where needed to span it).
-
-    Returns
-    -------
-    (m, L) int64
+        Weights of pairs without a model (scaled by ``eps``).
     """
     p = np.clip(np.asarray(joint, dtype=np.float64), eps, None)
     p /= p.sum(axis=-1, keepdims=True)
@@ -506,14 +484,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
 
     def _pairwise_models(self):
         return PairwiseLabelModels(
-            self.pairs_,
-            method=self.pairwise,
-            n_estimators=self.pairwise_estimators,
-            max_depth=self.pairwise_depth,
-            learning_rate=self.learning_rate,
-            folds=self.folds,
+            self.pairs_, method=self.pairwise, n_estimators=self.pairwise_estimators,
+            max_depth=self.pairwise_depth, learning_rate=self.learning_rate, folds=self.folds,
             random_state=self.random_state,
-        )
+        )  # fmt: skip
 
     def _crf_estimator(self):
         shared = set(TreeCRFClassifier._get_param_names()) & set(self._get_param_names())
@@ -638,14 +612,9 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
     ) -> dict[str, Any]:
         """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
 
-        Returns
-        -------
-        dict
-            ``estimator`` (class name), ``params``, ``n_labels``,
-            ``n_features_in``, ``mutual_information`` (``(L, L)``; the
-            Chow-Liu tree and the ESS pairs follow from it), ``pairwise``
-            (the ESS pair models' XGBoost JSON, ``[fold][pair]``, or None)
-            and ``crf`` (the tree CRF's document).
+        Keys: ``estimator``, ``params``, ``n_labels``, ``n_features_in``,
+        ``mutual_information`` ``(L, L)`` (the structures follow from it),
+        ``pairwise`` (``[fold][pair]`` models, or None) and ``crf``.
         """
         check_is_fitted(self, "crf_")
         return {
@@ -663,21 +632,8 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         doc: dict[str, Any],
         where: str = "the model document",
     ) -> _Self:
-        """Set this estimator from :meth:`to_document`'s dict, validated.
-
-        Built on a fresh estimator and swapped in whole once valid: a damaged
-        document raises a ValueError naming ``where`` and leaves this
-        estimator unchanged.
-
-        Parameters
-        ----------
-        doc : dict
-        where : str
-            Where the dict came from, for the messages.
-
-        Returns
-        -------
-        self
+        """Set this estimator from :meth:`to_document`'s dict; a damaged one raises ValueError
+        naming ``where``, changing nothing.
         """
         staged = type(self)()
         staged.set_params(**self._document_params(doc, where))

@@ -1,62 +1,24 @@
-"""Numba kernels for linear-chain CRFs over ragged batches of sequences.
+"""Numba kernels for linear-chain CRFs: tables, exponentials and the log-space fallback.
 
-Interface
----------
-Every kernel takes flat, C-contiguous float64 rows of all sequences
-(:func:`exp_rows` also float32 ones in any layout) and ``offsets (m + 1,)``
-int64 with ``offsets[i]:offsets[i + 1]`` the rows of sequence ``i``.
-Transition scores come as one array ``trans (P, K, K)``:
-
-* ``P == 1``: one table shared by every position (``transitions[None]``, a
-  view of the usual ``(K, K)`` table);
-* ``P == n``: per-position scores, ``trans[t, a, b]`` scores the move from
-  label ``a`` at position ``t - 1`` into label ``b`` at position ``t``; the
-  table of a sequence's first row is never read.
-
-:func:`table` picks the table of a position. The probability-space kernels
-also take ``emat, emax = exp_tables(trans)``: ``emat[p] = exp(trans[p] -
-emax[p])``. Nothing here validates input: :mod:`structboost.inference.chain`
-does that once. Each batch kernel comes as a ``prange`` driver and a serial one
-over the same per-sequence (the sweeps: per-chunk) function;
-:mod:`structboost._config` picks.
-
-The kernels live in four modules by what they compute:
-
-* this one: the table of a position (:func:`table`), the exponentials of
-  node and transition scores (:func:`exp_rows`, :func:`exp_tables`,
-  :func:`shifted_exp`) and the log-space forward-backward of the fallback
-  (:func:`log_space_posterior`);
-* :mod:`structboost.inference._chain_sweeps`: the scaled forward and
-  backward sweeps (:func:`~structboost.inference._chain_sweeps.messages`),
-  with the edge sums of their pass;
-* :mod:`structboost.inference._chain_lanes`: the sweeps' kernels over the
-  lanes of a chunk (gathers, products with the table, the mixing rates and
-  edge products of a position);
-* :mod:`structboost.inference._chain_stats`: what derives from the stored
-  messages or from pairwise marginals: mixing rates, edge marginals, the
-  path sums of Eq. 17 and the exact node bound;
-* :mod:`structboost.inference._chain_viterbi`: the best labelling of every
-  sequence and the score of a given one.
+Kernels take flat C-contiguous float64 rows (:func:`exp_rows` also float32
+in any layout) and ``offsets (m + 1,)`` int64. Transition scores are one
+array ``trans (P, K, K)``: ``P == 1`` one shared table, ``P == n``
+per-position scores (``trans[t, a, b]``: ``a`` at ``t - 1`` into ``b`` at
+``t``; a sequence's first row is never read); :func:`table` picks a
+position's. Probability-space kernels also take ``emat, emax =
+exp_tables(trans)``. Nothing here validates input
+(:mod:`structboost.inference.chain` does).
 
 Fallback criterion
 ------------------
-Scaled messages drop whatever falls below float64's range: an unnormalised
-entry, a product in a message or an ``exp`` below ``2 ** -1022`` (forbidden
-moves, node or transition scores hundreds of units apart). Each such loss at
-position ``t`` is below ``TINY`` (``_config``) before normalisation, so the
-posterior mass of the labellings it removes is at most ``TINY / (s_t ov_t)``
-for the forward sweep and ``TINY / (b_t ov_t)`` for the backward one, where
-``s_t`` and ``b_t`` are the normalisers of ``alpha[t]`` and ``beta[t]`` and
-``ov_t = alpha[t] @ beta[t]``: the removed labellings pass through a node
-whose forward (backward) factor was below ``TINY``. A sequence is therefore
-*lost* as soon as ``s_t ov_t`` or ``b_t ov_t`` falls below ``SAFE = TINY *
-1e30`` at some position (or a normaliser below ``TINY``); otherwise every
-drop removes less than ``1e-30`` of the posterior mass per position and the
-result is exact to rounding. Lost sequences are recomputed in log space
-(:func:`log_space_posterior`), which holds any finite scores;
-:func:`~structboost.inference._chain_stats.pairwise_rates` and
-:func:`~structboost.inference._chain_stats.exact_gamma_pairwise` then derive
-the bounds from its pairwise marginals.
+Scaled messages drop whatever falls below float64's range; each such loss
+at position ``t`` is below ``TINY`` before normalisation, so it removes at
+most ``TINY / (s_t ov_t)`` (forward) or ``TINY / (b_t ov_t)`` (backward) of
+the posterior mass, with ``s_t``, ``b_t`` the normalisers of ``alpha[t]``,
+``beta[t]`` and ``ov_t = alpha[t] @ beta[t]``. A sequence is *lost* once
+``s_t ov_t`` or ``b_t ov_t`` falls below ``SAFE = TINY * 1e30`` (or a
+normaliser below ``TINY``); otherwise the result is exact to rounding. Lost
+sequences are recomputed by :func:`log_space_posterior`.
 """
 
 import numpy as np
@@ -88,12 +50,11 @@ def table(n_tables, t):
 
 @njit(**KERNEL)
 def _exp_nonpositive(x, bits):
-    """In place ``x = exp(x)`` for entries ``<= 0`` (``-inf`` allowed), vectorisable.
+    """In place ``x = exp(x)`` for entries ``<= 0`` (``-inf`` allowed), vectorisable (``bits``:
+    int64 scratch).
 
-    Cody-Waite reduction ``x = k ln 2 + r``, ``|r| <= ln 2 / 2``, a degree-13
-    Taylor polynomial in ``r`` (relative error below 1e-16) and ``2 ** k``
-    assembled in the exponent bits of ``bits`` (int64 scratch, same length).
-    Loops start at zero, so that LLVM drops numba's negative-index checks.
+    Cody-Waite reduction ``x = k ln 2 + r``, a degree-13 Taylor polynomial in
+    ``r`` (relative error below 1e-16) and ``2 ** k`` built in the exponent bits.
     """
     scale = bits.view(np.float64)
     for j in range(x.shape[0]):
@@ -167,18 +128,13 @@ def exp_rows(src, w, row_max, parallel, normalise=False):
     Parameters
     ----------
     src : (n, K) float32 or float64, any memory layout
-        Finite or ``-inf`` entries; a row may be all ``-inf`` (its ``w`` is
-        then NaN, and only a forbidden table has such rows). Read in place
-        (an engine's float32 or column-major margins need no float64
-        copy): float32 entries are widened exactly, so ``w`` equals that of
-        ``src.astype(np.float64)``.
+        Finite or ``-inf`` entries, read in place (float32 widened exactly).
     w : (n, K) float64, output
         C-contiguous.
     row_max : (n,) float64, output
     parallel : bool
     normalise : bool
-        Divide each row of ``w`` by its sum while the block is in cache:
-        the row-wise softmax of ``src``.
+        Divide each row of ``w`` by its sum: the row-wise softmax.
     """
     run = _exp_rows_parallel if parallel else _exp_rows_serial
     run(src, w.reshape(-1), row_max, normalise)
@@ -206,28 +162,23 @@ def shifted_exp(x):
 
 @njit(cache=CACHE, error_model="numpy")
 def log_space_posterior(unary, offsets, sequences, trans, start, end):
-    """Forward-backward in log space for some sequences.
-
-    The fallback for sequences the scaled messages cannot hold (see the
-    module notes): every message is a log-sum-exp, so any finite potentials
-    work.
+    """Forward-backward in log space for some sequences (the fallback of the module notes).
 
     Parameters
     ----------
     unary : (n, K) float64
     offsets : (m + 1,) int64
     sequences : (s,) int64
-        Indices of the sequences to process, increasing.
+        The sequences to process, increasing.
     trans : (P, K, K) float64
     start, end : (K,) float64
 
     Returns
     -------
     log_z : (s,) float64
-        ``-inf`` for a sequence with no allowed labelling (its other rows
-        are then zero).
+        ``-inf`` for a sequence with no allowed labelling.
     marginals : (r, K) float64
-        Node marginals of the rows of the selected sequences, in order.
+        Node marginals of the selected sequences' rows, in order.
     pairwise : (r, K, K) float64
         ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
     """

@@ -1,13 +1,9 @@
 """The lane kernels of the lockstep sweeps (:mod:`._chain_sweeps`).
 
 A chunk's sequences are the lanes of its scratch: planes ``(K, lanes)``
-(lanes innermost), rows of ``vec (8, lanes)`` and ``idx (5, lanes)``, whose
-layout the constants below name. At each position the sweeps gather the
-lanes' rows into planes, multiply them by the table, scatter them back,
-and take from the planes the mixing rates of the position
-(:func:`_lanes_rates`) and the products of its edges (:func:`_lanes_edges`).
-Every kernel here runs over the first ``act`` (or ``new``) lanes at once,
-with no horizontal sums.
+(lanes innermost), rows of ``vec (8, lanes)`` and ``idx (5, lanes)`` named
+by the constants below. Every kernel runs over the first ``act`` (or
+``new``) lanes at once, with no horizontal sums.
 """
 
 import numpy as np
@@ -44,11 +40,7 @@ _HUGE = np.finfo(np.float64).max
 
 @intrinsic
 def _fmin(typingctx, a, b):
-    """``min(a, b)`` of two float64 as LLVM's ``minnum``, which LLVM vectorises.
-
-    numba's ``min`` lowers to a compare and select that LLVM keeps scalar
-    inside a reduction loop; ``minnum`` becomes ``vminpd``.
-    """
+    """``min(a, b)`` of two float64 as LLVM's ``minnum``, which vectorises."""
     sig = types.float64(types.float64, types.float64)
 
     def codegen(context, builder, signature, args):
@@ -61,10 +53,8 @@ def _fmin(typingctx, a, b):
 
 @intrinsic
 def _prefetch(typingctx, arr, row, col):
-    """Prefetch, for writing, the cache line of ``arr[row, col]`` (a 2-d array).
-
-    LLVM's ``llvm.prefetch``: no effect on results. The sweeps' lanes write
-    rows far apart, more streams than the hardware prefetcher follows.
+    """Prefetch for writing the cache line of ``arr[row, col]`` (``llvm.prefetch``; no effect on
+    results).
     """
     sig = types.void(arr, row, col)
 
@@ -112,14 +102,8 @@ def _lanes_sums(plane, act, sums):
 
 @njit(**KERNEL)
 def _lanes_times(src, dst, mat, idx, act):
-    """``dst[b, s] = sum_a src[a, s] mat[tab_s, a, b]`` for the first ``act`` lanes.
-
-    ``src`` and ``dst`` are ``(K, lanes)`` planes. One shared table: each
-    entry is loaded once for all lanes, and the lanes are the vector
-    dimension (no horizontal sums), four rows of the table per pass over
-    ``dst``, the first pass storing and the last one's missing rows
-    (``K`` not a multiple of four) weighted zero. Per-position tables
-    (``mat`` may be a transposed view) are read lane by lane.
+    """``dst[b, s] = sum_a src[a, s] mat[tab_s, a, b]`` over ``(K, lanes)`` planes, for the first
+    ``act`` lanes.
     """
     k = mat.shape[1]
     if mat.shape[0] == 1:
@@ -149,15 +133,8 @@ def _lanes_times(src, dst, mat, idx, act):
 
 @njit(**FINITE)
 def _lanes_min(inv, pen, dst, mat, idx, act, shift, penalised):
-    """``dst[b, s] = min_a (mat[tab_s + shift, a, b] inv[a, s] + pen[a, s])``.
-
-    For the first ``act`` lanes of the ``(K, lanes)`` planes:
-    :func:`_lanes_times` with ``min`` for the sum (the last pass's missing
-    rows repeat row ``K - 1``, which leaves the minimum as it is) and the
-    penalty of excluded labels added (``shift`` picks the next position's
-    table when tables are per position). Without ``penalised`` (no label of
-    these lanes is excluded: every penalty is zero) the penalties are not
-    read.
+    """``dst[b, s] = min_a (mat[tab_s + shift, a, b] inv[a, s] + pen[a, s])`` for the first ``act``
+    lanes (penalties read only if ``penalised``).
     """
     k = mat.shape[1]
     if mat.shape[0] == 1:
@@ -188,11 +165,8 @@ def _lanes_min(inv, pen, dst, mat, idx, act, shift, penalised):
 
 @njit(**KERNEL)
 def _lanes_rate(weights, mins, act, vec, scaled, idx, out):
-    """``out[row_s] = max(0, 1 - sum_b weights[b, s] kept(mins[b, s]) / d_s)``.
-
-    For the first ``act`` lanes of the ``(K, lanes)`` planes, ``d_s =
-    vec[_BS, s]`` if ``scaled``, else 1; ``kept`` drops the minima that
-    every label excluded (:data:`_EXCLUDE`).
+    """``out[row_s] = max(0, 1 - sum_b weights[b, s] kept(mins[b, s]) / d_s)``, ``d_s = vec[_BS,
+    s]`` if ``scaled`` else 1.
     """
     for s in range(act):
         vec[_TOT, s] = 0.0
@@ -209,28 +183,17 @@ def _lanes_rate(weights, mins, act, vec, scaled, idx, out):
 def _lanes_rates(j, new, act, am, pm, ro, wj, swept, tab, scratch, right, left):
     """The mixing rates of the edges at position ``j`` of the lanes, into ``right`` and ``left``.
 
-    On entry, for the first ``act`` lanes, the ``(K, lanes)`` planes
-    ``am`` and ``buf[_IN]`` hold ``alpha[t]`` and ``beta[t]``
-    (normalised) of their row ``t``, ``pm`` holds ``alpha[t - 1]`` (``j >
-    0``), and for the first ``new`` of them (those whose sequence goes on
-    past ``t``) ``ro`` holds ``r[t + 1]`` and ``vec[_BS]``
-    ``beta_scale[t]``.
-    ``right[t] = 1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over labels
-    ``a`` of nonzero marginal, from ``P(b | a) = E[a, b] r[t + 1, b] /
-    (beta_scale[t] beta[t, a])`` (``1 / beta_scale[t]`` applied to the sum,
-    so that no reciprocal of a product of two small numbers overflows),
-    zero where ``t`` is last;
-    ``left[t] = 1 - sum_a min_b P(y_{t-1} = a | y_t = b)`` over labels
-    ``b`` of nonzero marginal, from ``P(a | b) = alpha[t - 1, a] E[a, b] /
-    into[t, b]`` with ``into[t] = alpha[t - 1] @ E_t``, zero where ``t`` is
-    first (``j == 0``). Within the sweep (``swept``: the plane ``wj`` holds
-    ``w[t]`` and ``vec[_FS]`` the forward normaliser ``s_t`` of ``alpha[t]
-    = into[t] w[t] / s_t``) ``1 / into[t, b] = w[t, b] / (alpha[t, b]
-    s_t)``, one division instead of a product; otherwise ``into[t]`` is the
-    forward sweep's product, recomputed. Labels of zero probability add
-    nothing to the total variation of Theorem 3.1; they get ``inv = 0`` and
-    the penalty ``_EXCLUDE`` (branch-free, so that the divisions
-    vectorise). Uses the planes ``_RINV``, ``_RPEN`` and ``_MARG``.
+    On entry ``am``, ``buf[_IN]`` hold ``alpha[t]``, ``beta[t]``; ``pm``
+    ``alpha[t - 1]`` (``j > 0``); for the first ``new`` lanes ``ro`` holds
+    ``r[t + 1]`` and ``vec[_BS]`` ``beta_scale[t]``.
+
+    ``right[t] = 1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` with
+    ``P(b | a) = E[a, b] r[t + 1, b] / (beta_scale[t] beta[t, a])``, zero on
+    last rows; ``left[t] = 1 - sum_a min_b P(y_{t-1} = a | y_t = b)`` with
+    ``P(a | b) = alpha[t - 1, a] E[a, b] / into[t, b]``, zero on first rows.
+    With ``swept`` (``wj`` holds ``w[t]``, ``vec[_FS]`` the normaliser
+    ``s_t``), ``1 / into[t, b] = w[t, b] / (alpha[t, b] s_t)``. Labels of zero
+    probability are excluded branch-free (``inv = 0``, penalty ``_EXCLUDE``).
     """
     buf, vec, idx = scratch.buf, scratch.vec, scratch.idx
     emat, emat_t = tab.emat, tab.emat_t
@@ -271,10 +234,7 @@ def _lanes_rates(j, new, act, am, pm, ro, wj, swept, tab, scratch, right, left):
 
 @njit(**KERNEL)
 def _lanes_outer(x, y, lanes, acc):
-    """``acc[a, b] += sum_{s < lanes} x[a, s] y[b, s]`` over ``x, y (K, lanes)`` planes.
-
-    Two rows of each at a time: four sums share every load.
-    """
+    """``acc[a, b] += sum_{s < lanes} x[a, s] y[b, s]`` over ``x, y (K, lanes)`` planes."""
     k = x.shape[0]
     for a in range(0, k, 2):
         a1 = min(a + 1, k - 1)  # (odd K: the last row twice, added once)
@@ -298,13 +258,8 @@ def _lanes_outer(x, y, lanes, acc):
 
 @njit(**KERNEL)
 def _lanes_edges(new, am, ro, vec, idx, seq_weight, buf, acc):
-    """Add the weighted edge products of the first ``new`` lanes to ``acc (K, K)``.
-
-    The lanes' edges ``(t, t + 1)``: ``am = alpha[t]``, ``ro = r[t + 1]``,
-    with ``vec[_BS] = beta_scale[t]`` and ``vec[_INV] = 1 / overlap[t]``;
-    each adds ``seq_weight[i] * alpha[t] r[t + 1]' / (beta_scale[t]
-    overlap[t])`` (``P_t`` without the table's factor, see
-    :func:`messages`).
+    """Add ``seq_weight[i] alpha[t] r[t + 1]' / (beta_scale[t] overlap[t])`` of the first ``new``
+    lanes' edges to ``acc (K, K)``.
     """
     cy = buf[_EDGE]
     for s in range(new):

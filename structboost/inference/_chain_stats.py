@@ -1,10 +1,5 @@
-"""What derives from the messages or pairwise marginals of linear chains.
-
-The stored scaled messages (:class:`Messages`; the sweeps of
-:mod:`structboost.inference._chain_sweeps` fill them and compute the
-mixing rates from them), the mixing rates from the pairwise marginals of
-the log-space fallback, the pairwise marginals of consecutive positions,
-the path sums of Eq. 17 and the exact node bound.
+"""What derives from the messages or pairwise marginals of linear chains: rates, pairwise marginals,
+Eq. 17 path sums, the exact node bound.
 """
 
 from typing import NamedTuple
@@ -17,22 +12,18 @@ from ._chain import table
 
 
 class Messages(NamedTuple):
-    """The stored scaled messages of a batch, and the rates computed from them.
-
-    Field names are those of :class:`structboost.inference.chain.Workspace`
-    and :class:`structboost.inference.chain.ChainPosterior`
-    (:meth:`of` takes them from either).
+    """The stored scaled messages of a batch (:meth:`of` a ``Workspace`` or ``ChainPosterior``), and
+    their rates.
 
     Attributes
     ----------
     offsets : (m + 1,) int64
     alpha, beta, r : (n, K) float64
-        As in :mod:`structboost.inference._chain_sweeps` (``beta`` on each
-        sequence's last row).
+        As in :mod:`structboost.inference._chain_sweeps`.
     beta_scale : (n,) float64
     right, left : (n,) float64, output
-        The mixing rates ``right[t] = alpha_{t, t+1}`` (zero on last rows)
-        and ``left[t] = alpha_{t, t-1}`` (zero on first rows).
+        ``right[t] = alpha_{t, t+1}`` (zero on last rows), ``left[t] =
+        alpha_{t, t-1}`` (zero on first rows).
     """
 
     offsets: np.ndarray
@@ -87,13 +78,8 @@ def _edges_serial(alpha, r, offsets, emat, out):
 
 
 def edge_marginals(alpha, r, offsets, emat, parallel):
-    """Pairwise marginals of consecutive positions.
-
-    Returns
-    -------
-    (n, K, K) float64
-        Row ``t`` is ``P(y_t = a, y_{t+1} = b)``; the last row of every
-        sequence is zero.
+    """Pairwise marginals ``(n, K, K)`` ``P(y_t = a, y_{t+1} = b)`` of consecutive positions; zero
+    on last rows.
     """
     n, k = alpha.shape
     out = np.zeros((n, k, k))
@@ -103,12 +89,7 @@ def edge_marginals(alpha, r, offsets, emat, parallel):
 
 @njit(**KERNEL)
 def _row_conditional(mat, weight, out):
-    """``out[i, j] = mat[i, j] * weight[j]`` normalised over ``j``; zero rows stay zero.
-
-    With ``mat = E`` and ``weight = r[t + 1]``, row ``a`` is
-    ``P(y_{t+1} | y_t = a)``; with ``mat = E.T`` and ``weight = alpha[t]``,
-    row ``b`` is ``P(y_t | y_{t+1} = b)``.
-    """
+    """``out[i, j] = mat[i, j] * weight[j]`` normalised over ``j``; zero rows stay zero."""
     k = weight.shape[0]
     for i in range(k):
         s = 0.0
@@ -123,7 +104,9 @@ def _row_conditional(mat, weight, out):
 
 @njit(**KERNEL)
 def _rate(emat, into_inv, weight, possible, low):
-    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see :func:`~structboost.inference._chain_lanes._lanes_rates`)."""
+    """``1 - sum_j min_{i possible} emat[i, j] * into_inv[i] * weight[j]`` (see
+    :func:`~structboost.inference._chain_lanes._lanes_rates`).
+    """
     k = low.shape[0]
     low[:] = np.inf
     for i in range(k):
@@ -164,11 +147,8 @@ def path_sums(right, left, offsets):
 
 @njit(**KERNEL)
 def _sequence_exact_gamma(fwd, bwd, marginals, lo, out):
-    """Exact node bound of one sequence from its one-step conditionals.
-
-    ``fwd[t]`` is ``P(y_{t+1} | y_t)`` (rows: ``y_t``), ``bwd[t]`` is
-    ``P(y_{t-1} | y_t)`` (rows: ``y_t``), both ``(L, K, K)``; writes
-    ``out[lo:lo + L]``.
+    """Exact node bound of one sequence into ``out[lo:lo + L]`` from ``fwd[t] = P(y_{t+1} | y_t)``,
+    ``bwd[t] = P(y_{t-1} | y_t)``.
     """
     length, k, _ = fwd.shape
     for t in range(length):
@@ -199,15 +179,10 @@ def _sequence_exact_gamma(fwd, bwd, marginals, lo, out):
 
 @njit(**PARALLEL)
 def exact_gamma(alpha, r, marginals, offsets, emat):
-    """Smallest valid node bound: ``max_k sum_j |H_ij| / H_ii`` per position.
+    """Smallest valid node bound ``(n,)``: ``max_k sum_j |H_ij| / H_ii`` per position.
 
-    Uses Lemma 3.1: ``sum_j |H_ij| = 2 p_i sum_s TV(P(y_s | y_t = k), P(y_s))``
-    with the conditionals propagated along the chain. Cost
-    ``O(sum_i L_i^2 K^3)``; labels with ``p (1 - p) < 1e-12`` are skipped.
-
-    Returns
-    -------
-    (n,) float64
+    Lemma 3.1: ``sum_j |H_ij| = 2 p_i sum_s TV(P(y_s | y_t = k), P(y_s))``;
+    ``O(sum_i L_i^2 K^3)``; labels with ``p (1 - p) < 1e-12`` skipped.
     """
     n, k = alpha.shape
     out = np.zeros(n)
@@ -225,24 +200,8 @@ def exact_gamma(alpha, r, marginals, offsets, emat):
 
 
 def exact_gamma_pairwise(pairwise, marginals, offsets):
-    """:func:`exact_gamma` from pairwise marginals (rows of the log-space fallback).
-
-    The pairwise marginal of an edge is its table with unit message
-    weights: ``P(y_{t+1} | y_t)`` is the row-normalised ``pairwise[t]``, as
-    :func:`exact_gamma` builds it from ``E`` and ``r``, so this is
-    :func:`exact_gamma` with per-position tables ``pairwise[t]`` at the rows
-    ``t + 1`` and ``alpha = r = 1``.
-
-    Parameters
-    ----------
-    pairwise : (r, K, K) float64
-        ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
-    marginals : (r, K) float64
-    offsets : (s + 1,) int64
-
-    Returns
-    -------
-    (r,) float64
+    """:func:`exact_gamma` ``(r,)`` from pairwise marginals ``(r, K, K)`` of the log-space rows
+    (``alpha = r = 1``).
     """
     ones = np.ones_like(marginals)
     tables = np.concatenate((np.zeros_like(pairwise[:1]), pairwise[:-1]))
@@ -251,18 +210,8 @@ def exact_gamma_pairwise(pairwise, marginals, offsets):
 
 @njit(**KERNEL)
 def pairwise_rates(pairwise, offsets):
-    """Mixing rates from pairwise marginals (rows of the log-space fallback).
-
-    Parameters
-    ----------
-    pairwise : (r, K, K) float64
-        ``P(y_t = a, y_{t+1} = b)``; zero on each sequence's last row.
-    offsets : (s + 1,) int64
-
-    Returns
-    -------
-    right, left : (r,) float64
-        As filled by :func:`~structboost.inference._chain_sweeps.messages`.
+    """Mixing rates ``right, left (r,)`` from pairwise marginals ``(r, K, K)`` of the log-space
+    rows.
     """
     r, k, _ = pairwise.shape
     right = np.zeros(r)

@@ -1,28 +1,20 @@
 """The scaled forward and backward sweeps of linear-chain CRFs (see :mod:`._chain`).
 
-Messages
---------
-Messages are kept in scaled probability space, so the inner loops are plain
-multiply-adds with no ``exp``/``log``; ``exp`` runs once per round over all
-node scores (:func:`~structboost.inference._chain.exp_rows`, a
-vectorisable polynomial):
+Messages are scaled probabilities, so the inner loops are multiply-adds
+without ``exp``/``log``:
 
-* ``alpha[t]`` is proportional to the forward message *including* the unary
-  factor of position ``t`` and sums to one;
-* ``into[t] = alpha[t - 1] @ E_t`` is the forward message entering ``t``
-  (never stored: the rates derive it, :func:`_lanes_rates`);
-* ``beta[t]`` is proportional to the backward message *excluding* position
-  ``t`` and sums to one; ``E_{t+1} @ r[t + 1] = beta_scale[t] * beta[t]``;
-* ``r[t]`` is proportional to ``exp(unary[t]) * beta[t]`` and sums to one.
+* ``alpha[t]`` ~ the forward message *including* position ``t``'s unary
+  factor, summing to one;
+* ``into[t] = alpha[t - 1] @ E_t``, the forward message entering ``t``
+  (never stored);
+* ``beta[t]`` ~ the backward message *excluding* position ``t``, summing to
+  one; ``E_{t+1} @ r[t + 1] = beta_scale[t] * beta[t]``;
+* ``r[t]`` ~ ``exp(unary[t]) * beta[t]``, summing to one.
 
 Hence ``P(y_t = k) ~ alpha[t, k] * beta[t, k]`` and
 ``P(y_t = a, y_{t+1} = b) ~ alpha[t, a] * E_{t+1}[a, b] * r[t + 1, b]``.
-One forward and one backward sweep (:func:`messages`) give log Z, the node
-marginals and, on request, both Dobrushin mixing rates of every edge.
-A sequence these messages cannot hold is marked lost by the criterion of
-:mod:`structboost.inference._chain` and recomputed in log space by the caller.
-The sweeps run the sequences of a chunk in lockstep, as the lanes of
-:mod:`structboost.inference._chain_lanes`' kernels.
+The sweeps run a chunk's sequences in lockstep, as the lanes of
+:mod:`structboost.inference._chain_lanes`.
 """
 
 from typing import NamedTuple
@@ -56,11 +48,7 @@ SWEEPS, SWEEPS_RATES, RATES = 0, 1, 2
 
 @njit(**KERNEL)
 def _chunk_edges_rowwise(lanes, idx, msg, nodes, acc):
-    """``acc`` as :func:`_lanes_edges` over the chunk's sequences not lost, from the stored rows.
-
-    For a chunk with a lost sequence, whose lanes' products then include
-    rows the scaled messages could not hold (rare).
-    """
+    """``acc`` as :func:`_lanes_edges` over the chunk's sequences not lost, from the stored rows."""
     alpha, r, beta_scale, overlap = msg.alpha, msg.r, msg.beta_scale, nodes.overlap
     acc[:] = 0.0
     for s in range(lanes):
@@ -136,6 +124,7 @@ class Nodes(NamedTuple):
     edges: np.ndarray
     keep: bool
 
+
 class Scratch(NamedTuple):
     """One task's scratch of the lockstep sweeps (:func:`_chunk_messages`).
 
@@ -187,9 +176,8 @@ def _cached_positions(offsets, k, task):
 
 @njit(**KERNEL)
 def _chunk_lanes(c, offsets, idx):
-    """Point the lanes of ``idx`` at the sequences of chunk ``c``, longest first; their count.
-
-    Fills the rows ``_SEQ``, ``_FIRST`` and ``_LEN`` of ``idx (5, lanes)``.
+    """Point the lanes of ``idx (5, lanes)`` at the sequences of chunk ``c``, longest first; their
+    count.
     """
     lo, hi = c * CHUNK, min(offsets.shape[0] - 1, (c + 1) * CHUNK)
     lanes = hi - lo
@@ -205,38 +193,20 @@ def _chunk_lanes(c, offsets, idx):
     return lanes
 
 
-
-
 @njit(**KERNEL)
 def _chunk_messages(c, msg, nodes, tab, rates, keep, scratch):
     """Both sweeps of the sequences of chunk ``c`` (see :func:`messages`), in lockstep.
 
-    The chunk's sequences, sorted longest first, are the lanes of the
-    scratch ``buf (10, K, lanes)``, ``vec (8, lanes)`` and ``idx (5, lanes)``
-    (lanes innermost), so that every pass over the labels and every product
-    runs over all lanes at once with no horizontal sums. At position ``j``
-    the lanes of the sequences longer than ``j`` are a prefix; the backward
-    sweep starts a lane with ``end`` at its last row. Each lane's arithmetic
-    is that of its sequence alone. A lane that the criterion of
-    :mod:`structboost.inference._chain` marks lost goes on computing (its
-    rows are unspecified). The forward sweep gathers the rows of ``w`` and
-    computes ``alpha`` in the planes of ``Scratch.w_at`` and
-    ``Scratch.alpha_at`` at the first ``cap`` positions (in ``buf`` past
-    them), which the backward sweep reads back instead of gathering the
-    rows again. The backward sweep keeps ``r`` in two planes by turns:
-    with ``rates`` it computes the mixing rates of each position from its
-    planes (:func:`_lanes_rates`), and when ``nodes.edges`` is asked for,
-    it adds each edge's product to the chunk's sum (:func:`_lanes_edges`;
-    a chunk with a lost sequence sums its other sequences' edges again from
-    their stored rows, :func:`_chunk_edges_rowwise`), then to the task's
-    (``Scratch.edges``). Without ``keep`` the sweeps store no row of
-    ``alpha`` past those the backward sweep reads back (the positions past
-    the cached ones) and no row of ``r``; a chunk that would then have to
-    sum its edges from stored rows returns False at the end, having added
-    nothing to the task's sum, and its caller sweeps it again with
-    ``keep`` (True otherwise). The arrays come from ``msg``
-    (``Messages``), ``nodes`` (:class:`Nodes`), ``tab`` (:class:`Tables`)
-    and ``scratch`` (:class:`Scratch`), unpacked once per chunk.
+    The sequences, longest first, are the lanes (innermost axis) of the
+    scratch; at position ``j`` the lanes longer than ``j`` are a prefix. A lost
+    lane goes on computing (its rows unspecified). The forward sweep keeps
+    ``w`` and ``alpha`` at the first ``cap`` positions in ``Scratch.w_at`` and
+    ``Scratch.alpha_at`` for the backward sweep. The backward sweep computes
+    the rates with ``rates`` (:func:`_lanes_rates`) and each edge's product
+    when ``nodes.edges`` is asked for (:func:`_lanes_edges`; from stored rows
+    in a chunk with a lost sequence). Without ``keep`` only the rows of
+    ``alpha`` past ``cap`` are stored and no ``r``; a chunk that would then need
+    stored rows returns False, having added nothing (True otherwise).
     """
     offsets, alpha, beta, r = msg.offsets, msg.alpha, msg.beta, msg.r
     beta_scale = msg.beta_scale
@@ -391,12 +361,9 @@ def _chunk_messages(c, msg, nodes, tab, rates, keep, scratch):
 def _forward_log_z(j, act, aj, vec, idx, nodes, tab):
     """The forward sweep's bookkeeping at position ``j`` of the first ``act`` lanes.
 
-    ``vec[_SUM]`` holds the normalisers ``s_t`` of ``alpha[t]`` (the plane
-    ``aj``), kept in ``nodes.overlap[t]`` for the backward sweep; log Z's
-    running sum ``vec[_ACC]`` and product ``vec[_RUN]`` take them in (see
-    :data:`LOG_LO`), and the lanes whose sequence ends at ``j`` get their
-    ``log_z``. Branch-free but for the lanes whose product leaves its range
-    (or whose normaliser is below ``LOG_LO``), redone alone.
+    The normalisers ``vec[_SUM]`` of ``alpha[t]`` go to ``nodes.overlap[t]``
+    and into log Z's running sum and product (see :data:`LOG_LO`); lanes whose
+    sequence ends at ``j`` get their ``log_z``.
     """
     row_max, log_z, overlap, lost = nodes.row_max, nodes.log_z, nodes.overlap, nodes.lost
     emax, end_e, end_max = tab.emax, tab.end_e, tab.end_max
@@ -445,14 +412,9 @@ def _forward_log_z(j, act, aj, vec, idx, nodes, tab):
 def _chunk_late_rates(c, msg, tab, scratch):
     """The mixing rates of the sequences of chunk ``c`` from their stored messages.
 
-    A backward sweep in the lanes of :func:`_chunk_messages` without the
-    exponentials and the marginals: ``beta[t] = (E_{t+1} @ r[t + 1]) /
-    beta_scale[t]`` from the stored ``r`` (the sweep's own product, so the
-    values are those of the sweep; ``beta`` is read on each sequence's last
-    row alone), ``alpha`` gathered, then :func:`_lanes_rates` at each
-    position: the rates of the sweep with the rates, to rounding (``into``
-    here is the forward sweep's product, recomputed, where the sweep
-    derives its inverse from ``w``).
+    A backward sweep as in :func:`_chunk_messages` without exponentials and
+    marginals, rebuilding ``beta[t] = (E_{t+1} @ r[t + 1]) / beta_scale[t]``
+    from the stored ``r``; equal to the sweep's rates to rounding.
     """
     offsets, alpha, beta, r = msg.offsets, msg.alpha, msg.beta, msg.r
     emat_t = tab.emat_t
@@ -546,44 +508,33 @@ def messages(ws, emat, emax, start, end, with_rates, parallel, seq_weight=None, 
     Parameters
     ----------
     ws : Workspace-like
-        Holds ``w, row_max`` (from
-        :func:`~structboost.inference._chain.exp_rows`) and ``offsets``, and
-        the output buffers ``log_z (m,)``, ``alpha, beta, r, marg (n, K)``,
-        ``beta_scale, overlap, right, left (n,)`` and ``lost (m,)`` bool.
+        Holds ``w, row_max`` (:func:`~structboost.inference._chain.exp_rows`),
+        ``offsets`` and the outputs ``log_z (m,)``, ``alpha, beta, r, marg
+        (n, K)``, ``beta_scale, overlap, right, left (n,)``, ``lost (m,)`` bool.
     emat, emax : (P, K, K), (P,) float64
         From :func:`~structboost.inference._chain.exp_tables`.
     start, end : (K,) float64
     with_rates : bool
         Fill ``right[t] = alpha_{t, t+1}`` (zero on last rows) and
-        ``left[t] = alpha_{t, t-1}`` (zero on first rows), within the
-        backward sweep (:func:`_lanes_rates`).
+        ``left[t] = alpha_{t, t-1}`` (zero on first rows).
     parallel : bool
     seq_weight : (m,) float64, optional
-        Sum the weighted products of the edges within the backward sweep
-        (one shared table only).
+        Sum the weighted edge products within the sweep (one shared table only).
     keep : bool
-        Store ``alpha`` and ``r``. Without it their rows are unspecified
-        (the pass then writes two ``(n, K)`` arrays fewer): for a caller
-        that needs only ``log_z``, the marginals and what it asked the
-        sweep to take (the rates, the edge sums).
+        Store ``alpha`` and ``r`` (else their rows are unspecified).
 
     Returns
     -------
     (K, K) float64 or None
         With ``seq_weight``: ``sum_t seq_weight[i(t)] alpha[t] r[t + 1]' /
-        (beta_scale[t] overlap[t])`` over the edges ``(t, t + 1)`` of the
-        sequences not lost, whose product with the table is their weighted
-        pairwise marginals ``sum_t seq_weight[i(t)] P_t``.
+        (beta_scale[t] overlap[t])`` over the edges of sequences not lost
+        (times the table: their weighted pairwise marginals).
 
     Notes
     -----
-    ``marg`` holds the node marginals, ``overlap[t] = alpha[t] @ beta[t]``
-    (so that ``alpha[t] @ E @ r[t + 1] = beta_scale[t] * overlap[t]``).
-    The sweeps store ``beta`` on each sequence's last row alone (what
-    :func:`late_rates` needs beside ``alpha``, ``r`` and ``beta_scale``).
-    Rows of sequences with ``lost[i]`` set are unspecified: the caller
-    recomputes them in log space. The sweeps run the sequences of a chunk
-    in lockstep (:func:`_chunk_messages`).
+    ``overlap[t] = alpha[t] @ beta[t]``, so ``alpha[t] @ E @ r[t + 1] =
+    beta_scale[t] * overlap[t]``. ``beta`` is stored on each sequence's last
+    row only. Rows of ``lost`` sequences are unspecified.
     """
     tab = _tables(emat, emax, start, end)
     k = emat.shape[1]
@@ -603,18 +554,11 @@ def messages(ws, emat, emax, start, end, with_rates, parallel, seq_weight=None, 
 def late_rates(msg, emat, parallel):
     """The mixing rates of messages swept without them, into ``msg.right`` and ``msg.left``.
 
-    Those :func:`messages` computes with ``with_rates``, for a posterior
-    that asks for them later: a backward sweep per chunk over the stored
-    ``alpha``, ``r``, ``beta_scale`` and last rows of ``beta``
-    (:func:`_chunk_late_rates`). Rows of sequences that the sweep marked
-    lost are unspecified.
-
     Parameters
     ----------
     msg : Messages
         Of :func:`messages` without ``with_rates``.
     emat : (P, K, K) float64
-        From :func:`~structboost.inference._chain.exp_tables`.
     parallel : bool
     """
     k = msg.alpha.shape[1]

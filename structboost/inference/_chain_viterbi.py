@@ -65,12 +65,10 @@ def viterbi(unary, offsets, trans, start, end, parallel):
 
 @njit(**KERNEL)
 def label_scores(unary, offsets, labels, trans, start, end, with_transitions, out):
-    """Score of the given labelling of every sequence, summed in one sweep (no temporaries).
+    """Score of the given labelling of every sequence into ``out (m,)``, in one sweep.
 
-    ``out[i]`` gets the labels' node scores of sequence ``i`` and, when
-    ``with_transitions``, its transition, start and end scores. ``unary
-    (n, K)`` may be float32 or float64 in any memory layout (the engines'
-    own margins); sums are float64.
+    Node scores, plus transition, start and end scores ``with_transitions``;
+    ``unary (n, K)`` float32 or float64 in any layout, sums float64.
     """
     n_tab = trans.shape[0]
     for i in range(offsets.shape[0] - 1):

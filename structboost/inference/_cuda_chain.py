@@ -1,27 +1,19 @@
 """CUDA kernels (numba.cuda) for linear-chain CRFs over ragged batches.
 
-The device counterpart of :mod:`structboost.inference._chain`, with the same
-scaled messages, transition tables ``(P, K, K)`` and log-space fallback
-criterion (see that module's docstring), so that every result matches the
-CPU kernels to float tolerance and the same sequences go to log space. Importing this module imports ``numba.cuda``; nothing else
-in structboost does, except :mod:`structboost.inference.gpu`, which is imported only
-when a GPU path is asked for.
+The device twin of :mod:`structboost.inference._chain`: the same scaled
+messages, tables ``(P, K, K)`` and log-space fallback criterion, so results
+match the CPU kernels to float tolerance. Only
+:mod:`structboost.inference.gpu` imports it (and validates the input).
 
-Layout and parallelism: rows stay flat ``(n, K)`` C-contiguous float64 and
-``offsets (m + 1,)`` int64 delimit the sequences, as on the CPU. The
-recursions run one thread per sequence, so every step ``t`` advances all
-sequences of the batch at once (batched by position across sequences); the
-per-row kernels (softmax, G and H) run one thread per row, and the
-parameter-sized sums run as a tiled matrix product (expected transition
-counts) or one thread per label and chunk of rows (start/end marginals),
-added with atomics. No kernel allocates memory: scratch lives in the output
-arrays, as in the CPU message pass. Nothing here validates input: :mod:`structboost.inference.gpu` does.
+Rows stay flat ``(n, K)`` C-contiguous float64 with ``offsets (m + 1,)``.
+Recursions run one thread per sequence; per-row kernels one thread per row;
+parameter-sized sums as a tiled matrix product or one thread per label and
+chunk of rows, added with atomics. No kernel allocates memory.
 
 Only ``math`` functions and plain loops are used, so the kernels also run
-under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), which is how the
-test suite checks them on machines without a GPU. Every ``log`` takes a
-normaliser already checked against ``TINY`` (the simulator evaluates
-``math.log(0)`` in Python, which raises).
+under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, as the tests do
+without a GPU); every ``log`` takes a normaliser already checked against
+``TINY`` (the simulator's ``math.log(0)`` raises).
 """
 
 import math
@@ -52,7 +44,9 @@ def blocks(count):
 
 @cuda.jit(device=True)
 def _table(n_tables, t):
-    """Index of the transition table of position ``t`` (as :func:`structboost.inference._chain.table`)."""
+    """Index of the transition table of position ``t`` (as
+    :func:`structboost.inference._chain.table`).
+    """
     return t if n_tables > 1 else 0
 
 
@@ -67,11 +61,8 @@ def _sequence_rows(offsets):
 
 @cuda.jit
 def prepare_rows(margins, unary, w, row_max, bad):
-    """Per row: float64 copy, ``exp(u - max(u))``, the maximum; counts non-finite rows.
-
-    Entries below ``exp(EXP_FLOOR)`` are zero, as in
-    :func:`structboost.inference._chain.exp_rows`, so that the same labels
-    drop out of the scaled messages on both sides.
+    """Per row: float64 copy, ``exp(u - max(u))`` (below ``exp(EXP_FLOOR)``: zero, as on the CPU),
+    the maximum.
 
     Parameters
     ----------
@@ -118,12 +109,8 @@ def softmax_rows(w, out):
 @cuda.jit(device=True)
 def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
             log_z, alpha, beta, r, into, beta_scale, marg, overlap):
-    """Both sweeps of sequence ``i``; False (at once) when the sequence is lost.
-
-    The messages of :func:`structboost.inference._chain_sweeps._chunk_messages`
-    without the rates (the same arithmetic per element; the CPU sweep folds its
-    normalisations into the products and batches its logarithms), with the
-    same fallback criterion (``TINY``, ``SAFE``).
+    """Both sweeps of sequence ``i``, as :func:`structboost.inference._chain_sweeps._chunk_messages`
+    without the rates; False at once when lost.
     """
     lo = offsets[i]
     hi = offsets[i + 1]
@@ -204,10 +191,9 @@ def messages(w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max
              log_z, alpha, beta, r, into, beta_scale, marg, overlap, lost, n_lost):
     """Scaled forward-backward messages and node marginals, one thread per sequence.
 
-    The device twin of :func:`structboost.inference._chain_sweeps.messages` (without
-    the rates: :func:`mixing_rates`), with its buffers and its fallback
-    criterion: a sequence is lost as soon as a normaliser falls below
-    ``TINY`` or a normaliser times the overlap below ``SAFE``.
+    The twin of :func:`structboost.inference._chain_sweeps.messages` without
+    the rates (:func:`mixing_rates`): a sequence is lost once a normaliser
+    falls below ``TINY`` or a normaliser times the overlap below ``SAFE``.
 
     Parameters
     ----------
@@ -216,16 +202,13 @@ def messages(w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max
     row_max : (n,) float64
     offsets : (m + 1,) int64
     emat, emax : (P, K, K), (P,) float64
-        From :func:`structboost.inference._chain.exp_tables`.
     start_e, end_e : (K,) float64
-        From :func:`structboost.inference._chain.shifted_exp`.
     start_max, end_max : float
     log_z : (m,) float64, written
     alpha, beta, r, into, marg : (n, K) float64, written
     beta_scale, overlap : (n,) float64, written
     lost : (m,) int8, written
-        1 where the sequence must be recomputed in log space (its rows are
-        then unspecified).
+        1 where the sequence must be recomputed in log space.
     n_lost : (1,) int64
         Incremented once per lost sequence.
     """
@@ -261,12 +244,9 @@ def scatter(dst, index, src):
 def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
     """Dobrushin coefficients of both conditional chains, one thread per sequence.
 
-    As the rates of :func:`structboost.inference._chain_sweeps.messages`:
-    ``right[t]`` is ``1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over labels
-    ``a`` of non-zero probability, zero on each sequence's last row;
-    ``left[t]`` the same for ``P(y_{t-1} | y_t)``, zero on each first row.
-    ``emat`` is ``(P, K, K)``. The inner minimum runs over ``a`` for each
-    ``b``, so no scratch vector is needed.
+    ``right[t] = 1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over possible
+    ``a``, zero on last rows; ``left[t]`` the same for ``P(y_{t-1} | y_t)``,
+    zero on first rows.
     """
     lo, hi = _sequence_rows(offsets)
     if lo == hi:
@@ -297,12 +277,12 @@ def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
 
 @cuda.jit
 def path_gamma(right, left, offsets, node_gamma, edge_gamma):
-    """Eq. 17 path sums turned into the node and edge bounds, one thread per sequence.
+    """Node and edge bounds from the Eq. 17 path sums, one thread per sequence (``right``
+    overwritten).
 
     ``node_gamma[t] = 2 (1 + to_right[t] + to_left[t])`` (Theorem 4.1) and
     ``edge_gamma[t] = 2 (3 + to_left[t] + to_right[t + 1])`` (Theorem 4.2,
-    zero on last rows), with the sums of :func:`structboost.inference._chain_stats.path_sums`.
-    ``right`` is overwritten with ``to_right``.
+    zero on last rows).
     """
     lo, hi = _sequence_rows(offsets)
     if lo == hi:
@@ -328,12 +308,11 @@ def length_gamma(offsets, out):
 
 @cuda.jit
 def edge_weights(beta_scale, overlap, row_weight, edge_gamma, last, coef):
-    """Per-edge coefficients of :func:`outer_sums` from the scaled messages.
+    """``coef[t] = (w_t / z_t, g_t / z_t, g_t / z_t^2)`` for :func:`outer_sums`, zero where
+    ``last[t]``.
 
-    ``z_t = beta_scale[t] overlap[t]`` normalises ``alpha[t, a] E[a, b]
-    r[t + 1, b]`` (as in :meth:`structboost.inference.chain.ChainPosterior.edge_sums`). Writes ``coef[t] = (w_t / z_t, g_t / z_t, g_t / z_t^2)``
-    with ``w_t = row_weight[t]`` and ``g_t = w_t edge_gamma[t]`` (the
-    curvature weight), all zero where ``last[t]`` (no edge leaves the row).
+    ``z_t = beta_scale[t] overlap[t]``, ``w_t = row_weight[t]``,
+    ``g_t = w_t edge_gamma[t]``.
     """
     t = cuda.grid(1)
     if t >= coef.shape[0]:
@@ -353,21 +332,15 @@ def edge_weights(beta_scale, overlap, row_weight, edge_gamma, last, coef):
 def outer_sums(alpha, r, coef, emat, with_curvature, total, curvature):
     """Expected transition counts and their curvature bound, summed over all edges.
 
-    With ``P_t(a, b) = alpha[t, a] E[a, b] r[t + 1, b] / z_t`` (``E =
-    emat[0]``: one shared table) and the coefficients of
-    :func:`edge_weights`::
+    With ``P_t(a, b) = alpha[t, a] E[a, b] r[t + 1, b] / z_t`` (one shared
+    table)::
 
         total[a, b]     += sum_t w_t P_t(a, b)
         curvature[a, b] += sum_t g_t P_t(a, b) (1 - P_t(a, b))
 
-    (the second only if ``with_curvature``), as
-    ``E * (A' diag(w / z) R)`` and ``E * (A' diag(g / z) R) - E^2 * ((A^2)'
-    diag(g / z^2) R^2)``: a tiled matrix product. Launch blocks of
-    ``(TILE, TILE)`` threads on the grid :func:`outer_grid`; block
-    ``(x, y, z)`` sums the ``TILE x TILE`` entries ``a`` in tile ``x``,
-    ``b`` in tile ``y`` over rows ``z * ROWS:(z + 1) * ROWS``, staging
-    ``TILE`` rows of ``alpha``, ``r`` and ``coef`` at a time in shared
-    memory, and adds its sums with atomics. Outputs must start at zero.
+    as a tiled matrix product: ``(TILE, TILE)`` blocks on the grid
+    :func:`outer_grid`, rows staged in shared memory, sums added with
+    atomics. Outputs must start at zero.
     """
     n, k = alpha.shape
     sa = cuda.shared.array((TILE, TILE), float64)
@@ -413,12 +386,10 @@ def outer_grid(n, k):
 
 @cuda.jit
 def node_sums(marg, rows, weight, gamma, with_curvature, total, curvature):
-    """Weighted sums of node marginals over some rows (start and end counts).
+    """``total[j] += sum_e weight[e] p[rows[e], j]`` and the curvature ``weight gamma p (1 - p)``,
+    with atomics.
 
-    ``total[j] += sum_e weight[e] p[rows[e], j]`` and, if
-    ``with_curvature``, ``curvature[j] += sum_e weight[e] gamma[rows[e]]
-    p (1 - p)``, with ``p = marg``. One thread per
-    label and chunk of :data:`CHUNK` rows, added with atomics; launch
+    One thread per label and chunk of :data:`CHUNK` rows; launch
     ``K * ceil(len(rows) / CHUNK)`` threads on zeroed outputs.
     """
     g = cuda.grid(1)
@@ -468,12 +439,11 @@ def _block_add(s1, s2, out):
 
 @cuda.jit
 def step_sums(new, old, a, b, out):
-    """``out[0] += sum a (new - old)`` and ``out[1] += sum b (new - old)^2`` over ``(n, K)``.
+    """``out[0] += sum a (new - old)``, ``out[1] += sum b (new - old)^2`` over ``(n, K)``: the
+    secant's sums.
 
-    The adaptive step's secant sums (:class:`structboost.objectives.step.SecantScale`).
-    A grid-stride loop over rows, summed per block in shared memory, one
-    atomic add per block and output; launch :func:`reduction_blocks` blocks
-    of :data:`THREADS` threads on a zeroed ``out (2,)``.
+    Launch :func:`reduction_blocks` blocks of :data:`THREADS` threads on a
+    zeroed ``out (2,)``.
     """
     s1 = 0.0
     s2 = 0.0
@@ -506,7 +476,9 @@ def label_scores(unary, labels, row_weight, out):
 
 @cuda.jit(device=True)
 def _hess_factor(gamma, t, scale):
-    """The GBCRF factor of row ``t``: ``gamma[t]``, ``max(scale gamma[t], 2)`` below scale 1; 2 without ``gamma``."""
+    """The GBCRF factor of row ``t``: ``gamma[t]``, ``max(scale gamma[t], 2)`` below scale 1; 2
+    without ``gamma``.
+    """
     if gamma.shape[0] == 0:
         return 2.0
     f = gamma[t]
@@ -517,12 +489,8 @@ def _hess_factor(gamma, t, scale):
 
 @cuda.jit
 def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, grad, hess):
-    """Weighted G and H of one round, one thread per row.
-
-    The arithmetic of :func:`structboost.objectives._kernels.node_grad_hess`:
-    ``grad = w (p - onehot(y))``; with ``finish``, ``hess = w max(h, floor)``
-    with ``h = 1`` if ``unit`` (TreeCRF) else ``p (1 - p)`` times
-    :func:`_hess_factor`; without, ``hess = p (1 - p)`` (see :func:`finish_hess`).
+    """Weighted G and H of one round, one thread per row:
+    :func:`structboost.objectives._kernels.node_grad_hess`'s arithmetic.
     """
     t = cuda.grid(1)
     if t >= p.shape[0]:
@@ -544,10 +512,8 @@ def _floored(v, floor, w):
 
 @cuda.jit
 def finish_hess(raw, gamma, scale, floor, row_weight, hess):
-    """``hess = w max(raw f, floor)`` per row, ``raw`` holding ``p (1 - p)`` (may be ``hess``).
-
-    As :func:`structboost.objectives._kernels.finish_bound_hess`, ``f`` the
-    :func:`_hess_factor` of row ``t`` and ``w = row_weight[t]``.
+    """``hess = w max(raw f, floor)`` per row, ``raw`` holding ``p (1 - p)``, ``f`` the
+    :func:`_hess_factor`.
     """
     t = cuda.grid(1)
     if t < raw.shape[0]:
@@ -558,10 +524,10 @@ def finish_hess(raw, gamma, scale, floor, row_weight, hess):
 
 @cuda.jit
 def viterbi(unary, offsets, transitions, start, end, score, back, path):
-    """Most probable label path of every sequence, one thread per sequence.
+    """Most probable label path of every sequence, one thread per sequence (ties to the lowest
+    label).
 
-    As :func:`structboost.inference._chain_viterbi.viterbi` (ties go to the lowest
-    label), with ``transitions (P, K, K)``. ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
+    ``score (n, K)`` float64 and ``back (n, K)`` int32 are scratch; writes
     ``path (n,)`` int64.
     """
     lo, hi = _sequence_rows(offsets)

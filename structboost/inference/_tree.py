@@ -1,33 +1,23 @@
 """Numba kernels for tree-structured CRFs with typed edges over ragged batches.
 
-A batch of ``m`` instances is given as flat rows: instance ``i`` owns rows
-``offsets[i]:offsets[i + 1]``. Every row ``v`` has a global parent index
-``gparent[v]`` (``-1`` for a root; an instance may be a forest) and an edge
-type ``etype[v]`` selecting ``transitions[etype[v]]``, whose entry ``[a, b]``
-scores parent label ``a`` with child label ``b``. Nothing here validates
-input: :mod:`structboost.inference.tree` does that once and builds the
-topological order with :func:`structure`. The kernels take the batch as one
-named structure ``tree`` (a :class:`structboost.inference.tree.TreeBatch`:
-``unary``, ``offsets``, ``gparent``, ``order``, ``child_ptr``,
-``child_idx``, ``edge_types``, ``transitions``) and the messages of
-:func:`messages` as another (a :class:`~structboost.inference.tree.TreeMessages`:
-``inside``, ``up``, ``outside``, ``down``).
+Instance ``i`` owns rows ``offsets[i]:offsets[i + 1]``; row ``v`` has a
+global parent ``gparent[v]`` (``-1`` for a root; forests allowed) and an
+edge type selecting ``transitions[etype[v]]``, whose ``[a, b]`` scores
+parent label ``a`` with child label ``b``. Nothing here validates input
+(:mod:`structboost.inference.tree` does, and builds the order with
+:func:`structure`); the kernels take a
+:class:`structboost.inference.tree.TreeBatch` and
+:class:`~structboost.inference.tree.TreeMessages`.
 
-Messages are kept in log space, so margins of +-1e4 (or ``-inf`` transitions)
-stay finite, but the inner products run in scaled probability space: with
-``E = exp(T - max(T))`` precomputed per edge type and ``w = exp(x - max(x))``
-an edge message costs ``K`` exps, ``K^2`` multiply-adds and ``K`` logs. A row
-whose scaled sum underflows (only with transitions spanning hundreds of nats)
-is redone exactly in log space.
-
-Per non-root row ``v`` with parent ``p`` the kernels keep
+Messages are kept in log space, but the inner products run in scaled
+probability space (``E = exp(T - max(T))`` per type, ``w = exp(x - max(x))``);
+a row whose scaled sum underflows is redone in log space. Per non-root row
+``v`` with parent ``p``:
 
 * ``inside[v]``: ``unary[v]`` plus the messages from ``v``'s children;
-* ``up[v]``: the message ``v -> p`` (indexed by ``p``'s label),
-  ``up[v, a] = log sum_b exp(T[a, b] + inside[v, b])``;
+* ``up[v, a] = log sum_b exp(T[a, b] + inside[v, b])``, the message ``v -> p``;
 * ``outside[v]``: ``p``'s log belief without ``up[v]`` (the cavity);
-* ``down[v]``: the message ``p -> v`` (indexed by ``v``'s label),
-  ``down[v, b] = log sum_a exp(outside[v, a] + T[a, b])``;
+* ``down[v, b] = log sum_a exp(outside[v, a] + T[a, b])``, the message ``p -> v``;
 * ``belief[v] = inside[v] + down[v]``, the unnormalised log marginal.
 
 Roots have ``up = outside = down = 0``.
@@ -50,24 +40,21 @@ def structure(offsets, parents):
     ----------
     offsets : (m + 1,) int64
     parents : (n,) int64
-        Parent index within the instance, ``-1`` for a root; assumed in range
-        and not self-referencing.
+        Parent index within the instance, ``-1`` for a root (in range, not
+        self-referencing).
 
     Returns
     -------
     order : (n,) int64
-        ``order[offsets[i]:offsets[i + 1]]`` lists instance ``i``'s rows
-        breadth-first from its roots (every parent before its children).
+        Each instance's rows breadth-first from its roots.
     gparent : (n,) int64
         Global row of the parent, ``-1`` for roots.
     child_ptr : (n + 1,) int64
     child_idx : (n,) int64
-        Children of row ``v`` are ``child_idx[child_ptr[v]:child_ptr[v + 1]]``
-        in row order (only the first ``n - n_roots`` entries are used).
+        Children of row ``v`` are ``child_idx[child_ptr[v]:child_ptr[v + 1]]``.
     reached : (m,) int64
-        Rows of each instance reachable from its roots; less than the instance
-        size exactly when its parents contain a cycle (then ``order`` is
-        incomplete for it).
+        Rows of each instance reachable from its roots; fewer than its size
+        exactly when its parents contain a cycle.
     """
     n = parents.shape[0]
     n_inst = offsets.shape[0] - 1
@@ -167,9 +154,8 @@ def _dot(x, y):
 
 @njit(cache=CACHE)
 def _log_matvec(trans, emat, t_max, x, w, out):
-    """``out[a] = log sum_b exp(trans[a, b] + x[b])``.
-
-    ``emat = exp(trans - t_max)``; ``w`` is a ``(K,)`` scratch buffer.
+    """``out[a] = log sum_b exp(trans[a, b] + x[b])`` with ``emat = exp(trans - t_max)`` and scratch
+    ``w (K,)``.
     """
     k = x.shape[0]
     top = _exp_shifted(x, w)
@@ -200,10 +186,9 @@ def messages(tree):
     Parameters
     ----------
     tree : TreeBatch
-        ``unary (n, K)`` float64, ``offsets (m + 1,)`` int64; ``order``,
-        ``gparent``, ``child_ptr``, ``child_idx`` int64 from
-        :func:`structure`; ``edge_types (n,)`` int64, the type of each
-        non-root row's edge; ``transitions (n_types, K, K)`` float64.
+        ``unary (n, K)``, ``offsets (m + 1,)``, ``order``, ``gparent``,
+        ``child_ptr``, ``child_idx`` (:func:`structure`), ``edge_types (n,)``,
+        ``transitions (n_types, K, K)``.
 
     Returns
     -------
@@ -276,10 +261,8 @@ def softmax_rows(belief):
 
 @njit(cache=CACHE)
 def _row_scale(lnorm_a, top, t_max):
-    """Factor turning ``emat[a] * w`` into a conditional row, or 0 when that underflows.
-
-    A zero return means row ``a`` must be formed in log space (or is
-    impossible when ``lnorm_a = -inf``).
+    """Factor turning ``emat[a] * w`` into a conditional row, or 0 when row ``a`` must be formed in
+    log space.
     """
     gap = lnorm_a - top - t_max
     return np.exp(-gap) if gap > _LOG_TINY else 0.0
@@ -287,10 +270,8 @@ def _row_scale(lnorm_a, top, t_max):
 
 @njit(cache=CACHE)
 def _conditional(trans, emat, t_max, x, lnorm, w, out):
-    """``out[a, b] = exp(trans[a, b] + x[b] - lnorm[a])``, a conditional distribution per row.
-
-    ``lnorm`` is the matching :func:`_log_matvec` output; rows with
-    ``lnorm[a] = -inf`` (impossible conditioning labels) are set to zero.
+    """``out[a, b] = exp(trans[a, b] + x[b] - lnorm[a])`` (``lnorm`` from :func:`_log_matvec`); rows
+    with ``lnorm[a] = -inf`` zero.
     """
     k = x.shape[0]
     top = _exp_shifted(x, w)
@@ -334,12 +315,11 @@ def edge_marginals(marginals, tree, msgs):
 
 @njit(cache=CACHE)
 def _contraction(trans, emat_t, t_max, x, lnorm, w, rows, scale):
-    """``1 - sum_j min_i M[i, j]`` for the conditional ``M`` of :func:`_conditional`.
+    """``1 - sum_j min_i M[i, j]`` over the possible rows of the conditional ``M`` of
+    :func:`_conditional`, never stored.
 
-    ``emat_t`` is ``exp(trans - t_max)`` transposed. The minimum runs over the possible rows
-    ``i`` (``lnorm[i] > -inf``) and ``M`` is never stored: for rows formed in
-    scaled space ``M[i, j] = emat_t[j, i] * scale[i] * w[j]``, so column minima
-    are contiguous reductions. ``rows`` (int64) and ``scale`` are ``(K,)`` scratch.
+    ``emat_t`` is ``exp(trans - t_max)`` transposed; ``rows`` (int64) and
+    ``scale`` are ``(K,)`` scratch.
     """
     k = x.shape[0]
     top = _exp_shifted(x, w)
@@ -411,15 +391,12 @@ def mixing_bounds(tree, rate_down, rate_up):
     Node bound (Theorem 4.1): ``beta_{s->t} = alpha_{t,s} (1 + sum_{h in N(s),
     h != t} beta_{h->s})`` and ``gamma_t = 2 (1 + sum_{s in N(t)} beta_{s->t})``.
 
-    Edge bound for the edge ``(t, t')``: each other edge ``e`` contributes the
-    product of rates from the nearer of ``t, t'`` to ``e``'s near endpoint, so
-    a node ``s`` counts ``deg(s) - 1`` times (its edges pointing away from
-    ``(t, t')``). Weighted messages ``B_{s->t} = alpha_{t,s} (deg(s) - 1 +
-    sum_{h in N(s), h != t} B_{h->s})`` give ``gamma^(e) = 2 (1 + deg(t) - 1 +
-    deg(t') - 1 + sum_{s in N(t), s != t'} B_{s->t} + sum_{s in N(t'), s != t}
-    B_{s->t'})``. On a chain this is at most Theorem 4.2's
-    ``2 (3 + ...)``; on trees with nodes of degree above two Theorem 4.2 as
-    printed counts each such node once and can fall below the exact value.
+    Edge bound for ``(t, t')``: a node ``s`` counts ``deg(s) - 1`` times, so
+    ``B_{s->t} = alpha_{t,s} (deg(s) - 1 + sum_{h in N(s), h != t} B_{h->s})``
+    and ``gamma^(e) = 2 (1 + deg(t) - 1 + deg(t') - 1 + sum_{s in N(t), s != t'}
+    B_{s->t} + sum_{s in N(t'), s != t} B_{s->t'})``. On a chain this is at most
+    Theorem 4.2's; Theorem 4.2 as printed can fall below it where degrees
+    exceed two.
 
     Returns
     -------
@@ -468,15 +445,12 @@ def mixing_bounds(tree, rate_down, rate_up):
 
 @njit(cache=CACHE)
 def _visit(s, u, lo, step, given, p_t, rest, spread, came_from, stack, depth):
-    """Extend the conditionals from ``u`` to its neighbour ``s`` and push ``s``.
+    """Extend the conditionals from ``u`` to its neighbour ``s``, push ``s``; the new stack depth.
 
-    ``given[u - lo][a]`` is ``P(y_u | y_t = a)`` for the source ``t`` with
-    marginal ``p_t``; ``step[a, b] = P(y_s = b | y_u = a)``. Adds the total
-    variation between ``P(y_s | y_t = a)`` and ``P(y_s)``, divided by
-    ``rest[a] = 1 - p_t[a]``, to ``spread[a]`` (labels with ``rest[a] = 0``
-    are left alone). The difference is formed as ``sum_{c != a} p_t[c]
-    (P(y_s | y_t = a) - P(y_s | y_t = c))``, so a label of probability near
-    one loses no precision. Returns the new stack depth.
+    ``given[u - lo][a] = P(y_u | y_t = a)``; ``step[a, b] = P(y_s = b | y_u = a)``.
+    Adds ``TV(P(y_s | y_t = a), P(y_s)) / rest[a]`` (``rest = 1 - p_t``) to
+    ``spread[a]``, the difference formed as ``sum_{c != a} p_t[c]
+    (P(y_s | y_t = a) - P(y_s | y_t = c))`` to avoid cancellation.
     """
     k = spread.shape[0]
     g = given[s - lo]
@@ -505,20 +479,13 @@ def _visit(s, u, lo, step, given, p_t, rest, spread, came_from, stack, depth):
 
 @njit(cache=CACHE)
 def exact_gamma(tree, msgs, marginals):
-    """Smallest valid node bound, ``max_k sum_j |H_ij| / H_ii`` over node indicators.
+    """Smallest valid node bound ``(n,)``, ``max_k sum_j |H_ij| / H_ii`` over node indicators.
 
-    For ``i = (t, k)``, ``sum_j |H_ij| / H_ii = 2 (1 + sum_{s != t} TV_s / (1 - p_i))``
-    with ``TV_s`` the total variation between ``P(y_s | y_t = k)`` and
-    ``P(y_s)`` (Lemmas 3.1 and 3.3 of Chen et al.). The conditionals are
-    chained along tree paths from the edge conditionals, so labels of tiny
-    probability stay exact, and the difference to the marginal is formed
-    without cancellation (see :func:`_visit`). Labels with ``H_ii < 1e-12``
-    are skipped; a node whose labels are all skipped gets 2. Costs
-    ``O(L^2 K^3)`` per instance of ``L`` rows and ``O(L K^2)`` memory.
-
-    Returns
-    -------
-    (n,) float64
+    For ``i = (t, k)``: ``2 (1 + sum_{s != t} TV_s / (1 - p_i))`` with ``TV_s``
+    the total variation between ``P(y_s | y_t = k)`` and ``P(y_s)`` (Lemmas 3.1
+    and 3.3 of Chen et al.), conditionals chained along tree paths. Labels with
+    ``H_ii < 1e-12`` are skipped (a node with none left gets 2). ``O(L^2 K^3)``
+    per instance of ``L`` rows.
     """
     offsets, gparent, child_ptr, child_idx = (
         tree.offsets, tree.gparent, tree.child_ptr, tree.child_idx
@@ -640,12 +607,7 @@ def viterbi(tree):
 
 @njit(cache=CACHE)
 def label_scores(tree, labels):
-    """Score ``sum_v unary[v, y_v] + sum_{v non-root} T[type_v, y_p, y_v]`` per instance.
-
-    Returns
-    -------
-    (m,) float64
-    """
+    """Score ``(m,)`` ``sum_v unary[v, y_v] + sum_{v non-root} T[type_v, y_p, y_v]`` per instance."""
     unary, offsets, gparent = tree.unary, tree.offsets, tree.gparent
     etype, transitions = tree.edge_types, tree.transitions
     n_inst = offsets.shape[0] - 1

@@ -1,27 +1,17 @@
 """Exact inference for linear-chain CRFs: numpy in, numpy out.
 
-A batch of ``m`` sequences is given as flat rows ``unary (n, K)`` (node
-potentials, e.g. a booster's margins) and ``lengths (m,)`` with
-``lengths.sum() == n``. ``transitions`` is either one ``(K, K)`` table,
-``transitions[a, b]`` scoring label ``a`` followed by ``b`` at every
-position, or per-position scores ``(n, K, K)``: ``transitions[t, a, b]``
-scores ``a`` at position ``t - 1`` followed by ``b`` at ``t`` (the table of
-a sequence's first row is not used). ``start`` and ``end`` ``(K,)`` score
-the first and last label. The score of a labelling ``y`` of one sequence
-is::
+A batch of ``m`` sequences is flat rows ``unary (n, K)`` with ``lengths (m,)``.
+``transitions`` is one ``(K, K)`` table (``[a, b]`` scores ``a`` followed by
+``b``) or per-position scores ``(n, K, K)`` (row ``t``: the move into ``t``;
+a sequence's first row is unused); ``start`` and ``end (K,)`` score the first
+and last label. A labelling ``y`` scores::
 
     start[y_0] + sum_t unary[t, y_t] + sum_t T_t[y_t, y_{t+1}] + end[y_last]
 
-with ``T_t`` the table of the move into position ``t + 1``. Every public
-function validates its input, converts it once to C-contiguous float64 and
-calls the numba kernels of :mod:`structboost.inference._chain`. ``-inf`` entries of
-``transitions``, ``start`` or ``end`` forbid a move (see
-:mod:`structboost.objectives.constraints`). Messages live in scaled probability space
-(fast, no logs in the inner loops); every sequence those messages cannot
-hold (a possible label whose scaled entry leaves float64's range, see
-:mod:`structboost.inference._chain`) is recomputed by a log-space forward-backward, so
-any finite node and transition scores work. Only a sequence that the
-constraints leave no labelling at all raises a ``ValueError``.
+``-inf`` entries forbid a move (:mod:`structboost.objectives.constraints`).
+Messages are scaled probabilities; sequences they cannot hold are recomputed
+in log space (:mod:`structboost.inference._chain`), so any finite scores work.
+Only a sequence with no allowed labelling raises ``ValueError``.
 """
 
 from dataclasses import dataclass
@@ -101,19 +91,11 @@ def check_chain_params(num_labels, transitions, start, end, rows=None):
 
 
 class Workspace:
-    """Buffers of the message passes over one batch, reused from pass to pass.
+    """Reusable buffers of the message passes over a batch of up to ``n`` rows, ``m`` sequences.
 
-    Holds ``exp(unary - row max)`` (:meth:`load`) and every per-row output
-    of :func:`structboost.inference._chain_sweeps.messages`. A :class:`ChainPosterior` built
-    on a workspace views its buffers, so it is valid until the next pass on
-    the same workspace.
-
-    The buffers have room for ``n`` rows and ``m`` sequences; each
-    :meth:`load` binds the attributes (``w``, ``alpha``, ... ``lost``) to
-    views of the rows and sequences of the batch it loads, which may be
-    any smaller one, such as one block of a larger batch (see
-    :class:`~structboost.transitions.chain.TransitionProblem`). Pages the
-    batches never reach are never touched.
+    :meth:`load` binds the attributes (``w``, ``alpha``, ... ``lost``) to views
+    of the loaded batch; a :class:`ChainPosterior` built on a workspace views
+    them, so it is valid until the next pass.
 
     Parameters
     ----------
@@ -142,12 +124,11 @@ class Workspace:
         self.lost = self._lost[:m]
 
     def load(self, unary, offsets):
-        """Exponentiate the node potentials ``(n, K)`` of the batch ``offsets`` once.
+        """Exponentiate the node potentials of the batch ``offsets`` once.
 
         Parameters
         ----------
         unary : (n, K) float32 or float64, any memory layout
-            Read in place (:func:`structboost.inference._chain.exp_rows`).
         offsets : (m + 1,) int64
             Starting at zero.
         """
@@ -194,24 +175,19 @@ EDGE_BLOCK = 4096
 
 
 def _edge_products(a, r, coef):
-    """Weighted products of the scaled messages over all edges, summed in blocks.
-
-    ``A' diag(coef[0]) R`` and, when ``coef`` has three rows, also
-    ``A' diag(coef[1]) R`` and ``(A^2)' diag(coef[2]) R^2`` (squares
-    elementwise), with ``A = a`` and ``R = r``.
+    """``A' diag(coef[0]) R``, and with three rows of ``coef`` also ``A' diag(coef[1]) R`` and
+    ``(A^2)' diag(coef[2]) R^2``.
 
     Parameters
     ----------
     a, r : (e, K) float64
         ``alpha`` and ``r`` rows of the edges (``r`` one row ahead).
     coef : (1, e) or (3, e) float64
-        Per-edge coefficients.
 
     Returns
     -------
     (len(coef), K, K) float64
-        The products, summed over blocks of :data:`EDGE_BLOCK` rows with one
-        BLAS product for the first two (they share ``A'``).
+        Summed over blocks of :data:`EDGE_BLOCK` rows.
     """
     e, k = a.shape
     curv = coef.shape[0] == 3
@@ -242,29 +218,18 @@ def _edge_products(a, r, coef):
 
 @dataclass
 class ChainPosterior:
-    """Scaled forward-backward messages of a batch, with what derives from them.
+    """Scaled forward-backward messages of a batch, with what derives from them (built by
+    :func:`posterior`).
 
-    Built by :func:`posterior` from already validated arrays; objectives and
-    solvers use it to avoid repeating validation and message passes.
-    ``transitions`` and ``emat`` are ``(P, K, K)`` (see
-    :mod:`structboost.inference._chain`); ``marg`` holds the node marginals,
-    ``right``/``left`` the mixing rates once ``has_rates`` (the first bound
-    asked for fills them from the stored messages when the sweep did not,
-    :func:`~structboost.inference._chain_sweeps.late_rates`). The sweeps
-    store ``beta`` on each sequence's last row alone and no row of
-    ``into`` (the rates derive both within a backward sweep; ``into`` is
-    filled only by the GPU posterior and on log-space rows). On
-    the rows of the sequences in ``log_space`` (if any), ``alpha`` and
-    ``marg`` hold the node marginals and ``beta`` ones, while ``r``,
-    ``into``, ``beta_scale`` and ``overlap`` are finite placeholders: every
-    method below takes those rows from ``log_space`` instead.
-    ``edge_total`` is ``sum_t seq_weight[i(t)] P_t`` over every edge of
-    the batch, summed within the backward sweep when :func:`posterior` was
-    given ``seq_weight`` (one shared table), else None. Without
-    ``has_messages`` (``posterior(..., keep_messages=False)``) the rows of
-    ``alpha`` and ``r`` are unspecified, and the methods that read them
-    (the pairwise marginals and their sums, the exact gamma, the rates of
-    a pass swept without them) raise a ``ValueError``.
+    ``transitions`` and ``emat`` are ``(P, K, K)``; ``marg`` holds the node
+    marginals, ``right``/``left`` the mixing rates once ``has_rates``. ``beta`` is
+    stored on each sequence's last row only; ``into`` only by the GPU posterior
+    and on log-space rows. On the rows of ``log_space`` sequences ``alpha`` and
+    ``marg`` hold the marginals and the other buffers finite placeholders; the
+    methods read those rows from ``log_space``. ``edge_total`` is
+    ``sum_t seq_weight[i(t)] P_t`` when :func:`posterior` got ``seq_weight``,
+    else None. Without ``has_messages`` the methods reading ``alpha`` and ``r``
+    raise ``ValueError``.
     """
 
     offsets: np.ndarray
@@ -299,10 +264,8 @@ class ChainPosterior:
         return self.alpha, self.r
 
     def marginals(self, rows=None):
-        """Node marginals ``(n, K)``, or ``(len(rows), K)`` of the given rows.
-
-        Without ``rows``, the posterior's own array (a workspace buffer when
-        built on one): copy it before changing it.
+        """Node marginals ``(n, K)`` (the posterior's own buffer: copy before changing), or those of
+        ``rows``.
         """
         return self.marg if rows is None else self.marg[rows]
 
@@ -317,6 +280,10 @@ class ChainPosterior:
     def edge_sums(self, edges, weights, curvature_weights=None):
         """Weighted sums of the pairwise marginals over some edges.
 
+        With one shared table, ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t``
+        (``z_t = beta_scale[t] * overlap[t]``), so ``sum_t c_t P_t =
+        E * (A' diag(c / z) R)`` and ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``.
+
         Parameters
         ----------
         edges : (e,) int64
@@ -330,15 +297,6 @@ class ChainPosterior:
             ``sum_t weights_t P_t``.
         curvature : (K, K) float64 or None
             ``sum_t curvature_weights_t P_t (1 - P_t)``, when asked for.
-
-        Notes
-        -----
-        With one shared table, two matrix products over all edges at once:
-        ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t`` with
-        ``z_t = beta_scale[t] * overlap[t]``, so
-        ``sum_t c_t P_t = E * (A' diag(c / z) R)`` and
-        ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``. Per-position
-        tables sum the pairwise marginals directly.
         """
         alpha, r = self._messages("edge_sums")
         if self.emat.shape[0] > 1:
@@ -430,12 +388,8 @@ def _no_labelling(offsets, seq):
 
 
 def _log_space_part(unary, offsets, sequences, trans, start, end):
-    """Run :func:`structboost.inference._chain.log_space_posterior`; raise where nothing is allowed.
-
-    Returns
-    -------
-    log_z : (s,) float64
-    part : LogSpacePart
+    """Log-space posterior of ``sequences``: ``(log_z (s,), LogSpacePart)``; raises where nothing is
+    allowed.
     """
     log_z, marginals, pairwise = _chain.log_space_posterior(unary, offsets, sequences, trans, start, end)
     if not np.isfinite(log_z).all():
@@ -449,14 +403,8 @@ def _log_space_part(unary, offsets, sequences, trans, start, end):
 
 
 def log_space_fill(part, num_labels):
-    """What the message buffers hold on the rows of the log-space sequences of ``part``.
-
-    Returns
-    -------
-    dict
-        Buffer name (a :class:`Workspace` attribute) -> value of those rows:
-        the node marginals ``(r, K)`` for ``alpha`` and ``marg``, finite
-        placeholders (scalars) for the others (see :class:`ChainPosterior`).
+    """Buffer name -> value of the log-space rows of ``part`` (marginals for ``alpha`` and ``marg``,
+    placeholders otherwise).
     """
     return {
         "alpha": part.marginals, "marg": part.marginals, "beta": 1.0, "into": 1.0,
@@ -472,36 +420,22 @@ def posterior(
 
     Parameters
     ----------
-    unary : (n, K) float64, or float32 in any layout (as :meth:`Workspace.load`)
+    unary : (n, K) float64, or float32 in any layout
     offsets : (m + 1,) int64
     transitions : (K, K) or (n, K, K) float64
     start, end : (K,) float64
     workspace : Workspace, optional
-        Buffers already :meth:`loaded <Workspace.load>` with ``unary`` and
-        ``offsets``, for callers that run several passes over the same node
-        potentials; fresh buffers otherwise.
+        Already :meth:`loaded <Workspace.load>` with ``unary`` and ``offsets``.
     rates : bool
-        Compute the mixing rates (the ``"mixing"`` gamma and the edge bound)
-        within the backward sweep; otherwise the first bound asked for
-        computes them from the stored messages.
+        Compute the mixing rates within the backward sweep.
     seq_weight : (m,) float64, optional
-        With one shared table, also sum each sequence's weight times its
-        pairwise marginals over all its edges within the backward sweep
-        (``ChainPosterior.edge_total``: what :meth:`ChainPosterior.edge_sums`
-        of every edge computes after the pass, without reading the messages
-        again).
+        With one shared table, fill ``ChainPosterior.edge_total`` within the sweep.
     keep_messages : bool
-        Store ``alpha`` and ``r`` for the methods that read them after the
-        pass (:class:`ChainPosterior`). A caller that needs only ``log_z``,
-        the marginals and what it asked the sweep to take (``rates``,
-        ``seq_weight``) may leave them out: the pass then writes two
-        ``(n, K)`` arrays fewer.
+        Store ``alpha`` and ``r`` for the methods that read them.
 
     Returns
     -------
     ChainPosterior
-        Sequences the scaled messages cannot hold are recomputed in log
-        space (see the module notes).
     """
     n, k = unary.shape
     ws = Workspace(n, k, offsets.shape[0] - 1).load(unary, offsets) if workspace is None else workspace
@@ -536,23 +470,8 @@ def posterior(
 
 
 def path_scores(unary, offsets, labels, transitions, start, end):
-    """Score of a given labelling of every sequence.
-
-    One sweep over the rows (:func:`structboost.inference._chain_viterbi.label_scores`):
-    no row-sized temporaries, so a training-set metric costs no memory
-    beside the margins.
-
-    Parameters
-    ----------
-    unary : (n, K) float32 or float64, any memory layout
-    offsets : (m + 1,) int64
-    labels : (n,) int64
-    transitions : (K, K) or (n, K, K) float64
-    start, end : (K,) float64
-
-    Returns
-    -------
-    (m,) float64
+    """Score ``(m,)`` of a given labelling ``labels (n,)`` of every sequence, in one sweep without
+    temporaries.
     """
     out = np.empty(offsets.shape[0] - 1)
     _chain_viterbi.label_scores(unary, offsets, labels, as_tables(transitions), start, end, True, out)
@@ -560,11 +479,7 @@ def path_scores(unary, offsets, labels, transitions, start, end):
 
 
 def label_node_scores(unary, offsets, labels):
-    """Sum of the labels' node scores ``unary[t, labels[t]]`` of every sequence ``(m,)``.
-
-    ``unary (n, K)`` float32 or float64 in any memory layout; one sweep, no
-    row-sized temporaries (see :func:`path_scores`).
-    """
+    """Sum ``(m,)`` of the labels' node scores ``unary[t, labels[t]]`` of every sequence."""
     out = np.empty(offsets.shape[0] - 1)
     empty = np.zeros(0)
     _chain_viterbi.label_scores(unary, offsets, labels, np.zeros((1, 0, 0)), empty, empty, False, out)
@@ -572,12 +487,8 @@ def label_node_scores(unary, offsets, labels):
 
 
 def node_softmax(unary):
-    """Row-wise softmax ``(n, K)`` float64 of node scores: the marginals of rows without edges.
-
-    ``unary (n, K)`` float32 or float64 in any memory layout, finite (as an
-    objective's validated margins), read in place: one sweep of
-    :func:`~structboost.inference._chain.exp_rows`' vectorised exponential,
-    each row divided by its sum while in cache, no row-sized temporaries.
+    """Row-wise softmax ``(n, K)`` of finite node scores, read in place: the marginals of rows
+    without edges.
     """
     n, k = unary.shape
     out = np.empty((n, k))
@@ -591,9 +502,7 @@ def map_labels(unary, offsets, transitions, start, end):
     Raises
     ------
     ValueError
-        Naming the first sequence with no allowed labelling (the best path
-        scores -inf), as :func:`posterior` does, instead of returning a path
-        that takes a forbidden move.
+        Naming the first sequence with no allowed labelling.
     """
     labels = _chain_viterbi.viterbi(
         unary, offsets, as_tables(transitions), start, end, _config.parallel(unary.shape[0])

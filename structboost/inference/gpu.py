@@ -1,35 +1,19 @@
 """Linear-chain CRF inference on a CUDA GPU: device posteriors and numpy-facing functions.
 
 The optional GPU path (``pip install structboost-crf[gpu]``): the kernels of
-:mod:`structboost.inference._cuda_chain` (numba.cuda) behind numpy-facing
-functions with the signatures and outputs of :mod:`structboost.inference.chain`
-(:func:`forward_backward`, :func:`viterbi`, :func:`gamma`; one shared
-``(K, K)`` table or per-position ``(n, K, K)`` transitions), and
-:class:`DevicePosterior`, on which the objective's round on the device
-(:mod:`structboost.objectives.gpu`, ``structboost.crf_objective(K,
-device="cuda")``) builds. Nothing imports this module (nor ``numba.cuda``)
-unless a GPU path is asked for.
+:mod:`structboost.inference._cuda_chain` behind functions with the
+signatures and outputs of :mod:`structboost.inference.chain`
+(:func:`forward_backward`, :func:`viterbi`, :func:`gamma`), and
+:class:`DevicePosterior`, on which the device round
+(:mod:`structboost.objectives.gpu`) builds. Nothing imports this module (nor
+``numba.cuda``) unless a GPU path is asked for.
 
-Inputs may be numpy arrays or device arrays (anything with
-``__cuda_array_interface__``: CuPy, numba, PyTorch); outputs of the
-inference functions are numpy, like their CPU twins.
-
-What crosses the bus in one objective round (``n`` rows, ``m`` sequences,
-``K`` labels):
-
-* in: the margins, ``n K`` floats (XGBoost hands a custom objective host
-  margins, so this copy is unavoidable on the ``xgboost.train(obj=...)``
-  path; device margins are used in place);
-* per evaluation of the transition objective (about ``transition_iter + 2``
-  per round with L-BFGS): one count, the ``m`` log partition values and
-  the ``K^2 + 2K`` expected counts;
-* out: nothing large: G and H stay on the device and XGBoost reads them
-  through ``__cuda_array_interface__``.
-
-Sequences the scaled messages cannot hold (the fallback criterion of
-:mod:`structboost.inference._chain`, applied on the device by the same tests)
-are recomputed on the host in log space and patched into the device
-messages, as on the CPU.
+Inputs may be numpy or device arrays (``__cuda_array_interface__``: CuPy,
+numba, PyTorch); the inference functions return numpy. A round moves the
+margins in (unless already on the device), per transition evaluation one
+count, ``m`` log partitions and ``K^2 + 2K`` counts, and nothing large out:
+XGBoost reads G and H on the device. Sequences the scaled messages cannot
+hold are recomputed on the host in log space and patched in, as on the CPU.
 """
 
 from dataclasses import dataclass
@@ -105,9 +89,8 @@ def device_unary(margins, num_labels=None):
     Parameters
     ----------
     margins : (n, K) array or device array, float32 or float64
-        A host array of another dtype is converted to float64 first; a flat
-        host array is reshaped to ``(n, num_labels)`` when ``num_labels`` is
-        given.
+        A host array of another dtype is converted to float64; a flat host
+        array is reshaped to ``(n, num_labels)``.
     num_labels : int, optional
         Required number of columns.
 
@@ -153,16 +136,16 @@ class DeviceStructure:
     seq_weight : (m,) float64, optional
         Ones by default.
     labels : (n,) int64, optional
-        Training labels (needed by the objective round only).
+        Training labels (the objective round only).
 
     Attributes
     ----------
     offsets : (m + 1,) int64 host array
     seq_weight : (m,) float64 host array
     d_offsets, d_row_weight, d_last, d_first_rows, d_last_rows, d_seq_weight, d_labels
-        Device copies: offsets, the weight of every row ``(n,)``, a bool mask
-        of the last rows ``(n,)``, the first and last row of every sequence
-        ``(m,)``, the sequence weights and the labels (or None).
+        Device copies: offsets, every row's weight ``(n,)``, the last-row mask
+        ``(n,)``, each sequence's first and last row ``(m,)``, the sequence
+        weights and the labels (or None).
     """
 
     def __init__(self, offsets, seq_weight=None, labels=None):
@@ -194,33 +177,27 @@ def set_rows(dst, rows, value):
 
 
 class DevicePosterior:
-    """Scaled forward-backward messages on the device, with what derives from them.
-
-    The device counterpart of :class:`structboost.inference.chain.ChainPosterior`
-    (same buffers, same fallback criterion, same log-space recomputation on
-    the host).
+    """Scaled forward-backward messages on the device:
+    :class:`~structboost.inference.chain.ChainPosterior`'s twin.
 
     Parameters
     ----------
     unary : DeviceUnary
     structure : DeviceStructure
     transitions : (K, K) or (n, K, K) float64
-        One shared table or per-position scores, validated (see
-        :func:`structboost.inference.chain.check_chain_params`).
+        Validated (:func:`structboost.inference.chain.check_chain_params`).
     start, end : (K,) float64
 
     Attributes
     ----------
     log_z : (m,) float64 host array
-    transitions : (P, K, K) float64 host array
-    emat : (P, K, K) float64 host array
-        ``exp(transitions - emax)`` (see :mod:`structboost.inference._chain`).
+    transitions, emat : (P, K, K) float64 host arrays
+        The tables and ``exp(transitions - emax)``.
     d_emat : (P, K, K) float64 device array
     alpha, beta, r, into, marg : (n, K) float64 device arrays
     beta_scale, overlap : (n,) float64 device arrays
     log_space : LogSpacePart or None
-        Sequences recomputed on the host in log space; their rows of the
-        device buffers hold what :func:`~structboost.inference.chain.log_space_fill` says.
+        Sequences recomputed on the host in log space.
     """
 
     def __init__(self, unary, structure, transitions, start, end):
@@ -287,12 +264,8 @@ class DevicePosterior:
         return node, edge
 
     def node_gamma(self, method="mixing", marginals=None):
-        """Per-row node bound ``(n,)`` as a device array.
-
-        ``"mixing"`` and ``"length"`` run on the device; ``"exact"`` (an
-        analysis tool, ``O(L^2 K^3)`` per sequence) runs the CPU kernel on
-        copies of the messages. ``marginals``: unused (the posterior's own
-        are read), as the host posterior's.
+        """Per-row node bound ``(n,)`` as a device array (``"exact"`` runs on the host;
+        ``marginals`` unused).
         """
         if method == "mixing":
             return self._gammas[0]
@@ -309,16 +282,13 @@ class DevicePosterior:
         return self._gammas[1]
 
     def weighted_sums(self, edge_weight, node_weight, with_curvature):
-        """Expected transition, start and end counts, summed on the device.
-
-        Rows of the log-space part (``log_space``) contribute nothing: the
-        caller adds them from ``log_space.pairwise`` on the host.
+        """Expected transition, start and end counts, summed on the device (log-space rows
+        excluded).
 
         Parameters
         ----------
         edge_weight : (n,) float64 device array
-            Weight of the pair joining each row to the next (``d_row_weight``,
-            or the edge bound for the curvature).
+            Weight of the pair joining each row to the next.
         node_weight : (n,) float64 device array
             Weight of each first and last row in the curvature sums.
         with_curvature : bool
@@ -352,9 +322,8 @@ class DevicePosterior:
         return trans.copy_to_host(), trans_curv.copy_to_host(), ends
 
     def to_host(self):
-        """The same posterior as a host :class:`~structboost.inference.chain.ChainPosterior`.
-
-        Built without the rates (``right``/``left`` None): the device computes those.
+        """The same posterior as a host :class:`~structboost.inference.chain.ChainPosterior`,
+        without the rates.
         """
         return ChainPosterior(
             offsets=self.offsets, transitions=self.transitions, emat=self.emat, log_z=self.log_z,
@@ -374,44 +343,32 @@ def _host_chain(unary, lengths, transitions, start, end):
     return (du, offsets, *check_chain_params(k, transitions, start, end, rows=n))
 
 
-def forward_backward(unary, lengths, transitions, start, end):
-    """Log partition function and node marginals, on the GPU.
-
-    As :func:`structboost.inference.forward_backward`; ``unary`` may be a
-    device array.
-
-    Returns
-    -------
-    log_z : (m,) float64
-    marginals : (n, K) float64
-    """
+def _posterior(unary, lengths, transitions, start, end):
+    """The :class:`DevicePosterior` of unvalidated inputs."""
     du, offsets, trans, s, e = _host_chain(unary, lengths, transitions, start, end)
-    post = DevicePosterior(du, DeviceStructure(offsets), trans, s, e)
+    return DevicePosterior(du, DeviceStructure(offsets), trans, s, e)
+
+
+def forward_backward(unary, lengths, transitions, start, end):
+    """Log partition function ``(m,)`` and node marginals ``(n, K)``, on the GPU (as
+    :func:`structboost.inference.forward_backward`).
+    """
+    post = _posterior(unary, lengths, transitions, start, end)
     return post.log_z, post.marginals()
 
 
 def gamma(unary, lengths, transitions, start, end, method="mixing"):
-    """Per-position node bound of Chen et al. (2015), on the GPU.
-
-    As :func:`structboost.inference.gamma` (``"exact"`` runs on the host).
-
-    Returns
-    -------
-    (n,) float64
+    """Per-position node bound ``(n,)`` of Chen et al. (2015), on the GPU (as
+    :func:`structboost.inference.gamma`).
     """
     if method not in GAMMA_METHODS:
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
-    du, offsets, trans, s, e = _host_chain(unary, lengths, transitions, start, end)
-    post = DevicePosterior(du, DeviceStructure(offsets), trans, s, e)
-    return post.node_gamma(method).copy_to_host()
+    return _posterior(unary, lengths, transitions, start, end).node_gamma(method).copy_to_host()
 
 
 def softmax(w):
-    """Row-wise softmax of shifted exponentials ``w (n, K)`` (:class:`DeviceUnary`'s), on the device.
-
-    Returns
-    -------
-    (n, K) float64 device array
+    """Row-wise softmax ``(n, K)`` device array of :class:`DeviceUnary`'s shifted exponentials
+    ``w``.
     """
     n, k = w.shape
     p = cuda.device_array((n, k))
@@ -420,25 +377,23 @@ def softmax(w):
 
 
 def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, out):
-    """Write the weighted G and H of one round into ``out = (grad, hess)``, each ``(n, K)``.
-
-    The device twin of :func:`structboost.objectives._kernels.node_grad_hess`
-    (``row_weight (n,)``: each row's sequence weight; ``gamma (n,)`` or
-    ``(0,)``); all device arrays.
+    """Write the weighted G and H into device ``out = (grad, hess)``:
+    :func:`structboost.objectives._kernels.node_grad_hess`'s twin.
     """
     launch(kern.grad_hess, p.shape[0], p, labels, row_weight, gamma, scale, unit, floor, finish,
            *out)  # fmt: skip
 
 
 def finish_hess(hess, gamma, scale, floor, row_weight):
-    """Finish in place a ``hess (n, K)`` written as ``p (1 - p)`` (:func:`grad_hess` without ``finish``)."""
+    """Finish in place a ``hess (n, K)`` written as ``p (1 - p)`` (:func:`grad_hess` without
+    ``finish``).
+    """
     launch(kern.finish_hess, hess.shape[0], hess, gamma, scale, floor, row_weight, hess)
 
 
 def step_sums(new, old, a, b):
-    """``[sum a (new - old), sum b (new - old)^2]`` over ``(n, K)`` device arrays (float).
-
-    The adaptive step's secant sums, on the device: only the two sums cross the bus.
+    """``[sum a (new - old), sum b (new - old)^2]`` over ``(n, K)`` device arrays: the secant's
+    sums.
     """
     out = zeros(2)
     kern.step_sums[kern.reduction_blocks(new.shape[0]), kern.THREADS](new, old, a, b, out)
@@ -451,10 +406,8 @@ def copy_into(src, dst):
 
 
 def label_score(unary, structure):
-    """Weighted sum of the labels' node scores ``sum_t w_t unary[t, y_t]`` (float).
-
-    ``unary (n, K)`` is a device array and ``structure`` the
-    :class:`DeviceStructure` of its batch, with labels.
+    """Weighted sum ``sum_t w_t unary[t, y_t]`` of device ``unary (n, K)`` over a labelled
+    :class:`DeviceStructure`.
     """
     out = zeros(2)
     kern.label_scores[kern.reduction_blocks(unary.shape[0]), kern.THREADS](
@@ -464,10 +417,7 @@ def label_score(unary, structure):
 
 
 def viterbi_labels(unary, d_offsets, transitions, start, end):
-    """Device Viterbi path ``(n,)`` int64 of :class:`DeviceUnary` potentials.
-
-    ``transitions`` is one ``(K, K)`` table or per-position ``(n, K, K)`` scores.
-    """
+    """Device Viterbi path ``(n,)`` int64 of :class:`DeviceUnary` potentials."""
     n, k = unary.shape
     path = cuda.device_array(n, dtype=np.int64)
     launch(
@@ -480,13 +430,8 @@ def viterbi_labels(unary, d_offsets, transitions, start, end):
 
 
 def viterbi(unary, lengths, transitions, start, end):
-    """Most probable labelling of every sequence, on the GPU.
-
-    As :func:`structboost.inference.viterbi`.
-
-    Returns
-    -------
-    (n,) int64
+    """Most probable labelling ``(n,)`` int64 of every sequence, on the GPU (as
+    :func:`structboost.inference.viterbi`).
     """
     du, offsets, trans, s, e = _host_chain(unary, lengths, transitions, start, end)
     return viterbi_labels(du, cuda.to_device(offsets), trans, s, e)

@@ -1,21 +1,16 @@
 """Exact inference for tree-structured CRFs with typed edges: numpy in, numpy out.
 
-A batch of ``m`` instances is given as flat rows ``unary (n, K)`` and
-``lengths (m,)`` (rows per instance, contiguous, ``lengths.sum() == n``).
-``parents (n,)`` holds each row's parent as an index *within its instance*
-(``-1`` for a root); rows may come in any order and an instance may be a
-forest (several roots). ``transitions[type, a, b]`` scores parent label ``a``
-with child label ``b`` (a ``(K, K)`` array is a single type) and
-``edge_types (n,)`` picks the type of the edge to each row's parent (ignored
-for roots; ``None`` means all type 0). The score of a labelling ``y`` is::
+A batch of ``m`` instances is flat rows ``unary (n, K)`` with ``lengths (m,)``.
+``parents (n,)`` holds each row's parent *within its instance* (``-1`` for a
+root; any row order; forests allowed). ``transitions[type, a, b]`` scores
+parent label ``a`` with child label ``b`` (``(K, K)``: one type) and
+``edge_types (n,)`` picks each row's edge type (``None``: all 0). A
+labelling scores::
 
     sum_v unary[v, y_v] + sum_{v non-root} transitions[edge_types[v], y_parent(v), y_v]
 
-A chain is the tree with ``parents = [-1, 0, 1, ..., L - 2]``.
-
-Every public function validates its input, converts it once to C-contiguous
-float64 / int64 and calls the numba kernels of :mod:`structboost.inference._tree`.
-``-inf`` entries of ``transitions`` forbid a pair of labels.
+A chain is ``parents = [-1, 0, 1, ..., L - 2]``. ``-inf`` entries of
+``transitions`` forbid a pair of labels.
 """
 
 from dataclasses import dataclass
@@ -88,12 +83,10 @@ def _check_parents(parents, lengths, offsets):
 
 
 class TreeBatch(NamedTuple):
-    """Validated, converted arrays of a batch of trees (see :func:`check_tree`).
+    """Validated arrays of a batch of trees (:func:`check_tree`), taken whole by the numba kernels.
 
     ``gparent`` holds global parent rows; ``order``, ``child_ptr`` and
     ``child_idx`` come from :func:`structboost.inference._tree.structure`.
-    The numba kernels take it whole (a named tuple of arrays); ``_replace``
-    swaps potentials.
     """
 
     unary: np.ndarray
@@ -159,18 +152,15 @@ def check_tree(unary, lengths, parents, transitions, edge_types=None):
 
 
 def map_labels(batch):
-    """MAP labels ``(n,)`` of a validated :class:`TreeBatch` (ties to the lowest label).
-
-    An instance whose transitions forbid every labelling gets arbitrary
-    labels; :func:`tree_viterbi` raises for it instead.
+    """MAP labels ``(n,)`` of a :class:`TreeBatch` (ties to the lowest label; arbitrary where
+    nothing is allowed).
     """
     return _tree.viterbi(batch)[0]
 
 
 def label_scores(batch, labels):
-    """Score of the labelling ``labels (n,)`` of every instance of a :class:`TreeBatch`, ``(m,)``.
-
-    ``-inf`` for an instance whose labels use a forbidden pair.
+    """Score ``(m,)`` of the labelling ``labels (n,)`` of every instance (``-inf`` with a forbidden
+    pair).
     """
     return _tree.label_scores(batch, labels)
 
@@ -195,10 +185,8 @@ class TreeMessages(NamedTuple):
 
 @dataclass
 class TreePosterior:
-    """Log-space sum-product messages of a batch, with what derives from them.
-
-    Built by :func:`posterior` from a :class:`TreeBatch`; objectives and
-    solvers use it to avoid repeating validation and message passes.
+    """Log-space sum-product messages of a batch (built by :func:`posterior`), with what derives
+    from them.
     """
 
     batch: TreeBatch
@@ -237,10 +225,8 @@ class TreePosterior:
 
 
 def posterior(batch):
-    """Run the sum-product passes on a validated :class:`TreeBatch`.
-
-    Raises ``ValueError`` when the transitions forbid every labelling of an
-    instance.
+    """Sum-product passes on a :class:`TreeBatch`; ``ValueError`` when an instance has no allowed
+    labelling.
     """
     log_z, inside, up, outside, down, belief = _tree.messages(batch)
     _raise_infeasible(log_z)
@@ -259,7 +245,6 @@ def tree_forward_backward(
     Parameters
     ----------
     unary : (n, K) array-like
-        Node potentials of all instances, rows of an instance contiguous.
     lengths : (m,) array-like of int
         Rows per instance.
     parents : (n,) array-like of int
@@ -267,13 +252,12 @@ def tree_forward_backward(
     transitions : (K, K) or (n_types, K, K) array-like
         ``transitions[type, a, b]`` scores parent label ``a`` with child label ``b``.
     edge_types : (n,) array-like of int, optional
-        Type of the edge to each row's parent (ignored for roots); all 0 if None.
+        Type of the edge to each row's parent; all 0 if None.
 
     Returns
     -------
     log_z : (m,) float64
     marginals : (n, K) float64
-        ``P(y_v = k | x)``; rows sum to one.
     """
     post = posterior(check_tree(unary, lengths, parents, transitions, edge_types))
     return post.log_z, post.marginals()
@@ -286,14 +270,8 @@ def tree_edge_marginals(
     transitions: ArrayLike,
     edge_types: ArrayLike | None = None,
 ) -> Floats:
-    """Joint marginals of every edge, ``P(y_parent(v) = a, y_v = b | x)``.
-
-    Parameters are those of :func:`tree_forward_backward`.
-
-    Returns
-    -------
-    (n, K, K) float64
-        Row ``v`` joins ``v``'s parent (axis 1) and ``v`` (axis 2); zero for roots.
+    """Joint marginals ``(n, K, K)`` ``P(y_parent(v) = a, y_v = b | x)`` of every edge (zero for
+    roots); parameters as :func:`tree_forward_backward`.
     """
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_marginals()
 
@@ -305,14 +283,8 @@ def tree_viterbi(
     transitions: ArrayLike,
     edge_types: ArrayLike | None = None,
 ) -> Ints:
-    """Most probable labelling of every tree (max-product).
-
-    Parameters are those of :func:`tree_forward_backward`.
-
-    Returns
-    -------
-    (n,) int64
-        Flat MAP labels (ties go to the lowest label index).
+    """Most probable labelling ``(n,)`` int64 of every tree (ties to the lowest label); parameters
+    as :func:`tree_forward_backward`.
     """
     b = check_tree(unary, lengths, parents, transitions, edge_types)
     labels, best = _tree.viterbi(b)
@@ -328,18 +300,16 @@ def tree_gamma(
     edge_types: ArrayLike | None = None,
     method: str = "mixing",
 ) -> Floats:
-    """Per-node bound gamma of Chen et al. (2015) on trees.
+    """Per-node bound gamma ``(n,)`` of Chen et al. (2015) on trees.
 
     Parameters
     ----------
     unary, lengths, parents, transitions, edge_types
         As in :func:`tree_forward_backward`.
     method : {"mixing", "length", "exact"}
-        ``"mixing"``: Theorem 4.1 through the Eq. 17 message passing,
-        O(n K^2). ``"length"``: twice the instance size (Corollary 4.1).
-        ``"exact"``: the smallest valid value, ``max_k sum_j |H_ij| / H_ii``
-        over the node indicators of the instance (labels with
-        ``H_ii < 1e-12`` skipped), O(L^2 K^3) per instance of ``L`` rows.
+        ``"mixing"``: Theorem 4.1 by Eq. 17 messages, O(n K^2). ``"length"``:
+        twice the instance size. ``"exact"``: ``max_k sum_j |H_ij| / H_ii``,
+        O(L^2 K^3) per instance.
 
     Returns
     -------
@@ -360,20 +330,8 @@ def tree_edge_gamma(
     transitions: ArrayLike,
     edge_types: ArrayLike | None = None,
 ) -> Floats:
-    """Per-edge bound gamma^(e) (Theorem 4.2 of Chen et al. 2015, made valid on trees).
-
-    For the edge ``(t, t')`` every other edge contributes the product of the
-    mixing rates from the nearer of ``t, t'`` to that edge's near endpoint;
-    Theorem 4.2 as printed counts each node once, which is exact on chains but
-    too small around nodes of degree above two. On a chain this value is at
-    most Theorem 4.2's.
-
-    Parameters are those of :func:`tree_forward_backward`.
-
-    Returns
-    -------
-    (n,) float64
-        Row ``v`` bounds the edge ``(parent(v), v)``; zero for roots.
+    """Per-edge bound gamma^(e) ``(n,)`` (Theorem 4.2 made valid on trees,
+    :func:`structboost.inference._tree.mixing_bounds`); zero for roots.
     """
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_gamma()
 
@@ -386,19 +344,14 @@ def tree_nll(
     transitions: ArrayLike,
     edge_types: ArrayLike | None = None,
 ) -> Floats:
-    """Negative log-likelihood ``log Z - score(labels)`` of every tree.
+    """Negative log-likelihood ``log Z - score(labels)`` ``(m,)`` of every tree (``inf`` with a
+    forbidden pair).
 
     Parameters
     ----------
     unary, lengths, parents, transitions, edge_types
         As in :func:`tree_forward_backward`.
     labels : (n,) array-like of int
-        Labels ``0..K-1`` of every row.
-
-    Returns
-    -------
-    (m,) float64
-        ``inf`` for an instance whose labels use a forbidden (``-inf``) pair.
     """
     b = check_tree(unary, lengths, parents, transitions, edge_types)
     y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])

@@ -1,20 +1,14 @@
 """Numba kernel of the scalar part of Algorithm 1 (Jebara & Choromanska, 2012).
 
-For outcomes taken in array order with ``alpha_k = exp(log_alpha[k])``,
-running sums ``z_(<k)`` and ``l_k = f_k - (running mean before k)``, the
-curvature of Algorithm 1 is ``sum_k c_k l_k l_k^T = G^T M G`` with ``G`` the
-outcomes' feature rows and ``M = A^T diag(c) A`` (``A[k, k] = 1``,
-``A[k, i] = -alpha_i / z_(<k)`` for ``i < k``). Written out, for ``i <= j``::
+The curvature is ``G^T M G`` with ``M = A^T diag(c) A`` (see
+:func:`structboost.majorize.partition.outcome_curvature`); for ``i <= j``::
 
     M[i, j] = (alpha_i / z_(<=j)) (alpha_j / z_(<=j)) Q_j - [i < j] c_j alpha_i / z_(<j)
               + [i = j] c_j,
     Q_j = sum_(k > j) c_k (z_(<=j) / z_(<k))^2 = c_(j+1) + (z_(<=j) / z_(<=j+1))^2 Q_(j+1),
 
-so ``M`` takes ``O(n^2)`` work instead of the ``O(n^3)`` product, and every
-ratio is at most one (the ``alpha_i / z_(<=j)`` are products of the step
-ratios ``z_(<=l-1) / z_(<=l)``), so no score range overflows.
-
-Nothing here validates input: :mod:`structboost.majorize` does.
+``O(n^2)`` work, every ratio at most one (no overflow). Nothing here
+validates input.
 """
 
 import numpy as np
@@ -41,20 +35,16 @@ def running_curvature(log_alpha, weights, log_z, prob, curvature, curvature_sum)
     Parameters
     ----------
     log_alpha : (s, U, n) float64
-        ``log alpha`` of ``n`` outcomes for ``s * U`` problems; ``-inf``
-        marks an absent outcome. A problem with no finite entry (e.g. a
-        label that forbidden moves cut off from the chain's end) gets
-        ``log_z = -inf`` and zero probabilities and curvature.
+        ``-inf`` marks an absent outcome; a problem with none finite gets
+        ``log_z = -inf`` and zeros.
     weights : (s,) float64
         Multiplier of the curvature of the problems ``[j, :]``.
-    log_z : (s, U) float64
-        Out: ``log sum alpha``.
-    prob : (s, U, n) float64
-        Out: ``alpha / z``.
-    curvature : (s, n, U, n) float64
-        Out: ``curvature[j, w, u, v] = weights[j] * M_(j, u)[v, w]``.
-    curvature_sum : (s, n, n) float64
-        Out: the sum over ``u`` of ``curvature[j, :, u, :]``.
+    log_z : (s, U) float64, out
+    prob : (s, U, n) float64, out
+    curvature : (s, n, U, n) float64, out
+        ``curvature[j, w, u, v] = weights[j] * M_(j, u)[v, w]``.
+    curvature_sum : (s, n, n) float64, out
+        Its sum over ``u``.
     """
     s_count, u_count, n = log_alpha.shape
     inclusive = np.empty(n)
@@ -111,14 +101,8 @@ def running_curvature(log_alpha, weights, log_z, prob, curvature, curvature_sum)
 
 @njit(cache=CACHE)
 def add_weighted_rows(weights, rows, out):
-    """``out[v, w] += sum_j weights[j, v, w] * rows[j, v]`` (a product kept off threaded BLAS).
-
-    Parameters
-    ----------
-    weights : (s, K, K) float64
-    rows : (s, K, d) float64
-    out : (K, K, d) float64
-        Updated in place.
+    """``out[v, w] += sum_j weights[j, v, w] * rows[j, v]`` (``(s, K, K)``, ``(s, K, d)`` into ``(K,
+    K, d)``), off threaded BLAS.
     """
     s_count, k, _ = weights.shape
     d = rows.shape[2]

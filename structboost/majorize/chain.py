@@ -1,29 +1,21 @@
 """Algorithm 3 of Jebara & Choromanska (2012) on linear chains, for CRF parameters.
 
-:func:`chain_bound` and :func:`linear_chain_bound` return exactly the
-Algorithm 3 bound of the general junction-tree recursion but in
-``O(K^2 d)`` per row rather than ``O(K d^2)``: their features are indicators
-(or inputs times indicators), so the ``d x d`` accumulation can wait until
-after the backward pass (see :func:`_indicator_recursion`). With a ``rank``
-they stream the rank-one terms into a
-:class:`~structboost.majorize.curvature.LowRankCurvature` instead (Algorithm
-4, see :func:`_low_rank_recursion`): ``O(d k)`` memory.
+:func:`chain_bound` and :func:`linear_chain_bound` return the Algorithm 3
+bound of the general junction-tree recursion in ``O(K^2 d)`` per row instead
+of ``O(K d^2)``: the features are indicators (or inputs times indicators), so
+the ``d x d`` accumulation waits until after the backward pass. With a
+``rank`` the rank-one terms stream into a
+:class:`~structboost.majorize.curvature.LowRankCurvature` (Algorithm 4).
 
 Notes
 -----
-Algorithm 3 on a chain (the rendering of the paper drops the ``+=``): the
-recursion runs from the last position back to the first; for every label
-``u`` of the previous position it runs Algorithm 1 over the labels ``v`` of
-the current one with ``alpha = psi(u, v) z_next(v)`` and
-``g = f(u, v) + mu_next(v)``. The children's curvatures must be covered by one
-matrix ``U >= Sigma_next(v)`` for all ``v``. The paper takes
-``U = sum_v Sigma_next(v)``, which counts the deeper levels ``K`` times at
-every level, so the curvature of position ``t`` grows like ``K^(t-1)``
-(``curvature="paper"``). Every ``Sigma_next(v)`` is a shared part plus a
-part of its own, so ``U = shared + sum_v own(v)`` covers all of them too; it
-unrolls to the plain sum of all the rank-one terms of all levels
-(``curvature="shared"``, the default). Both are valid bounds; the shared one
-is never looser and grows only linearly with the length.
+For every label ``u`` of the previous position the recursion runs
+Algorithm 1 over the labels ``v`` of the current one with
+``alpha = psi(u, v) z_next(v)`` and ``g = f(u, v) + mu_next(v)``; one matrix
+``U >= Sigma_next(v)`` must cover the children. The paper's
+``U = sum_v Sigma_next(v)`` grows like ``K^(t-1)`` (``curvature="paper"``);
+``U = shared + sum_v own(v)`` unrolls to the plain sum of all rank-one terms
+(``curvature="shared"``, the default), never looser and linear in the length.
 """
 
 import numpy as np
@@ -45,41 +37,34 @@ def _multiplicity(curvature, num_labels, t):
 
 
 def _backward_pass(log_node, inputs, theta_T, weights, curvature, visit):
-    """The backward recursion of Algorithm 3 on ``s`` chains with indicator features.
+    """Backward recursion of Algorithm 3 on ``s`` chains with indicator features.
 
-    The features of labelling ``y`` are, in this order, ``x_t (x) e_(y_t)``
-    summed over positions (``index j * K + v`` for input ``j`` and label
-    ``v``), the transition counts (``p K + a K + b``), the start label
-    (``p K + K^2 + v``) and the end label (``p K + K^2 + K + v``):
-    ``d = p K + K^2 + 2 K``. Level ``t`` (last position first) runs
-    Algorithm 1 over the labels ``v`` of position ``t`` for every label ``u``
-    of position ``t - 1`` (one separator at ``t = 0``), with outcome rows
-    ``g(u, v) = B_t[v] + e_(edge(u, v))``: the stems ``B_t`` (``K x d``, the
-    node features of ``t`` plus the expected features of the suffix) and the
-    transition indicator.
+    Features, in order: ``x_t (x) e_(y_t)`` summed over positions (index
+    ``j K + v``), transition counts (``p K + a K + b``), start label
+    (``p K + K^2 + v``), end label (``p K + K^2 + K + v``); ``d = p K + K^2 + 2 K``.
+    Level ``t`` runs Algorithm 1 over ``v`` for each separator ``u`` with outcome
+    rows ``g(u, v) = B_t[v] + e_(edge(u, v))`` (``B_t``, ``K x d``: the node
+    features of ``t`` plus the expected features of the suffix).
 
     Parameters
     ----------
-    log_node : ndarray, shape (s, T, K)
-        Node scores at ``theta~`` (base scores, ``x_t @ W`` and the start and
-        end scores).
-    inputs : ndarray, shape (s, T, p)
+    log_node : (s, T, K) ndarray
+        Node scores at ``theta~``.
+    inputs : (s, T, p) ndarray
         ``x_t``; ``p`` may be 0.
-    theta_T : ndarray, shape (K, K)
-    weights : ndarray, shape (s,)
+    theta_T : (K, K) ndarray
+    weights : (s,) ndarray
     curvature : {"shared", "paper"}
     visit : callable
-        Called per level as ``visit(t, stems, prob, blocks, block_sum)`` with
-        ``stems (s, K, d)`` (read only), ``prob (s, U, K)`` the conditional
-        probabilities ``P(v | u)``, ``blocks (s, K, U, K)`` with
-        ``blocks[j, w, u, v] = weights_t[j] M_u[v, w]`` (the curvature of
-        separator ``u`` is ``G_u^T M_u G_u``; ``visit`` may overwrite it) and
-        ``block_sum (s, K, K)`` its sum over ``u``.
+        ``visit(t, stems (s, K, d), prob (s, U, K), blocks (s, K, U, K),
+        block_sum (s, K, K))`` per level: ``prob`` is ``P(v | u)``,
+        ``blocks[j, w, u, v] = weights_t[j] M_u[v, w]`` (curvature
+        ``G_u^T M_u G_u``; may be overwritten), ``block_sum`` its sum over ``u``.
 
     Returns
     -------
-    log_z : ndarray, shape (s,)
-    mu : ndarray, shape (s, d)
+    log_z : (s,) ndarray
+    mu : (s, d) ndarray
     """
     s, length, k = log_node.shape
     p = inputs.shape[-1]
@@ -115,37 +100,17 @@ def _backward_pass(log_node, inputs, theta_T, weights, curvature, visit):
 
 
 def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, cross):
-    """Algorithm 3 for a CRF with linear node scores and indicator transitions, dense curvature.
+    """Algorithm 3 with dense curvature, in ``O(K^2 d + K^4)`` per position; ``(log_z, mu)`` as
+    :func:`_backward_pass`.
 
-    This gives the same ``log_z``, ``mu`` and ``sigma`` as the general
-    junction-tree recursion with the features of :func:`_backward_pass`, in
-    ``O(K^2 d + K^4)`` per position instead of ``O(K d^2)``. Level ``t`` adds
-    ``sym(B_t^T C_t) + E^T M E`` with ``B_t`` (``K x d``) the stems,
-    ``C_t = N_t B_t + 2 X_t^T`` and ``E^T M E`` a ``K^2 x K^2`` block on the
-    transition indices. The stems follow
-    ``B_t = S_t + P_(t+1) B_(t+1)`` with ``P`` the conditional probabilities
-    of a level and ``S_t`` the sparse local features (the node features of
-    ``t`` plus the transitions out of ``t``, weighted by ``P_(t+1)``), so
-    ``sum_t B_t^T C_t = sum_t S_t^T Z_t`` with the forward recursion
-    ``Z_t = C_t + P_t^T Z_(t-1)``. The ``C_t`` are stored on the way back
-    and turned into the ``Z_t`` on the way forward; the dense products are
-    ``K x K`` by ``K x d`` per chain, plus one ``p x (s T)`` by
-    ``(s T) x K d`` product per batch for the node rows.
-
-    Parameters
-    ----------
-    log_node, inputs, theta_T, weights, curvature
-        As in :func:`_backward_pass`.
-    sigma : ndarray, shape (d, d)
-        Accumulator of the symmetric part, updated in place.
-    cross : ndarray, shape (d, d)
-        Accumulator of ``sum S_t^T Z_t``, updated in place; the curvature is
-        ``sigma + sym(cross)``.
-
-    Returns
-    -------
-    log_z : ndarray, shape (s,)
-    mu : ndarray, shape (s, d)
+    Level ``t`` adds ``sym(B_t^T C_t) + E^T M E`` with ``C_t = N_t B_t + 2 X_t^T``
+    and ``E^T M E`` a block on the transition indices. As
+    ``B_t = S_t + P_(t+1) B_(t+1)`` (``S_t`` the sparse local features),
+    ``sum_t B_t^T C_t = sum_t S_t^T Z_t`` with ``Z_t = C_t + P_t^T Z_(t-1)``:
+    the ``C_t`` are stored on the way back and turned into ``Z_t`` on the way
+    forward. ``sigma`` and ``cross`` ``(d, d)`` are accumulators, updated in
+    place; the curvature is ``sigma + sym(cross)``. The other arguments are
+    :func:`_backward_pass`'s.
     """
     s, length, k = log_node.shape
     p = inputs.shape[-1]
@@ -182,33 +147,12 @@ def _indicator_recursion(log_node, inputs, theta_T, weights, curvature, sigma, c
 
 
 def _low_rank_recursion(log_node, inputs, theta_T, weights, curvature, low_rank):
-    """Algorithm 3 with the rank-one terms streamed into a low-rank curvature (Algorithm 4).
+    """Algorithm 3 with the rank-one terms streamed into ``low_rank`` (Algorithm 4).
 
-    Level ``t`` of chain ``j`` adds ``sum_u G_u^T M_u G_u`` (the rank-one
-    terms of Algorithm 1 over ``v`` for each separator ``u``, see
-    :func:`_backward_pass`). With ``M_u = L_u L_u^T`` (an eigendecomposition
-    of the ``K x K`` matrix), the rows of ``L_u^T G_u`` are ``K`` exact
-    factors per separator; they go straight into ``low_rank`` in blocks, so
-    no ``d x d`` matrix is formed. Without truncation the sum equals the
-    dense curvature of :func:`_indicator_recursion` (same ``"shared"`` or
-    ``"paper"`` combination).
-
-    Parameters
-    ----------
-    log_node, inputs, theta_T, weights, curvature
-        As in :func:`_backward_pass`.
-    low_rank : LowRankCurvature
-        Accumulator, updated in place.
-
-    Returns
-    -------
-    log_z : ndarray, shape (s,)
-    mu : ndarray, shape (s, d)
-
-    Notes
-    -----
-    ``O(K^2 d)`` work to form the factors and ``O(K^2 d r)`` to stream them
-    per position (``r`` the rank), ``O(s K^2 d)`` temporary memory.
+    With ``M_u = L_u L_u^T`` the rows of ``L_u^T G_u`` are exact factors of
+    level ``t``'s ``sum_u G_u^T M_u G_u``; no ``d x d`` matrix is formed.
+    Arguments and returns as :func:`_indicator_recursion`, with ``low_rank`` a
+    :class:`LowRankCurvature` updated in place.
     """
     k = log_node.shape[2]
     p = inputs.shape[-1]
@@ -281,12 +225,8 @@ def _take_rows(inputs, rows):
 def _indicator_chain_bound(
     unary, inputs, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank=None
 ):
-    """Bound of a batch of chains, grouped by length.
-
-    ``unary (n, K)`` holds the node scores at ``theta~`` (with ``inputs @ W``),
-    ``inputs`` is ``(n, p)`` dense or sparse; everything is validated. With
-    ``rank`` None the curvature is dense (:func:`_indicator_recursion`),
-    otherwise a :class:`LowRankCurvature` streamed by :func:`_low_rank_recursion`.
+    """Bound of validated chains grouped by length: ``unary (n, K)`` at ``theta~``, ``inputs (n,
+    p)`` dense or sparse.
     """
     k = unary.shape[1]
     p = inputs.shape[1]
@@ -330,14 +270,25 @@ def _indicator_chain_bound(
     return log_z, mu, low_rank
 
 
-def _check_rank(rank):
-    if rank is not None and (int(rank) != rank or rank < 1):
-        raise ValueError(f"rank must be a positive integer or None, got {rank!r}.")
+def _check_count(name, value):
+    if value is not None and (int(value) != value or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
 
 
-def _check_batch_size(batch_size):
-    if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
-        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}.")
+def _checked_bound(unary, inputs, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size,
+                   rank):  # fmt: skip
+    """Validate the arguments of :func:`chain_bound` (``inputs`` None: no inputs) and compute it."""
+    unary, lengths = _check_chain_data(unary, lengths)
+    k = unary.shape[1]
+    _check_curvature(curvature, k, lengths.max())
+    theta_T, theta_start, theta_end = _check_chain_parameters(k, theta_T, theta_start, theta_end)
+    weights = check_weights(weights, lengths.size, "sequence")
+    _check_count("batch_size", batch_size)
+    _check_count("rank", rank)
+    inputs = np.zeros((unary.shape[0], 0)) if inputs is None else inputs
+    return _indicator_chain_bound(
+        unary, inputs, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank
+    )
 
 
 def chain_bound(
@@ -347,65 +298,40 @@ def chain_bound(
     """Algorithm 3 bound on a linear-chain CRF's log-partition in its transition scores.
 
     Sequence ``j`` with labels ``y`` scores ``sum_t unary[t, y_t] +
-    sum_t theta_T[y_(t-1), y_t] + theta_start[y_0] + theta_end[y_last]``.
-    The unary scores are fixed base scores; the parameters are
-    ``theta = [theta_T.ravel(), theta_start, theta_end]`` (``d = K^2 + 2K``).
+    sum_t theta_T[y_(t-1), y_t] + theta_start[y_0] + theta_end[y_last]``; the
+    parameters are ``theta = [theta_T.ravel(), theta_start, theta_end]``
+    (``d = K^2 + 2K``).
 
     Parameters
     ----------
     unary : array_like, shape (n, K)
-        Node scores of all rows, sequences contiguous.
+        Fixed node scores of all rows, sequences contiguous.
     lengths : array_like of int, shape (m,)
-        Rows per sequence; sums to ``n``.
     theta_T : array_like, shape (K, K)
-        ``theta_T[a, b]`` scores label ``a`` followed by label ``b``;
-        ``-inf`` forbids the move (as in ``theta_start``, ``theta_end``):
-        its entries of ``mu`` and rows of ``sigma`` are zero, so the bound
-        holds on the remaining coordinates.
+        ``-inf`` forbids a move (also in ``theta_start``, ``theta_end``): its
+        entries of ``mu`` and ``sigma`` are zero.
     theta_start, theta_end : array_like, shape (K,)
     weights : array_like, shape (m,), optional
-        Non-negative weight of each sequence in ``mu`` and ``sigma``.
+        Non-negative weight of each sequence.
     curvature : {"shared", "paper"}
-        ``"paper"`` combines children as the paper's Algorithm 3 does
-        (curvature growing like ``K^T``); see the module notes.
+        How children are combined (module notes).
     batch_size : int, optional
-        Sequences processed together; by default as many as keep the stored
-        messages (``batch_size * T * K * d`` floats) near 128 MB, or with
-        ``rank`` the ``batch_size * K^2 * d`` factor rows of one position
-        near 16 MB (at least one sequence).
+        Sequences processed together; by default about 128 MB of stored
+        messages (16 MB of factor rows with ``rank``).
     rank : int, optional
-        Stream the curvature's rank-one terms into a :class:`LowRankCurvature`
-        with this many directions (Algorithm 4): ``O(d rank)`` memory, never a
-        ``d x d`` matrix; the result is still an upper bound. ``None``: the
-        exact dense curvature.
+        Stream the curvature into a :class:`LowRankCurvature` of this rank
+        (Algorithm 4, still an upper bound); None: exact dense curvature.
 
     Returns
     -------
     log_z : ndarray, shape (m,)
-        ``log Z`` of each sequence at the given parameters.
     mu : ndarray, shape (d,)
-        Weighted sum over sequences of the expected features.
+        Weighted sum of the expected features (gradient of ``sum w log Z``).
     sigma : ndarray, shape (d, d), or LowRankCurvature
-        Weighted sum of the per-sequence bound curvatures (an upper bound of
-        it, at low rank, with ``rank``).
-
-    Notes
-    -----
-    ``mu`` is the gradient of the weighted sum of ``log Z``. The result is
-    that of the general Algorithm 3 recursion with indicator features, computed
-    in ``O(K^2 d + K^4)`` per row (``O(K^4)``) instead of ``O(K d^2)``.
+        Weighted sum of the per-sequence bound curvatures.
     """
-    unary, lengths = _check_chain_data(unary, lengths)
-    k = unary.shape[1]
-    _check_curvature(curvature, k, lengths.max())
-    theta_T, theta_start, theta_end = _check_chain_parameters(k, theta_T, theta_start, theta_end)
-    weights = check_weights(weights, lengths.size, "sequence")
-    _check_batch_size(batch_size)
-    _check_rank(rank)
-    return _indicator_chain_bound(
-        unary, np.zeros((unary.shape[0], 0)), lengths, theta_T, theta_start, theta_end, weights, curvature,
-        batch_size, rank,
-    )
+    return _checked_bound(unary, None, lengths, theta_T, theta_start, theta_end, weights, curvature,
+                          batch_size, rank)  # fmt: skip
 
 
 def linear_chain_bound(
@@ -414,23 +340,15 @@ def linear_chain_bound(
 ):
     """Algorithm 3 bound on a linear-chain CRF with node scores linear in the inputs.
 
-    Sequence ``j`` with labels ``y`` scores ``sum_t X[t] @ coef[:, y_t] +
-    sum_t theta_T[y_(t-1), y_t] + theta_start[y_0] + theta_end[y_last]``;
-    the parameters are ``theta = [coef.ravel(), theta_T.ravel(),
-    theta_start, theta_end]`` (``d = p K + K^2 + 2K``). A column of ones in
-    ``X`` gives per-label biases.
+    Node scores are ``X[t] @ coef[:, y_t]``; ``theta = [coef.ravel(),
+    theta_T.ravel(), theta_start, theta_end]`` (``d = p K + K^2 + 2K``).
 
     Parameters
     ----------
     X : array_like or scipy sparse matrix, shape (n, p)
-        Inputs of all rows, sequences contiguous.
     lengths : array_like of int, shape (m,)
     coef : array_like, shape (p, K)
-    theta_T : array_like, shape (K, K)
-    theta_start, theta_end : array_like, shape (K,)
-    weights : array_like, shape (m,), optional
-    curvature : {"shared", "paper"}
-    batch_size, rank : int, optional
+    theta_T, theta_start, theta_end, weights, curvature, batch_size, rank
         As in :func:`chain_bound`.
 
     Returns
@@ -438,27 +356,14 @@ def linear_chain_bound(
     log_z : ndarray, shape (m,)
     mu : ndarray, shape (d,)
     sigma : ndarray, shape (d, d), or LowRankCurvature
-
-    Notes
-    -----
-    Cost ``O(K^2 d + K p d + K^4)`` per row and ``d^2`` memory; with
-    ``rank`` ``O(K^2 d rank)`` per row and ``O(d rank)`` memory.
     """
     X = _check_inputs(X)
     coef = as_float_array("coef", coef, 2)
     check_finite("coef", coef)
     if coef.shape[0] != X.shape[1]:
         raise ValueError(f"coef has {coef.shape[0]} rows but X has {X.shape[1]} columns; they must match.")
-    unary, lengths = _check_chain_data(np.asarray(X @ coef), lengths)
-    k = unary.shape[1]
-    _check_curvature(curvature, k, lengths.max())
-    theta_T, theta_start, theta_end = _check_chain_parameters(k, theta_T, theta_start, theta_end)
-    weights = check_weights(weights, lengths.size, "sequence")
-    _check_batch_size(batch_size)
-    _check_rank(rank)
-    return _indicator_chain_bound(
-        unary, X, lengths, theta_T, theta_start, theta_end, weights, curvature, batch_size, rank
-    )
+    return _checked_bound(np.asarray(X @ coef), X, lengths, theta_T, theta_start, theta_end, weights,
+                          curvature, batch_size, rank)  # fmt: skip
 
 
 def _check_inputs(X):
@@ -516,7 +421,8 @@ def chain_features(labels, lengths, num_labels, weights=None):
 
 
 class ChainCRFTerm:
-    """Linear-chain CRF NLL in its transition, start and end scores, bounded by Algorithm 3.
+    """Linear-chain CRF NLL in ``theta = [theta_T.ravel(), theta_start, theta_end]``, bounded by
+    Algorithm 3.
 
     Parameters
     ----------
@@ -528,11 +434,6 @@ class ChainCRFTerm:
     curvature : {"shared", "paper"}
     batch_size : int, optional
         As in :func:`chain_bound`.
-
-    Notes
-    -----
-    ``theta = [theta_T.ravel(), theta_start, theta_end]``. With ``rank`` the
-    curvature is streamed at that rank (:func:`chain_bound`, Algorithm 4).
     """
 
     def __init__(self, unary, lengths, labels, weights=None, curvature="shared", batch_size=None):
@@ -556,12 +457,7 @@ class ChainCRFTerm:
         return theta[: k * k].reshape(k, k), theta[k * k : k * k + k], theta[k * k + k :]
 
     def bound(self, theta, rank=None):
-        """Summed Algorithm 3 bound at ``theta`` (shape (d,)).
-
-        Returns
-        -------
-        QuadraticBound
-        """
+        """Summed Algorithm 3 bound (a :class:`QuadraticBound`) at ``theta (d,)``."""
         theta = as_float_array("theta", theta, 1)
         log_z, mu, curvature = chain_bound(
             self.unary,

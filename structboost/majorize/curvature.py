@@ -24,20 +24,8 @@ DEFAULT_RANK = 32
 
 
 def default_rank(dim, lam):
-    """Rank of the curvature the chain solvers use for ``dim`` parameters.
-
-    Parameters
-    ----------
-    dim : int
-        ``d``.
-    lam : float
-        L2 penalty.
-
-    Returns
-    -------
-    int or None
-        :data:`DEFAULT_RANK` when ``dim > LOW_RANK_DIM`` and ``lam > 0``,
-        else ``None`` (the dense curvature).
+    """:data:`DEFAULT_RANK` when ``dim > LOW_RANK_DIM`` and the L2 penalty ``lam > 0``, else None
+    (dense curvature).
     """
     return DEFAULT_RANK if dim > LOW_RANK_DIM and lam > 0 else None
 
@@ -46,16 +34,13 @@ def default_rank(dim, lam):
 class LowRankCurvature:
     """Curvature ``V^T diag(s) V + diag(D)`` kept at rank ``k`` (Algorithm 4).
 
-    Rank-one terms ``x x^T`` are added in blocks; after each block the
-    ``k`` largest directions are kept and the rest ``w w^T`` (each scaled by
-    its eigenvalue) is absorbed into the diagonal through
-    ``w w^T <= ||w||_1 diag(|w|)``, so the result stays an upper bound of
-    the exact sum. With blocks of one row this is Algorithm 4.
+    Rank-one terms are added in blocks; the ``k`` largest directions are kept
+    and the rest ``w w^T`` absorbed into the diagonal via
+    ``w w^T <= ||w||_1 diag(|w|)``, so it stays an upper bound.
 
     Parameters
     ----------
     dim : int
-        ``d``.
     rank : int
         ``k``, the number of directions kept.
 
@@ -64,9 +49,7 @@ class LowRankCurvature:
     basis : ndarray, shape (r, d)
         ``V`` with ``r <= k`` orthonormal rows.
     scales : ndarray, shape (r,)
-        ``s >= 0``.
     diagonal : ndarray, shape (d,)
-        ``D >= 0``.
     """
 
     def __init__(self, dim, rank):
@@ -79,24 +62,8 @@ class LowRankCurvature:
 
     @classmethod
     def from_dense(cls, sigma, rank):
-        """Best rank-``k`` part of a PSD ``sigma``, the remainder bounded by a diagonal.
-
-        Parameters
-        ----------
-        sigma : ndarray, shape (d, d)
-        rank : int
-
-        Returns
-        -------
-        LowRankCurvature
-            ``V^T diag(s) V + diag(D) >= sigma``, with ``D`` the absolute row
-            sums of ``sigma - V^T diag(s) V``.
-
-        Notes
-        -----
-        With ``d > 512`` and ``rank`` under a quarter of it the top eigenpairs come from
-        Lanczos iterations (:func:`scipy.sparse.linalg.eigsh`), ``O(d^2)``
-        per iteration, instead of a full ``O(d^3)`` eigendecomposition.
+        """Best rank-``k`` part of a PSD ``sigma (d, d)``, the remainder bounded by its absolute row
+        sums (Lanczos for large ``d``).
         """
         d = sigma.shape[0]
         curvature = cls(d, rank)
@@ -114,13 +81,7 @@ class LowRankCurvature:
         return curvature
 
     def add_factors(self, factors):
-        """Add ``factors^T factors`` in place, keeping the rank at most ``k``.
-
-        Parameters
-        ----------
-        factors : ndarray, shape (b, d)
-            Rows ``x`` of the rank-one terms ``x x^T``.
-        """
+        """Add ``factors^T factors`` (``factors (b, d)``) in place, keeping the rank at most ``k``."""
         for start in range(0, factors.shape[0], self.rank):
             self._add_block(factors[start : start + self.rank])
 
@@ -150,20 +111,8 @@ class LowRankCurvature:
         self.add_factors(np.sqrt(other.scales)[:, None] * other.basis)
 
     def take(self, index):
-        """The curvature on a subset of the coordinates (a principal submatrix).
-
-        Parameters
-        ----------
-        index : ndarray of bool, shape (d,), or of int
-            Coordinates kept.
-
-        Returns
-        -------
-        LowRankCurvature
-            An upper bound of the same submatrix of the bounded curvature. Its
-            basis rows stay orthonormal when they vanish on the dropped
-            coordinates (as for forbidden transitions); :meth:`solve` and
-            :meth:`matvec` do not need them to.
+        """An upper bound of the principal submatrix of coordinates ``index`` (bool ``(d,)`` or
+        int).
         """
         part = LowRankCurvature(self.diagonal[index].size, self.rank)
         part.basis = self.basis[:, index]
@@ -180,17 +129,8 @@ class LowRankCurvature:
         return self.basis.T @ (self.scales[:, None] * self.basis) + np.diag(self.diagonal)
 
     def solve(self, rhs, shift):
-        """Solve ``(V^T diag(s) V + diag(D) + shift I) x = rhs`` by Woodbury.
-
-        Parameters
-        ----------
-        rhs : ndarray, shape (d,)
-        shift : float
-            Must make ``D + shift`` positive (``lam > 0`` in practice).
-
-        Returns
-        -------
-        ndarray, shape (d,)
+        """Solve ``(V^T diag(s) V + diag(D) + shift I) x = rhs`` by Woodbury; ``D + shift`` must be
+        positive.
         """
         inverse_diagonal = 1.0 / (self.diagonal + shift)
         root = np.sqrt(self.scales)

@@ -33,26 +33,18 @@ def curvature_coefficient(x):
 
 
 def _running_mean_operator(log_alpha):
-    """Scalar part of Algorithm 1 for outcomes taken in their array order.
-
-    Parameters
-    ----------
-    log_alpha : ndarray, shape (..., n)
-        ``log(h(y) exp(theta~ @ f(y)))``; ``-inf`` marks an outcome with
-        ``h(y) = 0``.
+    """Scalar part of Algorithm 1 for ``log_alpha (..., n)`` in array order (see
+    :func:`outcome_curvature`).
 
     Returns
     -------
     log_z : ndarray, shape (...)
-        Log of the sum of ``alpha``.
     prob : ndarray, shape (..., n)
-        ``alpha / z``.
     deviation : ndarray, shape (..., n, n)
-        Lower-triangular ``A`` with ``l_k = sum_i A[k, i] g_i`` for outcome
-        vectors ``g``: ``A[k, k] = 1`` and ``A[k, i] = -alpha_i / z_{<k}`` for
-        ``i < k``.
+        Lower-triangular ``A`` with ``A[k, k] = 1`` and
+        ``A[k, i] = -alpha_i / z_{<k}`` for ``i < k``.
     coefficient : ndarray, shape (..., n)
-        ``c(log(alpha_k / z_{<k}))``; 0 for the first present outcome and for
+        ``c(log(alpha_k / z_{<k}))``; 0 for the first present outcome and
         absent ones.
     """
     n = log_alpha.shape[-1]
@@ -90,52 +82,33 @@ def _curvature_weights(deviation, coefficient):
 def outcome_curvature(log_alpha):
     """Algorithm 1's scalar part: ``log Z``, the outcome probabilities and ``M``.
 
-    For outcome feature rows ``G`` (any layout, one row per outcome, in
-    array order) the bound's curvature is ``G^T M G`` and its gradient
-    ``prob @ G``: a caller whose features are structured (such as
-    :class:`structboost.LatentLogLinearClassifier`'s ``e_o (x) x~``) forms
-    them without a loop over outcomes.
+    For outcome feature rows ``G`` (one per outcome) the curvature is
+    ``G^T M G`` and the gradient ``prob @ G``, so structured features need no
+    loop over outcomes.
 
     Parameters
     ----------
     log_alpha : ndarray, shape (..., n)
-        ``log(h(y) exp(theta~ @ f(y)))`` of each outcome; ``-inf`` marks an
-        outcome with ``h(y) = 0``.
+        ``log(h(y) exp(theta~ @ f(y)))``; ``-inf`` where ``h(y) = 0``.
 
     Returns
     -------
     log_z : ndarray, shape (...)
-        Log of the sum of ``alpha``.
     prob : ndarray, shape (..., n)
         ``alpha / z``.
     weights : ndarray, shape (..., n, n)
-        ``M = A^T diag(c) A`` (symmetric PSD), with ``A`` and ``c`` of
-        Algorithm 1 (see the notes of :mod:`structboost.majorize`).
+        ``M = A^T diag(c) A`` (symmetric PSD; :mod:`structboost.majorize`).
     """
     log_z, prob, deviation, coefficient = _running_mean_operator(log_alpha)
     return log_z, prob, _curvature_weights(deviation, coefficient)
 
 
 def _partition_factors(features, theta, base_scores):
-    """Algorithm 1 in factored form: ``Sigma = factors^T factors`` per problem.
+    """Algorithm 1 in factored form, ``Sigma = factors^T factors``: ``(log_z, mu, factors (..., n,
+    d))``.
 
-    Outcomes are taken in blocks; each block starts with a pseudo-outcome
-    carrying the sum and mean of the outcomes before it, which reproduces the
-    sequential algorithm exactly in ``O(n * block)`` memory.
-
-    Parameters
-    ----------
-    features : ndarray, shape (..., n, d)
-    theta : ndarray, shape (d,)
-    base_scores : ndarray, shape (..., n)
-        ``log h(y)``.
-
-    Returns
-    -------
-    log_z : ndarray, shape (...)
-    mu : ndarray, shape (..., d)
-    factors : ndarray, shape (..., n, d)
-        Rows ``sqrt(c_k) l_k``.
+    Outcomes go in blocks, each led by a pseudo-outcome carrying the sum and
+    mean of those before, which is exact in ``O(n * block)`` memory.
     """
     log_alpha = base_scores + features @ theta
     n = log_alpha.shape[-1]

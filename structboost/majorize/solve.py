@@ -30,9 +30,9 @@ def _penalized_nll(bound, observed_features, observed_score, lam):
 
 
 def majorize_step(bound, observed_features, lam):
-    """One majorization update (Algorithm 2 without constraints).
+    """One majorization update (Algorithm 2 without constraints): the new parameters ``(d,)``.
 
-    Minimizes ``bound(theta) - theta @ observed_features + lam/2 ||theta||^2``:
+    Minimizes ``bound(theta) - theta @ observed_features + lam/2 ||theta||^2``::
 
         theta <- theta~ - (Sigma + lam I)^-1 (mu - observed_features + lam theta~).
 
@@ -41,14 +41,8 @@ def majorize_step(bound, observed_features, lam):
     bound : QuadraticBound
         Summed bound at ``theta~ = bound.theta``.
     observed_features : ndarray, shape (d,)
-        ``sum_j w_j f_j(y_j)``.
     lam : float
         L2 penalty, ``>= 0`` (``> 0`` for a low-rank curvature).
-
-    Returns
-    -------
-    ndarray, shape (d,)
-        The new parameters; the penalized NLL does not increase.
     """
     if not lam >= 0:
         raise ValueError(f"lam must be >= 0, got {lam!r}.")
@@ -80,36 +74,32 @@ def _summed_bound(terms, theta, rank):
 
 
 def fit_majorize(loss_terms, theta0, lam, max_iter=100, tol=1e-9, rank=None, callback=None):
-    """Minimize a penalized log-linear NLL by majorization (Algorithms 2 and 4).
+    """Minimize a penalized log-linear NLL by majorization (Algorithms 2 and 4); ``J`` never
+    increases.
 
-    The objective is ``J(theta) = sum over terms of sum_j w_j (log Z_j(theta)
-    - theta @ f_j(y_j) - log h_j(y_j)) + lam/2 ||theta||^2``. Each iteration
-    bounds every term at the current ``theta`` and jumps to the bound's
-    minimizer, so ``J`` never increases.
+    ``J(theta) = sum over terms of sum_j w_j (log Z_j(theta) - theta @ f_j(y_j)
+    - log h_j(y_j)) + lam/2 ||theta||^2``.
 
     Parameters
     ----------
     loss_terms : sequence of BoundTerm
-        E.g. :class:`ChainCRFTerm`, :class:`structboost.estimators.linear.LinearChainProblem`;
-        all of dimension ``d``.
+        All of dimension ``d``.
     theta0 : array_like, shape (d,)
     lam : float
         L2 penalty (``> 0`` with ``rank``).
     max_iter : int
-        Most updates.
     tol : float
         Stop when an update lowers ``J`` by at most ``tol * max(1, |J|)``.
     rank : int, optional
-        Use the low-rank curvature of Algorithm 4 with this many directions.
+        Low-rank curvature of Algorithm 4.
     callback : callable, optional
-        Called as ``callback(iteration, theta, J)`` after each evaluation.
+        ``callback(iteration, theta, J)`` after each evaluation.
 
     Returns
     -------
     theta : ndarray, shape (d,)
     history : ndarray, shape (iterations + 1,)
-        ``J`` at ``theta0`` and after every update; the last entry belongs to
-        the returned ``theta``.
+        ``J`` at ``theta0`` and after every update.
     """
     terms: Sequence[BoundTerm] = list(loss_terms)
     if not terms:

@@ -1,14 +1,10 @@
 """The objective's row loops: G and H from marginals, the margin check and the adaptive step's sums.
 
-Each reads its arrays once and writes its results straight into the
-engine's buffers (float32 or float64, either memory order), where numpy
-would make several full-size temporaries. Each comes as a ``prange``
-driver and a serial one over the same per-task function (as the chain
-kernels, :mod:`structboost.inference._chain`); the caller picks with
-``parallel`` (``_config.parallel`` of the rows). Reductions cut the work
-into the same tasks of :data:`TASK_ENTRIES` in both and add the tasks'
-partial sums in order, so that a sum does not depend on the driver or on
-the number of threads.
+Each reads its arrays once and writes straight into the engine's buffers
+(float32 or float64, either order). Each has a ``prange`` driver and a
+serial one over the same tasks of :data:`TASK_ENTRIES`, with partial sums
+added in task order, so results do not depend on the driver or the number
+of threads.
 """
 
 import numpy as np
@@ -96,12 +92,10 @@ def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, par
                    last=None):  # fmt: skip
     """Weighted G and H of some rows, written into ``out = (g, h)``, each ``(r, K)``.
 
-    ``g = (p - onehot(labels)) * w``. With ``finish``, ``h = max(q, floor) *
-    w`` where ``q = 1`` if ``unit`` (TreeCRF) else ``p (1 - p) f``, ``f`` the
-    GBCRF factor of the node bound ``gamma`` and the adaptive step's
-    ``scale``, ``max(scale gamma, 2)`` below scale 1 and ``gamma`` at 1 (see
-    :mod:`~.step`; LogitBoost's 2 where ``gamma`` is empty); without, ``h =
-    p (1 - p)`` alone (see :func:`finish_bound_hess`).
+    ``g = (p - onehot(labels)) w``. With ``finish``, ``h = max(q, floor) w``
+    with ``q = 1`` if ``unit`` (TreeCRF) else ``p (1 - p) f``, ``f`` the GBCRF
+    factor: ``max(scale gamma, 2)`` below scale 1, ``gamma`` at 1, 2 where
+    ``gamma`` is empty (LogitBoost); without ``finish``, ``h = p (1 - p)``.
 
     Parameters
     ----------
@@ -115,19 +109,16 @@ def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, par
     out : tuple of two (r, K) float32 or float64 arrays, output
     parallel : bool
     rows : int
-        Rows per task (the serial driver takes the same tasks).
+        Rows per task.
     last : tuple of four (r, K) arrays, optional
-        ``(new, old, old_g, old_h)``: the adaptive step's sums are taken in
-        the same read (:meth:`~.step.SecantScale.local_sums`), ``old``
-        float32. ``old_g`` and ``old_h`` are read before ``out`` is written
-        and may be the same arrays.
+        ``(new, old, old_g, old_h)``: also take the adaptive step's sums
+        (``old`` float32; ``old_g``, ``old_h`` read before ``out`` is written).
 
     Returns
     -------
     None, or with ``last``:
     sums : (t, 3) float64
-        Per task, ``old_g . d``, ``d' old_h d`` and ``g . d`` with ``d = new -
-        old`` (``g`` as written, in its dtype).
+        Per task ``old_g . d``, ``d' old_h d`` and ``g . d``, ``d = new - old``.
     checksums : (t,) uint64
         Per task, the sum of ``old``'s bit patterns (:func:`scan_values`).
     """
@@ -180,14 +171,11 @@ def _finish_serial(raw, gamma, scale, floor, offsets, seq_weight, h):
 
 
 def finish_bound_hess(raw, gamma, scale, floor, offsets, seq_weight, h, parallel):
-    """``h = max(raw * f, floor) * w`` row by row, ``raw (n, K)`` holding ``p (1 - p)``.
+    """``h = max(raw f, floor) w`` row by row, ``raw (n, K)`` holding ``p (1 - p)`` (may be ``h``).
 
-    ``f`` is the GBCRF factor of :func:`node_grad_hess` (``gamma (n,)``
-    the node bound, ``scale`` the adaptive step's) and ``w`` the weight of
-    the row's sequence (``offsets (m + 1,)``, ``seq_weight (m,)``). ``raw``
-    may be ``h`` itself (read before written); products in float64.
-    ``parallel``: the ``prange`` driver (tasks of :data:`FINISH_SEQUENCES`
-    sequences).
+    ``f`` is :func:`node_grad_hess`'s GBCRF factor of ``gamma (n,)`` and
+    ``scale``; ``w`` the row's sequence weight (``offsets (m + 1,)``,
+    ``seq_weight (m,)``).
     """
     kernel = _finish_parallel if parallel else _finish_serial
     kernel(raw, gamma, scale, floor, offsets, seq_weight, h)
@@ -231,19 +219,14 @@ def _scan_serial(flat, bits, limit, partial):
 
 
 def scan_values(flat, limit, parallel):
-    """Whether every ``|v| <= limit`` in ``flat (N,)`` (NaN fails), and a checksum; one read.
-
-    Counts the failures instead of stopping at the first: the loop vectorises
-    (a failure is an error, never the hot path).
+    """Whether every ``|v| <= limit`` in ``flat (N,)`` (NaN fails), and a checksum, in one read.
 
     Returns
     -------
     within : bool
     checksum : int or None
-        For float32 ``flat``, the sum of its bit patterns (modulo ``2 ** 64``):
-        it changes when the values do (the adaptive step's stamp of the
-        margins it keeps, :meth:`~.step.SecantScale.remember`). None for
-        other dtypes.
+        For float32 ``flat`` the sum of its bit patterns modulo ``2 ** 64``
+        (the adaptive step's stamp); None for other dtypes.
     """
     bits = flat.view(np.uint32) if flat.dtype == np.float32 else np.zeros(0, np.uint32)
     partial = np.empty((_tasks(flat.shape[0], TASK_ENTRIES), 2), dtype=np.uint64)
@@ -284,18 +267,8 @@ def _step_serial(new, old, bits, grad, hess, with_hess, partial, checksums):
 
 
 def step_sums(new, old, grad, hess=None, parallel=False):
-    """``[grad . d, d' hess d]`` (0 without ``hess``), ``d = new - old``, and ``old``'s checksum.
-
-    Any float dtypes and memory orders, all ``(n, K)``: the arrays are read
-    in the order of ``new`` (copied only if one of them is in the other
-    order). ``parallel``: the ``prange`` driver.
-
-    Returns
-    -------
-    sums : list of float
-    checksum : int or None
-        :func:`scan_values`'s checksum of float32 ``old``, taken in the same
-        read (None for float64 ``old``).
+    """``[grad . d, d' hess d]`` (0 without ``hess``), ``d = new - old``, and ``old``'s float32
+    checksum, all ``(n, K)``.
     """
     order = "F" if new.flags.f_contiguous and not new.flags.c_contiguous else "C"
     flat = [np.ravel(a, order=order) for a in (new, old, grad, grad if hess is None else hess)]

@@ -1,7 +1,5 @@
-"""What the objectives and prediction check of their inputs: margins, sequence weights.
-
-And the blocks of whole sequences a round over many rows takes
-(:func:`row_blocks`).
+"""What the objectives and prediction check of their inputs (margins, sequence weights), and a
+round's blocks of whole sequences.
 """
 
 import numpy as np
@@ -21,25 +19,22 @@ DIVERGED = (
 
 
 def check_margin_values(margins, what, cause):
-    """Raise naming the first row whose margin is NaN, infinite or beyond :data:`MARGIN_LIMIT`.
-
-    Checked in one read without temporaries (C- or F-contiguous margins;
-    others in row blocks), the message's row found in row blocks.
+    """Raise naming the first row whose margin is NaN, infinite or beyond :data:`MARGIN_LIMIT`;
+    checked in one read.
 
     Parameters
     ----------
     margins : (n, K) float32 or float64
     what : str
-        What the margins are, for the message (``"the margin"``).
+        What the margins are, for the message.
     cause : str
         Where such margins come from and what to do.
 
     Returns
     -------
     int or None
-        The checksum of C- or F-contiguous float32 margins, taken in the
-        same read (:func:`~._kernels.scan_values`: the adaptive step's stamp
-        of margins it keeps); None for others.
+        The checksum of C- or F-contiguous float32 margins
+        (:func:`~._kernels.scan_values`); None for others.
     """
     flat = margins.ravel(order="K") if margins.flags.forc else None
     if flat is not None:
@@ -79,11 +74,8 @@ def check_sequence_weights(seq_weight, lengths):
 
 
 def row_blocks(offsets, shape):
-    """The ``(rows, sequences)`` slices of the blocks a round over ``shape = (n, K)`` takes.
-
-    Blocks of whole sequences, one for a batch up to
-    ``_config.WHOLE_BATCH_ENTRIES`` rows x labels (see
-    :func:`~structboost.sequences.sequence_blocks` and ``_config.block_rows``).
+    """The ``(rows, sequences)`` slices of the blocks of whole sequences a round over ``shape = (n,
+    K)`` takes.
     """
     bounds = sequence_blocks(offsets, _config.block_rows(*shape))
     for s0, s1 in zip(bounds[:-1], bounds[1:]):
@@ -91,7 +83,9 @@ def row_blocks(offsets, shape):
 
 
 def softmax(margins):
-    """Row-wise softmax of ``(n, K)`` margins (the round takes :func:`~structboost.inference.chain.node_softmax`)."""
+    """Row-wise softmax of ``(n, K)`` margins (the round takes
+    :func:`~structboost.inference.chain.node_softmax`).
+    """
     z = margins - margins.max(axis=1, keepdims=True)
     np.exp(z, out=z)
     z /= z.sum(axis=1, keepdims=True)

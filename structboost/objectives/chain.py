@@ -1,9 +1,5 @@
-"""The chain-CRF boosting objective: node potentials and sequences in, G and H out.
-
-Engine-agnostic (numpy only). The XGBoost and LightGBM adapters read the
-margins and the sequence structure from their data objects and call
-:meth:`CRFObjective.grad_hess` once per boosting round; the round, its modes and
-weighting live in :class:`~.round.NodeObjective`.
+"""The chain-CRF boosting objective: node potentials and sequences in, G and H out (the round:
+:class:`~.round.NodeObjective`).
 """
 
 from dataclasses import dataclass
@@ -57,16 +53,11 @@ class SequenceBatch:
 class CRFObjective(NodeObjective):
     """Gradient and Hessian of the chain-CRF negative log-likelihood.
 
-    Parameters are those of :class:`NodeObjective`; the transition
-    parameters are a :class:`~structboost.transitions.chain.TransitionParams`
-    (K x K transitions, start and end scores), and ``batch`` is a
-    :class:`SequenceBatch`. ``spec.allowed_transitions`` (see
-    :mod:`structboost.objectives.constraints`) keeps the forbidden
-    transition, start and end scores at ``-inf`` through training: the
-    solvers never refit them, so training, the metric and decoding all use
-    the constrained model. Training labels must obey the constraints. In
-    ``"logitboost"`` mode, training ignores them (positions are independent)
-    but the metric and decoding do not.
+    Parameters as :class:`NodeObjective`; the transitions are a
+    :class:`~structboost.transitions.chain.TransitionParams` and ``batch`` a
+    :class:`SequenceBatch`. ``spec.allowed_transitions`` keeps forbidden scores
+    at ``-inf`` through training (training labels must obey them); in
+    ``"logitboost"`` mode only the metric and decoding use them.
 
     Attributes
     ----------
@@ -126,12 +117,8 @@ class CRFObjective(NodeObjective):
         return super().grad_hess(margins, batch, dtype, order)
 
     def sequence_nll(self, margins: Any, batch: Any) -> Floats:
-        """Per-sequence negative log-likelihood ``(m,)`` under the current transitions.
-
-        ``margins (n, K)`` are read as :meth:`grad_hess` reads them: block by
-        block above ``_config.WHOLE_BATCH_ENTRIES`` entries, with the
-        objective's message buffers (a metric on the training data costs
-        no more memory than a round).
+        """Per-sequence NLL ``(m,)`` under the current transitions, ``margins (n, K)`` read block by
+        block as :meth:`grad_hess` does.
         """
         self._check_allowed(batch)
         u = self.margin_rows(margins)
@@ -146,7 +133,9 @@ class CRFObjective(NodeObjective):
         return forward_backward(u, batch.lengths, p.transitions, p.start, p.end)[1]
 
     def decode(self, margins: Any, batch: Any) -> Ints:
-        """Viterbi labels ``(n,)`` of the sequences of ``batch``, block by block (see :meth:`sequence_nll`)."""
+        """Viterbi labels ``(n,)`` of the sequences of ``batch``, block by block (see
+        :meth:`sequence_nll`).
+        """
         u = self.margin_rows(margins)
         p = self.params
         offsets = batch.offsets

@@ -1,16 +1,12 @@
 """Constrained decoding: which label moves a chain CRF may make.
 
 A :class:`Constraints` holds three boolean masks: ``transitions[a, b]``
-(label ``a`` may be followed by label ``b``), ``start[k]`` (a sequence may
-begin with ``k``) and ``end[k]`` (it may end with ``k``). Added to a model's
-transition parameters as ``-inf`` scores (:meth:`Constraints.apply`), they
-give zero probability to every labelling that makes a forbidden move, so
-Viterbi never outputs one and the marginals are those of the constrained
-model.
+(``a`` may be followed by ``b``), ``start[k]`` and ``end[k]``. Added as
+``-inf`` scores (:meth:`Constraints.apply`) they give every labelling with
+a forbidden move zero probability.
 
 :func:`allowed_transitions` builds the masks of a chunk tagging scheme from
-the tag names in label order (e.g. an estimator's ``classes_``; the rules
-are applied by :func:`structboost.text.tags.scheme_moves`):
+the tag names in label order (:func:`structboost.text.tags.scheme_moves`):
 
 ===========  ==========================================================
 scheme       rules
@@ -23,11 +19,6 @@ scheme       rules
              starts with ``O``/``B-*``/``S-*`` and ends with
              ``O``/``E-*``/``S-*``.
 ===========  ==========================================================
-
-:func:`from_masks` builds constraints from any boolean masks,
-:func:`valid_tags` checks tag sequences against a scheme, and
-:func:`resolve` turns the ``allowed_transitions=`` argument of the
-objectives, predict functions and estimators into :class:`Constraints`.
 """
 
 from typing import NamedTuple
@@ -63,28 +54,16 @@ class Constraints(NamedTuple):
         return np.concatenate((self.transitions.ravel(), self.start, self.end))
 
     def masks(self):
-        """The constraints as scores to add: ``0`` where allowed, ``-inf`` where forbidden.
-
-        Returns
-        -------
-        TransitionParams
-            ``transitions (K, K)``, ``start (K,)``, ``end (K,)`` of 0 / -inf.
+        """The constraints as :class:`TransitionParams` scores to add: ``0`` where allowed, ``-inf``
+        where forbidden.
         """
         return TransitionParams(
             *(np.where(mask, 0.0, -np.inf) for mask in (self.transitions, self.start, self.end))
         )
 
     def apply(self, params):
-        """A copy of ``params`` with every forbidden entry set to ``-inf``.
-
-        Parameters
-        ----------
-        params : TransitionParams
-            Over the same K labels.
-
-        Returns
-        -------
-        TransitionParams
+        """A copy of ``params`` (:class:`TransitionParams` over the same K labels) with every
+        forbidden entry ``-inf``.
         """
         if params.num_labels != self.num_labels:
             raise ValueError(
@@ -97,15 +76,8 @@ class Constraints(NamedTuple):
         )
 
     def _moves(self, labels, lengths):
-        """Per-row and per-sequence checks of labelled sequences.
-
-        Returns
-        -------
-        y : (n,) int64
-        first, last : (m,) int64
-            First and last row of every sequence.
-        move_ok : (n,) bool
-            Row ``t``'s move to ``t + 1`` is allowed (True on last rows).
+        """``(y (n,), first (m,), last (m,), move_ok (n,))``: rows, sequence ends, and whether row
+        ``t``'s move is allowed.
         """
         y = np.asarray(labels, dtype=np.int64)
         lengths = np.asarray(lengths, dtype=np.int64)
@@ -119,18 +91,8 @@ class Constraints(NamedTuple):
         return y, first, last, move_ok
 
     def valid_sequences(self, labels, lengths):
-        """Whether each labelled sequence makes only allowed moves.
-
-        Parameters
-        ----------
-        labels : (n,) array-like of int
-            Label indices ``0..K-1``.
-        lengths : (m,) array-like of int
-            Rows per sequence.
-
-        Returns
-        -------
-        (m,) bool ndarray
+        """Whether each labelled sequence makes only allowed moves, ``(m,)`` bool; ``labels (n,)``,
+        ``lengths (m,)``.
         """
         y, first, last, move_ok = self._moves(labels, lengths)
         if not y.size:
@@ -138,12 +100,8 @@ class Constraints(NamedTuple):
         return np.logical_and.reduceat(move_ok, first) & self.start[y[first]] & self.end[y[last]]
 
     def check_labels(self, labels, lengths):
-        """Raise a ``ValueError`` naming the first forbidden move of labelled sequences.
-
-        Parameters
-        ----------
-        labels : (n,) array-like of int
-        lengths : (m,) array-like of int
+        """Raise a ``ValueError`` naming the first forbidden move of labelled sequences ``labels
+        (n,)``, ``lengths (m,)``.
         """
         y, first, last, move_ok = self._moves(labels, lengths)
         bad_start = np.flatnonzero(~self.start[y[first]])

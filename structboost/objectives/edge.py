@@ -1,39 +1,24 @@
 """Boosted, input-dependent transitions: Dietterich et al.'s ``F^v(u, X_t)``.
 
-One booster scores *edge rows*: for every position ``t`` of a sequence and
-every possible previous label ``u`` one row whose ``K`` outputs are
-``F^v(u, X_t)``, the score of moving from ``u`` at ``t - 1`` into ``v`` at
-``t``. A sequence's first position has one row, ``u`` = the start symbol;
-every other position has ``K`` rows (``u = 0..K-1``), so a sequence of
-length ``L`` has ``1 + (L - 1) K`` edge rows, in this order. The CRF score of
-a labelling is ``sum_t F^{y_t}(y_{t-1}, X_t)`` (``y_{-1}`` = start), i.e. the
-chain of :mod:`structboost.inference.chain` with node scores ``F(start,
-X_0)`` on each first row and zero elsewhere, and per-position transition
-tables ``T_t[u, v] = F^v(u, X_t)``. Node-only potentials are the special
-case where no tree splits on ``u``.
+One booster scores *edge rows*: per position ``t`` and possible previous
+label ``u`` one row whose ``K`` outputs are ``F^v(u, X_t)``, the score of
+moving from ``u`` into ``v``. A first position has one row (``u`` = start),
+every other ``K``, so a sequence of length ``L`` has ``1 + (L - 1) K`` rows,
+in this order. A labelling scores ``sum_t F^{y_t}(y_{t-1}, X_t)``: the chain
+of :mod:`structboost.inference.chain` with node scores ``F(start, X_0)`` on
+first rows (zero elsewhere) and tables ``T_t[u, v] = F^v(u, X_t)``.
 
 Gradient and Hessian
 --------------------
-Each edge row ``(t, u)`` and output ``v`` is one indicator feature
-``1[y_{t-1} = u, y_t = v]`` (``1[y_0 = v]`` on a first row) with marginal
-``p``; the NLL's functional gradient is ``p - 1[observed]``. Hessians:
-``"treecrf"``: 1. ``"gbcrf"``: ``gamma p (1 - p)`` where ``gamma`` bounds
-``sum_j |H_ij| / H_ii`` over *all* features of the sequence, first rows
-included (one booster moves them together). Writing ``e_t`` for the pair
-``(y_{t-1}, y_t)`` (``e_0 = y_0``), ``sum_j |H_ij| = 2 p (1 - p) sum_s
-TV(e_s | i, e_s | not i)``; the own term is 1, each neighbouring ``e_s``
-(sharing a label) at most 1, and a farther ``e_s`` at most the product of
-the Dobrushin rates along the way (Chen et al. 2015, Corollary 3.1). Hence
+Each edge row and output is an indicator ``1[y_{t-1} = u, y_t = v]`` with
+marginal ``p``; G is ``p - 1[observed]``. H is 1 (``"treecrf"``) or
+``gamma p (1 - p)`` (``"gbcrf"``) with ``gamma`` bounding ``sum_j |H_ij| /
+H_ii`` over all the sequence's features (Chen et al. 2015, Corollary 3.1):
 
 * edge ``(t - 1, t)``: ``2 (3 + to_left[t - 1] + to_right[t])``, the chain
-  edge bound of Theorem 4.2 (:meth:`ChainPosterior.edge_gamma`, row
-  ``t - 1``), whose ``to_left`` term already counts ``e_0``;
-* first row: ``2 (1 + to_right[0]) + 2 [L > 1]``, the node bound plus the
-  neighbouring edge ``e_1``;
-* ``hessian_bound="length"``: ``2 L`` for every feature (each TV at most one).
-
-``tests/objectives/test_edge_objective.py`` checks both against the exact Hessian of
-brute-force enumeration.
+  edge bound of Theorem 4.2 (:meth:`ChainPosterior.edge_gamma`);
+* first row: ``2 (1 + to_right[0]) + 2 [L > 1]``;
+* ``hessian_bound="length"``: ``2 L`` for every feature.
 """
 
 import time
@@ -52,18 +37,17 @@ def edge_layout(offsets, num_labels):
     Parameters
     ----------
     offsets : (m + 1,) int64
-        Position offsets of the sequences (every sequence non-empty).
+        Position offsets (every sequence non-empty).
     num_labels : int
 
     Returns
     -------
     first_row : (n,) int64
-        Edge row of ``(t, start)`` for a first position, of ``(t, u = 0)``
-        otherwise (the rows of ``u = 0..K-1`` follow).
+        Edge row of ``(t, start)`` on a first position, of ``(t, u = 0)``
+        otherwise.
     is_first : (n,) bool
-        Whether position ``t`` begins its sequence.
     n_rows : int
-        Edge rows in all, ``sum_i 1 + (L_i - 1) K``.
+        ``sum_i 1 + (L_i - 1) K``.
     """
     is_first = np.zeros(int(offsets[-1]), dtype=bool)
     is_first[offsets[:-1]] = True
@@ -89,22 +73,14 @@ def edge_positions(lengths, num_labels):
 
 
 def edge_potentials(scores, offsets, num_labels):
-    """Chain potentials of edge-row scores.
-
-    Parameters
-    ----------
-    scores : (r, K) float64
-        ``F^v(u, X_t)`` of every edge row (layout in the module notes).
-    offsets : (m + 1,) int64
-        Position offsets.
-    num_labels : int
+    """Chain potentials of edge-row scores ``(r, K)`` (layout in the module notes).
 
     Returns
     -------
     unary : (n, K) float64
         ``F(start, X_t)`` on first positions, zero elsewhere.
     transitions : (n, K, K) float64
-        ``transitions[t, u, v] = F^v(u, X_t)``; zero on first positions (unused).
+        ``transitions[t, u, v] = F^v(u, X_t)``; zero on first positions.
     """
     k = int(num_labels)
     first_row, is_first, n_rows = edge_layout(offsets, k)
@@ -124,25 +100,20 @@ def edge_potentials(scores, offsets, num_labels):
 
 
 class EdgeCRFObjective(CRFObjective):
-    """Gradient and Hessian of the chain-CRF NLL in the edge-row scores ``F^v(u, X_t)``.
+    """Gradient and Hessian of the chain-CRF NLL in the edge-row scores ``(r, K)``.
 
-    Margins are ``(r, K)`` edge-row scores (see the module notes);
-    ``batch`` is a :class:`~structboost.objectives.chain.SequenceBatch` of
-    the *positions*. ``params`` stays fixed: zero transition, start and end
-    scores, ``-inf`` where ``allowed_transitions`` forbids a move; they are
-    added to the boosted scores, so forbidden moves stay ``-inf`` whatever
-    the trees say.
+    ``batch`` is a :class:`~structboost.objectives.chain.SequenceBatch` of the
+    *positions*. ``params`` stays fixed (zero, ``-inf`` where
+    ``allowed_transitions`` forbids), added to the boosted scores.
 
     Parameters
     ----------
     num_labels : int
     spec : ObjectiveSpec, optional
-        With ``transitions_from="input"`` (the default here): modes
-        ``"gbcrf"`` (Hessian ``gamma p (1 - p)`` with the bounds of the
-        module notes) and ``"treecrf"`` (Dietterich et al.'s unit Hessian);
-        the spec refuses settings of the transition solver.
+        With ``transitions_from="input"``: modes ``"gbcrf"`` and ``"treecrf"``;
+        transition-solver settings are refused.
     **params
-        Fields of the spec changed from ``spec`` (or from the defaults).
+        Fields of the spec changed from ``spec`` (or the defaults).
     """
 
     def __init__(self, num_labels, spec=None, **params):

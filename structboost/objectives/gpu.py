@@ -34,11 +34,8 @@ from .step import SecantScale
 
 
 class DeviceSecant(SecantScale):
-    """:class:`~structboost.objectives.step.SecantScale` whose sums run on the device.
-
-    Its margins are :class:`~structboost.inference.gpu.DeviceUnary`. It
-    keeps float32 device copies of the last round's node potentials, G and
-    H and reduces them on the device: two floats cross the bus per sum.
+    """:class:`~structboost.objectives.step.SecantScale` whose sums run on the device over float32
+    device copies.
     """
 
     def _along(self, margins, grad, hess):
@@ -57,11 +54,9 @@ class DeviceSecant(SecantScale):
 class DeviceArrays:
     """The round's arrays on a CUDA GPU: :class:`~.round.HostArrays`' operations on device arrays.
 
-    ``u`` is a :class:`~structboost.inference.gpu.DeviceUnary`; a batch is
-    one block (its ``rows`` and ``seqs`` cover it), copied to the device
-    once (:meth:`structure`). G and H are float64 device buffers kept
-    across rounds, whatever ``dtype`` and ``order`` are asked for: XGBoost
-    reads them in place.
+    ``u`` is a :class:`~structboost.inference.gpu.DeviceUnary`; a batch is one
+    block, copied to the device once (:meth:`structure`). G and H are float64
+    device buffers kept across rounds, whatever ``dtype`` and ``order``.
     """
 
     secant = DeviceSecant
@@ -86,7 +81,9 @@ class DeviceArrays:
         return self._buffers
 
     def structure(self, batch):
-        """The :class:`~structboost.inference.gpu.DeviceStructure` of a batch, built once per batch object."""
+        """The :class:`~structboost.inference.gpu.DeviceStructure` of a batch, built once per batch
+        object.
+        """
         key = id(batch)
         cached = self._structures.get(key)
         if cached is not None and cached[0]() is batch:
@@ -130,12 +127,8 @@ class DeviceArrays:
 
 
 class DeviceTransitionProblem(PenalisedProblem):
-    """:class:`~structboost.transitions.chain.TransitionProblem` with device messages.
-
-    The solvers (L-BFGS and the diagonal Newton step) run on the host over
-    ``K^2 + 2K`` parameters; each evaluation runs the message pass and the
-    parameter-sized sums on the device and copies back only ``log_z`` and
-    those sums.
+    """:class:`~structboost.transitions.chain.TransitionProblem` with device messages; the solvers
+    run on the host.
 
     Parameters
     ----------
@@ -145,7 +138,6 @@ class DeviceTransitionProblem(PenalisedProblem):
     reg : float
     free : (K*K + 2K,) bool ndarray, optional
     allreduce : callable, optional
-        Sums over the workers of a distributed fit.
     """
 
     param_type = TransitionParams
@@ -168,11 +160,6 @@ class DeviceTransitionProblem(PenalisedProblem):
     def expected_counts(self, post, with_curvature=False):
         """As :meth:`TransitionProblem.expected_counts
         <structboost.transitions.chain.TransitionProblem.expected_counts>`.
-
-        Returns
-        -------
-        expected : (K*K + 2K,) float64
-        curvature : (K*K + 2K,) float64 or None
         """
         st = self.structure
         edge_gamma = post.edge_gamma() if with_curvature else st.d_row_weight
@@ -193,18 +180,13 @@ class DeviceTransitionProblem(PenalisedProblem):
 
 
 class DeviceCRFObjective(CRFObjective):
-    """:class:`~structboost.objectives.chain.CRFObjective` whose round runs on a CUDA GPU.
+    """:class:`~structboost.objectives.chain.CRFObjective` whose round runs on a CUDA GPU, same
+    results to float tolerance.
 
-    Takes the parameters of :class:`~structboost.objectives.chain.CRFObjective`
-    and gives its results (to float tolerance); :meth:`grad_hess` returns
-    float64 numba device arrays (its ``dtype`` and ``order`` are ignored;
-    the objective's own buffers, rewritten by its next call), which
-    ``xgboost.train(obj=...)`` on a booster with ``device="cuda"`` reads in
-    place. ``nthread`` is accepted and ignored: the round's kernels run on
-    the device, and its host parts (the solver over ``K^2 + 2K``
-    parameters, the log-space fallback) are serial.
-    ``transition_solver="majorize"`` is CPU-only (its ``O(K^4)`` bound is
-    built on the host). ``timings`` are wall seconds here.
+    :meth:`grad_hess` returns its own float64 device buffers (``dtype`` and
+    ``order`` ignored), which XGBoost with ``device="cuda"`` reads in place.
+    ``nthread`` is ignored; ``transition_solver="majorize"`` is CPU-only;
+    ``timings`` are wall seconds.
 
     Parameters
     ----------

@@ -1,14 +1,9 @@
 """The objective's settings, declared once: :class:`ObjectiveSpec`.
 
-Every factory (:func:`structboost.crf_objective`,
-:func:`structboost.lightgbm.lgb_crf_objective`, :func:`structboost.xgboost.tree_crf_objective`,
-:func:`structboost.xgboost.edge_crf_objective`), objective class, estimator and CLI
-option takes its choices and defaults from the fields of
-:class:`ObjectiveSpec`; :func:`fill_doc` writes the numpydoc entries of those
-fields into their docstrings, so the copies cannot drift. Objectives and
-factories take one spec (or the flat keywords, from which they build one
-spec once); estimators keep flat scikit-learn parameters and build the spec
-in ``fit``.
+Every factory, objective class, estimator and CLI option takes its choices
+and defaults from :class:`ObjectiveSpec`'s fields; :func:`fill_doc` writes
+their numpydoc entries into the docstrings. Objectives and factories take
+one spec (or flat keywords, built into one); estimators build it in ``fit``.
 """
 
 import dataclasses
@@ -212,23 +207,13 @@ class ObjectiveSpec:
 
     @classmethod
     def build(cls, spec=None, **params):
-        """A spec from ``spec`` (or the defaults) with the keywords ``params`` changed.
-
-        Parameters
-        ----------
-        spec : ObjectiveSpec, optional
-        **params
-            Fields of :class:`ObjectiveSpec`.
-
-        Returns
-        -------
-        ObjectiveSpec
+        """A spec from ``spec`` (or the defaults) with the fields ``params`` changed.
 
         Raises
         ------
         ValueError
-            A keyword that is no field (the old ``gamma=`` and ``transitions=``
-            name their new names) or an invalid value.
+            A keyword that is no field (old names name their new ones) or an
+            invalid value.
         """
         if spec is not None and not isinstance(spec, cls):
             raise ValueError(f"spec must be an ObjectiveSpec; got {type(spec).__name__}.")
@@ -321,20 +306,8 @@ _DOCS = {f.name: _entry(f) for f in fields(ObjectiveSpec)}
 
 
 def param_docs(*names, solvers=SOLVERS, indent=4):
-    """Numpydoc entries of the named objective parameters.
-
-    Parameters
-    ----------
-    *names : str
-        Fields of :class:`ObjectiveSpec`; none: all of them.
-    solvers : tuple of str
-        The solver choices to document (tree CRFs have no ``"majorize"``).
-    indent : int
-        Spaces before each parameter line (the description gets 4 more).
-
-    Returns
-    -------
-    str
+    """Numpydoc entries of the named :class:`ObjectiveSpec` fields (none: all), documenting
+    ``solvers``, indented ``indent``.
     """
     pad = " " * indent
     lines = []
@@ -346,15 +319,12 @@ def param_docs(*names, solvers=SOLVERS, indent=4):
 
 
 def fill_doc(*names, solvers=SOLVERS, **sections):
-    """Decorator filling placeholder lines of a docstring.
+    """Decorator filling a docstring's placeholder lines, keeping their indentation.
 
-    The line ``{objective_params}`` becomes the entries of ``names`` (see
-    :func:`param_docs`; ``"all"`` alone: every field); a line ``{key}``
-    becomes ``sections[key]``, text written without indentation. Each
-    placeholder's indentation is kept. A factory's ``**params`` becomes,
-    in its signature (``inspect.signature``, ``help``, IDEs), the
-    keyword-only fields ``names`` with their defaults; :meth:`ObjectiveSpec.build`
-    still names an unknown or renamed keyword in its ``ValueError``.
+    ``{objective_params}`` becomes the entries of ``names`` (:func:`param_docs`;
+    ``"all"``: every field); ``{key}`` becomes ``sections[key]``. A factory's
+    ``**params`` becomes, in its signature, the keyword-only fields ``names``
+    with their defaults.
     """
     texts = dict(sections)
     if names:

@@ -8,27 +8,19 @@ mode               Hessian per row and label                    transitions
 ``"logitboost"``   ``2 * p * (1 - p)``                          none (independent rows)
 =================  ==========================================  ==========================
 
-The modes are :class:`Hessian`'s values. The gradient is always ``G = p -
-onehot(y)`` with ``p`` the CRF node marginals. Sequence weights multiply
-both ``G`` and ``H``; the Hessian is floored at ``hess_floor`` before
-weighting (as XGBoost floors its softmax Hessian), so no row loses all
-weight.
+``G = p - onehot(y)`` with ``p`` the node marginals. Sequence weights
+multiply G and H; H is floored at ``hess_floor`` before weighting.
 
-A round of one pass (:mod:`structboost.transitions.onestep`, the default
-with ``"lbfgs"`` and ``"newton"``) runs in phases:
+A one-pass round (:mod:`structboost.transitions.onestep`) runs in phases:
 
-1. the pass at the round's transitions, block by block, writing G (and H,
-   or ``p (1 - p)`` while H waits for the adaptive step's scale);
+1. the pass at the round's transitions, block by block, writing G and H
+   (``p (1 - p)`` while H waits for the adaptive step's scale);
 2. its sums and the secant's in one :class:`RoundSums`: one allreduce;
-3. the transition step for the next round (:class:`~structboost.transitions.onestep.OneStep`)
-   and the secant's scale (:class:`~.step.SecantScale`);
+3. the next transition step and the secant's scale (:class:`~.step.SecantScale`);
 4. H finished at that scale.
 
-A refit round (``"majorize"``, another ``transition_iter``, the warm-up and
-the rounds :mod:`~structboost.transitions.onestep` names) refits before its
-pass instead. The arrays live on a backend: :class:`HostArrays` (numpy and
-the numba kernels of :mod:`._kernels`) here, the device's in
-:mod:`structboost.objectives.gpu`.
+A refit round refits before its pass instead. Arrays live on a backend:
+:class:`HostArrays` here, :mod:`structboost.objectives.gpu`'s on a device.
 """
 
 import contextlib
@@ -76,8 +68,7 @@ class RoundSums(NamedTuple):
     Attributes
     ----------
     secant : (4,) float64 or None
-        The adaptive step's ``[change, slope, model, new_slope]``
-        (:meth:`~.step.SecantScale.local_sums`); None without them.
+        The adaptive step's sums (:meth:`~.step.SecantScale.local_sums`).
     steps : (d,) float64
         The transition step's (:meth:`~structboost.transitions.onestep.OneStep.local_sums`).
     """
@@ -95,12 +86,8 @@ class RoundSums(NamedTuple):
 
 
 def checked_rows(margins, num_labels):
-    """``(n, K)`` float32 or float64 margins as given (no copy) and their checksum, or a clear error.
-
-    The engines' own layouts pass unchanged (XGBoost's float32 rows,
-    LightGBM's column-major float64); other dtypes are converted to
-    float64. The values are checked in row blocks (:func:`~.base.check_margin_values`,
-    whose checksum this returns).
+    """``(n, K)`` float32 or float64 margins as given (other dtypes to float64) and their checksum,
+    or a clear error.
     """
     m = np.asarray(margins)
     if m.ndim == 1 and m.size % num_labels == 0:
@@ -116,22 +103,17 @@ def checked_rows(margins, num_labels):
 
 
 def label_score(margins, batch):
-    """Weighted sum of the labels' node scores in ``margins (n, K)`` (float).
-
-    One sweep over the rows, no row-sized temporaries
-    (:func:`~structboost.inference.chain.label_node_scores`); a round sums
-    it once for its NLL check and the adaptive step's secant.
-    """
+    """Weighted sum of the labels' node scores in ``margins (n, K)``, without row-sized temporaries."""
     return float(weighted_total(batch.seq_weight,
                                 label_node_scores(margins, batch.offsets, batch.labels)))
 
 
 class HostArrays:
-    """The round's arrays in host memory: numpy, and the numba kernels of :mod:`._kernels`.
+    """The round's arrays in host memory: numpy and the numba kernels of :mod:`._kernels`.
 
-    The operations :class:`NodeObjective` runs its round on (the device's:
-    :class:`structboost.objectives.gpu.DeviceArrays`); ``u`` is the round's
-    margins as :meth:`margins` returns them, ``rows`` and ``seqs`` a block's.
+    The device's twin is :class:`structboost.objectives.gpu.DeviceArrays`;
+    ``u`` is the round's margins as :meth:`margins` returns them, ``rows`` and
+    ``seqs`` a block's.
     """
 
     secant = SecantScale
@@ -177,14 +159,13 @@ class HostArrays:
 
     @staticmethod
     def grad_hess(p, batch, rows, seqs, gamma, scale, hessian, floor, out, last):
-        """Write G and H of one block (:func:`~._kernels.node_grad_hess`).
+        """Write G and H of one block into ``out = (grad, hess)``
+        (:func:`~._kernels.node_grad_hess`).
 
-        ``out``: the whole ``(grad, hess)``; ``gamma (r,)``: the block's node
-        bound (None: LogitBoost's 2, or TreeCRF's unit H); ``scale`` None
-        writes ``p (1 - p)`` in place of H. ``last``: the whole ``(margins,
-        old_margins, old_g, old_h)`` (see :meth:`NodeObjective._write_blocks`),
-        or None. Returns None, or with ``last`` the block's ``[slope, model,
-        new_slope]`` and checksum.
+        ``gamma (r,)`` is the block's node bound (None: LogitBoost or TreeCRF);
+        ``scale`` None writes ``p (1 - p)`` in place of H. With ``last``
+        ``(margins, old_margins, old_g, old_h)`` returns the block's
+        ``[slope, model, new_slope]`` and checksum, else None.
         """
         s0, s1, _ = seqs.indices(batch.seq_weight.shape[0])
         lengths = np.diff(batch.offsets[s0 : s1 + 1])
@@ -201,10 +182,8 @@ class HostArrays:
 
     @staticmethod
     def finish_hess(hess, gamma, scale, floor, batch):
-        """Finish in place a GBCRF ``hess (n, K)`` written as ``p (1 - p)`` (:func:`~._kernels.finish_bound_hess`).
-
-        In the engine's dtype (float32 rounds ``p (1 - p)`` once more, so
-        the result is within one float32 ulp of the float64 one rounded).
+        """Finish in place a GBCRF ``hess (n, K)`` written as ``p (1 - p)``
+        (:func:`~._kernels.finish_bound_hess`).
         """
         finish_bound_hess(hess, gamma, scale, floor, batch.offsets, batch.seq_weight, hess,
                           _config.parallel(hess.shape[0]))  # fmt: skip
@@ -229,48 +208,34 @@ def _is_count(value):
 class NodeObjective:
     """A CRF boosting objective for any structure: the round, its modes and its metric.
 
-    Subclasses supply the structure: ``_zero_params()`` (independent rows),
-    ``_problem(u, batch)`` (a
-    :class:`~structboost.transitions.base.PenalisedProblem` whose posterior has
-    ``marginals()`` and ``node_gamma(method, marginals=)``), and
-    ``sequence_nll``/``decode``. ``batch`` has ``labels``, ``offsets`` and
-    ``seq_weight``. A round writes G and H block by block as the problem's
-    :meth:`~structboost.transitions.base.PenalisedProblem.blocks` yields
-    them (a chain batch above ``_config.WHOLE_BATCH_ENTRIES`` in blocks of
-    whole sequences, any other as one block), in chunks of
-    :data:`GH_ROWS` rows, on the arrays of ``arrays`` (a backend class:
-    :class:`HostArrays` here).
+    Subclasses supply ``_zero_params()``, ``_problem(u, batch)`` (a
+    :class:`~structboost.transitions.base.PenalisedProblem`), ``sequence_nll``
+    and ``decode``; ``batch`` has ``labels``, ``offsets`` and ``seq_weight``.
 
     Parameters
     ----------
     num_labels : int
-        Number of labels K (the engine's number of outputs per row).
+        Number of labels K (the engine's outputs per row).
     spec : ObjectiveSpec, optional
-        The objective's settings (:class:`~structboost.objectives.params.ObjectiveSpec`).
     **params
         Fields of :class:`~structboost.objectives.params.ObjectiveSpec`
-        changed from ``spec`` (or from the defaults); the spec is built once.
+        changed from ``spec`` (or the defaults).
 
     Attributes
     ----------
     spec : ObjectiveSpec
     hessian : Hessian
-        The mode.
     params
-        The current transition parameters (all zero in ``"logitboost"`` mode).
+        The current transition parameters (zero in ``"logitboost"`` mode).
     timings : dict
-        Seconds spent so far in ``"transitions"``, ``"inference"`` and
-        ``"gamma"``: CPU seconds of this process (``time.process_time``,
-        all threads) on the host, wall seconds on a GPU.
+        Seconds in ``"transitions"``, ``"inference"`` and ``"gamma"`` (process
+        CPU time on the host, wall time on a GPU).
     step_scale : SecantScale or None
-        The adaptive step's controller (``step="adaptive"`` in ``"gbcrf"``
-        mode): its ``history`` holds the scale of the bound in each round.
+        The adaptive step's controller; ``history`` holds each round's scale.
     allreduce : callable
-        Sums a float64 array over the workers of a distributed run; the
-        objective hands it to each round's transition problem and sums the
-        metric's numerator and denominator with it. The default,
-        :func:`~structboost.transitions.base.identity`, is a single
-        process; :mod:`structboost.engines.dask` sets XGBoost's collective.
+        Sums a float64 array over the workers (default
+        :func:`~structboost.transitions.base.identity`; Dask sets XGBoost's
+        collective).
     """
 
     #: The transition solvers this structure supports.
@@ -324,7 +289,7 @@ class NodeObjective:
         self._arrays = self.arrays()
 
     def margin_rows(self, margins: Any) -> np.ndarray:
-        """``(n, K)`` float32 or float64 margins as given (no copy), or a clear error (:func:`checked_rows`)."""
+        """``(n, K)`` float32 or float64 margins as given, or a clear error (:func:`checked_rows`)."""
         return checked_rows(margins, self.num_labels)[0]
 
     def check_margins(self, margins: Any) -> Floats:
@@ -339,22 +304,16 @@ class NodeObjective:
         Parameters
         ----------
         margins : (n, K) array-like
-            Current node potentials (the engine's raw scores), read block by
-            block: float32 and column-major margins are never copied whole.
+            The engine's raw scores, read block by block (never copied whole).
         batch
             The labels and structure (:class:`SequenceBatch` for chains).
         dtype : {numpy.float64, numpy.float32}
-            float64: fresh arrays. float32: what XGBoost and LightGBM store
-            gradients as (the float64 values rounded, as the engine would
-            round them), so that the engine copies nothing. These are the
-            objective's own buffers, rewritten by its next call, and the
-            adaptive step keeps float32 C-contiguous ``margins`` themselves
-            until then, not a copy (it compares consecutive rounds; a
-            ``ValueError`` says if they changed): use the results before the
-            next call, change neither, and hand a fresh margin array each
-            round, as ``xgboost.train`` does.
+            float64: fresh arrays. float32: the objective's own buffers, in the
+            engine's storage, rewritten by the next call; the adaptive step keeps
+            float32 C-contiguous ``margins`` themselves until then. Use the results
+            before the next call and hand fresh margins each round.
         order : {"C", "F"}
-            Memory order of the results (``"F"``: class-major, LightGBM's).
+            Memory order of the results (``"F"``: LightGBM's class-major).
 
         Returns
         -------
@@ -368,10 +327,8 @@ class NodeObjective:
             return out
 
     def _node_blocks(self, u, batch, problem, need=VALUE):
-        """``(rows, sequences, posterior, marginals)`` of each block (no posterior: None).
-
-        One pass at ``self.params``; ``need`` as for the problem's
-        :meth:`~structboost.transitions.base.PenalisedProblem.blocks`.
+        """``(rows, sequences, posterior, marginals)`` of each block of one pass at ``self.params``
+        (no posterior: None).
         """
         if problem is None:
             yield from self._arrays.independent_blocks(u, batch)
@@ -385,21 +342,14 @@ class NodeObjective:
         return mixing or need >= CURVATURE
 
     def _write_blocks(self, blocks, batch, out, scale, log_z, gamma_rows=None, last=None):
-        """Write G and H of every block of ``blocks`` (see :meth:`_node_blocks`) into ``out``.
+        """Write G and H of every block of ``blocks`` into ``out``; returns the secant's sums with
+        ``last``.
 
-        G is ``p - onehot(y)`` and H the mode's (see the module notes), both
-        weighted, written straight into the outputs by one kernel a block
-        (the backend's ``grad_hess``). ``scale`` None writes ``p (1 - p)``
-        in place of H, and the node bound into ``gamma_rows (n,)`` (for the
-        backend's ``finish_hess``); ``log_z (m,)``, if given, receives the
-        blocks' ``log Z``.
-
-        ``last``: ``(margins, old_margins, old_g, old_h)``, each ``(n, K)``:
-        this round's margins and the adaptive step's kept arrays
-        (:meth:`~.step.SecantScale.kept`). The kernel then takes the
-        secant's sums in the same read, returned as ``[slope, model,
-        new_slope]`` (summed block by block in order) and the kept margins'
-        checksum; None otherwise.
+        ``scale`` None writes ``p (1 - p)`` in place of H and the node bound into
+        ``gamma_rows (n,)``; ``log_z (m,)``, if given, receives the blocks'
+        ``log Z``. ``last``: ``(margins, old_margins, old_g, old_h)`` ``(n, K)``
+        each (:meth:`~.step.SecantScale.kept`): then returns ``[slope, model,
+        new_slope]`` and the kept margins' checksum, else None.
         """
         arrays = self._arrays
         summed, checksum = np.zeros(3), 0
@@ -435,7 +385,9 @@ class NodeObjective:
         return self._one_step
 
     def _grad_hess(self, u, batch, out, stamp):
-        """The round: one pass where the transition step allows (:meth:`_one_pass`), else a refit first."""
+        """The round: one pass where the transition step allows (:meth:`_one_pass`), else a refit
+        first.
+        """
         t0 = self._arrays.clock()
         steps = self._steps() if self.uses_transitions else None
         # the labels' node score, once a round: the pass's NLL check and the secant's
@@ -454,9 +406,8 @@ class NodeObjective:
     def _refit_round(self, u, batch, out, stamp, problem, steps, node, lagging, t0):
         """The round that refits the transitions (no ``problem``: none), then writes G and H there.
 
-        ``lagging``: the parameters of the round's own pass when it refits
-        from that pass (:meth:`_one_pass` returned False, the secant's scale
-        fitted), else None: the secant's scale is fitted here first.
+        ``lagging``: the parameters of the round's own pass when :meth:`_one_pass`
+        gave up (the secant's scale fitted), else None.
         """
         clock = self._arrays.clock
         secant = self.step_scale
@@ -502,13 +453,10 @@ class NodeObjective:
         self.timings["gamma"] += t2 - t1 - inference[0]
 
     def _one_pass(self, u, batch, out, problem, steps, node, stamp, t0):
-        """The round of one pass at ``self.params``: the phases of the module notes.
+        """The round of one pass at ``self.params`` (the module's phases).
 
-        ``node``: the labels' node score (:func:`label_score`); ``stamp``:
-        the margins' checksum (:func:`~.base.check_margin_values`). Returns
-        False, with the secant's scale fitted and nothing else kept, when
-        the round must refit from its pass instead
-        (:meth:`~structboost.transitions.onestep.OneStep.finish`).
+        Returns False, with the secant's scale fitted and nothing else kept,
+        when the round must refit from its pass instead.
         """
         arrays = self._arrays
         secant = self.step_scale
@@ -565,16 +513,15 @@ class NodeObjective:
         batch
             As for :meth:`grad_hess`.
         metric : {"crf-nll", "crf-error"} or callable, optional
-            None: ``spec.metric``. A callable gets ``(y_true (n,), y_proba
-            (n, K))`` (and ``sample_weight=`` ``(n,)`` when the weights are
-            not all one) and is evaluated on this process's rows.
+            None: ``spec.metric``. A callable gets ``(y_true (n,), y_proba (n, K))``
+            (and ``sample_weight=`` when the weights are not all one).
 
         Returns
         -------
         (str, float)
-            ``("crf-nll", weighted mean NLL per sequence)``,
-            ``("crf-error", weighted token error of the MAP labelling)`` or
-            the callable's ``__name__`` and value.
+            ``("crf-nll", weighted mean NLL per sequence)``, ``("crf-error",
+            weighted token error of the MAP labelling)`` or the callable's name
+            and value.
         """
         metric = self.spec.metric if metric is None else metric
         w = batch.seq_weight

@@ -1,38 +1,22 @@
 """The adaptive step of GBCRF: the gamma Hessian scaled to the curvature trees meet.
 
-Chen et al.'s node bound ``gamma_t p (1 - p)`` (Theorem 4.1) holds in every
-direction at once, so a tree step taken with it never raises the NLL, but it
-is as small as the worst direction demands: on long, strongly coupled
-chains (gamma about 9 on protein chains, more on CoNLL sentences) GBCRF
-then needs many times LogitBoost's rounds for the same progress, and the
-learning rate loses its usual meaning.
-
-:class:`SecantScale` measures, after every round, the curvature of the NLL
-along the step the engine actually took (all of the round's trees
-together) and scales the bound to it for the next round::
+The node bound ``gamma_t p (1 - p)`` (Theorem 4.1) holds in every direction,
+so on strongly coupled chains it makes steps far shorter than needed.
+:class:`SecantScale` measures the NLL's curvature along the step the engine
+took (all of a round's trees) and scales the bound to it::
 
     tau   = 2 (f(m + d) - f(m) - G . d) / (d' H d)     # true / model curvature along d
     scale = clip(scale * tau, scale / 4, 1)
     H     = max(2 p (1 - p), scale * gamma_t p (1 - p))   # per row and label, if scale < 1
 
-with ``f`` the weighted NLL at fixed transitions, ``G`` and ``H`` the
-gradient and Hessian handed to the engine last round and ``d`` the change
-of the margins since then. The NLL is convex in the node scores, so
-``tau >= 0``; for a quadratic it is exactly the ratio of the curvature
-along ``d`` to the model's. The scale never exceeds 1 (the bound) and never
-lets the Hessian fall below ``2 p (1 - p)``, the bound of a position with no
-neighbours (XGBoost's softmax Hessian): a step is never longer than
-LogitBoost's at the same learning rate, which keeps its usual meaning. The
-scale shrinks by at most a factor 4 per round, and one round that meets
-more curvature than the model assumed restores it. It starts at 1, the
-bound.
+with ``f`` the weighted NLL at fixed transitions, ``G``, ``H`` last round's
+and ``d`` the change of the margins. ``tau >= 0`` (``f`` is convex). The
+floor ``2 p (1 - p)`` is LogitBoost's Hessian, so the learning rate keeps its
+meaning; the scale starts at 1 (the bound).
 
-In a one-pass round (:mod:`structboost.transitions.onestep`) the
-transitions too moved between the two passes. Then ``f`` is the whole
-weighted NLL, the transition step's share of its change is removed by the
-trapezoid rule, and the curvature taken is the larger of that value secant
-and the gradient secant ``(G_new - G) . d`` (for a quadratic both are the
-curvature along ``d`` plus the cross term of the two steps).
+In a one-pass round the transitions moved too: ``f`` is the whole NLL, the
+transition step's share removed by the trapezoid rule, and the curvature is
+the larger of that value secant and the gradient secant ``(G_new - G) . d``.
 """
 
 import numpy as np
@@ -73,49 +57,33 @@ class SecantScale:
 
     @staticmethod
     def nll(log_z, node, batch):
-        """Weighted NLL ``(float)`` of ``batch`` up to the transition path term.
-
-        The transition part of the path score is the same for any node
-        scores, so differences at fixed transitions need only ``log_z (m,)``
-        and ``node``, the weighted sum of the labels' node scores (the
-        round computes it once, see :func:`~.round.label_score`).
+        """Weighted NLL of ``batch`` up to the transition path term, from ``log_z (m,)`` and the
+        labels' weighted node score ``node``.
         """
         return float(weighted_total(batch.seq_weight, log_z)) - node
 
     def local_sums(self, margins, nll, measured=None):
-        """This worker's ``[change, slope, model, new_slope]`` of the secant, or None.
+        """This worker's ``[change, slope, model, new_slope]`` of the secant, or None without a last
+        round of this shape.
 
-        ``change`` is that of :meth:`nll` (``nll`` this round's); the others
-        are ``measured`` (:meth:`measure`, taken before the last round's G
-        and H were overwritten, or while this round's were written, see
-        :meth:`kept`), by default :meth:`measure` now without this round's
-        gradient (``margins (n, K)``: this round's, any layout). None
-        without a last round (or one of another shape). Summed over the
-        workers (with others, in one allreduce), they go to :meth:`fit`.
+        ``change`` is that of :meth:`nll`; the others are ``measured`` (see
+        :meth:`kept`), by default :meth:`measure` of ``margins (n, K)`` now.
+        Summed over the workers they go to :meth:`fit`.
         """
         if measured is None:
             measured = self.measure(margins)
         return None if measured is None else np.array([nll - self._last[3], *measured])
 
     def measure(self, margins):
-        """``[slope, model, 0]`` of the step ``d`` to ``margins (n, K)``, or None.
-
-        ``slope = G . d`` and ``model = d' H d`` with the G and H the last
-        round handed the engine (no ``new_slope``: this round's G is not
-        written yet). None without a last round (or one of another shape).
-        Reads the last round's G and H: a caller that reuses their buffers
-        measures first.
+        """``[slope, model, 0]`` = ``[G . d, d' H d, 0]`` of the step ``d`` to ``margins (n, K)``
+        with last round's G and H, or None.
         """
         last = self.kept(margins)
         return None if last is None else np.array([*self._along(margins, *last[1:]), 0.0])
 
     def kept(self, margins):
-        """The last round's float32 ``(margins, G, H)``, each ``(n, K)``; None as :meth:`measure`.
-
-        For a caller that takes the secant's sums while it writes this
-        round's G and H (:func:`~._kernels.node_grad_hess`), instead of
-        :meth:`measure` before and a read of ``G_new`` after; it hands the
-        checksum of the kept margins to :meth:`check`.
+        """The last round's float32 ``(margins, G, H)`` ``(n, K)`` for sums taken while this round's
+        are written; None as :meth:`measure`.
         """
         last = self._last
         return None if last is None or last[0].shape != margins.shape else last[:3]
@@ -131,10 +99,8 @@ class SecantScale:
             )
 
     def _along(self, margins, grad, hess):
-        """``[grad . d, d' hess d]``, ``d`` the step to ``margins``.
-
-        The same read checks that borrowed margins kept their stamp (see
-        :meth:`remember`).
+        """``[grad . d, d' hess d]``, ``d`` the step to ``margins``; checks borrowed margins' stamp
+        in the same read.
         """
         sums, checksum = step_sums(
             margins, self._last[0], grad, hess, _config.parallel(margins.shape[0])
@@ -143,17 +109,12 @@ class SecantScale:
         return sums
 
     def fit(self, sums, moved=False, explained=0.0):
-        """Fit the scale to the summed secant ``[change, slope, model, new_slope]``; None keeps it.
+        """Fit the scale to the summed secant ``[change, slope, model, new_slope]`` (None keeps it);
+        the scale for this round.
 
-        At fixed transitions the curvature along the trees' step is the
-        value secant ``2 (change - slope)``. ``moved``: the transitions
-        took a step between the two rounds (a one-pass round, see
-        :mod:`structboost.transitions.onestep`), whose share of ``change``
-        is large beside the trees' and known only to first order: the
-        gradient secant ``new_slope - slope`` then (the same for a
-        quadratic at fixed transitions; the transition step enters only
-        through the cross term of the two steps). Returns the scale for
-        this round's Hessian.
+        At fixed transitions the curvature is the value secant
+        ``2 (change - slope)``; when the transitions ``moved`` it is also taken
+        from the gradient secant ``new_slope - slope``.
         """
         if sums is not None:
             change, slope, model, new_slope = sums
@@ -168,23 +129,13 @@ class SecantScale:
         return self.scale
 
     def remember(self, margins, nll, grad, hess, borrow=False, stamp=None):
-        """Keep what the next round's :meth:`local_sums` needs.
+        """Keep what the next round's :meth:`local_sums` needs, in float32.
 
-        ``margins``, ``grad`` and ``hess`` are ``(n, K)`` (the weighted
-        gradient and Hessian handed to the engine) and ``nll`` is
-        :meth:`nll` with ``log_z`` at the transitions they were computed
-        with. Kept in float32: the engines' margins are float32 already,
-        and the scale needs three sums.
-
-        ``borrow``: keep float32 arrays as they are instead of copies
-        (XGBoost's fresh margins of each round, and the float32 buffers an
-        objective hands the engine, see :meth:`NodeObjective.grad_hess
-        <structboost.objectives.round.NodeObjective.grad_hess>`): the caller
-        leaves them unchanged until the next :meth:`local_sums`, which checks
-        the margins against ``stamp``, their checksum (taken by the round's
-        margin check, :func:`~.base.check_margin_values`; without it they
-        are copied). Copies otherwise (LightGBM updates its margins in
-        place).
+        ``margins``, ``grad``, ``hess`` are ``(n, K)`` (what the engine got);
+        ``nll`` is :meth:`nll` at their transitions. ``borrow``: keep float32
+        arrays uncopied; the caller leaves them unchanged until the next
+        :meth:`local_sums`, which checks the margins against ``stamp``
+        (:func:`~.base.check_margin_values`; without it they are copied).
         """
         arrays = (margins, grad, hess)
         self._stamp = None

@@ -1,12 +1,9 @@
-"""The CRF boosting objective on trees with typed edges.
+"""The CRF boosting objective on trees with typed edges (modes as
+:class:`~structboost.objectives.round.NodeObjective`).
 
-The same modes as the chain objective (:class:`~structboost.objectives.round.NodeObjective`
-holds the mode and Hessian assembly): ``"gbcrf"`` (Hessian ``gamma_v p (1 -
-p)`` with the tree node bound), ``"treecrf"`` (unit Hessian) and
-``"logitboost"`` (no edges). Each row is a node; ``parents`` gives its parent
-within its instance (``-1`` for a root) and ``edge_types`` the type of the
-edge to the parent; every type has its own ``(K, K)`` potential, refit every
-round by :class:`~structboost.transitions.tree.TreeTransitionProblem`.
+Each row is a node with ``parents`` (within its instance, ``-1`` for a
+root) and ``edge_types``; each type's ``(K, K)`` potential is refit every
+round (:class:`~structboost.transitions.tree.TreeTransitionProblem`).
 """
 
 from dataclasses import dataclass
@@ -45,10 +42,8 @@ class TreeLabelBatch:
     def build(
         cls, labels, lengths, parents, num_labels, n_edge_types=1, edge_types=None, seq_weight=None
     ):
-        """Validate labels ``(n,)``, lengths ``(m,)``, parents ``(n,)``, edge types, weights.
-
-        Parents are indices within the instance (``-1`` for a root) and
-        ``edge_types`` values in ``0..n_edge_types-1`` (all 0 if None).
+        """Validate labels ``(n,)``, lengths ``(m,)``, parents ``(n,)``, edge types
+        (``0..n_edge_types-1``, None: 0) and weights.
         """
         n = len(labels)
         lengths = check_lengths(lengths, n)
@@ -80,12 +75,11 @@ class TreeCRFObjective(NodeObjective):
     ----------
     num_labels : int
     n_edge_types : int
-        Number of edge types, each with its own ``(K, K)`` potential.
+        Edge types, each with its own ``(K, K)`` potential.
     spec : ObjectiveSpec, optional
     **params
-        As for :class:`~structboost.objectives.round.NodeObjective`
-        (``transition_solver`` in ``"lbfgs"``, ``"newton"``; constraints are
-        for chains).
+        As for :class:`~structboost.objectives.round.NodeObjective` (solvers
+        ``"lbfgs"``, ``"newton"``; no constraints).
 
     Attributes
     ----------

@@ -1,16 +1,9 @@
 """What every linear-potential refit shares: the penalised problem and its solvers.
 
-:class:`PenalisedProblem` holds the L-BFGS and the monotone diagonal Newton
-step over a parameter vector; :mod:`.chain` (transition tables) and
-:mod:`.tree` (typed edge potentials) supply the posterior and the expected
-counts. ``allreduce`` sums the data terms over workers in a distributed run
-(:func:`identity` in one process).
-
-The solvers consume sums only (an :class:`Evaluation`: ``log Z`` per
-sequence, the expected counts and their curvature bound), so a structure
-may compute them block by block without ever holding the messages of the
-whole batch (:class:`~structboost.transitions.chain.TransitionProblem`
-does).
+:class:`PenalisedProblem` holds L-BFGS and the monotone diagonal Newton step
+over a parameter vector; :mod:`.chain` and :mod:`.tree` supply the posterior
+and the expected counts. The solvers consume sums only (an
+:class:`Evaluation`), so a structure may compute them block by block.
 """
 
 import functools
@@ -37,15 +30,13 @@ class Evaluation:
     Attributes
     ----------
     log_z : (m,) float64
-        ``log Z`` of every sequence.
     expected : (d,) float64 or None
         Weighted expected counts (from level :data:`GRADIENT` on).
     curvature : (d,) float64 or None
         Their curvature bound (level :data:`CURVATURE`).
     posterior : object or None
-        The messages of the whole batch when it is one block (valid until
-        the problem's next pass); None when the sums were taken block by
-        block.
+        The whole batch's messages when it is one block (valid until the next
+        pass); None when summed block by block.
     """
 
     log_z: np.ndarray
@@ -64,38 +55,27 @@ class Evaluation:
 class PenalisedProblem:
     """Solver machinery shared by every linear-potential refit.
 
-    For parameters ``vec`` with fixed node potentials the objective is::
+    With fixed node potentials the objective is::
 
         f(vec) = seq_weight @ log_z(vec) - counts @ vec + reg / 2 * ||vec||^2
 
-    (the penalised NLL up to the constant node-score term), with gradient
-    ``expected - counts + reg * vec``. A subclass sets ``seq_weight``,
-    ``counts``, ``reg``, ``num_labels`` and ``param_type`` (with
-    ``from_vector(vec, num_labels)`` and ``to_vector()``), and implements
-    ``_posterior(params, rates, edges)`` (messages with ``log_z``; ``rates``
-    and ``edges`` say that the mixing-rate bounds and the expected counts
-    without their curvature will be asked for, so that a structure that can
-    computes them within its sweep) and
-    ``expected_counts(post, with_curvature)``. ``newton_scale`` multiplies the
-    curvature bound of the Newton step (2 when two parameter groups are
-    bounded separately and updated together). A structure that splits its
-    batch into blocks overrides :meth:`_evaluate` and :meth:`blocks`.
+    with gradient ``expected - counts + reg * vec``. A subclass sets
+    ``seq_weight``, ``counts``, ``reg``, ``num_labels`` and ``param_type``
+    (``from_vector(vec, num_labels)``, ``to_vector()``), and implements
+    ``_posterior(params, rates, edges)`` (hints that the mixing rates and the
+    expected counts will be asked for) and ``expected_counts(post,
+    with_curvature)``. ``newton_scale`` multiplies the Newton curvature (2 when
+    two bounded groups move together). A structure passing its batch in blocks
+    overrides :meth:`_evaluate` and :meth:`blocks`.
 
-    A subclass may also set ``free``, a bool mask over ``vec``: the other
-    entries are fixed at ``-inf`` (forbidden moves, see
-    :mod:`structboost.objectives.constraints`) and every solver works on the free
-    entries only, so the fixed ones carry no penalty and no gradient and
-    are never refit. :meth:`value` and :meth:`value_and_grad` take the free
-    entries.
+    ``free``, a bool mask over ``vec``, fixes the other entries at ``-inf``
+    (:mod:`structboost.objectives.constraints`): no penalty, no gradient, never
+    refit; :meth:`value` and :meth:`value_and_grad` take the free entries.
 
-    ``allreduce`` sums a float64 array over all workers of a distributed
-    training run (``xgboost.collective.allreduce`` with ``Op.SUM``; see
-    :mod:`structboost.engines.dask`); the default is :func:`identity`. Every
-    data-dependent quantity a solver uses (the data term of ``f``, its
-    gradient, the Newton curvature, the majorization bound and the observed
-    counts) goes through it, once per evaluation, before the penalty is
-    added: every worker then sees the global values, takes the same steps
-    and calls it equally often, an empty partition included.
+    ``allreduce`` sums a float64 array over the workers
+    (:mod:`structboost.engines.dask`; :func:`identity` by default). Every
+    data-dependent sum goes through it once per evaluation, before the penalty,
+    so every worker takes the same steps.
     """
 
     newton_scale = 1.0
@@ -105,10 +85,8 @@ class PenalisedProblem:
     allreduce = staticmethod(identity)
 
     def by_length(self):
-        """A cheaper equivalent problem and each sequence's index into it, or None (here).
-
-        See :meth:`~.chain.TransitionProblem.by_length`, which finds one when
-        every row's node potentials are equal (the first round's).
+        """A cheaper equivalent problem and each sequence's index into it, or None (see
+        :meth:`~.chain.TransitionProblem.by_length`).
         """
         return None
 
@@ -125,7 +103,7 @@ class PenalisedProblem:
         return vec
 
     def evaluate(self, params, need=VALUE, rates=False, tap=None):
-        """The sums at ``params`` up to level ``need``, reusing the last evaluation.
+        """The sums at ``params`` up to level ``need``, cached until the next parameter vector.
 
         Parameters
         ----------
@@ -133,18 +111,15 @@ class PenalisedProblem:
             Of ``param_type``.
         need : {VALUE, GRADIENT, CURVATURE}
         rates : bool
-            The mixing-rate bounds will be asked for at ``params`` (a hint
-            for :meth:`_posterior`; :data:`CURVATURE` implies it).
+            The mixing rates will be asked for at ``params`` (implied by
+            :data:`CURVATURE`).
         tap : callable, optional
-            ``tap(rows, sequences, posterior)`` of every block of a pass
-            taken here over a batch in several blocks (see :meth:`lbfgs`).
+            ``tap(rows, sequences, posterior)`` of every block of a pass over a
+            batch in several blocks (see :meth:`lbfgs`).
 
         Returns
         -------
         Evaluation
-            Cached until the next parameter vector: an evaluation that holds
-            the posterior adds higher levels from it without another pass
-            (unless its pass left out what they need: then they take one).
         """
         vec = params.to_vector()
         last = self._last
@@ -172,12 +147,8 @@ class PenalisedProblem:
         return ev
 
     def posterior(self, params, rates=False, need=VALUE):
-        """Messages of the whole batch at ``params``, reusing the last evaluation when it matches.
-
-        ``rates``: the mixing-rate bounds will be asked for (a hint, see the
-        class notes; a reused posterior computes them when asked); ``need``:
-        the sums the pass takes on the way (:meth:`evaluate`). Only for a
-        batch that is one block; see :meth:`blocks`.
+        """Messages of a one-block batch at ``params``, reusing the last evaluation; ``rates`` and
+        ``need`` as :meth:`evaluate`.
         """
         post = self.evaluate(params, need, rates).posterior
         if post is None:
@@ -188,20 +159,14 @@ class PenalisedProblem:
         return post
 
     def blocks(self, params, rates=False, need=VALUE):
-        """The posterior at ``params`` block by block.
-
-        ``need``: the level of sums (:meth:`evaluate`) the pass takes on the
-        way, so that :meth:`evaluate` at ``params`` up to it afterwards
-        costs no pass (here the posterior of the whole batch is kept, from
-        which they follow).
+        """The posterior at ``params`` block by block, taking the sums up to ``need`` on the way.
 
         Yields
         ------
         rows, sequences : slice
             The block's rows and sequences within the batch.
         posterior
-            Its messages, valid until the next block (here one block: the
-            whole batch, reusing the last evaluation when it matches).
+            Its messages, valid until the next block.
         """
         yield slice(None), slice(None), self.posterior(params, rates, need)
 
@@ -220,9 +185,8 @@ class PenalisedProblem:
         return data + 0.5 * self.reg * x @ x
 
     def value_and_grad(self, x, rates=False, tap=None):
-        """Penalised NLL (up to the constant node-score term) and its gradient in ``x``.
-
-        ``rates`` and ``tap`` as for :meth:`evaluate`.
+        """Penalised NLL (up to the constant node-score term) and its gradient in ``x``; ``rates``,
+        ``tap`` as :meth:`evaluate`.
         """
         local, ev = self._local_value(x, GRADIENT, rates, tap)
         summed = self.allreduce(
@@ -231,15 +195,11 @@ class PenalisedProblem:
         return summed[0] + 0.5 * self.reg * x @ x, summed[1:] + self.reg * x
 
     def newton_step(self, params, max_halvings=30):
-        """One diagonal-bound Newton step (Theorem 4.2), halved until it descends.
+        """One diagonal-bound Newton step (Theorem 4.2), halved until the penalised NLL does not
+        rise.
 
-        The bound of Lemma 2.1 holds to second order only, so a full step
-        taken far from the optimum (where some ``p (1 - p)`` are tiny) can
-        overshoot; the step is halved until the penalised NLL does not rise.
-        The accepted point's evaluation stays cached for the caller. Both
-        message passes (at ``params`` and at the candidate) compute the
-        mixing rates within their sweeps: the edge bound needs them at
-        ``params``, and the caller's node bound at the accepted point.
+        The accepted point's evaluation stays cached; both passes compute the
+        mixing rates in their sweeps.
         """
         x = self._free_part(params.to_vector())
         ev = self.evaluate(params, CURVATURE, rates=True)
@@ -269,29 +229,21 @@ class PenalisedProblem:
         Parameters
         ----------
         params
-            Start (the last round's parameters, of ``param_type``).
+            Start, of ``param_type``.
         max_iter : int
         memory : LBFGSMemory, optional
-            Curvature pairs to continue (kept when the last refit with it
-            returned ``params`` over the same free entries) and to update;
-            an objective keeps one across rounds. A fresh one when None.
+            Curvature pairs to continue (when the last refit returned ``params``
+            over the same free entries) and update.
         rates : bool
-            The caller asks for the mixing-rate bounds at the result: the
-            passes of the last iteration, whose point a refit that runs all
-            ``max_iter`` iterations returns, compute them within their sweeps
-            (instead of a pass of their own afterwards).
+            The last iteration's passes compute the mixing rates in their sweeps.
         tap : callable, optional
-            ``tap(rows, sequences, posterior)``, called with every block of
-            the last iteration's passes where a batch in several blocks keeps
-            no posterior (:meth:`blocks`; ``rates`` as asked): the caller's
-            G and H at the result without a pass of their own, when
-            :meth:`tapped` says the last tapped pass was at the result.
+            ``tap(rows, sequences, posterior)`` with every block of the last
+            iteration's passes over a batch in blocks (see :meth:`tapped`).
 
         Returns
         -------
         ``param_type``
-            Never scores worse than ``params``; unless a line search failed,
-            its messages are the cached ones.
+            Never scores worse than ``params``.
         """
         memory = LBFGSMemory() if memory is None else memory
         x0 = self._free_part(params.to_vector())

@@ -1,33 +1,25 @@
 """Linear transition potentials of a chain CRF and the solvers that refit them.
 
-The transition parameters ``theta = (transitions (K, K), start (K,), end (K,))``
-are shared by every position. With the node potentials ``F`` held fixed, the
-penalised negative log-likelihood is::
+``theta = (transitions (K, K), start (K,), end (K,))`` is shared by every
+position. With the node potentials ``F`` fixed, the penalised NLL is::
 
     f(theta) = sum_i w_i (log Z_i(F, theta) - score_i(F, theta)) + reg / 2 * ||theta||^2
 
-whose gradient is (expected - observed) transition, start and end counts plus
-``reg * theta``. Three solvers refit ``theta`` once per boosting round:
+with gradient (expected - observed) counts plus ``reg * theta``. Solvers:
 
 ``"lbfgs"``
-    A few warm-started L-BFGS iterations on the exact ``f``, monotone, whose
-    curvature pairs carry over from round to round
-    (:mod:`structboost.transitions.lbfgs`).
+    Warm-started L-BFGS on the exact ``f``, its curvature pairs carried
+    from round to round (:mod:`structboost.transitions.lbfgs`).
 ``"newton"``
-    One diagonal Newton step on the upper bound of Lemma 2.1 with the edge
-    bound gamma^(e) of Theorem 4.2 (Algorithm 1 of Chen et al. with U =
-    edges), aggregated over the positions that share each parameter. Start and
-    end scores are node potentials of the first and last positions, bounded
-    by the node gamma; updating both groups at once doubles both bounds
-    (``(a + b)' H (a + b) <= 2 a' H a + 2 b' H b`` for PSD ``H``), which keeps
-    the step monotone.
+    Diagonal Newton steps on the bound of Lemma 2.1 with the edge bound
+    gamma^(e) of Theorem 4.2 (start and end bounded by the node gamma;
+    both groups' bounds doubled, ``(a + b)' H (a + b) <= 2 a' H a + 2 b' H b``,
+    so the step stays monotone).
 ``"majorize"``
-    Steps of Jebara & Choromanska (2012): the quadratic upper bound of
-    :func:`structboost.majorize.chain_bound` on the summed ``log Z`` at the
-    current ``theta``, plus the penalty, minimised in closed form. Monotone
-    by construction, without a line search; each step costs ``O(K^4)`` per
-    row. Above ``majorize.LOW_RANK_DIM`` parameters the curvature is kept
-    at low rank (Algorithm 4). Chain CRFs only.
+    Jebara & Choromanska (2012): the quadratic upper bound of
+    :func:`structboost.majorize.chain_bound` plus the penalty, minimised in
+    closed form (``O(K^4)`` per row; low rank above
+    ``majorize.LOW_RANK_DIM`` parameters). Chain CRFs only.
 """
 
 from dataclasses import dataclass
@@ -110,7 +102,8 @@ class TransitionParams:
 
 
 def observed_counts(labels, offsets, seq_weight, num_labels):
-    """Weighted empirical transition, start and end counts as one vector.
+    """Weighted empirical transition, start and end counts ``(K*K + 2K,)``, in
+    :meth:`TransitionParams.to_vector` order.
 
     Parameters
     ----------
@@ -118,11 +111,6 @@ def observed_counts(labels, offsets, seq_weight, num_labels):
     offsets : (m + 1,) int64
     seq_weight : (m,) float64
     num_labels : int
-
-    Returns
-    -------
-    (K*K + 2K,) float64
-        In the order of :meth:`TransitionParams.to_vector`.
     """
     k = num_labels
     lengths = np.diff(offsets)
@@ -140,13 +128,11 @@ def observed_counts(labels, offsets, seq_weight, num_labels):
 
 @dataclass
 class _Block:
-    """Rows ``rows`` and sequences ``seqs`` of a batch, with what a pass over them needs.
+    """Rows and sequences of a batch, with what a pass over them needs.
 
-    ``unary (c, K)`` is a view of the batch's node potentials, in their
-    dtype and layout (the pass exponentiates them in place,
-    :meth:`~structboost.inference.chain.Workspace.load`), ``offsets`` start at zero,
-    ``edges`` are the block's rows that have a successor in their sequence
-    and ``edge_weight`` their sequences' weights.
+    ``unary (c, K)`` is a view of the batch's node potentials; ``offsets``
+    start at zero; ``edges`` are the rows with a successor in their sequence,
+    ``edge_weight`` their sequences' weights.
     """
 
     rows: slice
@@ -161,53 +147,37 @@ class _Block:
 class TransitionProblem(PenalisedProblem):
     """The penalised NLL in the chain transition parameters, node potentials fixed.
 
-    A batch above ``structboost._config.WHOLE_BATCH_ENTRIES`` rows x labels
-    is passed in blocks of whole sequences of about ``BLOCK_ENTRIES``
-    (:func:`~structboost.sequences.sequence_blocks`) with one block-sized
-    :class:`~structboost.inference.chain.Workspace`, so a pass holds the
-    messages of one block, never of the whole batch. A batch that is one
-    block keeps its posterior between evaluations (the last evaluation's
-    messages serve the caller's G and H); a batch in several blocks keeps
-    only the sums the solvers use (:class:`~.base.Evaluation`), and
-    :meth:`blocks` passes it once more at the final parameters.
+    A batch above ``structboost._config.WHOLE_BATCH_ENTRIES`` entries is passed
+    in blocks of whole sequences (:func:`~structboost.sequences.sequence_blocks`)
+    with one block-sized :class:`~structboost.inference.chain.Workspace`. A
+    batch of one block keeps its posterior between evaluations; one of several
+    keeps only the solvers' sums (:class:`~.base.Evaluation`).
 
     Parameters
     ----------
     unary : (n, K) float32 or float64
-        Node potentials (validated; any memory layout: XGBoost's float32
-        rows and LightGBM's column-major float64 are read block by block).
+        Validated node potentials, any memory layout.
     offsets : (m + 1,) int64
     seq_weight : (m,) float64
     counts : (K*K + 2K,) float64
         From :func:`observed_counts`.
     reg : float
-        L2 penalty on every free transition, start and end score.
+        L2 penalty on every free score.
     free : (K*K + 2K,) bool ndarray, optional
         Entries to fit (:meth:`Constraints.free_vector
-        <structboost.objectives.constraints.Constraints.free_vector>`); the others stay
-        at ``-inf``. All entries are free by default.
+        <structboost.objectives.constraints.Constraints.free_vector>`); the
+        others stay at ``-inf``.
     workspace : Workspace, optional
-        Message buffers to reuse (an objective keeps one across rounds) if
-        a block fits them; fresh ones otherwise.
+        Buffers to reuse if a block fits them.
     allreduce : callable, optional
-        Sums over the workers of a distributed fit (see
-        :class:`~.base.PenalisedProblem`); a single process's by default.
+        Sums over the workers (:class:`~.base.PenalisedProblem`).
     keep_messages : bool
-        See the attribute.
+        Keep every pass's messages. False: a pass taking the rates and the
+        expected counts in its sweep stores no ``alpha`` and ``r``.
 
     Attributes
     ----------
     workspace : Workspace
-        The buffers in use.
-    keep_messages : bool
-        Keep the stored messages of every pass (True by default). False:
-        a pass that takes the mixing rates and the expected counts within
-        its sweep stores no ``alpha`` and ``r``
-        (:func:`~structboost.inference.chain.posterior`'s
-        ``keep_messages``), for a caller that asks its posteriors for
-        nothing that reads them (an objective whose node bound is not
-        ``"exact"``); a later curvature at the same parameters then takes
-        a pass of its own.
     bounds : (b + 1,) int64
         Sequence boundaries of the blocks.
     """
@@ -239,21 +209,17 @@ class TransitionProblem(PenalisedProblem):
     def by_length(self):
         """An equivalent problem over one sequence of each length, when all rows are equal.
 
-        The first round's margins are the engine's base score at every row,
-        so a sequence's ``log Z``, expected counts and curvature bounds
-        depend on its length only: a problem over one sequence of each
-        length, weighted by the summed weights of that length's sequences
-        and with this problem's observed counts, has the same value,
-        gradient, curvature and majorization bound at every parameter, at
-        a pass over the sum of the distinct lengths' rows instead of ``n``.
+        With equal rows (the first round's base score) a sequence's ``log Z``,
+        expected counts and bounds depend on its length only, so one sequence per
+        length, weighted by that length's summed weights, has the same value,
+        gradient, curvature and majorization bound.
 
         Returns
         -------
         (TransitionProblem, (m,) int64) or None
-            The problem (its node potentials a view of this one's first
-            rows; this one's ``allreduce``) and each sequence's index among
-            its sequences (this problem's ``log_z`` is its ``log_z[index]``);
-            None when any two rows differ, or there are none.
+            The problem and each sequence's index among its sequences (this
+            problem's ``log_z`` is its ``log_z[index]``); None when rows differ or
+            there are none.
         """
         if not _same_rows(self.unary):
             return None
@@ -285,12 +251,8 @@ class TransitionProblem(PenalisedProblem):
         )  # fmt: skip
 
     def _pass(self, b, params, rates, edges):
-        """The block ``b`` and its posterior at ``params`` (messages in the workspace).
-
-        ``edges``: sum the block's expected transition counts within the
-        sweep (``ChainPosterior.edge_total``, which :meth:`_block_counts` takes).
-        A pass that takes both the rates and those counts in its sweep keeps
-        its messages only with :attr:`keep_messages`.
+        """The block ``b`` and its posterior at ``params``; ``edges``: sum the expected counts
+        within the sweep.
         """
         block = self._one
         if block is None:
@@ -323,12 +285,8 @@ class TransitionProblem(PenalisedProblem):
         return post.has_messages or need < CURVATURE
 
     def blocks(self, params, rates=False, need=VALUE):
-        """The posterior at ``params`` block by block (see :meth:`PenalisedProblem.blocks`).
-
-        A batch in several blocks takes one message pass here (its
-        evaluations kept only sums), summing what ``need`` asks for on the
-        way: once every block has been taken, :meth:`evaluate` at ``params``
-        up to ``need`` costs no pass.
+        """The posterior at ``params`` block by block (:meth:`PenalisedProblem.blocks`); the sums up
+        to ``need`` taken on the way.
         """
         if self._one is not None:
             yield from super().blocks(params, rates, need)
@@ -349,18 +307,11 @@ class TransitionProblem(PenalisedProblem):
         self._last = (params.to_vector(), Evaluation(log_z, expected, curvature))
 
     def expected_counts(self, post, with_curvature=False):
-        """Expected counts and, on request, their curvature bound, in vector order.
+        """Expected counts ``(K*K + 2K,)`` and, on request, their curvature bound, from the
+        posterior of a one-block batch.
 
-        ``post`` is the posterior of the whole batch (a batch that is one
-        block).
-
-        Returns
-        -------
-        expected : (K*K + 2K,) float64
-        curvature : (K*K + 2K,) float64 or None
-            ``sum w gamma p (1 - p)`` per parameter (the edge bound
-            gamma^(e) for transitions, the node gamma at first/last rows for
-            start/end).
+        The curvature is ``sum w gamma p (1 - p)`` per parameter (edge bound for
+        transitions, node gamma at first/last rows for start/end), else None.
         """
         expected, curvature = self._block_counts(self._one, post, with_curvature)
         if curvature is not None:
@@ -378,12 +329,14 @@ class TransitionProblem(PenalisedProblem):
             marg = post.edge_total  # (summed by the sweep when its pass was asked to)
             if marg is None:
                 marg, _ = post.edge_sums(block.edges, block.edge_weight)
-            return np.concatenate((marg.ravel(), weighted_total(w, p_first), weighted_total(w, p_last))), None
-        marg, curv = post.edge_sums(
-            block.edges, block.edge_weight, block.edge_weight * post.edge_gamma()[block.edges]
-        )
-        node_gamma = post.node_gamma("mixing")
+        else:
+            marg, curv = post.edge_sums(
+                block.edges, block.edge_weight, block.edge_weight * post.edge_gamma()[block.edges]
+            )
         expected = np.concatenate((marg.ravel(), weighted_total(w, p_first), weighted_total(w, p_last)))
+        if not with_curvature:
+            return expected, None
+        node_gamma = post.node_gamma("mixing")
         curvature = np.concatenate(
             (
                 curv.ravel(),
@@ -394,16 +347,13 @@ class TransitionProblem(PenalisedProblem):
         return expected, curvature
 
     def majorize_step(self, params):
-        """One majorization step: minimise the Algorithm 3 bound plus the penalty.
+        """One majorization step: minimise the Algorithm 3 bound plus the penalty over the free
+        entries.
 
-        The bound touches the penalised NLL at ``params`` and lies above it
-        everywhere, so the returned parameters never score worse. Only the
-        free entries move: the bound is restricted to them. Above
-        ``majorize.LOW_RANK_DIM`` parameters (``K >= 64``) with ``reg > 0``
-        its curvature is streamed at rank ``majorize.DEFAULT_RANK``
-        (Algorithm 4) instead of formed densely. The dense bound's terms are
-        summed block by block; the low-rank one, which cannot be summed,
-        takes the whole batch at once.
+        The bound touches the penalised NLL at ``params`` and lies above it, so
+        the result never scores worse. Above ``majorize.LOW_RANK_DIM`` parameters
+        with ``reg > 0`` the curvature is low-rank (whole batch at once); the dense
+        bound is summed block by block.
         """
         rank = majorize.default_rank(self.num_labels * (self.num_labels + 2), self.reg)
         if rank is not None and self.allreduce is not identity:
@@ -444,11 +394,7 @@ class TransitionProblem(PenalisedProblem):
 
 
 def _same_rows(unary):
-    """Whether every row of ``unary (n, K)`` equals the first (False for no rows).
-
-    The first, middle and last rows decide at once in every round but the
-    first; only then are the columns' extremes compared.
-    """
+    """Whether every row of ``unary (n, K)`` equals the first (False for no rows)."""
     n = unary.shape[0]
     if n == 0:
         return False
@@ -471,23 +417,16 @@ def refit(problem, params, solver, max_iter, memory=None, rates=False, tap=None)
     ----------
     problem : TransitionProblem
     params : TransitionParams
-        Warm start (the previous round's parameters).
+        Warm start.
     solver : {"lbfgs", "newton", "majorize"}
-        ``"majorize"`` needs a :class:`TransitionProblem` (a chain).
     max_iter : int
-        L-BFGS iterations (``"lbfgs"``), Newton steps (``"newton"``) or
-        majorization steps (``"majorize"``).
+        Iterations or steps of the solver.
     memory : LBFGSMemory, optional
-        The curvature pairs ``"lbfgs"`` continues and updates (an objective
-        keeps one across rounds; see :mod:`structboost.transitions.lbfgs`);
-        a fresh one when None. The other solvers ignore it.
+        Curvature pairs ``"lbfgs"`` continues and updates.
     rates : bool
-        The caller asks for the mixing-rate bounds at the result
-        (``"lbfgs"``: see :meth:`~.base.PenalisedProblem.lbfgs`; Newton's
-        passes compute them anyway).
+        The caller asks for the mixing rates at the result (``"lbfgs"``).
     tap : callable, optional
-        ``"lbfgs"``: the blocks of its last iteration's passes
-        (:meth:`~.base.PenalisedProblem.lbfgs`). The other solvers ignore it.
+        ``"lbfgs"``: receives the blocks of its last iteration's passes.
 
     Returns
     -------

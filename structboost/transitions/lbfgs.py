@@ -1,27 +1,15 @@
 """L-BFGS whose curvature memory outlives a refit: the ``"lbfgs"`` transition solver.
 
-Each boosting round refits the transition scores on a problem that one
-round of trees has barely changed, from the scores the last round ended
-at. scipy's L-BFGS-B would start every round with an empty memory: its
-first step is a steepest-descent guess with a line search, and it needs
-five or six evaluations (each a message pass) to relearn the curvature it
-knew a round ago. :class:`LBFGSMemory` keeps the last :data:`MEMORY`
-curvature pairs ``(s, y)`` between rounds, so the first quasi-Newton step
-of a round is already well scaled and usually accepted at once; a refit
-continues while the next step is predicted to gain at least :data:`RTOL`
-of what the refit has gained so far (and more than :data:`FTOL` of
-``|f|``), so a round that has little to refit costs one or two
-evaluations (the first is at the last round's point, whose messages the
-objective has already computed). A refit that starts without pairs (the
-first round, a fresh or reset memory) runs to :data:`FTOL` or its
-iteration limit, as scipy's would; its steps, whose scale is then a
-guess, are lengthened as well as shortened by the line search.
+Each round refits the transitions on a problem one round of trees barely
+changed. :class:`LBFGSMemory` keeps the last :data:`MEMORY` pairs
+``(s, y)`` between rounds, so a round's first quasi-Newton step is already
+well scaled; a refit continues while the next step is predicted to gain at
+least :data:`RTOL` of what it gained so far (and more than :data:`FTOL` of
+``|f|``). A refit without pairs runs to :data:`FTOL` or its iteration limit.
 
-:func:`minimize` is monotone (every accepted step satisfies Armijo's
-condition) and touches the problem only through ``fun(x) -> (f, grad)``;
-every decision depends on those values and the pairs built from them, so
-workers whose ``fun`` sums over all of them (``allreduce``) take the same
-steps and call ``fun`` equally often.
+:func:`minimize` is monotone (Armijo) and touches the problem only through
+``fun(x) -> (f, grad)``, so workers whose ``fun`` sums over all of them take
+the same steps.
 """
 
 import numpy as np
@@ -29,14 +17,10 @@ import numpy as np
 #: Curvature pairs kept (the "m" of L-BFGS).
 MEMORY = 10
 #: A refit stops once the next step is predicted to lower ``f`` by at most this
-#: fraction of ``max(|f|, 1)`` (the size of scipy's L-BFGS-B default test,
-#: ``factr = 1e7`` times the float64 epsilon, which scipy asks of the
-#: decrease a step made).
+#: fraction of ``max(|f|, 1)`` (scipy's L-BFGS-B default ``factr`` times eps).
 FTOL = 1e7 * np.finfo(np.float64).eps
 #: A refit stops once the next step is predicted to lower ``f`` by at most this
-#: fraction of what the refit has lowered it so far (diminishing returns). A
-#: tenth left strongly coupled chains about 2% above scipy's NLL every round; a
-#: hundredth matches or beats it (benchmarks/README.md, solvers (c)).
+#: fraction of what the refit has lowered it so far (benchmarks/README.md, solvers (c)).
 RTOL = 0.01
 #: Sufficient decrease of Armijo's condition.
 ARMIJO = 1e-4
@@ -49,11 +33,8 @@ MAX_LINE_SEARCH = 30
 class LBFGSMemory:
     """Curvature pairs of L-BFGS, kept from one refit to the next.
 
-    A refit continues the pairs only where the last refit left off: at the
-    point it returned, with the same free entries (:meth:`begin`); anything
-    else (another warm start, a changed constraint mask or ``K``) starts
-    from an empty memory. A copied or pickled memory starts empty: the
-    pairs are training state of one process.
+    Pairs continue only from the point the last refit returned, over the same
+    free entries (:meth:`begin`); a copied or pickled memory starts empty.
 
     Parameters
     ----------
@@ -63,7 +44,7 @@ class LBFGSMemory:
     Attributes
     ----------
     pairs : list of (s, y) tuples of (d,) float64
-        Oldest first; ``s`` a step, ``y`` the change of the gradient along it.
+        Oldest first.
     """
 
     def __init__(self, size=MEMORY):
@@ -85,10 +66,8 @@ class LBFGSMemory:
         self.pairs = []
 
     def begin(self, x0, free):
-        """Start a refit at ``x0 (d,)`` over the entries ``free`` marks (None: all).
-
-        The pairs are kept only when ``x0`` is the point the last refit
-        returned and ``free`` is the same mask; otherwise they are cleared.
+        """Start a refit at ``x0 (d,)`` over the entries ``free`` marks (None: all), clearing the
+        pairs unless it continues the last.
         """
         same_mask = (free is None and self._free is None) or (
             free is not None and self._free is not None and np.array_equal(free, self._free)
@@ -110,11 +89,8 @@ class LBFGSMemory:
         del self.pairs[: -self.size]
 
     def direction(self, grad):
-        """The quasi-Newton direction ``-H grad (d,)`` by the two-loop recursion.
-
-        ``H`` is the inverse-Hessian estimate of the pairs, with the initial
-        scale ``s @ y / y @ y`` of the newest pair; without pairs, ``-grad``
-        scaled to unit length.
+        """The quasi-Newton direction ``-H grad (d,)`` by the two-loop recursion (without pairs:
+        ``-grad`` at unit length).
         """
         if not self.pairs:
             norm = float(np.sqrt(grad @ grad))
@@ -145,13 +121,11 @@ def _between(lo, f_lo, slope_lo, hi, f_hi):
 
 
 def _line_search(fun, x, f, slope, d, lengthen):
-    """A step along ``d`` from ``x`` (where ``f`` and ``slope = grad @ d < 0``).
+    """A step along ``d`` from ``x`` (``slope = grad @ d < 0``): ``(t, x_new, f_new, grad_new,
+    calls)``, ``t = 0`` if none is Armijo.
 
-    Tries ``1`` first. Steps that break Armijo's condition are shortened;
-    with ``lengthen`` (no curvature pairs, so the scale of ``d`` is a guess)
-    steps along which ``f`` still falls steeply (Wolfe's curvature condition
-    fails) are lengthened too. Returns ``(t, x_new, f_new, grad_new, calls)``
-    of the accepted step, or ``t = 0`` when none satisfies Armijo's condition.
+    Tries ``1`` first and shortens; with ``lengthen`` also lengthens steps
+    along which ``f`` still falls steeply.
     """
     lo, f_lo, slope_lo, at_lo = 0.0, f, slope, None
     hi, f_hi = np.inf, np.inf
@@ -182,36 +156,25 @@ def minimize(fun, x0, max_iter, memory, ftol=FTOL, rtol=RTOL, last=None):
     Parameters
     ----------
     fun : callable
-        ``fun(x (d,)) -> (f: float, grad: (d,) float64)`` of a smooth
-        function (convex in the transition refits).
+        ``fun(x (d,)) -> (f: float, grad: (d,) float64)``.
     x0 : (d,) float64
-        Start.
     max_iter : int
-        At most this many iterations (accepted steps); 0 returns ``x0``.
+        At most this many accepted steps; 0 returns ``x0``.
     memory : LBFGSMemory
-        Pairs to start from (:meth:`LBFGSMemory.begin` must have been
-        called at ``x0``); the new pairs are added and the returned point
-        recorded.
+        Begun at ``x0`` (:meth:`LBFGSMemory.begin`).
     ftol : float, default FTOL
-        Stop once the next step is predicted to lower ``f`` by at most
-        ``ftol * max(|f|, 1)``. The prediction, ``-grad @ d / 2`` for the
-        direction ``d``, is the decrease if ``f`` were the quadratic of the
-        pairs; without pairs it is not made and the iterations go on.
+        Stop once the next step is predicted (``-grad @ d / 2``, with pairs)
+        to lower ``f`` by at most ``ftol * max(|f|, 1)``.
     rtol : float, default RTOL
-        When ``memory`` starts with pairs (a refit that continues the last
-        one), also stop once the next step is predicted to lower ``f`` by at
-        most ``rtol`` times what this refit has lowered it so far: the
-        problem moved by one round of trees, and the next round continues.
+        With pairs at the start, also stop once it is predicted to lower ``f``
+        by at most ``rtol`` times this refit's decrease so far.
     last : callable, optional
-        ``fun`` with more computed on the way (same values), for the line
-        search of iteration ``max_iter``, whose point the caller is most
-        likely to use next.
+        ``fun`` computing more on the way, for the last iteration's line search.
 
     Returns
     -------
     x : (d,) float64
-        The last accepted point, ``f(x) <= f(x0)``; ``fun``'s last call was
-        at ``x`` unless a line search failed or ran out of trials.
+        The last accepted point, ``f(x) <= f(x0)``.
     evaluations : int
         Calls of ``fun``.
     """

@@ -1,60 +1,37 @@
 """The transition step of a one-pass round: ``O(K^2)`` work on the sums of the round's own pass.
 
-A boosting round runs the forward-backward pass over its margins once. The
-pass is at ``(F_r, theta_r)``: this round's node scores and the transitions
-the last round's step led to. It yields the node gradient and Hessian the
-engine fits this round's trees to, and the summed expected counts (for
-Newton also their curvature bound), from which :class:`OneStep` takes the
-step ``S_r`` that the *next* round's pass applies first:
-``theta_(r+1) = theta_r + S_r``. The transitions and the trees thus step
-together from the same pass, as in Algorithm 1 of Chen et al. (2015), and
-``theta`` lags the node scores by one round; no converged refit is needed
-every round, as the node scores move again the next round anyway.
+A round's pass at ``(F_r, theta_r)`` yields the node G and H and the summed
+expected counts, from which :class:`OneStep` takes the step ``S_r`` that the
+*next* round's pass applies first: ``theta_(r+1) = theta_r + S_r``. Trees and
+transitions step together from one pass (Algorithm 1 of Chen et al. 2015);
+``theta`` lags the node scores by one round.
 
 ``"newton"``
-    The diagonal bound step of Theorem 4.2 (as
-    :meth:`~.base.PenalisedProblem.newton_step`) without its halving
-    search, which needs passes: scaled by ``damping`` instead. With
-    ``step="bound"`` such rounds never raise the NLL at learning rates up to
-    1: the NLL is jointly convex in the node scores and the transitions, so
-    ``f(u + d, t + S) <= (f(u + 2d, t) + f(u, t + 2S)) / 2``, and twice either
-    bound step does not raise ``f``.
+    The diagonal bound step of Theorem 4.2 scaled by ``damping`` (no
+    halving search). With ``step="bound"`` it never raises the NLL at
+    learning rates up to 1, as ``f`` is jointly convex:
+    ``f(u + d, t + S) <= (f(u + 2d, t) + f(u, t + 2S)) / 2``.
 ``"lbfgs"``
-    :data:`DAMPING` times the quasi-Newton step of the curvature pairs,
-    at most :data:`GROWTH` times as long as the last step. Its pairs come
-    from consecutive rounds, ``s = S_(r-1)`` and ``y`` the change of the
-    penalised gradient between the two passes (kept only when the data
-    term's share of it has positive curvature along ``s``). A round left
-    without pairs runs the refit (:meth:`~.base.PenalisedProblem.lbfgs`)
-    from its pass and takes :data:`DAMPING` times its step.
+    :data:`DAMPING` times the quasi-Newton step of pairs from consecutive
+    rounds (``s = S_(r-1)``, ``y`` the change of the penalised gradient,
+    kept when the data term curves positively along ``s``), at most
+    :data:`GROWTH` times the last step.
 
-Some rounds refit instead (the objective's refit round, as with
-``transition_iter`` of 2 or more): the first :data:`WARMUP` rounds refit
-before their pass, where the transitions move most. The first of them refits
-from scratch (``refit_iter`` iterations; a chain's over one sequence of each
-length, as its margins are equal at every row:
-:meth:`~.chain.TransitionProblem.by_length`); the others continue its
-transitions and curvature pairs for :data:`WARMUP_ITER` L-BFGS iterations
-(Newton's take one bound step). After the warm-up an L-BFGS round refits
-*from its own pass* when that pass shows a rise of the NLL or lagging
-transitions (their step predicted to gain more than :data:`LAG` of what the
-last round gained), and runs a second pass for the G and H it hands the
-engine (:meth:`OneStep.finish` says so): the transitions include a label
-bias, so while they lag the pass's gradient keeps a per-label misfit
-``sum_t G[t, k] = E[N_k] - N_k``, which the trees would take as a shift of
-whole sequences and overshoot (benchmarks/README.md, "One pass a round").
+The first :data:`WARMUP` rounds refit before their pass (the first from
+scratch, a chain's over one sequence per length,
+:meth:`~.chain.TransitionProblem.by_length`; the others for
+:data:`WARMUP_ITER` iterations). Later an L-BFGS round refits from its own
+pass when the NLL rose or the transitions lag (their step predicts more than
+:data:`LAG` of the last round's gain), then runs a second pass for G and H
+(:meth:`OneStep.finish`): lagging label biases would leave a per-label misfit
+the trees take as a shift of whole sequences.
 
-Every round checks the last round's steps with the pass it runs anyway.
-The penalised NLL must not have risen. Nor may its change along
-``S_(r-1)``, which the trapezoid rule (exact for a quadratic in ``theta``)
-gives as ``(g_(r-1) + g_r) . S_(r-1) / 2`` with ``g`` the penalised
-gradients of the two passes, exceed :data:`LAG` of the round's fall of the
-NLL: the rule leaves out the cross term of the node and the transition
-steps, and a smaller positive change is within that error. After a rise
-Newton's transitions hold for a round (so that the adaptive step's next
-secant is at fixed transitions) and its ``damping`` halves (it doubles
-back after each good round, up to 1); an L-BFGS round refits from its
-pass, and a rise along the transition step clears its pairs first.
+Every round checks the last step with its pass: the penalised NLL must not
+rise, nor its change along ``S_(r-1)``, ``(g_(r-1) + g_r) . S_(r-1) / 2``
+(trapezoid rule), exceed :data:`LAG` of the NLL's fall. After a rise
+Newton's transitions hold a round and ``damping`` halves (doubling back
+after good rounds, up to 1); an L-BFGS round refits, clearing its pairs if
+the rise was along the step.
 """
 
 import numpy as np
@@ -90,17 +67,16 @@ class OneStep:
     ----------
     solver : {"lbfgs", "newton"}
     refit_iter : int
-        Iterations of a full refit (:meth:`refit_iterations`; with
-        ``"lbfgs"`` also of a round of one pass left without pairs).
+        Iterations of a full refit.
     memory : LBFGSMemory
-        The L-BFGS pairs (the objective's).
+        The objective's L-BFGS pairs.
 
     Attributes
     ----------
     damping : float
         Newton's step multiplier, in ``(0, 1]``.
     refits : int
-        Rounds whose step came from a refit, with passes of their own.
+        Rounds whose step came from a refit.
     """
 
     def __init__(self, solver, refit_iter, memory):
@@ -135,21 +111,14 @@ class OneStep:
         return self._step is not None and bool(self._step.any())
 
     def path_change(self, problem):
-        """This worker's ``counts . S`` of the pending step ``S`` (0 without one).
-
-        The labels' transition scores rise by it: the weighted NLL changes by
-        minus this besides the change of ``seq_weight @ log_z`` and of the
-        labels' node scores.
+        """This worker's ``counts . S`` of the pending step ``S`` (0 without one): the labels'
+        transition score rise.
         """
         return float(problem._free_part(problem.counts) @ self._step) if self.moved else 0.0
 
     def explained(self, summed):
-        """``(g_(r-1) + g_r) . S / 2``: the data NLL change the pending step ``S`` explains.
-
-        By the trapezoid rule with the data term's gradients ``g`` of the
-        two passes (``summed``: :meth:`local_sums` of this round's, summed
-        over the workers); exact for a quadratic, up to the cross term of
-        the node and the transition steps. 0 without a step.
+        """``(g_(r-1) + g_r) . S / 2``: the data NLL change the pending step explains (``summed``
+        from :meth:`local_sums`; 0 without a step).
         """
         if not self.moved or self._grad is None:
             return 0.0
@@ -157,11 +126,8 @@ class OneStep:
         return 0.5 * float((self._grad + grad) @ self._step)
 
     def params(self, problem, current):
-        """The parameters of this round's pass, or None when the round must refit first.
-
-        ``current`` (of ``problem.param_type``) must be the base the last
-        round recorded, over the same free entries; the pending step is
-        then applied to it.
+        """The parameters of this round's pass (the recorded base plus the pending step), or None
+        when the round must refit first.
         """
         free = problem.free
         if self.rounds < WARMUP or self._base is None:
@@ -177,26 +143,16 @@ class OneStep:
         return problem._params(problem._free_part(self._base) + self._step)
 
     def refit_iterations(self, lagging):
-        """Iterations of this round's refit: ``refit_iter``, or :data:`WARMUP_ITER` in the warm-up.
-
-        ``lagging``: the parameters of the round's own pass when it refits
-        from that pass (see :meth:`finish`), None when it refits before its
-        pass. A warm-up refit of ``"lbfgs"`` with curvature pairs to continue
-        takes :data:`WARMUP_ITER`; every other refit (the first round's, one
-        whose pairs were cleared, a lagging round's) takes ``refit_iter``.
+        """Iterations of this round's refit: :data:`WARMUP_ITER` for a warm-up L-BFGS refit with
+        pairs, else ``refit_iter``.
         """
         if lagging is not None or not self.memory.pairs or self.solver != "lbfgs":
             return self.refit_iter
         return min(WARMUP_ITER, self.refit_iter)
 
     def local_sums(self, problem, params, node_score):
-        """This worker's sums of the round's pass: ``[nll, expected - counts, curvature]``.
-
-        Its weighted NLL (``node_score``: the weighted sum of the labels'
-        node scores; None, as on every worker, leaves the NLL unchecked),
-        the data term's gradient in the free entries (and, for Newton, their
-        curvature bound), read from the problem's cached evaluation at
-        ``params`` (no pass).
+        """This worker's ``[nll, expected - counts, curvature]`` at ``params``, from the cached
+        evaluation (``node_score`` None: NLL unchecked).
         """
         ev = problem.evaluate(params, self.need)
         x = problem._free_part(params.to_vector())
@@ -215,19 +171,17 @@ class OneStep:
         Parameters
         ----------
         problem : PenalisedProblem
-            This round's (its cached evaluation is at ``params``).
+            This round's, its cached evaluation at ``params``.
         params
-            The parameters of this round's pass (of ``problem.param_type``).
+            The parameters of this round's pass.
         summed : (1 + d,) or (1 + 2d,) float64
             :meth:`local_sums`, summed over the workers.
 
         Returns
         -------
         bool
-            Whether the round must refit from its pass instead (``"lbfgs"``:
-            the NLL rose, or the transitions lag; see the module notes),
-            then run a second pass for the G and H it hands the engine and
-            :meth:`start` from that pass. The pairs continue from ``params``.
+            Whether the round must refit from its pass (``"lbfgs"``: the NLL rose
+            or the transitions lag), then :meth:`start` from a second pass.
         """
         x = problem._free_part(params.to_vector())
         d = x.shape[0]
@@ -265,12 +219,7 @@ class OneStep:
         return False
 
     def start(self, problem, params, summed):
-        """Record a refit round: the next pass is at ``params``, whose sums are ``summed``.
-
-        ``summed`` as for :meth:`finish`, of the round's pass at ``params``
-        (the refit's result), so that the next round checks its NLL and
-        pairs its gradient.
-        """
+        """Record a refit round: the next pass is at ``params``, whose summed sums are ``summed``."""
         x = problem._free_part(params.to_vector())
         self.record(params, problem.free, None, summed[1 : 1 + x.shape[0]])
         self._nll = float(summed[0]) + 0.5 * problem.reg * float(x @ x)
@@ -304,10 +253,8 @@ class OneStep:
         return step
 
     def record(self, params, free, step=None, grad=None):
-        """Keep ``params`` as the next round's base, with its pending ``step`` of the free entries.
-
-        Without ``step`` (a refit round) the next round's pass is at
-        ``params``; ``grad`` is the summed data gradient there, if known.
+        """Keep ``params`` as the next round's base, with its pending free ``step`` (None: a refit)
+        and summed data gradient ``grad``.
         """
         self._base = params.to_vector()
         self.rounds += 1

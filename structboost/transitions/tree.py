@@ -1,19 +1,14 @@
 """Typed edge potentials of a tree CRF and the problem their solvers refit.
 
-Every edge carries a type; each type owns a ``(K, K)`` potential shared by
-all edges of that type (relational parameter sharing; a chain is the
-one-type case without start and end scores). With the node potentials held
-fixed, the penalised negative log-likelihood in ``theta = transitions
-(n_types, K, K)`` is::
+Each edge type owns a ``(K, K)`` potential shared by its edges. With the
+node potentials fixed, the penalised NLL in ``theta (n_types, K, K)`` is::
 
     f(theta) = sum_i w_i (log Z_i - score_i) + reg / 2 * ||theta||^2
 
-whose gradient is the per-type sum of the weighted edge marginals minus the
-observed per-type pair counts plus ``reg * theta``. The solvers ("lbfgs",
-"newton") are those of :class:`structboost.transitions.base.PenalisedProblem`;
-the Newton curvature bound of a shared entry sums ``w gamma_e P_e (1 - P_e)``
-over its edges, with ``gamma_e`` the tree edge bound of
-:func:`structboost.inference.tree.tree_edge_gamma`.
+with gradient the per-type weighted edge marginals minus the observed pair
+counts plus ``reg * theta``. The Newton curvature of a shared entry sums
+``w gamma_e P_e (1 - P_e)`` over its edges
+(:func:`structboost.inference.tree.tree_edge_gamma`).
 """
 
 from dataclasses import dataclass
@@ -85,19 +80,14 @@ def _type_sum_matrix(batch, seq_weight):
 
 
 def tree_observed_counts(batch, labels, seq_weight):
-    """Weighted observed ``(parent label, child label)`` counts per edge type.
+    """Weighted observed ``(parent, child)`` label counts per edge type, ``(n_types * K * K,)`` in
+    :meth:`TreeTransitionParams.to_vector` order.
 
     Parameters
     ----------
     batch : structboost.inference.tree.TreeBatch
-        Structure (its ``transitions`` fix the number of types).
     labels : (n,) int64
     seq_weight : (m,) float64
-
-    Returns
-    -------
-    (n_types * K * K,) float64
-        In the order of :meth:`TreeTransitionParams.to_vector`.
     """
     k = batch.unary.shape[1]
     mat, edges = _type_sum_matrix(batch, seq_weight)
@@ -114,14 +104,12 @@ class TreeTransitionProblem(PenalisedProblem):
     Parameters
     ----------
     batch : structboost.inference.tree.TreeBatch
-        Validated structure with the current node potentials as ``unary``.
+        With the current node potentials as ``unary``.
     seq_weight : (m,) float64
     counts : (n_types * K * K,) float64
         From :func:`tree_observed_counts`.
     reg : float
-        L2 penalty on every potential entry.
     allreduce : callable, optional
-        Sums over the workers of a distributed fit.
     """
 
     param_type = TreeTransitionParams
@@ -140,13 +128,8 @@ class TreeTransitionProblem(PenalisedProblem):
         return posterior(self.batch._replace(transitions=trans))
 
     def expected_counts(self, post, with_curvature=False):
-        """Expected per-type counts and, on request, their curvature bound.
-
-        Returns
-        -------
-        expected : (n_types * K * K,) float64
-        curvature : (n_types * K * K,) float64 or None
-            ``sum_e w gamma_e P_e (1 - P_e)`` over the edges of each type.
+        """Expected per-type counts ``(n_types * K * K,)`` and, on request, the curvature ``sum_e w
+        gamma_e P_e (1 - P_e)``.
         """
         k = self.num_labels
         pair = post.edge_marginals()[self._edges].reshape(-1, k * k)
