@@ -142,14 +142,25 @@ def resolve_n_jobs(n_jobs):
     return int(n_jobs)
 
 
-def parallel(n_rows):
-    """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels: :data:`SERIAL_ROWS` rows or
-    more, on more than one thread.
+#: The process that started numba's thread pool (None: not started here).
+_POOL_PID = None
 
-    On one thread numba's threading layer is never started, so a process
-    forked afterwards can still use structboost.
+
+def parallel(n_rows):
+    """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels.
+
+    Batches of :data:`SERIAL_ROWS` rows or more, on more than one thread,
+    in the process that runs numba's thread pool. On one thread the pool is
+    never started; a process forked from one that started it runs the serial
+    kernels (numba's OpenMP layer refuses to run after a fork), so a forked
+    child can use structboost whatever its parent did.
     """
-    return n_rows >= SERIAL_ROWS and numba.get_num_threads() > 1
+    global _POOL_PID
+    if n_rows < SERIAL_ROWS or numba.get_num_threads() <= 1:
+        return False
+    if _POOL_PID is None:
+        _POOL_PID = os.getpid()
+    return _POOL_PID == os.getpid()
 
 
 @contextlib.contextmanager

@@ -110,13 +110,21 @@ FORK = r"""
 import multiprocessing
 import structboost as sb
 from structboost.datasets import make_hmm_sequences
+from structboost.engines.xgboost import load_state
 
 X, y, lengths = make_hmm_sequences(1000, length=(9, 12), random_state=0)  # above SERIAL_ROWS
-clf = sb.XGBCRFClassifier(n_estimators=2, max_depth=2).fit(X, y, lengths=lengths, verbose=False)
+clf = sb.XGBCRFClassifier(n_estimators=2, max_depth=2, n_jobs=N_JOBS)
+clf.fit(X, y, lengths=lengths, verbose=False)
 expected = clf.predict(X, lengths=lengths).tolist()
 
 def child(queue):
-    queue.put(clf.predict(X, lengths=lengths).tolist() == expected)
+    # the engine's OpenMP cannot run threads in a child either: one thread there
+    same = clf.set_params(n_jobs=1).predict(X, lengths=lengths).tolist() == expected
+    # numba's kernels on every thread they have (prange) run serial in a forked child
+    margins = clf.get_booster().inplace_predict(X, predict_type="margin")
+    t = load_state(clf.get_booster())[2]
+    marginals = sb.inference.forward_backward(margins, lengths, t.transitions, t.start, t.end)[1]
+    queue.put(same and marginals.shape == margins.shape)
 
 context = multiprocessing.get_context("fork")
 queue = context.Queue()
@@ -128,8 +136,12 @@ print("child:", process.exitcode, queue.get(timeout=10) if process.exitcode == 0
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks")
-def test_a_forked_child_predicts_after_the_parent_fitted_and_predicted_large_batches(tmp_path):
-    done = subprocess.run([sys.executable, "-c", FORK], cwd=tmp_path, capture_output=True,
+@pytest.mark.parametrize("n_jobs", [None, 2])
+def test_a_forked_child_predicts_after_the_parent_fitted_and_predicted_large_batches(
+    tmp_path, n_jobs
+):
+    script = FORK.replace("N_JOBS", repr(n_jobs))
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "child: 0 True"
