@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numba
 import pytest
 
 import structboost as sb
@@ -53,3 +54,15 @@ def test_the_thread_count_is_decided_once_and_reaches_the_engine(monkeypatch):
     monkeypatch.setattr(_config, "resolve_n_jobs", lambda n: seen.append(n) or 1)
     _fit_threads(n_jobs=2)
     assert set(seen) == {2}  # no other source of a count
+
+
+def test_predict_runs_every_kernel_on_the_estimators_threads(monkeypatch):
+    X, y, lengths = make_hmm_sequences(1000, length=(9, 12), random_state=0)  # > SERIAL_ROWS
+    clf = sb.XGBCRFClassifier(n_estimators=2, max_depth=2).fit(X, y, lengths=lengths)
+    seen, parallel = [], _config.parallel
+    monkeypatch.setattr(
+        _config, "parallel", lambda n: seen.append(numba.get_num_threads()) or parallel(n)
+    )
+    clf.predict(X, lengths=lengths)
+    clf.predict_marginals(X, lengths=lengths)
+    assert seen and set(seen) == {1}  # n_jobs=None: one thread, for every kernel

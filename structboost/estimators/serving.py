@@ -190,8 +190,8 @@ def serving_predict(est, X, groups, lengths, decode):
     nested = rows is not None
     if rows is None:
         rows, lengths, nested = est._check_X(X, groups, lengths, reset=False)
-    margins = path.margins(est, rows)
-    with _config.threads(threads):
+    with _config.threads(threads):  # the margins' check is a kernel too
+        margins = path.margins(est, rows)
         codes = decode_labels(margins, offsets_from_lengths(lengths), path.params, decode)
     labels = est.classes_[codes]
     return nest(labels, lengths) if nested else labels
