@@ -142,25 +142,32 @@ def resolve_n_jobs(n_jobs):
     return int(n_jobs)
 
 
-#: The process that started numba's thread pool (None: not started here).
-_POOL_PID = None
+#: The process that started numba's threading layer (None: not started here).
+_LAYER_PID = None
+
+
+def _thread_count():
+    """numba's thread count for the calling thread (which starts numba's threading layer)."""
+    global _LAYER_PID
+    if _LAYER_PID is None:
+        _LAYER_PID = os.getpid()
+    return numba.get_num_threads()
+
+
+def forked():
+    """Whether this process was forked from one that had started numba's threading layer."""
+    return _LAYER_PID is not None and _LAYER_PID != os.getpid()
 
 
 def parallel(n_rows):
     """Whether a batch of ``n_rows`` rows runs the ``prange`` kernels.
 
     Batches of :data:`SERIAL_ROWS` rows or more, on more than one thread,
-    in the process that runs numba's thread pool. On one thread the pool is
-    never started; a process forked from one that started it runs the serial
-    kernels (numba's OpenMP layer refuses to run after a fork), so a forked
-    child can use structboost whatever its parent did.
+    outside a forked child: numba's OpenMP layer kills a child forked after
+    its parent started it, so there the serial kernels run, whatever the
+    parent did.
     """
-    global _POOL_PID
-    if n_rows < SERIAL_ROWS or numba.get_num_threads() <= 1:
-        return False
-    if _POOL_PID is None:
-        _POOL_PID = os.getpid()
-    return _POOL_PID == os.getpid()
+    return n_rows >= SERIAL_ROWS and not forked() and _thread_count() > 1
 
 
 @contextlib.contextmanager
@@ -171,7 +178,7 @@ def threads(nthread):
     if nthread is None:
         yield
         return
-    before = numba.get_num_threads()
+    before = _thread_count()
     numba.set_num_threads(min(int(nthread), numba.config.NUMBA_NUM_THREADS))
     try:
         yield
