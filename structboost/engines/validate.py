@@ -365,6 +365,10 @@ _LGB_LEAF = {"leaf_value": _LGB_FLOAT, "leaf_weight": _LGB_FLOAT, "leaf_count": 
 _LGB_SCALAR = {"num_leaves": _LGB_INT, "num_cat": _LGB_INT, "is_linear": _LGB_INT,
                "shrinkage": _LGB_FLOAT}  # fmt: skip
 _LGB_CATEGORICAL = {"cat_boundaries": _LGB_INT, "cat_threshold": _LGB_INT}
+# A linear tree's leaf models (``linear_tree=True``): per leaf a constant, a feature count,
+# then every leaf's features and coefficients, each leaf's list closed by an extra space.
+_LGB_LINEAR = {"leaf_const": _LGB_FLOAT, "num_features": _LGB_INT,
+               "leaf_features": _LGB_INT, "leaf_coeff": _LGB_FLOAT}  # fmt: skip
 
 
 def _lgb_numbers(text, name, pattern, length):
@@ -403,6 +407,29 @@ def _lgb_pairs(lines, name, bare=()):
     return pairs
 
 
+def _lgb_linear(pairs, name, leaves, n_features):
+    """Check a linear tree's leaf models (none unless ``is_linear=1``)."""
+    linear = pairs.get("is_linear", "0")
+    if linear not in ("0", "1"):
+        raise _Damaged(f"{name} has is_linear={linear!r:.20}")
+    given = set(_LGB_LINEAR) & set(pairs)
+    if linear == "0" or not given:
+        if given or linear == "1":
+            raise _Damaged(f"{name} has is_linear={linear} but leaf models {sorted(given)}")
+        return
+    if given != set(_LGB_LINEAR):
+        raise _Damaged(f"{name} is linear without {sorted(set(_LGB_LINEAR) - given)[0]!r}")
+    _lgb_numbers(pairs["leaf_const"], f"{name} leaf_const", _LGB_FLOAT, leaves)
+    counts = _lgb_numbers(pairs["num_features"], f"{name} num_features", _LGB_INT, leaves)
+    _in_range(counts, f"{name} num_features", 0, n_features + 1)
+    total = int(counts.sum())
+    for key in ("leaf_features", "leaf_coeff"):  # lists of all leaves, spaces between
+        values = _lgb_numbers(" ".join(pairs[key].split()), f"{name} {key}", _LGB_LINEAR[key],
+                              total)  # fmt: skip
+        if key == "leaf_features":
+            _in_range(values, f"{name} leaf_features", 0, n_features)
+
+
 def _lgb_tree(block, t, n_features):
     """Check one ``Tree=t`` block of LightGBM's model text."""
     name = f"Tree={t}"
@@ -412,7 +439,7 @@ def _lgb_tree(block, t, n_features):
     if lines[-3:] != ["", "", ""]:
         raise _Damaged(f"{name} does not end with a blank line (tree_sizes are off)")
     pairs = _lgb_pairs(lines[1:-3], name)
-    known = {**_LGB_SCALAR, **_LGB_INTERNAL, **_LGB_LEAF, **_LGB_CATEGORICAL}
+    known = {**_LGB_SCALAR, **_LGB_INTERNAL, **_LGB_LEAF, **_LGB_CATEGORICAL, **_LGB_LINEAR}
     unknown = set(pairs) - set(known)
     if unknown:
         raise _Damaged(f"{name} has the unknown field {sorted(unknown)[0]!r}")
@@ -424,8 +451,7 @@ def _lgb_tree(block, t, n_features):
     if not 1 <= leaves <= 2**24 or not 0 <= num_cat < max(leaves, 1):
         raise _Damaged(f"{name} has num_leaves {leaves} and num_cat {num_cat}")
     _lgb_numbers(pairs["shrinkage"], f"{name} shrinkage", _LGB_FLOAT, 1)
-    if pairs.get("is_linear", "0") != "0":
-        raise _Damaged(f"{name} is a linear tree, which structboost does not train")
+    _lgb_linear(pairs, name, leaves, n_features)
     values = {}
     for fields, length in ((_LGB_LEAF, leaves), (_LGB_INTERNAL, leaves - 1)):
         for key, pattern in fields.items():

@@ -321,6 +321,26 @@ def test_save_load_pickle_joblib_round_trips(hmm, trained, tmp_path):
         )
 
 
+def test_linear_trees_round_trip_and_their_leaf_models_are_checked(hmm, tmp_path):
+    X, y, lengths = hmm["train"]
+    est = sb.LGBMCRFClassifier(n_estimators=4, num_leaves=4, min_child_samples=2,
+                               linear_tree=True, n_jobs=1).fit(X, y, lengths=lengths)  # fmt: skip
+    est.save_model(tmp_path / "linear.json")
+    back = sb.LGBMCRFClassifier().load_model(tmp_path / "linear.json")
+    np.testing.assert_array_equal(
+        back.predict_marginals(X, lengths=lengths), est.predict_marginals(X, lengths=lengths)
+    )
+    doc = json.loads((tmp_path / "linear.json").read_text())
+    text = doc["engine"]["lgb_model"]
+    assert "is_linear=1" in text
+    damage = (("num_features=", "num_features=9999 "), ("leaf_features= ", "leaf_features= 99999 "))
+    for old, new in damage:
+        doc["engine"]["lgb_model"] = text.replace(old, new, 1)
+        (tmp_path / "bad.json").write_text(json.dumps(doc))
+        with pytest.raises(ValueError, match="LightGBM cannot read the model"):
+            sb.LGBMCRFClassifier().load_model(tmp_path / "bad.json")
+
+
 def test_saved_early_stopped_model_keeps_best_rounds(hmm, tmp_path):
     obj, booster, _ = _overfit(hmm)
     save_lgb_model(booster, tmp_path / "m.json")
