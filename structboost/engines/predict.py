@@ -198,6 +198,12 @@ def check_decode(decode):
         raise ValueError(f"decode must be one of {DECODINGS}; got {decode!r}.")
 
 
+def node_marginals(margins, offsets, params):
+    """Posterior marginals ``(n, K)`` of checked node scores under (constrained) ``params``."""
+    p = params
+    return posterior(margins, offsets, p.transitions, p.start, p.end, keep_messages=False).marginals()
+
+
 def decode_labels(margins, offsets, params, decode):
     """Labels ``(n,)`` int64 of checked node scores under (constrained) ``params``.
 
@@ -209,10 +215,9 @@ def decode_labels(margins, offsets, params, decode):
     decode : {"viterbi", "marginal"}
         As in :func:`predict`.
     """
-    p = params
     if decode == "marginal":
-        post = posterior(margins, offsets, p.transitions, p.start, p.end, keep_messages=False)
-        return post.marginals().argmax(axis=1).astype(np.int64)
+        return node_marginals(margins, offsets, params).argmax(axis=1).astype(np.int64)
+    p = params
     return map_labels(margins, offsets, p.transitions, p.start, p.end)
 
 
@@ -291,8 +296,7 @@ def predict_marginals(
     u, offsets, p, _ = crf_inputs(
         model, data, groups=groups, lengths=lengths, base_margin=base_margin
     )
-    p = constrained(p, allowed_transitions)
-    return posterior(u, offsets, p.transitions, p.start, p.end, keep_messages=False).marginals()
+    return node_marginals(u, offsets, constrained(p, allowed_transitions))
 
 
 @reports("sequence_log_likelihood")

@@ -24,7 +24,7 @@ from ..objectives.params import fill_doc
 from ._docs import VERBOSE
 from .base import BoostedCRFClassifier
 from .inputs import flatten_y, kind, nest
-from .serving import serving_predict
+from .serving import serving_marginals, serving_predict
 
 
 _Self = TypeVar("_Self", bound="_CRFClassifier")
@@ -248,6 +248,10 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         (n, n_classes) ndarray, or a list of ``(n_i, n_classes)`` arrays when
         ``X`` was a list of sequences
         """
+        if base_X is None:
+            marginals = serving_marginals(self, X, groups, lengths)
+            if marginals is not None:
+                return marginals
         data, rows, margin = self._data(X, groups, lengths, base_X)
         with self._thread_limits():
             marginals = _marginals(

@@ -34,6 +34,7 @@ from ..engines.predict import (
     decode_labels,
     in_place,
     inplace_margins,
+    node_marginals,
     node_scores,
 )
 from ..sequences import offsets_from_lengths
@@ -163,6 +164,29 @@ def serving_path(est, threads):
     return path
 
 
+def _served(est, X, groups, lengths, finish):
+    """``finish(margins, offsets, params)`` by the serving path, or None for the general route.
+
+    Returns
+    -------
+    (result, lengths, nested) or None
+    """
+    threads = est._threads()
+    path = serving_path(est, threads)
+    if path is None:
+        return None
+    rows, vectorizer = None, getattr(est, "vectorizer_", None)
+    if groups is None and lengths is None and vectorizer is not None and kind(X) == "dicts":
+        rows, lengths = vectorize(X, vectorizer)
+    nested = rows is not None
+    if rows is None:
+        rows, lengths, nested = est._check_X(X, groups, lengths, reset=False)
+    with _config.threads(threads):  # the margins' check is a kernel too
+        margins = path.margins(est, rows)
+        result = finish(margins, offsets_from_lengths(lengths), path.params)
+    return result, lengths, nested
+
+
 def serving_predict(est, X, groups, lengths, decode):
     """Labels by the serving path, or None where the estimator takes the general route.
 
@@ -178,21 +202,27 @@ def serving_predict(est, X, groups, lengths, decode):
     (n,) ndarray of ``classes_`` values, a list of label lists when ``X`` was
     a list of sequences, or None
     """
-    threads = est._threads()
-    path = serving_path(est, threads)
-    if path is None:
+    if not _servable(est):
         return None
     decode = est.decode if decode is None else decode
     check_decode(decode)
-    rows, vectorizer = None, getattr(est, "vectorizer_", None)
-    if groups is None and lengths is None and vectorizer is not None and kind(X) == "dicts":
-        rows, lengths = vectorize(X, vectorizer)
-    nested = rows is not None
-    if rows is None:
-        rows, lengths, nested = est._check_X(X, groups, lengths, reset=False)
-    with _config.threads(threads):  # the margins' check is a kernel too
-        margins = path.margins(est, rows)
-        codes = decode_labels(margins, offsets_from_lengths(lengths), path.params, decode)
+    codes, lengths, nested = _served(
+        est, X, groups, lengths, lambda m, o, p: decode_labels(m, o, p, decode)
+    )
     labels = est.classes_[codes]
     return nest(labels, lengths) if nested else labels
 
+
+def serving_marginals(est, X, groups, lengths):
+    """Posterior marginals ``(n, n_classes)`` by the serving path, or None (general route).
+
+    Returns
+    -------
+    (n, n_classes) ndarray, a list of ``(n_i, n_classes)`` arrays when ``X``
+    was a list of sequences, or None
+    """
+    served = _served(est, X, groups, lengths, node_marginals)
+    if served is None:
+        return None
+    marginals, lengths, nested = served
+    return nest(marginals, lengths, as_lists=False) if nested else marginals

@@ -95,9 +95,13 @@ def test_serving_path_gives_the_margins_and_tags_of_the_general_route(tagger, mo
     fast = tagger.predict(X)
     fast_single = [tagger.predict_single(seq) for seq in X]
     fast_marginal = tagger.predict(X, decode="marginal")
+    fast_marginals = tagger.predict_marginals(X)
     monkeypatch.setattr(chain_base, "serving_predict", lambda *args: None)
+    monkeypatch.setattr(chain_base, "serving_marginals", lambda *args: None)
     assert fast == tagger.predict(X) == fast_single
     assert fast_marginal == tagger.predict(X, decode="marginal")
+    for served, general in zip(fast_marginals, tagger.predict_marginals(X)):
+        np.testing.assert_array_equal(served, general)
 
 
 def raised(call):
