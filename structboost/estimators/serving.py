@@ -60,10 +60,11 @@ def vectorize(X, vectorizer):
     -------
     rows : (n, d) scipy CSR matrix or None
         The rows the estimators read from ``DictVectorizer.transform``'s
-        (unseen features dropped, zeros absent: :func:`~structboost.features.canonical_sparse`); None when ``X`` is no such list or a value
-        is no string and of another type than bool, int, float or None
-        (iterables, NumPy numbers: ``DictVectorizer`` reads those, and raises
-        on the unsupported).
+        (unseen features dropped, zeros absent:
+        :func:`~structboost.features.canonical_sparse`); None when ``X`` is
+        no such list or a value is no string and of another type than bool,
+        int, float or None (iterables, NumPy numbers: ``DictVectorizer``
+        reads those, and raises on the unsupported).
     lengths : (m,) int64 ndarray or None
     """
     if not isinstance(X, (list, tuple)) or not X or not vectorizer.sparse:
@@ -120,7 +121,8 @@ class ServingPath:
     params: Any
 
     def margins(self, est, rows):
-        """Node scores ``(n, K)`` float64 of validated ``rows`` (``est`` builds a DMatrix if needed)."""
+        """Node scores ``(n, K)`` float64 of validated ``rows`` (``est`` builds a DMatrix if
+        needed)."""
         if in_place(rows):
             margins = inplace_margins(self.booster, rows, self.rounds)
         else:
@@ -133,7 +135,7 @@ class ServingPath:
 
 
 def _servable(est):
-    """Whether the serving path predicts for ``est``: XGBoost, one transition table, no base model."""
+    """Whether the serving path serves ``est``: XGBoost, one transition table, no base model."""
     check_is_fitted(est)
     return (
         type(est.booster_).__module__.split(".")[0] == "xgboost"
