@@ -219,10 +219,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
     # Names of the per-row structure arrays of ``fit``, ``predict`` and eval-set entries.
     _structure: tuple[str, ...] = ()
 
-    def __init__(
-        self,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         keep_params(self, locals())
 
     def _check_params(self):
@@ -316,19 +313,13 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         """The engine parameters given as keyword arguments (not the objective's)."""
         return {k: v for k, v in self._keywords().items() if k not in _SPEC_KEYWORDS}
 
-    def get_params(
-        self,
-        deep: bool = True,
-    ) -> dict[str, Any]:
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)
         params.update(self._keywords())
         return params
 
-    def set_params(
-        self: _Self,
-        **params: Any,
-    ) -> _Self:
+    def set_params(self: _Self, **params: Any) -> _Self:
         """Set parameters; names outside the signature become engine parameters."""
         named = set(self._get_param_names())
         extra = {k: params.pop(k) for k in list(params) if k not in named and "__" not in k}
@@ -600,9 +591,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         check_is_fitted(self)
         return len(self.classes_)
 
-    def get_booster(
-        self,
-    ) -> Any:
+    def get_booster(self) -> Any:
         """The trained engine model (``booster_``), as XGBoost's ``get_booster``."""
         check_is_fitted(self)
         return self.booster_

@@ -205,13 +205,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         labels = self.classes_[codes]
         return nest(labels, rows.lengths) if rows.nested else labels
 
-    def predict_single(
-        self,
-        xseq: Any,
-        *,
-        decode: str | None = None,
-        base_X: Any = None,
-    ) -> Any:
+    def predict_single(self, xseq: Any, *, decode: str | None = None, base_X: Any = None) -> Any:
         """Labels of one sequence, as sklearn-crfsuite's ``predict_single``.
 
         Parameters

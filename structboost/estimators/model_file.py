@@ -96,9 +96,7 @@ class ModelFile:
             )
         return params
 
-    def to_document(
-        self: Any,
-    ) -> dict[str, Any]:
+    def to_document(self: Any) -> dict[str, Any]:
         """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
 
         Returns
@@ -133,10 +131,7 @@ class ModelFile:
             "engine": self._engine_document(),
         }
 
-    def save_model(
-        self: Any,
-        path: str | os.PathLike[str],
-    ) -> None:
+    def save_model(self: Any, path: str | os.PathLike[str]) -> None:
         """Write the fitted estimator to ``path`` as JSON; read it with :meth:`load_model`.
 
         Parameters
@@ -155,10 +150,7 @@ class ModelFile:
             )
         write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
 
-    def load_model(
-        self: Any,
-        path: str | os.PathLike[str],
-    ) -> Any:
+    def load_model(self: Any, path: str | os.PathLike[str]) -> Any:
         """Replace this estimator by the one saved in ``path`` (see :meth:`save_model`).
 
         Reading parses and validates JSON; it runs no code.
@@ -205,11 +197,7 @@ class ModelFile:
             params["class_weight"] = {label: weight for label, weight in weights}
         return params
 
-    def from_document(
-        self: Any,
-        doc: dict[str, Any],
-        where: str = "the model document",
-    ) -> Any:
+    def from_document(self: Any, doc: dict[str, Any], where: str = "the model document") -> Any:
         """Set this estimator from :meth:`to_document`'s dict, validated.
 
         Parameters

@@ -512,11 +512,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             order = order[: int(self.max_pairs)]
         return np.column_stack((i[order], j[order]))
 
-    def structures(
-        self,
-        X: Any,
-        joint: ArrayLike | None = None,
-    ) -> Ints:
+    def structures(self, X: Any, joint: ArrayLike | None = None) -> Ints:
         """Parents ``(n, L)`` of every input's label tree (``-1`` for roots)."""
         check_is_fitted(self, "n_labels_")
         n = np.shape(X)[0]
@@ -607,9 +603,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         self._adopt_crf(crf)
         return self
 
-    def to_document(
-        self,
-    ) -> dict[str, Any]:
+    def to_document(self) -> dict[str, Any]:
         """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
 
         Keys: ``estimator``, ``params``, ``n_labels``, ``n_features_in``,
@@ -627,11 +621,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             "crf": self.crf_.to_document(),
         }
 
-    def from_document(
-        self: _Self,
-        doc: dict[str, Any],
-        where: str = "the model document",
-    ) -> _Self:
+    def from_document(self: _Self, doc: dict[str, Any], where: str = "the model document") -> _Self:
         """Set this estimator from :meth:`to_document`'s dict; a damaged one raises ValueError
         naming ``where``, changing nothing.
         """
@@ -686,28 +676,18 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         x = np.asarray(X, dtype=np.float64)
         return label_node_features(x, self.n_labels_), self._tree_args(x, self.structures(x))
 
-    def predict(
-        self,
-        X: Any,
-    ) -> Any:
+    def predict(self, X: Any) -> Any:
         """Most probable label set of every input (MAP on its tree), ``(n, L)`` 0/1."""
         rows, args = self._node_inputs(X)
         return self.crf_.predict(rows, **args).reshape(-1, self.n_labels_)
 
-    def predict_proba(
-        self,
-        X: Any,
-    ) -> Any:
+    def predict_proba(self, X: Any) -> Any:
         """Marginal probability of every label, ``(n, L)``."""
         rows, args = self._node_inputs(X)
         marg = self.crf_.predict_marginals(rows, **args)
         return marg[:, list(self.crf_.classes_).index(1)].reshape(-1, self.n_labels_)
 
-    def predict_log_likelihood(
-        self,
-        X: Any,
-        Y: Any,
-    ) -> Floats:
+    def predict_log_likelihood(self, X: Any, Y: Any) -> Floats:
         """``log P(Y | X)`` of every input's label set, ``(n,)``."""
         rows, args = self._node_inputs(X)
         return self.crf_.predict_log_likelihood(rows, check_label_matrix(Y).ravel(), **args)
