@@ -13,18 +13,8 @@ import pandas as pd
 from .text.tags import as_tags, check_scheme, encode_spans, sentence_offsets, span_arrays
 from .sequences import check_lengths, offsets_from_lengths
 
-__all__ = [
-    "SequenceData",
-    "make_hmm_sequences",
-    "load_ocr",
-    "ocr_split",
-    "read_protein_qs",
-    "read_conll",
-    "convert_tags",
-    "OCR_LETTERS",
-    "AMINO_ACIDS",
-    "PROTEIN_LABELS",
-]
+__all__ = ["SequenceData", "make_hmm_sequences", "load_ocr", "ocr_split", "read_protein_qs",
+           "read_conll", "convert_tags", "OCR_LETTERS", "AMINO_ACIDS", "PROTEIN_LABELS"]
 
 OCR_LETTERS = tuple("abcdefghijklmnopqrstuvwxyz")
 """Label names of the OCR letters: class ``k`` is ``OCR_LETTERS[k]``."""
@@ -89,11 +79,9 @@ class SequenceData:
                     f"{folds.shape}, dtype {folds.dtype}."
                 )
             folds = folds.astype(np.int64)
-        object.__setattr__(self, "X", X)
-        object.__setattr__(self, "y", y)
-        object.__setattr__(self, "lengths", lengths)
-        object.__setattr__(self, "folds", folds)
-        object.__setattr__(self, "label_names", tuple(self.label_names))
+        for name, value in (("X", X), ("y", y), ("lengths", lengths), ("folds", folds),
+                            ("label_names", tuple(self.label_names))):
+            object.__setattr__(self, name, value)
 
     @property
     def n_sequences(self):
@@ -114,13 +102,9 @@ class SequenceData:
                 f"shape {mask.shape}, dtype {mask.dtype}."
             )
         rows = np.repeat(mask, self.lengths)
-        return SequenceData(
-            X=self.X[rows],
-            y=self.y[rows],
-            lengths=self.lengths[mask],
-            folds=None if self.folds is None else self.folds[mask],
-            label_names=self.label_names,
-        )
+        folds = None if self.folds is None else self.folds[mask]
+        return SequenceData(X=self.X[rows], y=self.y[rows], lengths=self.lengths[mask],
+                            folds=folds, label_names=self.label_names)
 
 
 def _hmm_lengths(n_sequences, length, rng):
@@ -149,16 +133,8 @@ def _hmm_lengths(n_sequences, length, rng):
     return arr.astype(np.int64)
 
 
-def make_hmm_sequences(
-    n_sequences=100,
-    length=100,
-    n_labels=3,
-    n_observations=24,
-    stay=0.6,
-    emission=0.6,
-    window=0,
-    random_state=None,
-):
+def make_hmm_sequences(n_sequences=100, length=100, n_labels=3, n_observations=24, stay=0.6,
+                       emission=0.6, window=0, random_state=None):
     """Sample labelled sequences from the HMM of Dietterich et al. (2008, s. 7.3).
 
     The observations form ``n_labels`` equal blocks; label ``l`` emits
@@ -269,18 +245,15 @@ def load_ocr(path, dtype=np.float64):
             )
         arrays = {k: archive[k] for k in ("pixels", "labels", "lengths", "folds")}
     try:
-        return SequenceData(
-            X=arrays["pixels"].astype(dtype),
-            y=arrays["labels"],
-            lengths=arrays["lengths"],
-            folds=arrays["folds"],
-            label_names=OCR_LETTERS,
-        )
+        return SequenceData(X=arrays["pixels"].astype(dtype), y=arrays["labels"],
+                            lengths=arrays["lengths"], folds=arrays["folds"],
+                            label_names=OCR_LETTERS)
     except ValueError as err:
         raise ValueError(f"{path} is not a valid letters file: {err}") from err
 
 
 def _fold_set(folds, name, present):
+    """The sorted folds ``folds`` (int or ints) names, each one of ``present``."""
     values = np.unique(np.atleast_1d(np.asarray(folds, dtype=np.int64)))
     unknown = np.setdiff1d(values, present)
     if unknown.size:
@@ -329,11 +302,7 @@ def ocr_split(data, test_folds, valid_folds=()):
     in_train = ~(in_test | in_valid)
     if not in_train.any():
         raise ValueError("no fold is left for training: leave some folds out of test and valid.")
-    return (
-        data.subset(in_train),
-        data.subset(in_valid) if valid.size else None,
-        data.subset(in_test),
-    )
+    return data.subset(in_train), data.subset(in_valid) if valid.size else None, data.subset(in_test)
 
 
 def read_protein_qs(path):
@@ -359,6 +328,7 @@ def read_protein_qs(path):
     opened = None  # line number of the current protein's "<>", None outside a protein
 
     def close(lineno):
+        """End the open protein; a protein without residues is an error."""
         size = len(residues) - sum(lengths)
         if size == 0:
             raise ValueError(
@@ -402,16 +372,10 @@ def read_protein_qs(path):
             close(lineno)
     if not lengths:
         raise ValueError(f"{path} holds no proteins: each protein starts with a '<>' line.")
-    return (
-        np.array(residues, dtype="<U1"),
-        np.array(labels, dtype="<U1"),
-        np.array(lengths, dtype=np.int64),
-    )
+    return np.array(residues, "<U1"), np.array(labels, "<U1"), np.array(lengths, np.int64)
 
 
-def read_conll(
-    path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8", line_numbers=False
-):
+def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8", line_numbers=False):
     """Read a CoNLL column file (CoNLL-2000 chunking, CoNLL-2003 NER).
 
     One token per line, whitespace-separated fields; a blank line or a
@@ -456,9 +420,7 @@ def read_conll(
     try:
         text = raw.decode(encoding)
     except LookupError:
-        raise ValueError(
-            f"unknown text encoding {encoding!r}; e.g. 'utf-8' or 'latin-1'."
-        ) from None
+        raise ValueError(f"unknown text encoding {encoding!r}; e.g. 'utf-8' or 'latin-1'.") from None
     except UnicodeDecodeError as err:
         bad_line = raw[: err.start].count(b"\n") + 1
         raise ValueError(

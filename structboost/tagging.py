@@ -61,15 +61,8 @@ class ChunkTagger(BaseEstimator):
         Tags of the model scheme, in the classifier's order.
     """
 
-    def __init__(
-        self,
-        features=None,
-        classifier=None,
-        scheme="iob1",
-        model_scheme="iob2",
-        constrained=True,
-        tag_column="tag",
-    ):
+    def __init__(self, features=None, classifier=None, scheme="iob1", model_scheme="iob2",
+                 constrained=True, tag_column="tag"):
         self.features = features
         self.classifier = classifier
         self.scheme = scheme

@@ -85,32 +85,18 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     {shared_attributes}
     """
 
-    def __init__(
-        self,
-        *,
-        mode: str = DEFAULTS['mode'],
-        hessian_bound: str | float = DEFAULTS['hessian_bound'],
-        step: str = DEFAULTS['step'],
-        transition_solver: str = DEFAULTS['transition_solver'],
-        reg_transitions: float = DEFAULTS['reg_transitions'],
-        n_estimators: int | None = None,
-        learning_rate: float = 0.3,
-        max_depth: int = 6,
-        early_stopping_rounds: int | None = None,
-        early_stopping: str | bool = 'auto',
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 30,
-        refit: bool = True,
-        class_weight: Any = None,
-        base_model: Any = None,
-        allowed_transitions: Any = None,
-        sequence_column: str | None = None,
-        eval_metric: Any = None,
-        decode: str = 'viterbi',
-        callbacks: Sequence[Any] | None = None,
-        transitions_from: str = DEFAULTS['transitions_from'],
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, mode: str = DEFAULTS['mode'],
+                 hessian_bound: str | float = DEFAULTS['hessian_bound'],
+                 step: str = DEFAULTS['step'],
+                 transition_solver: str = DEFAULTS['transition_solver'],
+                 reg_transitions: float = DEFAULTS['reg_transitions'],
+                 n_estimators: int | None = None, learning_rate: float = 0.3, max_depth: int = 6,
+                 early_stopping_rounds: int | None = None, early_stopping: str | bool = 'auto',
+                 validation_fraction: float = 0.1, n_iter_no_change: int = 30, refit: bool = True,
+                 class_weight: Any = None, base_model: Any = None, allowed_transitions: Any = None,
+                 sequence_column: str | None = None, eval_metric: Any = None,
+                 decode: str = 'viterbi', callbacks: Sequence[Any] | None = None,
+                 transitions_from: str = DEFAULTS['transitions_from'], **kwargs: Any) -> None:
         keep_params(self, locals())
 
     _param_checks = {**BOOSTING, "transitions_from": [Options(*TRANSITIONS_FROM)]}

@@ -103,18 +103,10 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
     # -- fit --------------------------------------------------------------
     @reports("fit")
     @fill_doc(verbose=VERBOSE)
-    def fit(
-        self: _Self,
-        X: Any,
-        y: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-        eval_set: Sequence[Any] | None = None,
-        base_X: Any = None,
-        verbose: bool | int | None = None,
-    ) -> _Self:
+    def fit(self: _Self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+            lengths: ArrayLike | None = None, sample_weight: ArrayLike | None = None,
+            eval_set: Sequence[Any] | None = None, base_X: Any = None,
+            verbose: bool | int | None = None) -> _Self:
         """Train on labelled sequences.
 
         Parameters
@@ -159,15 +151,9 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         rows = self._rows(X, y, groups=groups, lengths=lengths, base_X=base_X)
         return self._engine_data(rows.X), rows, self._base_margin(rows)
 
-    def predict(
-        self,
-        X: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        decode: str | None = None,
-        base_X: Any = None,
-    ) -> Any:
+    def predict(self, X: Any, *, groups: ArrayLike | str | None = None,
+                lengths: ArrayLike | None = None, decode: str | None = None,
+                base_X: Any = None) -> Any:
         """Predicted labels, in the original label values.
 
         Parameters
@@ -225,14 +211,8 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         """
         return self.predict([xseq], decode=decode, base_X=base_X)[0]
 
-    def predict_marginals(
-        self,
-        X: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        base_X: Any = None,
-    ) -> Any:
+    def predict_marginals(self, X: Any, *, groups: ArrayLike | str | None = None,
+                          lengths: ArrayLike | None = None, base_X: Any = None) -> Any:
         """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
 
         Parameters are those of :meth:`predict`.
@@ -257,26 +237,13 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
             )
         return nest(marginals, rows.lengths, as_lists=False) if rows.nested else marginals
 
-    def predict_proba(
-        self,
-        X: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        base_X: Any = None,
-    ) -> Any:
+    def predict_proba(self, X: Any, *, groups: ArrayLike | str | None = None,
+                      lengths: ArrayLike | None = None, base_X: Any = None) -> Any:
         """scikit-learn's name for :meth:`predict_marginals` (rows sum to 1, ``classes_`` order)."""
         return self.predict_marginals(X, groups=groups, lengths=lengths, base_X=base_X)
 
-    def predict_log_likelihood(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        base_X: Any = None,
-    ) -> Floats:
+    def predict_log_likelihood(self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+                               lengths: ArrayLike | None = None, base_X: Any = None) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
         data, rows, margin = self._data(X, groups, lengths, base_X, y)
         with self._thread_limits():
@@ -289,16 +256,9 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
                 allowed_transitions=self.constraints_,
             )
 
-    def score(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-        base_X: Any = None,
-    ) -> float:
+    def score(self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+              lengths: ArrayLike | None = None, sample_weight: ArrayLike | None = None,
+              base_X: Any = None) -> float:
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
         predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
         if kind(X) is not None:

@@ -95,22 +95,11 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
     back, validated; the ``client`` stays the one set on this estimator.
     """
 
-    def __init__(
-        self,
-        *,
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
-        learning_rate=0.3,
-        max_depth=6,
-        early_stopping_rounds=None,
-        eval_metric=None,
-        decode="viterbi",
-        **kwargs,
-    ):
+    def __init__(self, *, mode=DEFAULTS["mode"], hessian_bound=DEFAULTS["hessian_bound"],
+                 step=DEFAULTS["step"], transition_solver=DEFAULTS["transition_solver"],
+                 reg_transitions=DEFAULTS["reg_transitions"], n_estimators=100, learning_rate=0.3,
+                 max_depth=6, early_stopping_rounds=None, eval_metric=None, decode="viterbi",
+                 **kwargs):
         keep_params(self, locals())
         self._client = None
 

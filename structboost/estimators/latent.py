@@ -190,16 +190,9 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
     True
     """
 
-    def __init__(
-        self,
-        n_hidden: int = 2,
-        solver: str = "bound",
-        reg: float = 0.0,
-        max_iter: int = 100,
-        tol: float = 1e-06,
-        init_scale: float = 0.1,
-        random_state: Any = None,
-    ) -> None:
+    def __init__(self, n_hidden: int = 2, solver: str = "bound", reg: float = 0.0,
+                 max_iter: int = 100, tol: float = 1e-06, init_scale: float = 0.1,
+                 random_state: Any = None) -> None:
         self.n_hidden = n_hidden
         self.solver = solver
         self.reg = reg

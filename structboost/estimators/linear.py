@@ -224,15 +224,9 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
     as ``base_margin=`` to ``structboost.engines.predict``.
     """
 
-    def __init__(
-        self,
-        solver: str = "lbfgs",
-        reg: float = 1.0,
-        max_iter: int = 100,
-        tol: float = 1e-07,
-        rank: int | None = None,
-        num_labels: int | None = None,
-    ) -> None:
+    def __init__(self, solver: str = "lbfgs", reg: float = 1.0, max_iter: int = 100,
+                 tol: float = 1e-07, rank: int | None = None,
+                 num_labels: int | None = None) -> None:
         self.solver = solver
         self.reg = reg
         self.max_iter = max_iter
@@ -275,13 +269,8 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
                     "a low-rank curvature needs reg > 0; pass a positive reg or rank=None."
                 )
 
-    def fit(
-        self: _Self,
-        X: Any,
-        y: ArrayLike,
-        lengths: ArrayLike,
-        sample_weight: ArrayLike | None = None,
-    ) -> _Self:
+    def fit(self: _Self, X: Any, y: ArrayLike, lengths: ArrayLike,
+            sample_weight: ArrayLike | None = None) -> _Self:
         """Fit all parameters.
 
         Parameters

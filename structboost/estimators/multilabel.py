@@ -450,33 +450,17 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
     runs no code.
     """
 
-    def __init__(
-        self,
-        *,
-        structure: str = "ess",
-        mode: str = DEFAULTS["mode"],
-        hessian_bound: str | float = DEFAULTS["hessian_bound"],
-        step: str = DEFAULTS["step"],
-        transition_solver: str = DEFAULTS["transition_solver"],
-        reg_transitions: float = DEFAULTS["reg_transitions"],
-        n_estimators: int | None = None,
-        learning_rate: float = 0.3,
-        max_depth: int = 4,
-        early_stopping_rounds: int | None = None,
-        early_stopping: str | bool = "auto",
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 30,
-        refit: bool = True,
-        edge_typing: str = "pair",
-        pairwise: str = "xgboost",
-        max_pairs: int = 45,
-        pairwise_estimators: int = 30,
-        pairwise_depth: int = 3,
-        folds: int = 2,
-        random_state: Any = 0,
-        eval_metric: Any = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, structure: str = "ess", mode: str = DEFAULTS["mode"],
+                 hessian_bound: str | float = DEFAULTS["hessian_bound"],
+                 step: str = DEFAULTS["step"],
+                 transition_solver: str = DEFAULTS["transition_solver"],
+                 reg_transitions: float = DEFAULTS["reg_transitions"],
+                 n_estimators: int | None = None, learning_rate: float = 0.3, max_depth: int = 4,
+                 early_stopping_rounds: int | None = None, early_stopping: str | bool = "auto",
+                 validation_fraction: float = 0.1, n_iter_no_change: int = 30, refit: bool = True,
+                 edge_typing: str = "pair", pairwise: str = "xgboost", max_pairs: int = 45,
+                 pairwise_estimators: int = 30, pairwise_depth: int = 3, folds: int = 2,
+                 random_state: Any = 0, eval_metric: Any = None, **kwargs: Any) -> None:
         keep_params(self, locals())
 
     _param_checks = {**BOOSTING, "structure": [Options(*STRUCTURES)],
@@ -535,14 +519,8 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
 
     @all_or_nothing
     @fill_doc(verbose=VERBOSE)
-    def fit(
-        self: _Self,
-        X: Any,
-        Y: Any,
-        *,
-        eval_set: Sequence[Any] | None = None,
-        verbose: bool | int | None = None,
-    ) -> _Self:
+    def fit(self: _Self, X: Any, Y: Any, *, eval_set: Sequence[Any] | None = None,
+            verbose: bool | int | None = None) -> _Self:
         """Fit the structure learner and the boosted CRF.
 
         Parameters

@@ -63,29 +63,17 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     {fit_attributes}
     """
 
-    def __init__(
-        self,
-        *,
-        mode: str = DEFAULTS["mode"],
-        hessian_bound: str | float = DEFAULTS["hessian_bound"],
-        step: str = DEFAULTS["step"],
-        transition_solver: str = DEFAULTS["transition_solver"],
-        reg_transitions: float = DEFAULTS["reg_transitions"],
-        n_estimators: int | None = None,
-        learning_rate: float = 0.3,
-        max_depth: int = 6,
-        n_edge_types: int | None = None,
-        early_stopping_rounds: int | None = None,
-        early_stopping: str | bool = "auto",
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 30,
-        refit: bool = True,
-        class_weight: Any = None,
-        sequence_column: str | None = None,
-        eval_metric: Any = None,
-        callbacks: Sequence[Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, mode: str = DEFAULTS["mode"],
+                 hessian_bound: str | float = DEFAULTS["hessian_bound"],
+                 step: str = DEFAULTS["step"],
+                 transition_solver: str = DEFAULTS["transition_solver"],
+                 reg_transitions: float = DEFAULTS["reg_transitions"],
+                 n_estimators: int | None = None, learning_rate: float = 0.3, max_depth: int = 6,
+                 n_edge_types: int | None = None, early_stopping_rounds: int | None = None,
+                 early_stopping: str | bool = "auto", validation_fraction: float = 0.1,
+                 n_iter_no_change: int = 30, refit: bool = True, class_weight: Any = None,
+                 sequence_column: str | None = None, eval_metric: Any = None,
+                 callbacks: Sequence[Any] | None = None, **kwargs: Any) -> None:
         keep_params(self, locals())
 
     _structure = ("parents", "edge_types")
@@ -113,19 +101,10 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
                             weight=rows.seq_weight)  # fmt: skip
 
     @fill_doc(verbose=VERBOSE)
-    def fit(
-        self: _Self,
-        X: Any,
-        y: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-        eval_set: Sequence[Any] | None = None,
-        verbose: bool | int | None = None,
-    ) -> _Self:
+    def fit(self: _Self, X: Any, y: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+            groups: ArrayLike | str | None = None, lengths: ArrayLike | None = None,
+            sample_weight: ArrayLike | None = None, eval_set: Sequence[Any] | None = None,
+            verbose: bool | int | None = None) -> _Self:
         """Fit on tree instances.
 
         Parameters
@@ -179,15 +158,8 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         return self._rows(X, y, groups=groups, lengths=lengths, parents=parents,
                           edge_types=edge_types)  # fmt: skip
 
-    def predict(
-        self,
-        X: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-    ) -> Any:
+    def predict(self, X: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+                groups: ArrayLike | str | None = None, lengths: ArrayLike | None = None) -> Any:
         """MAP labelling of every tree, ``(n,)`` in the original labels.
 
         Returns
@@ -198,15 +170,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         labels = self.classes_[predict_tree(self.booster_, r.X, r.lengths, r.parents, r.edge_types)]
         return nest(labels, r.lengths) if r.nested else labels
 
-    def predict_marginals(
-        self,
-        X: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-    ) -> Any:
+    def predict_marginals(self, X: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+                          groups: ArrayLike | str | None = None,
+                          lengths: ArrayLike | None = None) -> Any:
         """Node marginals ``(n, K)`` in ``classes_`` order.
 
         Returns
@@ -217,44 +183,24 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         marginals = predict_tree_marginals(self.booster_, r.X, r.lengths, r.parents, r.edge_types)
         return nest(marginals, r.lengths, as_lists=False) if r.nested else marginals
 
-    def predict_proba(
-        self,
-        X: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-    ) -> Any:
+    def predict_proba(self, X: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+                      groups: ArrayLike | str | None = None,
+                      lengths: ArrayLike | None = None) -> Any:
         """scikit-learn's name for :meth:`predict_marginals`."""
         return self.predict_marginals(X, parents=parents, edge_types=edge_types, groups=groups,
                                       lengths=lengths)  # fmt: skip
 
-    def predict_log_likelihood(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-    ) -> Floats:
+    def predict_log_likelihood(self, X: Any, y: Any, *, parents: ArrayLike,
+                               edge_types: ArrayLike | None = None,
+                               groups: ArrayLike | str | None = None,
+                               lengths: ArrayLike | None = None) -> Floats:
         """``log P(y | x)`` of every instance, ``(m,)``."""
         r = self._inputs(X, parents, edge_types, groups, lengths, y)
         return tree_log_likelihood(self.booster_, r.X, r.codes, r.lengths, r.parents, r.edge_types)
 
-    def score(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-    ) -> float:
+    def score(self, X: Any, y: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+              groups: ArrayLike | str | None = None, lengths: ArrayLike | None = None,
+              sample_weight: ArrayLike | None = None) -> float:
         """Node accuracy of the MAP labelling (weighted by ``sample_weight`` per row)."""
         r = self._inputs(X, parents, edge_types, groups, lengths)
         pred = self.classes_[predict_tree(self.booster_, r.X, r.lengths, r.parents, r.edge_types)]

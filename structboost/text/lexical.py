@@ -175,16 +175,10 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
     ['w[-1]=<S>', 'w[0]=the', 'w[+1]=cat']
     """
 
-    def __init__(
-        self,
-        half_width: int = 2,
-        kinds: Sequence[Any] = KINDS,
-        affix_lengths: Sequence[Any] = (1, 2, 3),
-        extra_columns: Sequence[str] = (),
-        min_count: int = 1,
-        token_column: str = "token",
-        sentence_column: str = "sentence",
-    ) -> None:
+    def __init__(self, half_width: int = 2, kinds: Sequence[Any] = KINDS,
+                 affix_lengths: Sequence[Any] = (1, 2, 3), extra_columns: Sequence[str] = (),
+                 min_count: int = 1, token_column: str = "token",
+                 sentence_column: str = "sentence") -> None:
         self.half_width = half_width
         self.kinds = kinds
         self.affix_lengths = affix_lengths
@@ -345,14 +339,8 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         renumber[order] = np.arange(len(order))
         return row_ptr, renumber[row_attr], lengths
 
-    def fit(
-        self: _Self,
-        X: pd.DataFrame,
-        y: Any = None,
-        *,
-        lengths: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-    ) -> _Self:
+    def fit(self: _Self, X: pd.DataFrame, y: Any = None, *, lengths: ArrayLike | None = None,
+            groups: ArrayLike | str | None = None) -> _Self:
         """Learn the feature vocabulary.
 
         Parameters
@@ -375,14 +363,8 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         self._fit(X, lengths, groups)
         return self
 
-    def fit_transform(
-        self,
-        X: pd.DataFrame,
-        y: Any = None,
-        *,
-        lengths: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-    ) -> sp.csr_matrix:
+    def fit_transform(self, X: pd.DataFrame, y: Any = None, *, lengths: ArrayLike | None = None,
+                      groups: ArrayLike | str | None = None) -> sp.csr_matrix:
         """:meth:`fit` and :meth:`transform` in one pass over the tokens.
 
         Returns
@@ -392,13 +374,8 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         row_ptr, row_attr, lengths = self._fit(X, lengths, groups)
         return self._assemble(row_ptr, row_attr, lengths)
 
-    def transform(
-        self,
-        X: pd.DataFrame,
-        *,
-        lengths: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-    ) -> sp.csr_matrix:
+    def transform(self, X: pd.DataFrame, *, lengths: ArrayLike | None = None,
+                  groups: ArrayLike | str | None = None) -> sp.csr_matrix:
         """Binary features of every token's window; arguments as in :meth:`fit`.
 
         Returns
