@@ -45,24 +45,23 @@ class ChainTransitions:
         check_is_fitted(self)
         params = self._load_state()[2]
         labels = pd.Index(self.classes_)
-        return pd.DataFrame(
-            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
-        )
+        return pd.DataFrame(params.transitions, index=labels.rename("from"),
+                            columns=labels.rename("to"))
 
 
 class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
     """What both chain estimators share (see the module notes)."""
 
     def __sklearn_tags__(self):
+        """scikit-learn's tags: sparse input and NaN accepted."""
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         tags.input_tags.allow_nan = True
         return tags
 
     def _fit_structure(self, rows):
-        self.constraints_ = resolve_constraints(
-            self.allowed_transitions, len(self.classes_), labels=self.classes_
-        )
+        self.constraints_ = resolve_constraints(self.allowed_transitions, len(self.classes_),
+                                                labels=self.classes_)
         return {"allowed_transitions": self.constraints_}
 
     # -- base model -------------------------------------------------------
@@ -71,9 +70,8 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         self.base_model_ = None
         if self.base_model is not None:
             inputs = train.X if train.base_X is None else train.base_X
-            self.base_model_ = clone(self.base_model).fit(
-                inputs, train.codes, train.lengths, sample_weight=train.seq_weight
-            )
+            self.base_model_ = clone(self.base_model).fit(inputs, train.codes, train.lengths,
+                                                          sample_weight=train.seq_weight)
 
     def _base_margin(self, rows):
         """Node scores ``(n, K)`` of the base model on ``rows.base_X`` (default ``X``), or None."""
@@ -145,11 +143,22 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
                          sample_weight=sample_weight, base_X=base_X)  # fmt: skip
 
     # -- predict ----------------------------------------------------------
-    def _data(self, X, groups, lengths, base_X, y=None):
-        """Engine data, LabelledRows and base margin ``(n, K)`` (or None) of one prediction."""
+    def _run(self, engine_fn, X, groups, lengths, base_X, y=None, **options):
+        """``engine_fn`` on one prediction's rows (label codes first when ``y`` is given).
+
+        Returns
+        -------
+        result : what ``engine_fn`` returns
+        rows : LabelledRows
+        """
         check_is_fitted(self)
         rows = self._rows(X, y, groups=groups, lengths=lengths, base_X=base_X)
-        return self._engine_data(rows.X), rows, self._base_margin(rows)
+        data, margin = self._engine_data(rows.X), self._base_margin(rows)
+        codes = () if y is None else (rows.codes,)
+        with self._thread_limits():
+            result = engine_fn(self.booster_, data, *codes, lengths=rows.lengths,
+                               base_margin=margin, allowed_transitions=self.constraints_, **options)
+        return result, rows
 
     def predict(self, X: Any, *, groups: ArrayLike | str | None = None,
                 lengths: ArrayLike | None = None, decode: str | None = None,
@@ -178,16 +187,8 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
             labels = serving_predict(self, X, groups, lengths, decode)
             if labels is not None:
                 return labels
-        data, rows, margin = self._data(X, groups, lengths, base_X)
-        with self._thread_limits():
-            codes = _viterbi(
-                self.booster_,
-                data,
-                lengths=rows.lengths,
-                decode=self.decode if decode is None else decode,
-                base_margin=margin,
-                allowed_transitions=self.constraints_,
-            )
+        decode = self.decode if decode is None else decode
+        codes, rows = self._run(_viterbi, X, groups, lengths, base_X, decode=decode)
         labels = self.classes_[codes]
         return nest(labels, rows.lengths) if rows.nested else labels
 
@@ -197,12 +198,9 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         Parameters
         ----------
         xseq : list of dict or array-like of shape (n_i, d)
-            The sequence's feature dicts (one per position) or rows, the
-            same kind of input as ``fit`` got.
-        decode : {"viterbi", "marginal"}, optional
-            As in :meth:`predict` (None: the estimator's ``decode``).
-        base_X : array-like of shape (n_i, p), optional
-            The base model's input, when ``fit`` was given one.
+            The sequence's feature dicts or rows, the kind of input ``fit`` got.
+        decode, base_X
+            As in :meth:`predict`.
 
         Returns
         -------
@@ -226,15 +224,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
             marginals = serving_marginals(self, X, groups, lengths)
             if marginals is not None:
                 return marginals
-        data, rows, margin = self._data(X, groups, lengths, base_X)
-        with self._thread_limits():
-            marginals = _marginals(
-                self.booster_,
-                data,
-                lengths=rows.lengths,
-                base_margin=margin,
-                allowed_transitions=self.constraints_,
-            )
+        marginals, rows = self._run(_marginals, X, groups, lengths, base_X)
         return nest(marginals, rows.lengths, as_lists=False) if rows.nested else marginals
 
     def predict_proba(self, X: Any, *, groups: ArrayLike | str | None = None,
@@ -245,16 +235,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
     def predict_log_likelihood(self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
                                lengths: ArrayLike | None = None, base_X: Any = None) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, rows, margin = self._data(X, groups, lengths, base_X, y)
-        with self._thread_limits():
-            return _log_likelihood(
-                self.booster_,
-                data,
-                rows.codes,
-                lengths=rows.lengths,
-                base_margin=margin,
-                allowed_transitions=self.constraints_,
-            )
+        return self._run(_log_likelihood, X, groups, lengths, base_X, y)[0]
 
     def score(self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
               lengths: ArrayLike | None = None, sample_weight: ArrayLike | None = None,

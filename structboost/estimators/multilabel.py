@@ -1,24 +1,14 @@
 """Multi-label classification with label trees: independent, Chow-Liu and ESS-CRF.
 
 Each example with ``L`` labels becomes a tree instance of ``L`` binary rows
-(label absent / present) whose features are the example's followed by the
-one-hot label identity, so one booster scores every label. Structures:
-
-``"independent"``
-    No edges (binary relevance with one shared booster).
-``"chow-liu"``
-    One maximum spanning tree of the labels' training mutual information
-    (Chow & Liu 1968).
-``"ess"``
-    Evidence-specific trees (Chechetka & Guestrin 2010): conditional pair
-    models ``P(y_i, y_j | x)`` (4-class XGBoost, or ``"logistic"``) weigh
-    each input's edges by ``I(y_i; y_j | x)``. Only the ``max_pairs`` pairs
-    of highest training mutual information get a model (the others weigh
-    ``1e-6`` times it); training structures use out-of-fold predictions.
-
-Trees are rooted at label 0. ``edge_typing="pair"`` gives every ordered
-``(parent, child)`` pair its own ``2 x 2`` potential; ``"shared"`` one for
-all edges.
+whose features are the example's followed by the one-hot label identity, so
+one booster scores every label. Structures: ``"independent"`` (no edges),
+``"chow-liu"`` (one maximum spanning tree of the training mutual information)
+and ``"ess"`` (evidence-specific trees, Chechetka & Guestrin 2010: pair models
+``P(y_i, y_j | x)`` of the ``max_pairs`` pairs of highest mutual information
+weigh each input's edges by ``I(y_i; y_j | x)``, the others by ``1e-6`` times
+the training one; training structures use out-of-fold predictions). Trees are
+rooted at label 0.
 """
 
 from collections.abc import Sequence
@@ -76,9 +66,7 @@ def check_label_matrix(Y):
 
 
 def label_pair_joints(Y, alpha=1.0):
-    """Laplace-smoothed (``alpha`` per cell) joint frequencies of every label pair, ``(L, L, 4)``
-    (order 00, 01, 10, 11).
-    """
+    """Joint frequencies ``(L, L, 4)`` (00, 01, 10, 11) of every label pair, ``alpha`` per cell."""
     y = check_label_matrix(Y).astype(np.float64)
     n = y.shape[0]
     n11 = y.T @ y
@@ -130,17 +118,9 @@ def spanning_tree_parents(weights):
 
 
 def label_node_features(X, n_labels):
-    """Rows of the label trees: features followed by the one-hot label identity.
+    """Rows ``(n * L, d + L)`` of the label trees: ``X (n, d)`` then the one-hot label identity.
 
-    Parameters
-    ----------
-    X : (n, d) array-like
-    n_labels : int
-
-    Returns
-    -------
-    (n * L, d + L) float64
-        Row ``i * L + l`` is example ``i``, label ``l``.
+    Row ``i * L + l`` is example ``i``, label ``l``.
     """
     x = np.asarray(X, dtype=np.float64)
     n = x.shape[0]
@@ -148,9 +128,7 @@ def label_node_features(X, n_labels):
 
 
 def label_edge_types(parents, typing="pair"):
-    """Edge type ``(m, L)`` of every label's edge: ``parent * L + child`` for ``"pair"``, 0 for
-    ``"shared"`` and roots.
-    """
+    """Edge types ``(m, L)``: ``parent * L + child`` for ``"pair"``, 0 for ``"shared"``/roots."""
     if typing not in EDGE_TYPINGS:
         raise ValueError(f"edge_typing must be one of {EDGE_TYPINGS}; got {typing!r}.")
     par = np.asarray(parents)
@@ -161,16 +139,15 @@ def label_edge_types(parents, typing="pair"):
 
 
 class PairwiseLabelModels:
-    """Conditional models ``P(y_i, y_j | x)`` of label pairs (4 classes each; XGBoost on one thread
-    each).
+    """Conditional models ``P(y_i, y_j | x)`` of label pairs (4 classes each).
 
     Parameters
     ----------
     pairs : (P, 2) array-like of int
         Label pairs ``(i, j)``, ``i < j``.
     method : {"xgboost", "logistic"}
-        Gradient-boosted trees (``multi:softprob``) or multinomial logistic
-        regression on standardised features.
+        XGBoost ``multi:softprob`` on one thread, or logistic regression on
+        standardised features.
     n_estimators, max_depth, learning_rate : int, int, float
         XGBoost settings.
     folds : int
@@ -191,18 +168,13 @@ class PairwiseLabelModels:
         self.random_state = random_state
 
     def _fit_one(self, X, target):
+        """One pair's model of the joint state ``target (n,)`` in 0..3."""
         if self.method == "xgboost":
             import xgboost as xgb
 
-            params = {
-                "objective": "multi:softprob",
-                "num_class": 4,
-                "max_depth": self.max_depth,
-                "eta": self.learning_rate,
-                "tree_method": "hist",
-                "seed": self.random_state,
-                "nthread": 1,
-            }
+            params = {"objective": "multi:softprob", "num_class": 4, "max_depth": self.max_depth,
+                      "eta": self.learning_rate, "tree_method": "hist", "seed": self.random_state,
+                      "nthread": 1}  # fmt: skip
             return xgb.train(params, xgb.DMatrix(X, label=target, nthread=1), self.n_estimators)
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline
@@ -213,6 +185,7 @@ class PairwiseLabelModels:
         return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(X, target)
 
     def _predictor_input(self, X):
+        """``X`` as the pair models read it."""
         if self.method == "xgboost":
             import xgboost as xgb
 
@@ -221,6 +194,7 @@ class PairwiseLabelModels:
 
     @staticmethod
     def _predict_one(model, data, n):
+        """Joint probabilities ``(n, 4)`` of one pair model."""
         if isinstance(model, np.ndarray):
             return np.tile(model / model.sum(), (n, 1))
         if hasattr(model, "predict_proba"):
@@ -253,6 +227,7 @@ class PairwiseLabelModels:
 
     @staticmethod
     def _model_document(model):
+        """One pair model as JSON-ready data."""
         if isinstance(model, np.ndarray):  # a pair seen in one joint state only: its counts
             return {"counts": model.tolist()}
         if hasattr(model, "predict_proba"):
@@ -269,6 +244,7 @@ class PairwiseLabelModels:
         return [[self._model_document(m) for m in models] for models in self.models_]
 
     def _model_from_document(self, doc, n_features, where):
+        """One pair model from :meth:`_model_document`'s data, checked."""
         if self.method == "xgboost":
             if not isinstance(doc, str):
                 raise ValueError(f"{where} is damaged: a pair model is not XGBoost's JSON.")
@@ -350,11 +326,15 @@ def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
     Parameters
     ----------
     joint : (m, P, 4) array-like
-        ``P(y_i, y_j | x)`` of the modelled pairs.
+        ``P(y_i, y_j | x)`` of the modelled ``pairs (P, 2)``.
     pairs : (P, 2) int
     n_labels : int
     fallback : (L, L) array-like
         Weights of pairs without a model (scaled by ``eps``).
+
+    Returns
+    -------
+    (m, L) int64
     """
     p = np.clip(np.asarray(joint, dtype=np.float64), eps, None)
     p /= p.sum(axis=-1, keepdims=True)
@@ -380,8 +360,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
     Parameters
     ----------
     structure : {"ess", "chow-liu", "independent"}
-        Evidence-specific trees, one Chow-Liu tree, or no edges (see the
-        module docstring).
+        See :mod:`structboost.estimators.multilabel`.
     {objective_params}
     n_estimators, learning_rate, max_depth : int or None, float, int
         Boosting of the node potentials (one booster for every label);
@@ -402,17 +381,14 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         Pairs (by training mutual information) that get a conditional model;
         None for all.
     pairwise_estimators, pairwise_depth : int
-        XGBoost rounds and depth of each pair model (which shares
-        ``learning_rate``).
+        XGBoost rounds and depth of each pair model (``learning_rate`` shared).
     folds : int
         Out-of-fold predictions for the training structures.
     random_state : int
         Seed of the pair models and of the CRF booster.
     eval_metric : str, callable or list of them, optional
-        The CRF's metrics, as in :class:`structboost.TreeCRFClassifier`:
-        ``"crf-nll"`` (default; with held-out inputs also ``"crf-error"``), ``"crf-error"``
-        or callables ``f(y_true, y_proba[, sample_weight=])`` of the label nodes (``y_true``
-        ``(n * L,)`` 0/1, ``y_proba`` ``(n * L, 2)``); the last drives early stopping.
+        As in :class:`structboost.TreeCRFClassifier`, on the label nodes
+        (``y_true`` ``(n * L,)`` 0/1, ``y_proba`` ``(n * L, 2)``).
     **kwargs
         Any other XGBoost parameter of the CRF booster (``n_jobs``,
         ``min_child_weight``, ...).
@@ -444,10 +420,8 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
 
     Notes
     -----
-    ``save_model(path)`` writes the fitted estimator (the pair models, the
-    mutual information the structures follow from, the tree CRF) as one
-    JSON file and ``load_model(path)`` reads it back, validated; reading
-    runs no code.
+    ``save_model(path)`` / ``load_model(path)`` write and read the fitted
+    estimator as one JSON file, validated.
     """
 
     def __init__(self, *, structure: str = "ess", mode: str = DEFAULTS["mode"],
@@ -467,6 +441,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
                      "edge_typing": [Options(*EDGE_TYPINGS)]}  # fmt: skip
 
     def _pairwise_models(self):
+        """Unfitted pair models of ``pairs_``."""
         return PairwiseLabelModels(
             self.pairs_, method=self.pairwise, n_estimators=self.pairwise_estimators,
             max_depth=self.pairwise_depth, learning_rate=self.learning_rate, folds=self.folds,
@@ -474,6 +449,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         )  # fmt: skip
 
     def _crf_estimator(self):
+        """The unfitted tree CRF over the label trees."""
         shared = set(TreeCRFClassifier._get_param_names()) & set(self._get_param_names())
         return TreeCRFClassifier(
             n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
@@ -482,6 +458,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         )
 
     def _adopt_crf(self, crf):
+        """Take the fitted tree CRF and its fitted attributes."""
         self.crf_ = crf
         self.booster_ = crf.booster_
         for name in ("evals_result_", "best_iteration_", "validation_sequences_",
@@ -489,6 +466,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             setattr(self, name, getattr(crf, name))
 
     def _top_pairs(self):
+        """The ``max_pairs`` label pairs ``(P, 2)`` of highest mutual information."""
         n_labels = self.n_labels_
         i, j = np.triu_indices(n_labels, k=1)
         order = np.argsort(-self.mutual_information_[i, j], kind="stable")
@@ -509,13 +487,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         return ess_parents(joint, self.pairs_, self.n_labels_, self.mutual_information_)
 
     def _tree_args(self, X, parents):
-        n = np.shape(X)[0]
+        """The tree CRF's ``parents``, ``edge_types`` and ``lengths`` of ``parents (n, L)``."""
         types = label_edge_types(parents, self.edge_typing)
-        return {
-            "parents": parents.ravel(),
-            "edge_types": types.ravel(),
-            "lengths": np.full(n, self.n_labels_),
-        }
+        return {"parents": parents.ravel(), "edge_types": types.ravel(),
+                "lengths": np.full(np.shape(X)[0], self.n_labels_)}  # fmt: skip
 
     @all_or_nothing
     @fill_doc(verbose=VERBOSE)
@@ -559,6 +534,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         crf = self._crf_estimator()
 
         def convert(entry, where):
+            """An ``eval_set`` entry as the tree CRF's dict."""
             extra = ("groups", "lengths", "sample_weight", "base_X")
             given = [k for k in extra if entry[k] is not None]
             if given:
@@ -571,13 +547,8 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             return {"X": rows, "y": labels, "name": entry["name"], **args}
 
         evals = self._eval_set(eval_set, convert)[0]
-        crf.fit(
-            label_node_features(x, self.n_labels_),
-            y.ravel(),
-            eval_set=evals,
-            verbose=verbose,
-            **self._tree_args(x, parents),
-        )
+        crf.fit(label_node_features(x, self.n_labels_), y.ravel(), eval_set=evals, verbose=verbose,
+                **self._tree_args(x, parents))
         self._adopt_crf(crf)
         return self
 
@@ -600,9 +571,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         }
 
     def from_document(self: _Self, doc: dict[str, Any], where: str = "the model document") -> _Self:
-        """Set this estimator from :meth:`to_document`'s dict; a damaged one raises ValueError
-        naming ``where``, changing nothing.
-        """
+        """Set this estimator from :meth:`to_document`'s dict (a damaged one: ValueError)."""
         staged = type(self)()
         staged.set_params(**self._document_params(doc, where))
         try:
@@ -647,9 +616,11 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         return self._swap_in(staged)
 
     def _gain_importance(self):
+        """The CRF's split gain on the input features (not the label identity)."""
         return self.crf_.feature_importances_[: self.n_features_in_]
 
     def _node_inputs(self, X):
+        """The label-tree rows of ``X`` and the tree CRF's structure arguments."""
         check_is_fitted(self, "n_labels_")
         x = np.asarray(X, dtype=np.float64)
         return label_node_features(x, self.n_labels_), self._tree_args(x, self.structures(x))

@@ -1,19 +1,11 @@
 """The chain estimators' ``predict`` with nothing per call beyond the trees.
 
-:func:`serving_predict` is what ``predict`` and ``predict_single`` run for
-an XGBoost chain model with one transition table and no base model (other
-models take the general route). It builds once per fitted model, and again
-when the booster, the vocabulary, the constraints or the thread count
-change, a :class:`ServingPath`: the transition scores checked and
-constrained, the booster's thread count set to the estimator's. A call then
-vectorises feature dicts in one loop through the fitted vocabulary as a
-plain mapping (:func:`vectorize`: the rows ``DictVectorizer.transform``
-gives), lets the booster read the rows in place (no ``DMatrix``) and
-decodes.
-
-The paths are kept in a weak mapping keyed by the estimator, not on it:
-``predict`` leaves the estimator's ``__dict__`` as it was (scikit-learn's
-checks), and a pickle or ``clone`` carries no path.
+For an XGBoost chain model with one transition table and no base model, a
+:class:`ServingPath` (checked, constrained transitions; the estimator's
+thread count) is built once per fitted model and kept in a weak mapping keyed
+by the estimator (so ``__dict__``, pickles and clones carry none); a call
+vectorises feature dicts through the fitted vocabulary (:func:`vectorize`),
+lets the booster read the rows in place and decodes.
 """
 
 import weakref
@@ -59,12 +51,8 @@ def vectorize(X, vectorizer):
     Returns
     -------
     rows : (n, d) scipy CSR matrix or None
-        The rows the estimators read from ``DictVectorizer.transform``'s
-        (unseen features dropped, zeros absent:
-        :func:`~structboost.features.canonical_sparse`); None when ``X`` is
-        no such list or a value is no string and of another type than bool,
-        int, float or None (iterables, NumPy numbers: ``DictVectorizer``
-        reads those, and raises on the unsupported).
+        Canonical rows; None when ``X`` is no such list or a value is neither
+        a string nor bool, int, float or None (left to ``DictVectorizer``).
     lengths : (m,) int64 ndarray or None
     """
     if not isinstance(X, (list, tuple)) or not X or not vectorizer.sparse:
