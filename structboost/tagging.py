@@ -17,6 +17,7 @@ from .metrics import span_prf, span_report
 from .engines.model_io import field, read_document, write_document
 from .estimators.chain import XGBCRFClassifier
 from .estimators.lgbm import LGBMCRFClassifier
+from .estimators.base import keep_params
 
 __all__ = ["ChunkTagger", "load_tagger"]
 
@@ -58,12 +59,7 @@ class ChunkTagger(BaseEstimator):
 
     def __init__(self, features=None, classifier=None, scheme="iob1", model_scheme="iob2",
                  constrained=True, tag_column="tag"):
-        self.features = features
-        self.classifier = classifier
-        self.scheme = scheme
-        self.model_scheme = model_scheme
-        self.constrained = constrained
-        self.tag_column = tag_column
+        keep_params(self, locals())
 
     def _lengths(self, frame):
         """Tokens per sentence ``(m,)`` of a frame with a ``sentence`` column."""

@@ -24,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import majorize
 from .._typing import ArrayLike, Floats
 from .array_file import ArrayModelFile
+from .base import keep_params
 
 __all__ = ["LatentLogLinearClassifier", "LatentProblem", "SOLVERS"]
 
@@ -169,13 +170,7 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
     def __init__(self, n_hidden: int = 2, solver: str = "bound", reg: float = 0.0,
                  max_iter: int = 100, tol: float = 1e-06, init_scale: float = 0.1,
                  random_state: Any = None) -> None:
-        self.n_hidden = n_hidden
-        self.solver = solver
-        self.reg = reg
-        self.max_iter = max_iter
-        self.tol = tol
-        self.init_scale = init_scale
-        self.random_state = random_state
+        keep_params(self, locals())
 
     def _check_settings(self):
         """ValueError for a parameter out of range."""

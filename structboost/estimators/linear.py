@@ -22,6 +22,7 @@ from .._typing import ArrayLike, Floats, Ints
 from ..objectives.chain import SequenceBatch
 from ..transitions.chain import TransitionParams, TransitionProblem
 from .array_file import ArrayModelFile
+from .base import keep_params
 
 __all__ = ["LINEAR_SOLVERS", "LinearChainCRF", "LinearChainProblem"]
 
@@ -192,12 +193,7 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
     def __init__(self, solver: str = "lbfgs", reg: float = 1.0, max_iter: int = 100,
                  tol: float = 1e-07, rank: int | None = None,
                  num_labels: int | None = None) -> None:
-        self.solver = solver
-        self.reg = reg
-        self.max_iter = max_iter
-        self.tol = tol
-        self.rank = rank
-        self.num_labels = num_labels
+        keep_params(self, locals())
 
     _fitted_arrays = {
         "coef_": ("p", "K"), "intercept_": ("K",),
