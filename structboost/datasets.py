@@ -137,10 +137,9 @@ def make_hmm_sequences(n_sequences=100, length=100, n_labels=3, n_observations=2
                        emission=0.6, window=0, random_state=None):
     """Sample labelled sequences from the HMM of Dietterich et al. (2008, s. 7.3).
 
-    The observations form ``n_labels`` equal blocks; label ``l`` emits
-    uniformly from its own block with probability ``emission``, else from the
-    others. A label repeats with probability ``stay`` and otherwise moves
-    uniformly; the first label is uniform. The defaults are the paper's.
+    Label ``l`` emits uniformly from its own block of symbols with probability
+    ``emission``, else from the others; it repeats with probability ``stay``,
+    else moves uniformly. The defaults are the paper's.
 
     Parameters
     ----------
@@ -148,19 +147,16 @@ def make_hmm_sequences(n_sequences=100, length=100, n_labels=3, n_observations=2
         Number of sequences ``m``.
     length : int, (int, int) tuple or array-like of int
         Every sequence's length; ``(low, high)`` draws each from ``low..high``;
-        an array (not a tuple) gives the ``n_sequences`` lengths.
+        an array gives the ``n_sequences`` lengths.
     n_labels : int
         Number of labels ``K >= 2``.
     n_observations : int
         Number of observation symbols; a multiple of ``n_labels``.
-    stay : float
-        Probability of keeping the previous label.
-    emission : float
-        Probability of emitting from the label's own block.
+    stay, emission : float
+        Probabilities of keeping the label and of emitting from its own block.
     window : int
         Half-width ``w``: each row holds the one-hot symbols of positions
-        ``t - w .. t + w`` (zeros outside the sequence); the paper's window
-        size is ``2 w + 1``.
+        ``t - w .. t + w`` (zeros outside the sequence).
     random_state : None, int or numpy.random.Generator
 
     Returns
@@ -188,9 +184,7 @@ def make_hmm_sequences(n_sequences=100, length=100, n_labels=3, n_observations=2
     starts = offsets[:-1]
     n = int(offsets[-1])
 
-    # The chain is symmetric: moving from label a to each other label is
-    # equally likely, so y_t = (y_start + sum of label shifts) mod K, with a
-    # shift of 0 (stay) or uniform in 1..K-1 (move), independent of a.
+    # y_t = (y_start + sum of shifts) mod K, a shift 0 (stay) or uniform in 1..K-1
     shift = np.where(rng.random(n) < stay, 0, rng.integers(1, n_labels, size=n))
     shift[starts] = rng.integers(0, n_labels, size=starts.size)
     total = np.cumsum(shift)
@@ -213,21 +207,13 @@ def make_hmm_sequences(n_sequences=100, length=100, n_labels=3, n_observations=2
 
 
 def load_ocr(path, dtype=np.float64):
-    """Load the OCR letters (Taskar's handwritten words) from ``letters.npz``.
-
-    Parameters
-    ----------
-    path : str or path-like
-        The file (``pixels (n, 128)``, ``labels (n,)``, ``lengths (m,)``,
-        ``folds (m,)``) or the folder holding it.
-    dtype : numpy dtype
-        Type of ``X`` (the pixels are 0/1).
+    """Load the OCR letters (Taskar's handwritten words) from ``letters.npz`` or its folder.
 
     Returns
     -------
     SequenceData
-        ``X (n, 128)`` pixels of the 16 x 8 images, row-major; ``y`` letters
-        0..25; ``folds`` 0..9 per word.
+        ``X (n, 128)`` 0/1 pixels of the 16 x 8 images (``dtype``), row-major;
+        ``y`` letters 0..25; ``folds`` 0..9 per word.
     """
     path = Path(path)
     if path.is_dir():
@@ -264,15 +250,7 @@ def _fold_set(folds, name, present):
 
 
 def ocr_split(data, test_folds, valid_folds=()):
-    """Split sequences by fold into train, validation and test sets.
-
-    Parameters
-    ----------
-    data : SequenceData
-        With ``folds``, e.g. from :func:`load_ocr`.
-    test_folds : int or sequence of int
-    valid_folds : int or sequence of int
-        May be empty.
+    """Split the sequences of ``data`` (with ``folds``) by fold into train, validation and test.
 
     Returns
     -------
@@ -281,11 +259,6 @@ def ocr_split(data, test_folds, valid_folds=()):
     valid : SequenceData or None
         ``None`` when ``valid_folds`` is empty.
     test : SequenceData
-
-    Examples
-    --------
-    The 10-fold protocol of Chen et al. (2015): ``ocr_split(data, k)`` for
-    ``k`` in 0..9; train on fold 0: ``ocr_split(data, test_folds=range(1, 10))``.
     """
     if data.folds is None:
         raise ValueError("data has no folds: build it with folds=... to split by fold.")
@@ -311,10 +284,6 @@ def read_protein_qs(path):
     ``#`` comments and blank lines are skipped; ``<>`` starts a protein, which
     ends at ``end``, ``<end>``, the next ``<>`` or the end of the file; other
     lines are ``RESIDUE LABEL`` (``h``, ``e`` or ``_``).
-
-    Parameters
-    ----------
-    path : str or path-like
 
     Returns
     -------
@@ -398,12 +367,6 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8",
         One row per token: ``sentence`` (int64 id in file order), the named
         columns (strings) and, with ``line_numbers``, ``line``.
 
-    Examples
-    --------
-    IOB1 tags of CoNLL-2003 to IOB2::
-
-        df = read_conll("eng.train")
-        df["tag"] = convert_tags(df["tag"], "iob1", "iob2", np.bincount(df["sentence"]))
     """
     columns = tuple(columns)
     if not columns or len(set(columns)) != len(columns) or {"sentence", "line"} & set(columns):
@@ -455,17 +418,14 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8",
 def convert_tags(tags, source, target, lengths=None):
     """Rewrite chunk tags from one scheme to another ("iob1", "iob2", "bioes").
 
-    Chunks are read with conlleval's rules (:func:`structboost.metrics.extract_spans`);
-    converting a scheme to itself puts ill-formed sequences in canonical form.
+    Chunks are read with conlleval's rules; converting a scheme to itself puts
+    ill-formed sequences in canonical form.
 
     Parameters
     ----------
     tags : array-like of str, shape (n,)
         Tags of one sentence, or of several back to back with ``lengths``.
     source, target : {"iob1", "iob2", "bioes"}
-        IOB1 opens a chunk with ``B-`` only right after a chunk of the same
-        type; IOB2 opens every chunk with ``B-``; BIOES also closes with ``E-``
-        and writes one-token chunks as ``S-``.
     lengths : array-like of int, shape (m,), optional
         Tokens per sentence; ``None``: one sentence.
 

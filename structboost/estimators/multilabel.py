@@ -15,6 +15,10 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import xgboost as xgb
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
 from .._typing import ArrayLike, Floats, Ints
@@ -159,27 +163,16 @@ class PairwiseLabelModels:
                  learning_rate=0.3, folds=2, random_state=0):  # fmt: skip
         if method not in PAIRWISE:
             raise ValueError(f"pairwise must be one of {PAIRWISE}; got {method!r}.")
+        keep_params(self, locals())
         self.pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-        self.method = method
-        self.n_estimators = n_estimators
-        self.max_depth = max_depth
-        self.learning_rate = learning_rate
-        self.folds = folds
-        self.random_state = random_state
 
     def _fit_one(self, X, target):
         """One pair's model of the joint state ``target (n,)`` in 0..3."""
         if self.method == "xgboost":
-            import xgboost as xgb
-
             params = {"objective": "multi:softprob", "num_class": 4, "max_depth": self.max_depth,
                       "eta": self.learning_rate, "tree_method": "hist", "seed": self.random_state,
                       "nthread": 1}  # fmt: skip
             return xgb.train(params, xgb.DMatrix(X, label=target, nthread=1), self.n_estimators)
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-
         if np.unique(target).size < 2:
             return np.bincount(target, minlength=4).astype(np.float64)
         return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(X, target)
@@ -187,8 +180,6 @@ class PairwiseLabelModels:
     def _predictor_input(self, X):
         """``X`` as the pair models read it."""
         if self.method == "xgboost":
-            import xgboost as xgb
-
             return xgb.DMatrix(X, nthread=1)
         return X
 
@@ -254,10 +245,6 @@ class PairwiseLabelModels:
             if (counts < 0).any() or counts.sum() <= 0:
                 raise ValueError(f"{where} is damaged: pair counts must be >= 0, not all 0.")
             return counts
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-
         keys = {"mean", "scale", "classes", "coef", "intercept"}
         classes = doc.get("classes") if isinstance(doc, dict) and set(doc) == keys else None
         if not (
