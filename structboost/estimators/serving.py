@@ -18,17 +18,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from .. import _config
 from ..features import canonical_sparse
-from ..engines.predict import (
-    check_decode,
-    check_node_scores,
-    check_transition_values,
-    constrained,
-    decode_labels,
-    in_place,
-    inplace_margins,
-    node_marginals,
-    node_scores,
-)
+from ..engines.predict import (check_decode, check_node_scores, check_transition_values,
+                                constrained, decode_labels, in_place, inplace_margins,
+                                node_marginals, node_scores)
 from ..sequences import offsets_from_lengths
 from .inputs import kind, nest
 
@@ -94,8 +86,7 @@ class ServingPath:
     Attributes
     ----------
     key : tuple
-        What it was built from: the estimator's booster, vectorizer,
-        constraints, classes and thread count.
+        The estimator's booster, vectorizer, constraints, classes and threads.
     booster : xgboost.Booster
     rounds : int
         The rounds the booster predicts with.
@@ -109,8 +100,7 @@ class ServingPath:
     params: Any
 
     def margins(self, est, rows):
-        """Node scores ``(n, K)`` float64 of validated ``rows`` (``est`` builds a DMatrix if
-        needed)."""
+        """Node scores ``(n, K)`` float64 of validated ``rows``."""
         if in_place(rows):
             margins = inplace_margins(self.booster, rows, self.rounds)
         else:
@@ -125,17 +115,14 @@ class ServingPath:
 def _servable(est):
     """Whether the serving path serves ``est``: XGBoost, one transition table, no base model."""
     check_is_fitted(est)
-    return (
-        type(est.booster_).__module__.split(".")[0] == "xgboost"
-        and getattr(est, "transitions_from", "linear") == "linear"
-        and est.base_model_ is None
-    )
+    return (type(est.booster_).__module__.split(".")[0] == "xgboost"
+            and getattr(est, "transitions_from", "linear") == "linear"
+            and est.base_model_ is None)
 
 
 def serving_path(est, threads):
-    """The estimator's :class:`ServingPath` on ``threads`` threads, or None for the general route.
-
-    Built on first use and whenever what it was built from changes.
+    """The estimator's :class:`ServingPath` on ``threads`` threads (rebuilt when its key changes),
+    or None for the general route.
     """
     if not _servable(est):
         return None
@@ -155,12 +142,7 @@ def serving_path(est, threads):
 
 
 def _served(est, X, groups, lengths, finish):
-    """``finish(margins, offsets, params)`` by the serving path, or None for the general route.
-
-    Returns
-    -------
-    (result, lengths, nested) or None
-    """
+    """``(finish(margins, offsets, params), lengths, nested)`` by the serving path, or None."""
     threads = est._threads()
     path = serving_path(est, threads)
     if path is None:
@@ -178,39 +160,19 @@ def _served(est, X, groups, lengths, finish):
 
 
 def serving_predict(est, X, groups, lengths, decode):
-    """Labels by the serving path, or None where the estimator takes the general route.
-
-    Parameters
-    ----------
-    est : XGBCRFClassifier or XGBSequenceCRF
-        Fitted.
-    X, groups, lengths, decode
-        As in the estimator's ``predict`` (without ``base_X``).
-
-    Returns
-    -------
-    (n,) ndarray of ``classes_`` values, a list of label lists when ``X`` was
-    a list of sequences, or None
-    """
+    """``est.predict(X, ...)`` (no ``base_X``) by the serving path, or None (general route)."""
     if not _servable(est):
         return None
     decode = est.decode if decode is None else decode
     check_decode(decode)
-    codes, lengths, nested = _served(
-        est, X, groups, lengths, lambda m, o, p: decode_labels(m, o, p, decode)
-    )
+    codes, lengths, nested = _served(est, X, groups, lengths,
+                                     lambda m, o, p: decode_labels(m, o, p, decode))
     labels = est.classes_[codes]
     return nest(labels, lengths) if nested else labels
 
 
 def serving_marginals(est, X, groups, lengths):
-    """Posterior marginals ``(n, n_classes)`` by the serving path, or None (general route).
-
-    Returns
-    -------
-    (n, n_classes) ndarray, a list of ``(n_i, n_classes)`` arrays when ``X``
-    was a list of sequences, or None
-    """
+    """``est.predict_marginals(X, ...)`` by the serving path, or None (general route)."""
     served = _served(est, X, groups, lengths, node_marginals)
     if served is None:
         return None

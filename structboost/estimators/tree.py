@@ -1,13 +1,8 @@
 """Scikit-learn estimator for tree-structured CRFs boosted with XGBoost.
 
-Each row is one node of one tree instance; rows of an instance are
-contiguous and ``parents`` gives each node's parent within its instance
-(``-1`` for a root). Labels may be of any hashable type (``classes_``).
-The estimator speaks the dialect of the chain estimators
-(:mod:`structboost.estimators.base`): instances are given by ``groups`` or
-``lengths``, or ``X`` is a list of instances (with ``y``, ``parents`` and
-``edge_types`` flat or lists alike), and ``eval_set`` entries are ``(X, y,
-groups_or_lengths, parents[, edge_types])`` tuples or dicts.
+Each row is one node of one tree instance, the rows of an instance
+contiguous, ``parents`` each node's parent within its instance (``-1`` for a
+root); otherwise the input dialects of the chain estimators.
 """
 
 from collections.abc import Sequence
@@ -79,11 +74,12 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     _structure = ("parents", "edge_types")
 
     def _validate(self, X, reset):
-        return canonical_sparse(validate_data(
-            self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
-        ))
+        """Validated features (DataFrames become arrays; sparse and NaN accepted)."""
+        return canonical_sparse(validate_data(self, X, reset=reset, accept_sparse=("csr", "csc"),
+                                              ensure_all_finite=False))
 
     def _fit_structure(self, rows):
+        """Set ``n_edge_types_``."""
         if self.n_edge_types is not None:
             self.n_edge_types_ = int(self.n_edge_types)
         elif rows.edge_types is None or not len(rows.edge_types):
@@ -93,10 +89,12 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         return {}
 
     def _objective(self, n_classes, spec):
+        """The tree CRF objective."""
         return tree_crf_objective(n_classes, self.n_edge_types_, spec)
 
     @staticmethod
     def _dmatrix(rows, n_classes):
+        """The training DMatrix of LabelledRows."""
         return tree_dmatrix(rows.X, rows.codes, rows.lengths, rows.parents, rows.edge_types,
                             weight=rows.seq_weight)  # fmt: skip
 
@@ -111,9 +109,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         ----------
         X : (n, d) array-like or scipy sparse matrix, or list
             One row per node, the rows of an instance contiguous; or one
-            entry per instance, as the chain estimators take sequences:
-            2-D arrays ``(n_i, d)`` or lists of feature dicts (then no
-            ``groups`` or ``lengths``, and ``predict`` returns lists).
+            entry per instance (2-D arrays or lists of feature dicts).
         y : (n,) array-like, or list of label lists
             Labels of any hashable type.
         parents : (n,) array-like of int, or list of ``(n_i,)`` arrays
@@ -124,12 +120,11 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         lengths : (m,) array-like of int, optional
             Rows per instance (alternative to ``groups``).
         sample_weight : (n,) array-like, optional
-            Per-row weights, equal within each instance (a CRF weighs instances).
+            Per-row weights, equal within each instance.
         eval_set : list of tuple or dict, optional
             ``(X, y, groups_or_lengths, parents[, edge_types])`` tuples or
-            dicts with those keys (and optionally ``"name"``, ``X`` a list of
-            instances without ``groups``/``lengths``); the last one drives
-            early stopping.
+            dicts with those keys (and optionally ``"name"``); the last one
+            drives early stopping.
         {verbose}
 
         Returns
@@ -140,10 +135,12 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
                          groups=groups, lengths=lengths, sample_weight=sample_weight)  # fmt: skip
 
     def _load_state(self):
+        """The booster's tree CRF state."""
         return load_state(self.booster_, TREE_STATE_KEY, TreeTransitionParams,
                           "tree_crf_objective")  # fmt: skip
 
     def _state_loaded(self, state):
+        """Set ``n_edge_types_`` from the loaded potentials."""
         found = state[2].n_edge_types
         if self.n_edge_types is not None and self.n_edge_types != found:
             raise ValueError(
