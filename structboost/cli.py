@@ -164,8 +164,8 @@ def _plot_curves(curves, path):
     plt.close(fig)
 
 
-def _read(path, columns, flag, encoding):
-    """The token frame of the file given by the option ``flag`` (named in errors)."""
+def _read(path, columns, flag, encoding, scheme=None):
+    """The token frame of the file of option ``flag``, its tags checked against ``scheme``."""
     from .datasets import read_conll
 
     if not Path(path).is_file():
@@ -173,6 +173,8 @@ def _read(path, columns, flag, encoding):
     frame = read_conll(path, columns=columns, encoding=encoding, line_numbers=True)
     if frame.empty:
         raise ValueError(f"{flag} {path} holds no tokens: is it a CoNLL column file?")
+    if scheme is not None:
+        _check_tags(frame, path, columns, scheme)
     return frame
 
 
@@ -215,12 +217,8 @@ def train(args):
 
     columns = _columns(args.columns)
     _check_output(args.model, "--model", {"--train": args.train, "--dev": args.dev})
-    frame = _read(args.train, columns, "--train", args.encoding)
-    _check_tags(frame, args.train, columns, args.scheme)
-    dev = None
-    if args.dev:
-        dev = _read(args.dev, columns, "--dev", args.encoding)
-        _check_tags(dev, args.dev, columns, args.scheme)
+    frame = _read(args.train, columns, "--train", args.encoding, args.scheme)
+    dev = _read(args.dev, columns, "--dev", args.encoding, args.scheme) if args.dev else None
     extra = tuple(c for c in columns if c not in ("token", "tag"))
     engine = {"xgboost": XGBCRFClassifier, "lightgbm": LGBMCRFClassifier}[args.engine]
     # --learning-rate and --max-depth default to the estimator's own defaults
@@ -326,19 +324,17 @@ def evaluate(args):
 
     columns = _columns(args.columns)
     if args.predictions:
-        frame = _read(args.predictions, [*columns, "predicted"], "--predictions", args.encoding)
-        _check_tags(frame, args.predictions, columns, args.scheme)
-        lengths = np.bincount(frame["sentence"].to_numpy())
+        frame = _read(args.predictions, [*columns, "predicted"], "--predictions", args.encoding,
+                      args.scheme)
         pred = frame["predicted"].to_numpy().astype(str)
     else:
         if not (args.model and args.input):
             raise ValueError("evaluate needs --predictions F, or --model M with --input F.")
         tagger = _load(args)
-        frame = _read(args.input, columns, "--input", args.encoding)
-        _check_tags(frame, args.input, columns, tagger.scheme)
-        lengths = np.bincount(frame["sentence"].to_numpy())
+        frame = _read(args.input, columns, "--input", args.encoding, tagger.scheme)
         pred = tagger.predict(frame)
         args.scheme = tagger.scheme
+    lengths = np.bincount(frame["sentence"].to_numpy())
     truth = frame["tag"].to_numpy().astype(str)
     print(span_report(truth, pred, lengths, scheme=args.scheme), end="")
     return 0
