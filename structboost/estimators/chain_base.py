@@ -110,27 +110,23 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         Parameters
         ----------
         X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d), or list
-            One row per position; the rows of a sequence contiguous. Or one
-            entry per sequence: 2-D arrays ``(n_i, d)`` or lists of feature
-            dicts (sklearn-crfsuite's input).
+            One row per position, the rows of a sequence contiguous; or one
+            entry per sequence (2-D arrays or lists of feature dicts).
         y : array-like, shape (n,), or list of label lists
             Labels of any hashable type.
         groups : array-like of shape (n,) or str, optional
-            Per-row sequence id, or the name of the DataFrame column holding it.
-            Not needed with ``sequence_column`` or a list of sequences; with
-            no boundaries at all every row is its own sequence (a warning).
+            Per-row sequence id, or the name of the DataFrame column holding
+            it; with no boundaries at all every row is its own sequence (a
+            warning).
         lengths : array-like of int, shape (m,), optional
             Rows per sequence (instead of ``groups``).
         sample_weight : array-like, shape (n,), optional
-            Per-row weights; equal within each sequence (a CRF weighs
-            sequences).
+            Per-row weights; equal within each sequence.
         eval_set : list of tuple or dict, optional
             ``(X, y, groups)`` or ``(X, y, lengths)`` tuples, ``(X, y)`` when
             ``X`` carries its boundaries, or dicts (see
-            :func:`structboost.estimators.inputs.eval_entry`); the
-            ``eval_metric`` values are recorded in ``evals_result_`` and the
-            last one drives early stopping. With ``base_model`` and ``base_X``,
-            entries must be dicts with a ``"base_X"`` key.
+            :func:`structboost.estimators.inputs.eval_entry`, with
+            ``"base_X"`` for a ``base_X``); the last one drives early stopping.
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of ``base_model``; ``X`` by default.
         {verbose}
@@ -172,9 +168,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         groups : array-like of shape (n,) or str, optional
         lengths : array-like of int, shape (m,), optional
         decode : {"viterbi", "marginal"}, optional
-            The most probable sequence, or each position's most probable
-            label (see :func:`structboost.engines.predict`); None: the
-            estimator's ``decode``.
+            None: the estimator's ``decode``.
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of the base model, when ``fit`` was given one.
 
