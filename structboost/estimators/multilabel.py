@@ -427,13 +427,24 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
     _param_checks = {**BOOSTING, "structure": [Options(*STRUCTURES)],
                      "edge_typing": [Options(*EDGE_TYPINGS)]}  # fmt: skip
 
-    def _pairwise_models(self):
-        """Unfitted pair models of ``pairs_``."""
-        return PairwiseLabelModels(
-            self.pairs_, method=self.pairwise, n_estimators=self.pairwise_estimators,
-            max_depth=self.pairwise_depth, learning_rate=self.learning_rate, folds=self.folds,
-            random_state=self.random_state,
-        )  # fmt: skip
+    def _set_structure(self, n_labels, mutual_information):
+        """Set the label count, the mutual information and what the structure learner derives
+        from it (``tree_``; ``pairs_`` and the unfitted ``pairwise_``).
+        """
+        self.n_labels_, self.mutual_information_ = n_labels, mutual_information
+        if self.structure == "chow-liu":
+            self.tree_ = spanning_tree_parents(mutual_information)
+        elif self.structure == "ess":
+            i, j = np.triu_indices(n_labels, k=1)
+            order = np.argsort(-mutual_information[i, j], kind="stable")
+            if self.max_pairs is not None:
+                order = order[: int(self.max_pairs)]
+            self.pairs_ = np.column_stack((i[order], j[order]))
+            self.pairwise_ = PairwiseLabelModels(
+                self.pairs_, method=self.pairwise, n_estimators=self.pairwise_estimators,
+                max_depth=self.pairwise_depth, learning_rate=self.learning_rate, folds=self.folds,
+                random_state=self.random_state,
+            )  # fmt: skip
 
     def _crf_estimator(self):
         """The unfitted tree CRF over the label trees."""
@@ -451,15 +462,6 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         for name in ("evals_result_", "best_iteration_", "validation_sequences_",
                      "validation_best_iteration_"):
             setattr(self, name, getattr(crf, name))
-
-    def _top_pairs(self):
-        """The ``max_pairs`` label pairs ``(P, 2)`` of highest mutual information."""
-        n_labels = self.n_labels_
-        i, j = np.triu_indices(n_labels, k=1)
-        order = np.argsort(-self.mutual_information_[i, j], kind="stable")
-        if self.max_pairs is not None:
-            order = order[: int(self.max_pairs)]
-        return np.column_stack((i[order], j[order]))
 
     def structures(self, X: Any, joint: ArrayLike | None = None) -> Ints:
         """Parents ``(n, L)`` of every input's label tree (``-1`` for roots)."""
@@ -507,15 +509,8 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             raise ValueError(f"X has {x.shape[0]} rows but Y has {y.shape[0]}.")
         if np.unique(y).size < 2:
             raise ValueError("Y must contain both 0 and 1 somewhere to train a classifier.")
-        self.n_labels_ = y.shape[1]
-        self.mutual_information_ = label_mutual_information(y)
-        joint = None
-        if self.structure == "chow-liu":
-            self.tree_ = spanning_tree_parents(self.mutual_information_)
-        elif self.structure == "ess":
-            self.pairs_ = self._top_pairs()
-            self.pairwise_ = self._pairwise_models()
-            joint = self.pairwise_.fit_out_of_fold(x, y)
+        self._set_structure(y.shape[1], label_mutual_information(y))
+        joint = self.pairwise_.fit_out_of_fold(x, y) if self.structure == "ess" else None
         self.n_features_in_ = x.shape[1]
         parents = self.structures(x, joint)
         crf = self._crf_estimator()
@@ -580,15 +575,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
                 f"{where} is damaged: n_labels and n_features_in must be positive and "
                 "mutual_information a square matrix of finite numbers, one row per label."
             )
-        staged.n_labels_, staged.n_features_in_ = n_labels, n_features
-        staged.mutual_information_ = np.asarray(info, dtype=np.float64)
-        if staged.structure == "chow-liu":
-            staged.tree_ = spanning_tree_parents(staged.mutual_information_)
-        elif staged.structure == "ess":
-            staged.pairs_ = staged._top_pairs()
-            staged.pairwise_ = staged._pairwise_models().load_document(
-                doc.get("pairwise"), n_features, where
-            )
+        staged.n_features_in_ = n_features
+        staged._set_structure(n_labels, np.asarray(info, dtype=np.float64))
+        if staged.structure == "ess":
+            staged.pairwise_.load_document(doc.get("pairwise"), n_features, where)
         crf = TreeCRFClassifier().from_document(field(doc, "crf", dict, where), where)
         if (
             crf.get_params() != staged._crf_estimator().get_params()
