@@ -11,10 +11,8 @@ def require(module, extra, what):
     ``what`` names what needs it in the message (``"LGBMCRFClassifier"``).
     """
     if importlib.util.find_spec(module) is None:
-        raise ImportError(
-            f"{what} needs {module}, which is not installed: "
-            f'pip install "{DISTRIBUTION}[{extra}]"'
-        )
+        raise ImportError(f"{what} needs {module}, which is not installed: "
+                          f'pip install "{DISTRIBUTION}[{extra}]"')
 
 
 def installed(module):

@@ -345,10 +345,8 @@ def _columns(text, need_tag=True):
     columns = [c.strip() for c in text.split(",") if c.strip()]
     needed = ["token", "tag"] if need_tag else ["token"]
     if not set(needed) <= set(columns):
-        raise ValueError(
-            f"--columns must name the column(s) {needed}; got {text!r} "
-            "(CoNLL-2003: token,pos,chunk,tag)."
-        )
+        raise ValueError(f"--columns must name the column(s) {needed}; got {text!r} "
+                         "(CoNLL-2003: token,pos,chunk,tag).")
     return columns
 
 

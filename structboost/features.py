@@ -72,10 +72,8 @@ def _dense_values(X, fill=None):
         bad = [str(c) for c, dt in X.dtypes.items()
                if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt))]
         if bad:
-            raise ValueError(
-                f"columns {bad} are not numeric: encode them first (e.g. with "
-                "sklearn.preprocessing.OneHotEncoder)."
-            )
+            raise ValueError(f"columns {bad} are not numeric: encode them first (e.g. with "
+                             "sklearn.preprocessing.OneHotEncoder).")
         if all(isinstance(dt, np.dtype) for dt in X.dtypes):
             values = X.to_numpy(dtype=np.result_type(*X.dtypes))
         else:  # pandas extension dtypes (Int64, boolean, ...): NA becomes NaN

@@ -64,19 +64,15 @@ class ChunkTagger(BaseEstimator):
     def _lengths(self, frame):
         """Tokens per sentence ``(m,)`` of a frame with a ``sentence`` column."""
         if "sentence" not in frame.columns:
-            raise ValueError(
-                "the frame has no 'sentence' column: read files with "
-                "structboost.datasets.read_conll, which numbers the sentences."
-            )
+            raise ValueError("the frame has no 'sentence' column: read files with "
+                             "structboost.datasets.read_conll, which numbers the sentences.")
         return np.bincount(frame["sentence"].to_numpy())
 
     def _tags(self, frame, lengths):
         """The frame's tags ``(n,)`` in ``model_scheme``."""
         if self.tag_column not in frame.columns:
-            raise ValueError(
-                f"the frame has no tag column {self.tag_column!r}; columns are "
-                f"{list(frame.columns)}. Name the columns when reading (columns=...)."
-            )
+            raise ValueError(f"the frame has no tag column {self.tag_column!r}; columns are "
+                             f"{list(frame.columns)}. Name the columns when reading (columns=...).")
         return convert_tags(frame[self.tag_column].to_numpy(), self.scheme, self.model_scheme,
                             lengths)
 

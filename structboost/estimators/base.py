@@ -247,10 +247,8 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
 
         def convert(entry, where):
             if base_X is not None and entry["base_X"] is None and self.base_model is not None:
-                raise ValueError(
-                    f"{where} has no base_X but fit got one: pass eval_set entries as "
-                    "dicts with a 'base_X' key."
-                )
+                raise ValueError(f"{where} has no base_X but fit got one: pass eval_set entries as "
+                                 "dicts with a 'base_X' key.")
             given = ("groups", "lengths", "sample_weight", "base_X") + self._structure
             return self._rows(entry["X"], entry["y"], where=where, **{k: entry[k] for k in given})
 
@@ -349,10 +347,8 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         unknown = [k for k in class_weight if k not in set(classes.tolist())] if isinstance(
             class_weight, dict) else []  # fmt: skip
         if unknown:
-            raise ValueError(
-                f"class_weight names labels not in y: {unknown}; known labels: "
-                f"{classes.tolist()}."
-            )
+            raise ValueError(f"class_weight names labels not in y: {unknown}; known labels: "
+                             f"{classes.tolist()}.")
         per_class = compute_class_weight(class_weight, classes=classes, y=classes[codes])
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         factor = np.add.reduceat(per_class[codes], starts) / lengths

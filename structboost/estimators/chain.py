@@ -97,11 +97,9 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         """As the base's, and no ``base_model`` with boosted transitions."""
         super()._check_params()
         if self.transitions_from == "input" and self.base_model is not None:
-            raise ValueError(
-                "base_model boosts from a linear model's node scores and transitions; "
-                'with transitions_from="input" the trees score the transitions: drop '
-                'base_model or use transitions_from="linear".'
-            )
+            raise ValueError("base_model boosts from a linear model's node scores and transitions; "
+                             'with transitions_from="input" the trees score the transitions: drop '
+                             'base_model or use transitions_from="linear".')
 
     @property
     def _edges(self):

@@ -78,10 +78,8 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         X, base_X, n_classes = rows.X, rows.base_X, len(self.classes_)
         if self.base_model_ is None:
             if base_X is not None:
-                raise ValueError(
-                    "base_X is the input of base_model, but base_model is None: set "
-                    "base_model= or drop base_X."
-                )
+                raise ValueError("base_X is the input of base_model, but base_model is None: set "
+                                 "base_model= or drop base_X.")
             return None
         inputs = X if base_X is None else base_X
         margin = np.asarray(self.base_model_.decision_function(inputs), dtype=np.float64)

@@ -104,10 +104,8 @@ def check_params(estimator, constraints):
         value = params[name]
         if not any(_accepts(rule, value) for rule in rules):
             accepted = " or ".join(_describe(rule) for rule in rules)
-            raise ValueError(
-                f"{type(estimator).__name__}: parameter {name} must be {accepted}; "
-                f"got {value!r:.60}."
-            )
+            raise ValueError(f"{type(estimator).__name__}: parameter {name} must be {accepted}; "
+                             f"got {value!r:.60}.")
 
 
 # What the boosted estimators share; subclasses add or override entries.

@@ -141,10 +141,8 @@ def eval_entry(item, index, structure=()):
     if isinstance(item, dict):
         unknown = set(item) - set(keys)
         if unknown or "X" not in item or "y" not in item:
-            raise ValueError(
-                f"eval_set[{index}] must have keys 'X', 'y' and 'groups' or 'lengths' "
-                f"(optional: {list(keys[4:])}); got {sorted(item)}."
-            )
+            raise ValueError(f"eval_set[{index}] must have keys 'X', 'y' and 'groups' or 'lengths' "
+                             f"(optional: {list(keys[4:])}); got {sorted(item)}.")
         entry = {key: item.get(key) for key in keys}
         entry["name"] = str(entry["name"] or default_name)
         return entry
@@ -202,10 +200,8 @@ class SequenceInputs:
                 )
         if column is not None:
             if not isinstance(X, pd.DataFrame):
-                raise ValueError(
-                    f"groups={column!r} names a column, but {where} is not a pandas "
-                    "DataFrame: pass the per-row sequence ids instead."
-                )
+                raise ValueError(f"groups={column!r} names a column, but {where} is not a pandas "
+                                 "DataFrame: pass the per-row sequence ids instead.")
             if column not in X.columns:
                 raise ValueError(f"{where} has no column {column!r} to read the sequence ids from.")
             X, groups = X.drop(columns=column), X[column].to_numpy()
@@ -266,10 +262,8 @@ class SequenceInputs:
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
         """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
         if isinstance(X, (list, tuple)) and X and isinstance(X[0], dict):
-            raise ValueError(
-                f"{where} is one sequence of feature dicts: pass a list of sequences "
-                f"([{where}]) or call predict_single for one."
-            )
+            raise ValueError(f"{where} is one sequence of feature dicts: pass a list of sequences "
+                             f"([{where}]) or call predict_single for one.")
         if kind(X) is None:
             if reset:
                 self.vectorizer_ = None  # a refit on arrays forgets an earlier fit's dicts

@@ -192,10 +192,8 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
     def _set_arrays(self, arrays):
         """Set the fitted attributes from checked arrays."""
         if arrays["coef_"].shape[0] != self.classes_.size:
-            raise ValueError(
-                f"the model file is damaged: {arrays['coef_'].shape[0]} classes of "
-                f"coefficients for {self.classes_.size} labels."
-            )
+            raise ValueError(f"the model file is damaged: {arrays['coef_'].shape[0]} classes of "
+                             f"coefficients for {self.classes_.size} labels.")
         self.coef_ = np.ascontiguousarray(arrays["coef_"])
         self.intercept_ = arrays["intercept_"]
         self.n_features_in_ = self.coef_.shape[2]

@@ -143,10 +143,8 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         """Set ``n_edge_types_`` from the loaded potentials."""
         found = state[2].n_edge_types
         if self.n_edge_types is not None and self.n_edge_types != found:
-            raise ValueError(
-                f"damaged: n_edge_types is {self.n_edge_types} but its CRF has "
-                f"potentials for {found} edge types."
-            )
+            raise ValueError(f"damaged: n_edge_types is {self.n_edge_types} but its CRF has "
+                             f"potentials for {found} edge types.")
         self.n_edge_types_ = found
 
     def _inputs(self, X, parents, edge_types, groups, lengths, y=None):

@@ -215,10 +215,8 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         if isinstance(X, pd.DataFrame):
             missing = [c for c in (self.token_column, *extra_names) if c not in X.columns]
             if missing:
-                raise ValueError(
-                    f"X lacks the columns {missing}; it has {list(X.columns)}. Set "
-                    "token_column= and extra_columns= to columns of X."
-                )
+                raise ValueError(f"X lacks the columns {missing}; it has {list(X.columns)}. Set "
+                                 "token_column= and extra_columns= to columns of X.")
             tokens = X[self.token_column].to_numpy(dtype=object)
             extra = [X[c].to_numpy(dtype=object) for c in extra_names]
             if lengths is None and groups is None:
