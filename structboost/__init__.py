@@ -42,6 +42,7 @@ if installed("xgboost"):
 
 
 def __getattr__(name):
+    """ImportError with the install command for the XGBoost names where XGBoost is missing."""
     if name in _XGBOOST_NAMES:
         require_xgboost()
     raise AttributeError(f"module 'structboost' has no attribute {name!r}")
@@ -53,18 +54,8 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = sorted(
     name
-    for name in (
-        "LGBMCRFClassifier",
-        "LGBMSequenceCRF",
-        "LatentLogLinearClassifier",
-        "LinearChainCRF",
-        "__version__",
-        "allowed_transitions",
-        "inference",
-        "predict",
-        "predict_marginals",
-        "sequence_log_likelihood",
-        *_XGBOOST_NAMES,
-    )
+    for name in ("LGBMCRFClassifier", "LGBMSequenceCRF", "LatentLogLinearClassifier",
+                 "LinearChainCRF", "__version__", "allowed_transitions", "inference", "predict",
+                 "predict_marginals", "sequence_log_likelihood", *_XGBOOST_NAMES)
     if name in globals()
-)
+)  # fmt: skip

@@ -1,19 +1,10 @@
-"""Files written whole or not at all.
+"""Files written whole or not at all (:func:`atomic_open`).
 
-Every file structboost writes (model files, the CLI's tagged output and
-plots) goes through :func:`atomic_open`: the content is written to a
-temporary file in the target's folder, flushed to disk, and renamed over
-the target (``os.replace``, atomic on POSIX and Windows) only once complete.
-A failed write (a full disk, an exception while writing, a killed process)
-leaves the previous file intact and no partial one.
-
-Atomic replacement is for regular files: a symbolic link is written
-through (the file it names is replaced, the link stays), a device, FIFO or
-socket is written to as named (``/dev/stdout``, a pipe), and a file without
-its owner's write permission is refused. The temporary file is created with
-the mode the result must have (the old file's, or ``0o666`` less the
-process's umask, which the kernel applies): the umask is never read by
-changing it.
+Content goes to a temporary file beside the target, is flushed to disk and
+renamed over the target once complete; a failed write leaves the previous
+file. A symbolic link is written through, a device, FIFO or socket written to
+as named, a read-only file refused. The temporary file is created with the
+result's mode (the old file's, or ``0o666`` less the umask the kernel applies).
 """
 
 import contextlib
@@ -40,6 +31,7 @@ def atomic_open(path, mode="w", encoding="utf-8"):
     Parameters
     ----------
     path : str or os.PathLike
+        A file (a folder: IsADirectoryError; read-only: PermissionError).
     mode : {"w", "wb"}
     encoding : str
         For text mode.
@@ -47,13 +39,6 @@ def atomic_open(path, mode="w", encoding="utf-8"):
     Yields
     ------
     file object
-
-    Raises
-    ------
-    IsADirectoryError
-        ``path`` is a folder.
-    PermissionError
-        ``path`` is a file its owner may not write (read-only).
     """
     encoding = None if "b" in mode else encoding
     try:

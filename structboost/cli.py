@@ -73,14 +73,8 @@ def demo(args):
     from .metrics import sequence_accuracy, token_accuracy
     from .sequences import offsets_from_lengths
 
-    X, y, lengths = make_hmm_sequences(
-        n_sequences=args.sequences,
-        length=(10, 40),
-        stay=args.stay,
-        emission=args.emission,
-        window=1,
-        random_state=args.seed,
-    )
+    X, y, lengths = make_hmm_sequences(n_sequences=args.sequences, length=(10, 40), stay=args.stay,
+                                       emission=args.emission, window=1, random_state=args.seed)
     # 60% training, 20% validation (early stopping), 20% test sequences.
     cuts = [0, int(0.6 * len(lengths)), int(0.8 * len(lengths)), len(lengths)]
     rows = offsets_from_lengths(lengths)[cuts]
@@ -97,10 +91,7 @@ def demo(args):
         f"max_depth {defaults.max_depth}), at most {args.rounds} rounds, early stopping "
         f"after {args.early_stopping}."
     )
-    fits = {
-        "eval_set": [{**train, "name": "train"}, {**valid, "name": "valid"}],
-        **train,
-    }
+    fits = {"eval_set": [{**train, "name": "train"}, {**valid, "name": "valid"}], **train}
     # One round and a prediction per mode first, on the same data, so that
     # numba's compile (once per process, or never with a warm cache) is not timed.
     logger.info("warming up: one round per mode compiles the kernels the timings use ...")
@@ -110,26 +101,16 @@ def demo(args):
         clf.predict(test["X"], lengths=test["lengths"])
     curves, results = {}, []
     for mode in MODES:
-        clf = XGBCRFClassifier(
-            mode=mode,
-            n_estimators=args.rounds,
-            early_stopping_rounds=args.early_stopping,
-            callbacks=[_progress_callback(mode, args.rounds, 5)],
-        )
+        clf = XGBCRFClassifier(mode=mode, n_estimators=args.rounds,
+                               early_stopping_rounds=args.early_stopping,
+                               callbacks=[_progress_callback(mode, args.rounds, 5)])
         t0 = time.perf_counter()
         clf.fit(**fits, verbose=False)  # the progress callback reports instead
         seconds = time.perf_counter() - t0
         pred = clf.predict(test["X"], lengths=test["lengths"])
-        results.append(
-            (
-                mode,
-                clf.best_iteration_ + 1,
-                token_accuracy(test["y"], pred),
-                sequence_accuracy(test["y"], pred, test["lengths"]),
-                -float(np.mean(clf.predict_log_likelihood(**test))),
-                seconds,
-            )
-        )
+        results.append((mode, clf.best_iteration_ + 1, token_accuracy(test["y"], pred),
+                        sequence_accuracy(test["y"], pred, test["lengths"]),
+                        -float(np.mean(clf.predict_log_likelihood(**test))), seconds))
         curves[mode] = clf.evals_result_["train"]["crf-nll"]
     print()
     print(f"{'mode':<12}{'rounds':>7}{'token acc':>10}{'seq acc':>10}{'test NLL':>10}", end="")
@@ -163,6 +144,7 @@ def warmup(args):
 
 
 def _plot_curves(curves, path):
+    """Training NLL per round of every mode, as a PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,8 +164,8 @@ def _plot_curves(curves, path):
     plt.close(fig)
 
 
-def _read(path, columns, flag, encoding):
-    """The token frame of the file given by the option ``flag`` (named in errors)."""
+def _read(path, columns, flag, encoding, scheme=None):
+    """The token frame of the file of option ``flag``, its tags checked against ``scheme``."""
     from .datasets import read_conll
 
     if not Path(path).is_file():
@@ -191,6 +173,8 @@ def _read(path, columns, flag, encoding):
     frame = read_conll(path, columns=columns, encoding=encoding, line_numbers=True)
     if frame.empty:
         raise ValueError(f"{flag} {path} holds no tokens: is it a CoNLL column file?")
+    if scheme is not None:
+        _check_tags(frame, path, columns, scheme)
     return frame
 
 
@@ -233,12 +217,8 @@ def train(args):
 
     columns = _columns(args.columns)
     _check_output(args.model, "--model", {"--train": args.train, "--dev": args.dev})
-    frame = _read(args.train, columns, "--train", args.encoding)
-    _check_tags(frame, args.train, columns, args.scheme)
-    dev = None
-    if args.dev:
-        dev = _read(args.dev, columns, "--dev", args.encoding)
-        _check_tags(dev, args.dev, columns, args.scheme)
+    frame = _read(args.train, columns, "--train", args.encoding, args.scheme)
+    dev = _read(args.dev, columns, "--dev", args.encoding, args.scheme) if args.dev else None
     extra = tuple(c for c in columns if c not in ("token", "tag"))
     engine = {"xgboost": XGBCRFClassifier, "lightgbm": LGBMCRFClassifier}[args.engine]
     # --learning-rate and --max-depth default to the estimator's own defaults
@@ -246,26 +226,16 @@ def train(args):
         k: v for k, v in (("learning_rate", args.learning_rate), ("max_depth", args.max_depth))
         if v is not None
     }  # fmt: skip
+    objective = ("mode", "hessian_bound", "step", "transition_solver", "reg_transitions")
     classifier = engine(
-        mode=args.mode,
-        hessian_bound=args.hessian_bound,
-        step=args.step,
-        transition_solver=args.transition_solver,
-        reg_transitions=args.reg_transitions,
-        n_estimators=args.rounds,
-        **engine_defaults,
-        early_stopping_rounds=args.early_stopping if dev is not None else None,
+        **{name: getattr(args, name) for name in objective}, n_estimators=args.rounds,
+        **engine_defaults, early_stopping_rounds=args.early_stopping if dev is not None else None,
         n_jobs=args.threads,
-    )
-    tagger = ChunkTagger(
-        features=TokenFeatures(
-            half_width=args.half_width, extra_columns=extra, min_count=args.min_count
-        ),
-        classifier=classifier,
-        scheme=args.scheme,
-        model_scheme=args.model_scheme,
-        constrained=not args.unconstrained,
-    )
+    )  # fmt: skip
+    features = TokenFeatures(half_width=args.half_width, extra_columns=extra,
+                             min_count=args.min_count)
+    tagger = ChunkTagger(features=features, classifier=classifier, scheme=args.scheme,
+                         model_scheme=args.model_scheme, constrained=not args.unconstrained)
     n_sent = int(frame["sentence"].max()) + 1
     logger.info("training on %s: %d tokens, %d sentences", args.train, len(frame), n_sent)
     t0 = time.perf_counter()
@@ -284,6 +254,7 @@ def train(args):
 
 
 def _load(args):
+    """The tagger of ``--model``."""
     from .tagging import load_tagger
 
     if not Path(args.model).is_file():
@@ -332,9 +303,8 @@ def predict(args):
     columns = _columns(args.columns, need_tag=False)
     frame = _read(args.input, columns, "--input", args.encoding)
     frame["predicted"] = tagger.predict(frame)
-    with contextlib.nullcontext(sys.stdout) if args.output == "-" else atomic_open(
-        args.output
-    ) as out:
+    stdout = args.output == "-"
+    with contextlib.nullcontext(sys.stdout) if stdout else atomic_open(args.output) as out:
         previous = None
         fields = [*columns, "predicted"]
         for row in frame[["sentence", *fields]].itertuples(index=False):
@@ -343,7 +313,7 @@ def predict(args):
             previous = row[0]
             out.write(" ".join(map(str, row[1:])) + "\n")
         out.write("\n")
-    if args.output != "-":
+    if not stdout:
         logger.info("%d tokens tagged, written to %s", len(frame), args.output)
     return 0
 
@@ -354,49 +324,41 @@ def evaluate(args):
 
     columns = _columns(args.columns)
     if args.predictions:
-        frame = _read(args.predictions, [*columns, "predicted"], "--predictions", args.encoding)
-        _check_tags(frame, args.predictions, columns, args.scheme)
-        lengths = np.bincount(frame["sentence"].to_numpy())
+        frame = _read(args.predictions, [*columns, "predicted"], "--predictions", args.encoding,
+                      args.scheme)
         pred = frame["predicted"].to_numpy().astype(str)
     else:
         if not (args.model and args.input):
             raise ValueError("evaluate needs --predictions F, or --model M with --input F.")
         tagger = _load(args)
-        frame = _read(args.input, columns, "--input", args.encoding)
-        _check_tags(frame, args.input, columns, tagger.scheme)
-        lengths = np.bincount(frame["sentence"].to_numpy())
+        frame = _read(args.input, columns, "--input", args.encoding, tagger.scheme)
         pred = tagger.predict(frame)
         args.scheme = tagger.scheme
+    lengths = np.bincount(frame["sentence"].to_numpy())
     truth = frame["tag"].to_numpy().astype(str)
     print(span_report(truth, pred, lengths, scheme=args.scheme), end="")
     return 0
 
 
 def _columns(text, need_tag=True):
+    """The column names of ``--columns``, checked to name the token (and tag) column."""
     columns = [c.strip() for c in text.split(",") if c.strip()]
     needed = ["token", "tag"] if need_tag else ["token"]
     if not set(needed) <= set(columns):
-        raise ValueError(
-            f"--columns must name the column(s) {needed}; got {text!r} "
-            "(CoNLL-2003: token,pos,chunk,tag)."
-        )
+        raise ValueError(f"--columns must name the column(s) {needed}; got {text!r} "
+                         "(CoNLL-2003: token,pos,chunk,tag).")
     return columns
 
 
 def _add_file_options(p):
+    """The token-file options of train, predict and evaluate."""
     p.add_argument("--format", choices=["conll"], default="conll", help="token file format")
-    p.add_argument(
-        "--columns",
-        default="token,pos,chunk,tag",
-        help="names of the columns of every token line, comma separated; must include token "
-        "and tag (the default is CoNLL-2003's four)",
-    )
-    p.add_argument(
-        "--encoding",
-        default="utf-8",
-        help="text encoding of the token files (a byte-order mark is skipped; German "
-        "CoNLL-2003: latin-1)",
-    )
+    p.add_argument("--columns", default="token,pos,chunk,tag",
+                   help="names of the columns of every token line, comma separated; must include "
+                   "token and tag (the default is CoNLL-2003's four)")
+    p.add_argument("--encoding", default="utf-8",
+                   help="text encoding of the token files (a byte-order mark is skipped; German "
+                   "CoNLL-2003: latin-1)")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -419,11 +381,9 @@ def _global_options(parser, default):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="structboost",
-        description="CRF objectives for gradient-boosted trees.",
-        formatter_class=_HelpFormatter,
-    )
+    """The ``structboost`` argument parser with its subcommands."""
+    parser = argparse.ArgumentParser(prog="structboost", formatter_class=_HelpFormatter,
+                                     description="CRF objectives for gradient-boosted trees.")
     parser.add_argument("--version", action="version", version=f"structboost {__version__}")
     _global_options(parser, "INFO")
     # After the subcommand the same options override those before it, if given.
@@ -441,13 +401,10 @@ def build_parser():
     d.add_argument("--stay", type=float, default=0.95, help="P(label repeats)")
     d.add_argument("--emission", type=float, default=0.5, help="P(symbol from own block)")
     d.add_argument("--rounds", type=int, default=100, help="most boosting rounds of each mode")
-    d.add_argument(
-        "--early-stopping", type=int, default=10, help="patience on the validation NLL (rounds)"
-    )
+    d.add_argument("--early-stopping", type=int, default=10,
+                   help="patience on the validation NLL (rounds)")
     d.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
-    d.add_argument(
-        "--out", default=None, help="folder for the PNG (default: a new temporary folder)"
-    )
+    d.add_argument("--out", default=None, help="folder for the PNG (default: a new temporary folder)")
     d.set_defaults(func=demo)
 
     w = sub("warmup", "compile and cache the numba kernels of a default fit and predict now")
@@ -460,12 +417,9 @@ def build_parser():
     t.add_argument("--model", required=True, help="where to write the model (JSON)")
     t.add_argument("--scheme", default="iob1", help="tag scheme of the files: iob1, iob2, bioes")
     t.add_argument("--model-scheme", default="iob2", help="tag scheme the model learns")
-    t.add_argument(
-        "--unconstrained", action="store_true", help="allow ill-formed tag sequences"
-    )
-    t.add_argument(
-        "--engine", choices=["xgboost", "lightgbm"], default="xgboost", help="boosting library"
-    )
+    t.add_argument("--unconstrained", action="store_true", help="allow ill-formed tag sequences")
+    t.add_argument("--engine", choices=["xgboost", "lightgbm"], default="xgboost",
+                   help="boosting library")
     # The objective's options and their defaults are the library's (ObjectiveSpec).
     t.add_argument("--mode", choices=MODES, default=DEFAULTS["mode"], help="CRF objective")
     t.add_argument(
@@ -487,9 +441,7 @@ def build_parser():
         help="learning rate (default: the engine estimator's)",
     )  # fmt: skip
     t.add_argument("--max-depth", type=int, default=None, help="(default: the estimator's)")
-    t.add_argument(
-        "--early-stopping", type=int, default=20, help="patience on --dev (rounds)"
-    )
+    t.add_argument("--early-stopping", type=int, default=20, help="patience on --dev (rounds)")
     t.add_argument("--half-width", type=int, default=2, help="token window half width")
     t.add_argument("--min-count", type=int, default=2, help="vocabulary threshold")
     t.add_argument(
@@ -518,6 +470,7 @@ def build_parser():
 
 
 def main(argv=None):
+    """Run the command line ``argv`` (None: ``sys.argv``); the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     package_logger = logging.getLogger("structboost")

@@ -13,18 +13,8 @@ import pandas as pd
 from .text.tags import as_tags, check_scheme, encode_spans, sentence_offsets, span_arrays
 from .sequences import check_lengths, offsets_from_lengths
 
-__all__ = [
-    "SequenceData",
-    "make_hmm_sequences",
-    "load_ocr",
-    "ocr_split",
-    "read_protein_qs",
-    "read_conll",
-    "convert_tags",
-    "OCR_LETTERS",
-    "AMINO_ACIDS",
-    "PROTEIN_LABELS",
-]
+__all__ = ["SequenceData", "make_hmm_sequences", "load_ocr", "ocr_split", "read_protein_qs",
+           "read_conll", "convert_tags", "OCR_LETTERS", "AMINO_ACIDS", "PROTEIN_LABELS"]
 
 OCR_LETTERS = tuple("abcdefghijklmnopqrstuvwxyz")
 """Label names of the OCR letters: class ``k`` is ``OCR_LETTERS[k]``."""
@@ -89,11 +79,9 @@ class SequenceData:
                     f"{folds.shape}, dtype {folds.dtype}."
                 )
             folds = folds.astype(np.int64)
-        object.__setattr__(self, "X", X)
-        object.__setattr__(self, "y", y)
-        object.__setattr__(self, "lengths", lengths)
-        object.__setattr__(self, "folds", folds)
-        object.__setattr__(self, "label_names", tuple(self.label_names))
+        for name, value in (("X", X), ("y", y), ("lengths", lengths), ("folds", folds),
+                            ("label_names", tuple(self.label_names))):
+            object.__setattr__(self, name, value)
 
     @property
     def n_sequences(self):
@@ -114,13 +102,9 @@ class SequenceData:
                 f"shape {mask.shape}, dtype {mask.dtype}."
             )
         rows = np.repeat(mask, self.lengths)
-        return SequenceData(
-            X=self.X[rows],
-            y=self.y[rows],
-            lengths=self.lengths[mask],
-            folds=None if self.folds is None else self.folds[mask],
-            label_names=self.label_names,
-        )
+        folds = None if self.folds is None else self.folds[mask]
+        return SequenceData(X=self.X[rows], y=self.y[rows], lengths=self.lengths[mask],
+                            folds=folds, label_names=self.label_names)
 
 
 def _hmm_lengths(n_sequences, length, rng):
@@ -149,22 +133,13 @@ def _hmm_lengths(n_sequences, length, rng):
     return arr.astype(np.int64)
 
 
-def make_hmm_sequences(
-    n_sequences=100,
-    length=100,
-    n_labels=3,
-    n_observations=24,
-    stay=0.6,
-    emission=0.6,
-    window=0,
-    random_state=None,
-):
+def make_hmm_sequences(n_sequences=100, length=100, n_labels=3, n_observations=24, stay=0.6,
+                       emission=0.6, window=0, random_state=None):
     """Sample labelled sequences from the HMM of Dietterich et al. (2008, s. 7.3).
 
-    The observations form ``n_labels`` equal blocks; label ``l`` emits
-    uniformly from its own block with probability ``emission``, else from the
-    others. A label repeats with probability ``stay`` and otherwise moves
-    uniformly; the first label is uniform. The defaults are the paper's.
+    Label ``l`` emits uniformly from its own block of symbols with probability
+    ``emission``, else from the others; it repeats with probability ``stay``,
+    else moves uniformly. The defaults are the paper's.
 
     Parameters
     ----------
@@ -172,19 +147,16 @@ def make_hmm_sequences(
         Number of sequences ``m``.
     length : int, (int, int) tuple or array-like of int
         Every sequence's length; ``(low, high)`` draws each from ``low..high``;
-        an array (not a tuple) gives the ``n_sequences`` lengths.
+        an array gives the ``n_sequences`` lengths.
     n_labels : int
         Number of labels ``K >= 2``.
     n_observations : int
         Number of observation symbols; a multiple of ``n_labels``.
-    stay : float
-        Probability of keeping the previous label.
-    emission : float
-        Probability of emitting from the label's own block.
+    stay, emission : float
+        Probabilities of keeping the label and of emitting from its own block.
     window : int
         Half-width ``w``: each row holds the one-hot symbols of positions
-        ``t - w .. t + w`` (zeros outside the sequence); the paper's window
-        size is ``2 w + 1``.
+        ``t - w .. t + w`` (zeros outside the sequence).
     random_state : None, int or numpy.random.Generator
 
     Returns
@@ -212,9 +184,7 @@ def make_hmm_sequences(
     starts = offsets[:-1]
     n = int(offsets[-1])
 
-    # The chain is symmetric: moving from label a to each other label is
-    # equally likely, so y_t = (y_start + sum of label shifts) mod K, with a
-    # shift of 0 (stay) or uniform in 1..K-1 (move), independent of a.
+    # y_t = (y_start + sum of shifts) mod K, a shift 0 (stay) or uniform in 1..K-1
     shift = np.where(rng.random(n) < stay, 0, rng.integers(1, n_labels, size=n))
     shift[starts] = rng.integers(0, n_labels, size=starts.size)
     total = np.cumsum(shift)
@@ -237,21 +207,13 @@ def make_hmm_sequences(
 
 
 def load_ocr(path, dtype=np.float64):
-    """Load the OCR letters (Taskar's handwritten words) from ``letters.npz``.
-
-    Parameters
-    ----------
-    path : str or path-like
-        The file (``pixels (n, 128)``, ``labels (n,)``, ``lengths (m,)``,
-        ``folds (m,)``) or the folder holding it.
-    dtype : numpy dtype
-        Type of ``X`` (the pixels are 0/1).
+    """Load the OCR letters (Taskar's handwritten words) from ``letters.npz`` or its folder.
 
     Returns
     -------
     SequenceData
-        ``X (n, 128)`` pixels of the 16 x 8 images, row-major; ``y`` letters
-        0..25; ``folds`` 0..9 per word.
+        ``X (n, 128)`` 0/1 pixels of the 16 x 8 images (``dtype``), row-major;
+        ``y`` letters 0..25; ``folds`` 0..9 per word.
     """
     path = Path(path)
     if path.is_dir():
@@ -269,18 +231,15 @@ def load_ocr(path, dtype=np.float64):
             )
         arrays = {k: archive[k] for k in ("pixels", "labels", "lengths", "folds")}
     try:
-        return SequenceData(
-            X=arrays["pixels"].astype(dtype),
-            y=arrays["labels"],
-            lengths=arrays["lengths"],
-            folds=arrays["folds"],
-            label_names=OCR_LETTERS,
-        )
+        return SequenceData(X=arrays["pixels"].astype(dtype), y=arrays["labels"],
+                            lengths=arrays["lengths"], folds=arrays["folds"],
+                            label_names=OCR_LETTERS)
     except ValueError as err:
         raise ValueError(f"{path} is not a valid letters file: {err}") from err
 
 
 def _fold_set(folds, name, present):
+    """The sorted folds ``folds`` (int or ints) names, each one of ``present``."""
     values = np.unique(np.atleast_1d(np.asarray(folds, dtype=np.int64)))
     unknown = np.setdiff1d(values, present)
     if unknown.size:
@@ -291,15 +250,7 @@ def _fold_set(folds, name, present):
 
 
 def ocr_split(data, test_folds, valid_folds=()):
-    """Split sequences by fold into train, validation and test sets.
-
-    Parameters
-    ----------
-    data : SequenceData
-        With ``folds``, e.g. from :func:`load_ocr`.
-    test_folds : int or sequence of int
-    valid_folds : int or sequence of int
-        May be empty.
+    """Split the sequences of ``data`` (with ``folds``) by fold into train, validation and test.
 
     Returns
     -------
@@ -308,11 +259,6 @@ def ocr_split(data, test_folds, valid_folds=()):
     valid : SequenceData or None
         ``None`` when ``valid_folds`` is empty.
     test : SequenceData
-
-    Examples
-    --------
-    The 10-fold protocol of Chen et al. (2015): ``ocr_split(data, k)`` for
-    ``k`` in 0..9; train on fold 0: ``ocr_split(data, test_folds=range(1, 10))``.
     """
     if data.folds is None:
         raise ValueError("data has no folds: build it with folds=... to split by fold.")
@@ -329,11 +275,7 @@ def ocr_split(data, test_folds, valid_folds=()):
     in_train = ~(in_test | in_valid)
     if not in_train.any():
         raise ValueError("no fold is left for training: leave some folds out of test and valid.")
-    return (
-        data.subset(in_train),
-        data.subset(in_valid) if valid.size else None,
-        data.subset(in_test),
-    )
+    return data.subset(in_train), data.subset(in_valid) if valid.size else None, data.subset(in_test)
 
 
 def read_protein_qs(path):
@@ -342,10 +284,6 @@ def read_protein_qs(path):
     ``#`` comments and blank lines are skipped; ``<>`` starts a protein, which
     ends at ``end``, ``<end>``, the next ``<>`` or the end of the file; other
     lines are ``RESIDUE LABEL`` (``h``, ``e`` or ``_``).
-
-    Parameters
-    ----------
-    path : str or path-like
 
     Returns
     -------
@@ -359,6 +297,7 @@ def read_protein_qs(path):
     opened = None  # line number of the current protein's "<>", None outside a protein
 
     def close(lineno):
+        """End the open protein; a protein without residues is an error."""
         size = len(residues) - sum(lengths)
         if size == 0:
             raise ValueError(
@@ -402,16 +341,10 @@ def read_protein_qs(path):
             close(lineno)
     if not lengths:
         raise ValueError(f"{path} holds no proteins: each protein starts with a '<>' line.")
-    return (
-        np.array(residues, dtype="<U1"),
-        np.array(labels, dtype="<U1"),
-        np.array(lengths, dtype=np.int64),
-    )
+    return np.array(residues, "<U1"), np.array(labels, "<U1"), np.array(lengths, np.int64)
 
 
-def read_conll(
-    path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8", line_numbers=False
-):
+def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8", line_numbers=False):
     """Read a CoNLL column file (CoNLL-2000 chunking, CoNLL-2003 NER).
 
     One token per line, whitespace-separated fields; a blank line or a
@@ -434,12 +367,6 @@ def read_conll(
         One row per token: ``sentence`` (int64 id in file order), the named
         columns (strings) and, with ``line_numbers``, ``line``.
 
-    Examples
-    --------
-    IOB1 tags of CoNLL-2003 to IOB2::
-
-        df = read_conll("eng.train")
-        df["tag"] = convert_tags(df["tag"], "iob1", "iob2", np.bincount(df["sentence"]))
     """
     columns = tuple(columns)
     if not columns or len(set(columns)) != len(columns) or {"sentence", "line"} & set(columns):
@@ -456,9 +383,7 @@ def read_conll(
     try:
         text = raw.decode(encoding)
     except LookupError:
-        raise ValueError(
-            f"unknown text encoding {encoding!r}; e.g. 'utf-8' or 'latin-1'."
-        ) from None
+        raise ValueError(f"unknown text encoding {encoding!r}; e.g. 'utf-8' or 'latin-1'.") from None
     except UnicodeDecodeError as err:
         bad_line = raw[: err.start].count(b"\n") + 1
         raise ValueError(
@@ -493,17 +418,14 @@ def read_conll(
 def convert_tags(tags, source, target, lengths=None):
     """Rewrite chunk tags from one scheme to another ("iob1", "iob2", "bioes").
 
-    Chunks are read with conlleval's rules (:func:`structboost.metrics.extract_spans`);
-    converting a scheme to itself puts ill-formed sequences in canonical form.
+    Chunks are read with conlleval's rules; converting a scheme to itself puts
+    ill-formed sequences in canonical form.
 
     Parameters
     ----------
     tags : array-like of str, shape (n,)
         Tags of one sentence, or of several back to back with ``lengths``.
     source, target : {"iob1", "iob2", "bioes"}
-        IOB1 opens a chunk with ``B-`` only right after a chunk of the same
-        type; IOB2 opens every chunk with ``B-``; BIOES also closes with ``E-``
-        and writes one-token chunks as ``S-``.
     lengths : array-like of int, shape (m,), optional
         Tokens per sentence; ``None``: one sentence.
 

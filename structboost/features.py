@@ -1,20 +1,12 @@
 """Per-position features for sequences: sliding windows and missing values.
 
-Both transformers follow scikit-learn's conventions and take flat rows, one
-per position, with sequence boundaries as ``lengths`` or ``groups``.
-
-Missing values: XGBoost and LightGBM have neither C4.5 instance weighting nor
-CART surrogate splits (Dietterich et al. 2008); each split instead learns a
-*default direction* for rows missing its feature, chosen by the training
-loss ("native"). A feature never missing in training gets a fixed default,
-so train with missing values where they will occur. Imputation and indicator
-features work with every engine (:class:`MissingValues`).
-
-XGBoost reads entries *absent* from a scipy sparse matrix as missing (on 0/1
-features the same split as "0 vs 1"). The estimators read a stored zero the
-same way and sum duplicate entries (:func:`canonical_sparse`); the functions
-that take a booster (:func:`structboost.predict`, ...) read data as the
-engine does: XGBoost takes a stored zero as 0, LightGBM every zero as 0.
+Flat rows, one per position, with sequence boundaries as ``lengths`` or
+``groups``. Missing values: each split of the engines learns a default
+direction for rows missing its feature ("native"); :class:`MissingValues`
+also imputes or adds indicators. XGBoost reads entries absent from a sparse
+matrix as missing; the estimators read a stored zero the same way
+(:func:`canonical_sparse`), while the functions that take a booster read data
+as the engine does.
 """
 
 import numbers
@@ -34,18 +26,9 @@ STRATEGIES = ("native", "impute", "indicator")
 
 
 def canonical_sparse(X):
-    """``X`` with its duplicate entries summed and its stored zeros dropped.
+    """CSR/CSC ``X (n, d)`` with duplicates summed and stored zeros dropped (a copy if needed).
 
-    Anything but CSR or CSC, and a matrix already canonical without stored
-    zeros, is returned as it is; otherwise a canonical copy.
-
-    Parameters
-    ----------
-    X : array-like or scipy.sparse matrix, shape (n, d)
-
-    Returns
-    -------
-    X : the same object, or a canonical copy of the same format, shape (n, d)
+    Anything else, and a canonical matrix without stored zeros, comes back as it is.
     """
     if not (sp.issparse(X) and X.format in ("csr", "csc")):
         return X
@@ -84,17 +67,13 @@ def _input_names(X):
 
 
 def _dense_values(X, fill=None):
-    """Values of a numeric DataFrame or array-like as a 2-D array (a dtype that also holds ``fill``,
-    if given).
-    """
+    """Values of a numeric DataFrame or array-like, 2-D (in a dtype that also holds ``fill``)."""
     if isinstance(X, pd.DataFrame):
         bad = [str(c) for c, dt in X.dtypes.items()
                if not (pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt))]
         if bad:
-            raise ValueError(
-                f"columns {bad} are not numeric: encode them first (e.g. with "
-                "sklearn.preprocessing.OneHotEncoder)."
-            )
+            raise ValueError(f"columns {bad} are not numeric: encode them first (e.g. with "
+                             "sklearn.preprocessing.OneHotEncoder).")
         if all(isinstance(dt, np.dtype) for dt in X.dtypes):
             values = X.to_numpy(dtype=np.result_type(*X.dtypes))
         else:  # pandas extension dtypes (Int64, boolean, ...): NA becomes NaN
@@ -155,21 +134,9 @@ def _record_input(estimator, X):
 
 
 def window_sources(lengths, half_width):
-    """Source rows of every window offset, and where they fall inside the sequence.
+    """Source rows ``(2w + 1, n)`` of every window offset, and whether each is in the sequence.
 
-    Parameters
-    ----------
-    lengths : (m,) int64
-        Validated rows per sequence.
-    half_width : int
-        ``w``; the offsets are ``-w .. w``.
-
-    Returns
-    -------
-    sources : (2w + 1, n) int64
-        ``sources[j, i] = i + j - w``, the row offset ``j - w`` of row ``i``.
-    inside : (2w + 1, n) bool
-        Whether that row lies in the same sequence as row ``i``.
+    ``sources[j, i] = i + j - w``; ``lengths (m,)`` validated, ``half_width`` ``w``.
     """
     offsets = offsets_from_lengths(lengths)
     rows = np.arange(offsets[-1], dtype=np.int64)
@@ -185,9 +152,7 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
     """Features of the positions ``t - w`` to ``t + w`` side by side, per sequence.
 
     Output column ``j * d + c`` is input feature ``c`` at offset ``j - w``,
-    named ``"<name>(t<offset>)"`` (``x3(t-1)``, ``x3(t)``, ``x3(t+1)``; no
-    brackets, which the engines reject). Positions outside the sequence take
-    ``fill``.
+    named ``"<name>(t<offset>)"`` (``x3(t-1)``, ``x3(t)``).
 
     Parameters
     ----------
@@ -219,6 +184,7 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         self.fill = fill
 
     def _check_params(self):
+        """ValueError for a bad ``half_width`` or ``fill``."""
         w = self.half_width
         if isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 0:
             raise ValueError(f"half_width must be an integer >= 0; got {w!r}.")
@@ -226,6 +192,7 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
             raise ValueError(f"fill must be a real number (NaN for missing); got {self.fill!r}.")
 
     def _check_sparse_fill(self):
+        """ValueError unless ``fill`` is 0 (sparse input)."""
         if self.fill != 0:
             raise ValueError(
                 f"a sparse X stays sparse, so positions outside a sequence must be 0; got "
@@ -233,19 +200,7 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
             )
 
     def fit(self, X, y=None, *, lengths=None, groups=None):
-        """Record the number (and names) of the input features.
-
-        Parameters
-        ----------
-        X : array-like, DataFrame or scipy sparse matrix, shape (n, d)
-        y : ignored
-        lengths, groups : optional
-            Validated when given, as in :meth:`transform`.
-
-        Returns
-        -------
-        self
-        """
+        """Record the number (and names) of the features of ``X (n, d)``; check any boundaries."""
         self._check_params()
         X = _as_2d(X)
         if sp.issparse(X):
@@ -270,8 +225,7 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         Returns
         -------
         ndarray, DataFrame or scipy sparse CSR, shape (n, (2w + 1) d)
-            Of the input's kind; the input's dtype when it holds ``fill``, else
-            the promotion of both.
+            Of the input's kind and dtype (promoted to hold ``fill``).
         """
         check_is_fitted(self, "n_features_in_")
         self._check_params()
@@ -292,34 +246,30 @@ class SlidingWindow(TransformerMixin, BaseEstimator):
         return out
 
     def _transform_sparse(self, X, sources, inside):
+        """The windowed rows of sparse ``X`` as CSR."""
         self._check_sparse_fill()
         X = X.tocsr()
         n = X.shape[0]
         blocks = []
         for j in range(sources.shape[0]):
             rows = np.flatnonzero(inside[j])
-            select = type(X)(
-                (np.ones(rows.size, dtype=X.dtype), (rows, sources[j, rows])), shape=(n, n)
-            )
-            blocks.append(select @ X)
+            ones = np.ones(rows.size, dtype=X.dtype)
+            blocks.append(type(X)((ones, (rows, sources[j, rows])), shape=(n, n)) @ X)
         return sp.hstack(blocks, format="csr")
 
     def fit_transform(self, X, y=None, *, lengths=None, groups=None):
         """:meth:`fit`, then :meth:`transform` with the same boundaries."""
-        return self.fit(X, y, lengths=lengths, groups=groups).transform(
-            X, lengths=lengths, groups=groups
-        )
+        return self.fit(X, y, lengths=lengths, groups=groups).transform(X, lengths=lengths,
+                                                                           groups=groups)
 
     def get_feature_names_out(self, input_features=None):
         """Output names ``"<name>(t<offset>)"`` ``(d (2w + 1),)``, offset by offset
         (``input_features`` default as sklearn's).
         """
         names = _default_names(self, input_features)
-        return np.asarray(
-            [f"{name}(t{shift:+d})" if shift else f"{name}(t)"
-             for shift in range(-self.half_width, self.half_width + 1) for name in names],
-            dtype=object,
-        )
+        return np.asarray([f"{name}(t{shift:+d})" if shift else f"{name}(t)"
+                           for shift in range(-self.half_width, self.half_width + 1)
+                           for name in names], dtype=object)  # fmt: skip
 
 
 class MissingValues(TransformerMixin, BaseEstimator):
@@ -361,6 +311,7 @@ class MissingValues(TransformerMixin, BaseEstimator):
         self.fill_value = fill_value
 
     def _check_params(self):
+        """ValueError for a bad ``strategy`` or ``fill_value``."""
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}; got {self.strategy!r}.")
         fill = self.fill_value
@@ -368,12 +319,11 @@ class MissingValues(TransformerMixin, BaseEstimator):
             raise ValueError(f"fill_value must be a real number other than NaN; got {fill!r}.")
 
     def _column_index(self, column, names):
+        """The index of ``column`` (an index or one of ``names``)."""
         d = self.n_features_in_
         if isinstance(column, (numbers.Integral, np.integer)) and not isinstance(column, bool):
             if not 0 <= column < d:
-                raise ValueError(
-                    f"column index {column} in groups_of_columns is outside 0..{d - 1}."
-                )
+                raise ValueError(f"column index {column} in groups_of_columns is outside 0..{d-1}.")
             return int(column)
         if names is not None and str(column) in names:
             return int(np.flatnonzero(names == str(column))[0])
@@ -382,6 +332,7 @@ class MissingValues(TransformerMixin, BaseEstimator):
         )
 
     def _resolve_variables(self, names):
+        """``[(name, columns)]`` of every variable, in order of first column."""
         groups = self.groups_of_columns
         if groups is None:
             groups = {}
@@ -415,17 +366,8 @@ class MissingValues(TransformerMixin, BaseEstimator):
         return variables
 
     def fit(self, X, y=None):
-        """Find the variables and, for ``"impute"``, their most frequent values.
-
-        Parameters
-        ----------
-        X : array-like or DataFrame, shape (n, d)
-            NaN where missing.
-        y : ignored
-
-        Returns
-        -------
-        self
+        """Find the variables of ``X (n, d)`` (NaN where missing) and, for ``"impute"``, their
+        most frequent values.
         """
         self._check_params()
         X = _as_2d(X)
@@ -442,6 +384,7 @@ class MissingValues(TransformerMixin, BaseEstimator):
         return self
 
     def _check_dense(self, X):
+        """ValueError for a sparse ``X`` (impute and indicator)."""
         if sp.issparse(X):
             raise ValueError(
                 f"strategy={self.strategy!r} needs a dense X (NaN marks a missing entry); "
@@ -450,6 +393,7 @@ class MissingValues(TransformerMixin, BaseEstimator):
 
     @staticmethod
     def _most_frequent(values, name, cols):
+        """The most frequent complete row ``(c,)`` of the block ``cols``."""
         block = values[:, cols].astype(np.float64)
         complete = block[~np.isnan(block).any(axis=1)]
         if complete.shape[0] == 0:
@@ -478,9 +422,8 @@ class MissingValues(TransformerMixin, BaseEstimator):
         self._check_dense(X)
         values = _dense_values(X)
         values = values.astype(np.result_type(values.dtype, np.float32))  # a copy
-        missing = np.stack(
-            [np.isnan(values[:, cols]).any(axis=1) for _, cols in self.variables_], axis=1
-        )
+        missing = np.stack([np.isnan(values[:, cols]).any(axis=1) for _, cols in self.variables_],
+                           axis=1)
         if self.strategy == "impute":
             for v, (_, cols) in enumerate(self.variables_):
                 values[np.ix_(missing[:, v], cols)] = self.statistics_[v]

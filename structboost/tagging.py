@@ -1,13 +1,10 @@
 """Chunk tagging of token files: lexical features, a CRF booster and tag schemes together.
 
-:class:`ChunkTagger` is what ``structboost train/predict/evaluate --format
-conll`` run: a :func:`structboost.datasets.read_conll` DataFrame becomes
-sparse lexical window features (:class:`structboost.text.lexical.TokenFeatures`);
-tags are rewritten from the file's scheme into the one the model learns
-(IOB2 by default), a CRF classifier is trained with decoding constrained to
-well-formed sequences, and predictions are written back in the file's
-scheme. :meth:`ChunkTagger.save` writes one JSON file that
-:func:`load_tagger` reads without running code.
+:class:`ChunkTagger` (what ``structboost train/predict/evaluate`` run) turns a
+:func:`structboost.datasets.read_conll` DataFrame into lexical window features,
+trains a CRF classifier in the model's tag scheme, constrained to well-formed
+sequences, and writes predictions back in the file's scheme; one JSON file
+(:meth:`ChunkTagger.save`, :func:`load_tagger`) holds it.
 """
 
 import numpy as np
@@ -20,12 +17,11 @@ from .metrics import span_prf, span_report
 from .engines.model_io import field, read_document, write_document
 from .estimators.chain import XGBCRFClassifier
 from .estimators.lgbm import LGBMCRFClassifier
+from .estimators.base import keep_params
 
 __all__ = ["ChunkTagger", "load_tagger"]
 
 _FILE_FORMAT = "structboost-chunk-tagger"
-# Version 3: the classifier's parameters hessian_bound and transition_solver
-# (were gamma and transitions).
 _FILE_VERSION = 3
 _FILE_HINT = "train one with `structboost train --format conll`"
 _CLASSIFIERS = {cls.__name__: cls for cls in (XGBCRFClassifier, LGBMCRFClassifier)}
@@ -61,39 +57,24 @@ class ChunkTagger(BaseEstimator):
         Tags of the model scheme, in the classifier's order.
     """
 
-    def __init__(
-        self,
-        features=None,
-        classifier=None,
-        scheme="iob1",
-        model_scheme="iob2",
-        constrained=True,
-        tag_column="tag",
-    ):
-        self.features = features
-        self.classifier = classifier
-        self.scheme = scheme
-        self.model_scheme = model_scheme
-        self.constrained = constrained
-        self.tag_column = tag_column
+    def __init__(self, features=None, classifier=None, scheme="iob1", model_scheme="iob2",
+                 constrained=True, tag_column="tag"):
+        keep_params(self, locals())
 
     def _lengths(self, frame):
+        """Tokens per sentence ``(m,)`` of a frame with a ``sentence`` column."""
         if "sentence" not in frame.columns:
-            raise ValueError(
-                "the frame has no 'sentence' column: read files with "
-                "structboost.datasets.read_conll, which numbers the sentences."
-            )
+            raise ValueError("the frame has no 'sentence' column: read files with "
+                             "structboost.datasets.read_conll, which numbers the sentences.")
         return np.bincount(frame["sentence"].to_numpy())
 
     def _tags(self, frame, lengths):
+        """The frame's tags ``(n,)`` in ``model_scheme``."""
         if self.tag_column not in frame.columns:
-            raise ValueError(
-                f"the frame has no tag column {self.tag_column!r}; columns are "
-                f"{list(frame.columns)}. Name the columns when reading (columns=...)."
-            )
-        return convert_tags(
-            frame[self.tag_column].to_numpy(), self.scheme, self.model_scheme, lengths
-        )
+            raise ValueError(f"the frame has no tag column {self.tag_column!r}; columns are "
+                             f"{list(frame.columns)}. Name the columns when reading (columns=...).")
+        return convert_tags(frame[self.tag_column].to_numpy(), self.scheme, self.model_scheme,
+                            lengths)
 
     def fit(self, frame, dev=None, verbose=0):
         """Train on a token frame, optionally watching a development frame.
@@ -103,8 +84,7 @@ class ChunkTagger(BaseEstimator):
         frame : pandas.DataFrame
             One row per token (:func:`~structboost.datasets.read_conll`).
         dev : pandas.DataFrame, optional
-            Development tokens: their CRF NLL is recorded per round and drives
-            the classifier's early stopping.
+            Development tokens: the classifier's ``eval_set`` (early stopping).
         verbose : int
             Print the metrics every ``verbose`` rounds (0: silent).
 
@@ -150,9 +130,7 @@ class ChunkTagger(BaseEstimator):
         return float(self.evaluate(frame).loc["overall", "f1"])
 
     def evaluate(self, frame, report=False):
-        """Span scores of ``frame``'s true tags: :func:`~structboost.metrics.span_prf`, or with
-        ``report`` :func:`~structboost.metrics.span_report`'s text.
-        """
+        """Span scores of the predictions: :func:`~structboost.metrics.span_prf` (or its report)."""
         lengths = self._lengths(frame)
         truth = frame[self.tag_column].to_numpy().astype(str)
         pred = self.predict(frame)
@@ -175,18 +153,12 @@ class ChunkTagger(BaseEstimator):
 
 
 def load_tagger(path):
-    """Read a tagger written by :meth:`ChunkTagger.save`, validated field by field; loading runs no
-    code.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
+    """Read a tagger written by :meth:`ChunkTagger.save` at ``path``, validated; runs no code.
 
     Returns
     -------
     ChunkTagger
-        Fitted; its ``features`` and ``classifier`` parameters are unfitted
-        copies of the fitted ones.
+        Fitted; its ``features`` and ``classifier`` parameters are unfitted copies.
     """
     where = str(path)
     doc = read_document(path, _FILE_FORMAT, _FILE_VERSION, _FILE_HINT)

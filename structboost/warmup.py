@@ -1,12 +1,9 @@
 """Compile (and cache on disk) the numba kernels for the signatures training and prediction use.
 
-numba compiles each kernel on its first call per argument signature, then
-loads it from its on-disk cache (next to the package) in later processes.
-:func:`warmup` makes those first calls on tiny data: a default fit,
-``predict`` and ``predict_proba`` of the estimators (XGBoost, and LightGBM
-when installed) on serial and parallel (``prange``) batches, every chain
-mode and transition solver, with and without allowed transitions, tree CRFs
-and the lexical features, so later runs start at once.
+:func:`warmup` makes the first calls on tiny data (a default fit and
+prediction of each estimator on serial and parallel batches, every chain mode
+and solver, constrained or not, tree CRFs, lexical features), so later
+processes load the kernels from numba's on-disk cache.
 """
 
 import importlib.util
@@ -34,9 +31,7 @@ def _chain(n_sequences, mask):
     for mode in MODES:
         for solver in SOLVERS if mode != "logitboost" else SOLVERS[:1]:
             allowed = mask if mode != "logitboost" else None
-            obj = crf_objective(
-                3, mode=mode, transition_solver=solver, allowed_transitions=allowed
-            )
+            obj = crf_objective(3, mode=mode, transition_solver=solver, allowed_transitions=allowed)
             booster = xgb.train(
                 xgb_params(3, max_depth=2, nthread=1), dtrain, num_boost_round=2, obj=obj,
                 custom_metric=obj.metric, evals=[(dtrain, "train")], verbose_eval=False,
@@ -62,6 +57,7 @@ def _estimators(n_sequences):
 
 
 def _tree():
+    """Two rounds of a tree CRF, then prediction."""
     rng = np.random.default_rng(0)
     lengths = np.full(20, 5)
     parents = np.tile([-1, 0, 0, 1, 1], 20)
@@ -75,23 +71,13 @@ def _tree():
 
 
 def _lexical():
+    """The lexical features of one sentence."""
     frame = pd.DataFrame({"token": ["The", "cat", "sat", "."], "sentence": [0, 0, 0, 0]})
     TokenFeatures(half_width=1, min_count=1).fit_transform(frame)
 
 
 def warmup(log=print):
-    """Compile the common kernels now; return the seconds it took.
-
-    Parameters
-    ----------
-    log : callable
-        Receives one line per step.
-
-    Returns
-    -------
-    float
-        Wall-clock seconds (a few when the cache is warm already).
-    """
+    """Compile the common kernels now, ``log`` getting one line per step; the seconds it took."""
     start = time.perf_counter()
     allowed = np.ones((3, 3), dtype=bool)  # the constrained (free-mask) code paths
     # Batches of at least SERIAL_ROWS rows run the parallel kernels.

@@ -15,41 +15,30 @@ early_stopping : {"auto", True, False}
     Hold out ``validation_fraction`` of the training *sequences* (tree
     instances) and stop when the last ``eval_metric`` on them has not
     improved for ``n_iter_no_change`` rounds, as scikit-learn's
-    ``HistGradientBoostingClassifier``: ``"auto"`` does so when the training
-    set has more than 10,000 rows (and two sequences or more), ``True``
-    always, ``False`` never. With ``eval_metric=None`` the held-out
-    sequences record the NLL (``"crf-nll"``) and the Viterbi token error
-    (``"crf-error"``), and the error decides: the NLL's minimum comes
-    rounds before the error's. An ``eval_set`` or ``early_stopping_rounds``
-    keeps XGBoost's behaviour instead: nothing is held out
+    ``HistGradientBoostingClassifier``: ``"auto"`` when the training set has
+    more than 10,000 rows (and two sequences or more), ``True`` always,
+    ``False`` never. With ``eval_metric=None`` the held-out sequences record
+    ``"crf-nll"`` and ``"crf-error"``, and the error decides. With an
+    ``eval_set`` or ``early_stopping_rounds`` nothing is held out
     (``early_stopping=True`` with an ``eval_set`` stops on its last entry
     with ``n_iter_no_change`` patience).
 validation_fraction : float
     Share of the training sequences held out, drawn with ``random_state``
-    (None: seed 0, as the engines' own default seed).
+    (None: seed 0).
 n_iter_no_change : int
-    Patience of the automatic early stopping, in rounds (30: the token
-    error of a few held-out sequences moves in steps, and rests on
-    plateaus that a patience of 10 mistakes for its minimum).
+    Patience of the automatic early stopping, in rounds.
 refit : bool
-    After automatic early stopping chose the number of rounds on the
-    held-out sequences, train again on *all* the training sequences for
-    that number divided by ``1 - validation_fraction`` (rounded up, at most
-    ``n_estimators``), without early stopping: the held-out sequences are
-    trained on too, and more sequences take more rounds to overfit. The
-    fit then costs about twice as much, and ``callbacks`` run in both
-    runs. ``False`` keeps the model trained on the rest, as scikit-learn's
-    ``HistGradientBoostingClassifier`` does. Nothing is refit after an
-    ``eval_set``.
+    After automatic early stopping, train again on *all* the training
+    sequences for the chosen rounds divided by ``1 - validation_fraction``
+    (rounded up, at most ``n_estimators``), without early stopping
+    (``callbacks`` run in both runs). ``False`` keeps the model trained on
+    the rest. Nothing is refit after an ``eval_set``.
 class_weight : dict, "balanced" or None
-    Weights of the labels, as in scikit-learn (``{label: weight}``, or
-    ``"balanced"``: ``n / (K * count)``): each training sequence is
+    Weights of the labels, as in scikit-learn: each training sequence is
     weighted by the mean class weight of its labels, times its
-    ``sample_weight``. The likelihood is a sum over sequences; per-row
-    weights in the gradient would make it the gradient of no function,
-    which the adaptive step, the transition solver and early stopping all
-    measure. Evaluation sets are not reweighted; the held-out sequences of
-    automatic early stopping are, as in scikit-learn.
+    ``sample_weight`` (the likelihood is a sum over sequences). Evaluation
+    sets are not reweighted; the held-out sequences of automatic early
+    stopping are.
 """
 
 #: Parameters of the estimators on rows with boundaries (chains and trees).
@@ -59,13 +48,11 @@ sequence_column : str, optional
     call reads the boundaries from it (never a feature), so the data
     carry them through ``GridSearchCV`` / ``cross_val_score`` splits.
 eval_metric : str, callable or list of them, optional
-    What ``evals_result_`` records on every ``eval_set`` entry, as in
-    XGBoost's scikit-learn wrapper: ``"crf-nll"`` (default: negative
-    log-likelihood per sequence; on the held-out sequences of automatic
-    early stopping ``["crf-nll", "crf-error"]``), ``"crf-error"`` (Viterbi
-    token error)
-    or callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
-    ``(n,)``, posterior marginals ``(n, K)``; lower is better, named by
+    What ``evals_result_`` records on every ``eval_set`` entry:
+    ``"crf-nll"`` (default: NLL per sequence; on held-out sequences
+    ``["crf-nll", "crf-error"]``), ``"crf-error"`` (Viterbi token error) or
+    callables ``f(y_true, y_proba[, sample_weight=])`` (label indices
+    ``(n,)``, marginals ``(n, K)``; lower is better, named by
     ``__name__``); the last one drives early stopping.
 """
 #: Parameters both chain estimators document (after the engine's).
@@ -84,15 +71,11 @@ allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool arra
     ``-inf`` in training and in every prediction, so no prediction makes a
     forbidden move. The training labels must obey them.
 decode : {"viterbi", "marginal"}
-    What :meth:`predict` returns (and so ``score``, ``cross_val_score``
-    and grid searches see): ``"viterbi"``, the most probable label
-    sequence (a consistent path: never a forbidden move), or
-    ``"marginal"``, each position's most probable label under the
-    posterior marginals (the most labels right in expectation: better
-    per-token accuracy where the features already carry the context, as
-    windows of residues do, but the labels of neighbours need not form an
-    allowed path). With automatic early stopping and ``eval_metric=None``,
-    ``"marginal"`` stops on the NLL, which scores the marginals it reads.
+    What :meth:`predict` (and so ``score``) returns: ``"viterbi"``, the most
+    probable label sequence (never a forbidden move), or ``"marginal"``,
+    each position's most probable label under the posterior marginals (the
+    labels of neighbours need not form an allowed path; automatic early
+    stopping with ``eval_metric=None`` then stops on the NLL).
     ``predict(decode=...)`` overrides it for one call.
 """
 #: Fitted attributes of the estimators on rows with boundaries (chains and trees).
@@ -116,10 +99,7 @@ validation_sequences_ : (v,) int64 ndarray
     automatic early stopping held out; empty when none were.
 validation_best_iteration_ : int or None
     The 0-based round at which the metric on the held-out sequences was
-    best (``best_iteration`` of the run that held them out; with
-    ``refit=True`` the final model keeps ``best_iteration + 1`` = that
-    count scaled by ``1 / (1 - validation_fraction)``); None when nothing
-    was held out.
+    best; None when nothing was held out.
 best_score_ : float
     The stopping metric on the last ``eval_set`` entry at
     ``best_iteration_`` (only with an ``eval_set``).

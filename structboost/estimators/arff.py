@@ -35,10 +35,8 @@ def _parse_attribute(line):
         values = [v.strip().strip("'\"") for v in kind.strip("{}").split(",")]
         return name, values
     if kind.lower() not in ("numeric", "real", "integer"):
-        raise ValueError(
-            f"ARFF attribute {name!r} has type {kind!r}; only numeric and nominal "
-            "attributes are supported."
-        )
+        raise ValueError(f"ARFF attribute {name!r} has type {kind!r}; only numeric and nominal "
+                         "attributes are supported.")
     return name, None
 
 

@@ -44,10 +44,7 @@ ROUNDS_STOPPED, ROUNDS_FIXED = 1000, 100
 #: Name of the held-out sequences in ``evals_result_``.
 HELD_OUT_NAME = "validation"
 #: ``eval_metric=None`` on the held-out sequences of automatic early stopping,
-#: by the estimator's ``decode``: both recorded, the last drives the stop. The
-#: Viterbi token error for Viterbi decoding (issue 30: level with the NLL on OCR
-#: and CoNLL, +1.9 points on protein, validation parts); the NLL, which scores
-#: the marginals themselves, for marginal decoding.
+#: by the estimator's ``decode``: both recorded, the last drives the stop.
 AUTO_STOP_METRICS = {"viterbi": ("crf-nll", "crf-error"), "marginal": ("crf-error", "crf-nll")}
 
 # Engine parameters the estimators set themselves.
@@ -57,17 +54,10 @@ _SPEC_KEYWORDS = ("transition_iter", "hess_floor")
 
 
 def eval_metrics(eval_metric, held_out=False, decode="viterbi"):
-    """``eval_metric`` as a list of ``(name, metric)``; the last drives early stopping.
+    """``eval_metric`` as ``[(name in evals_result_, metric)]``; the last drives early stopping.
 
     None is ``["crf-nll"]``, or on held-out training sequences the pair of
-    :data:`AUTO_STOP_METRICS` for ``decode``; names must be CRF metrics
-    (:data:`~structboost.objectives.params.METRICS`) or callables
-    ``f(y_true, y_proba[, sample_weight=])``.
-
-    Returns
-    -------
-    list of (str, str or callable)
-        The name in ``evals_result_`` and the objective's metric.
+    :data:`AUTO_STOP_METRICS` for ``decode``.
     """
     if eval_metric is None:
         items = list(AUTO_STOP_METRICS[decode]) if held_out else ["crf-nll"]
@@ -219,10 +209,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
     # Names of the per-row structure arrays of ``fit``, ``predict`` and eval-set entries.
     _structure: tuple[str, ...] = ()
 
-    def __init__(
-        self,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         keep_params(self, locals())
 
     def _check_params(self):
@@ -260,10 +247,8 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
 
         def convert(entry, where):
             if base_X is not None and entry["base_X"] is None and self.base_model is not None:
-                raise ValueError(
-                    f"{where} has no base_X but fit got one: pass eval_set entries as "
-                    "dicts with a 'base_X' key."
-                )
+                raise ValueError(f"{where} has no base_X but fit got one: pass eval_set entries as "
+                                 "dicts with a 'base_X' key.")
             given = ("groups", "lengths", "sample_weight", "base_X") + self._structure
             return self._rows(entry["X"], entry["y"], where=where, **{k: entry[k] for k in given})
 
@@ -306,29 +291,20 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
     def _keywords(self):
         """The keyword arguments given outside the signature: ``{name: value}``."""
         named = set(self._get_param_names())
-        return {
-            key: value
-            for key, value in vars(self).items()
-            if key not in named and not key.startswith("_") and not key.endswith("_")
-        }
+        return {key: value for key, value in vars(self).items()
+                if key not in named and not key.startswith("_") and not key.endswith("_")}
 
     def _engine_kwargs(self):
         """The engine parameters given as keyword arguments (not the objective's)."""
         return {k: v for k, v in self._keywords().items() if k not in _SPEC_KEYWORDS}
 
-    def get_params(
-        self,
-        deep: bool = True,
-    ) -> dict[str, Any]:
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Parameters of this estimator, engine keyword arguments included."""
         params = super().get_params(deep=deep)
         params.update(self._keywords())
         return params
 
-    def set_params(
-        self: _Self,
-        **params: Any,
-    ) -> _Self:
+    def set_params(self: _Self, **params: Any) -> _Self:
         """Set parameters; names outside the signature become engine parameters."""
         named = set(self._get_param_names())
         extra = {k: params.pop(k) for k in list(params) if k not in named and "__" not in k}
@@ -338,19 +314,8 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         return self
 
     def _objective_spec(self, metrics, **route):
-        """The objective's spec, built once from the parameters (see the module notes).
-
-        Parameters
-        ----------
-        metrics : list of (str, str or callable)
-            From :func:`eval_metrics`: the last one is the spec's metric.
-        **route
-            Fields the estimator sets itself (``allowed_transitions``,
-            ``transitions_from``).
-
-        Returns
-        -------
-        ObjectiveSpec
+        """The objective's spec from the parameters, the last of ``metrics``
+        (:func:`eval_metrics`) and the fields ``route`` the estimator sets itself.
         """
         reserved = sorted(set(self._engine_kwargs()) & set(_RESERVED))
         if reserved:
@@ -360,29 +325,15 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
                 "transition_solver=, eval_metric= instead)."
             )
         return ObjectiveSpec(
-            mode=self.mode,
-            hessian_bound=self.hessian_bound,
-            step=self.step,
-            transition_solver=self.transition_solver,
-            reg_transitions=self.reg_transitions,
-            metric=metrics[-1][1],
-            nthread=self._threads(),
-            **{k: v for k, v in self._keywords().items() if k in _SPEC_KEYWORDS},
-            **route,
-        )
+            mode=self.mode, hessian_bound=self.hessian_bound, step=self.step,
+            transition_solver=self.transition_solver, reg_transitions=self.reg_transitions,
+            metric=metrics[-1][1], nthread=self._threads(),
+            **{k: v for k, v in self._keywords().items() if k in _SPEC_KEYWORDS}, **route,
+        )  # fmt: skip
 
     # -- weights ------------------------------------------------------------
     def _class_weighted(self, rows):
-        """Sequence weights ``(m,)`` times each sequence's mean ``class_weight`` of its labels.
-
-        A CRF's likelihood is a sum over sequences, so a weight applies to a
-        whole sequence (per-row weights in G and H would make them the
-        gradient of no function).
-
-        Returns
-        -------
-        (m,) float64 ndarray, or ``rows.seq_weight`` when ``class_weight`` is None
-        """
+        """Sequence weights ``(m,)`` times each sequence's mean ``class_weight`` of its labels."""
         seq_weight, codes, lengths = rows.seq_weight, rows.codes, rows.lengths
         classes = self.classes_
         class_weight = self.class_weight
@@ -396,10 +347,8 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         unknown = [k for k in class_weight if k not in set(classes.tolist())] if isinstance(
             class_weight, dict) else []  # fmt: skip
         if unknown:
-            raise ValueError(
-                f"class_weight names labels not in y: {unknown}; known labels: "
-                f"{classes.tolist()}."
-            )
+            raise ValueError(f"class_weight names labels not in y: {unknown}; known labels: "
+                             f"{classes.tolist()}.")
         per_class = compute_class_weight(class_weight, classes=classes, y=classes[codes])
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         factor = np.add.reduceat(per_class[codes], starts) / lengths
@@ -413,19 +362,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
 
     # -- early stopping ---------------------------------------------------
     def _stopping(self, lengths, has_eval_set):
-        """Rounds, patience and held-out sequences of one ``fit`` (``early_stopping`` in _docs.py).
-
-        Parameters
-        ----------
-        lengths : (m,) array-like of int
-            Rows per training sequence.
-        has_eval_set : bool
-
-        Returns
-        -------
-        Stopping
-        """
-        # Types and ranges were checked once, by _check_params (estimators/checks.py).
+        """The Stopping of one ``fit`` on sequences of ``lengths (m,)`` (see ``early_stopping``)."""
         mode, patience = self.early_stopping, self.early_stopping_rounds
         if mode is False and patience is not None:
             raise ValueError(
@@ -469,11 +406,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         return np.sort(order[:n_held]).astype(np.int64)
 
     def _refit_stopping(self, stopping):
-        """The refit on all sequences after a held-out run (``refit`` in _docs.py), or None.
-
-        Its rounds: the held-out run's kept rounds over ``1 - validation_fraction``
-        (rounded up), at most ``stopping.rounds``, with no early stopping.
-        """
+        """The Stopping of the refit on all sequences after a held-out run (``refit``), or None."""
         if stopping.held_out is None or not self.refit:
             return None
         chosen = self.validation_best_iteration_ + 1
@@ -483,11 +416,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
 
     # -- threads ----------------------------------------------------------
     def _threads(self):
-        """The thread count of a fit or prediction, from ``n_jobs``.
-
-        :func:`structboost._config.resolve_n_jobs`: None is one thread, -1
-        every core; the same count for the engine and the numba kernels.
-        """
+        """The thread count of a fit or prediction, engine and kernels alike, from ``n_jobs``."""
         return _config.resolve_n_jobs(self._engine_kwargs().get("n_jobs"))
 
     def _engine_params(self):
@@ -501,6 +430,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
             yield
 
     def __sklearn_is_fitted__(self):
+        """Whether ``fit`` has run."""
         return hasattr(self, "booster_")
 
     # -- labels -----------------------------------------------------------
@@ -558,6 +488,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
 
     # -- fitted attributes --------------------------------------------------
     def _set_fitted(self, booster, evals_result, metrics, held_out=None):
+        """Set ``booster_``, ``evals_result_`` and the rounds and scores they give."""
         self.validation_sequences_ = (
             np.zeros(0, dtype=np.int64) if held_out is None else np.asarray(held_out, np.int64)
         )
@@ -576,15 +507,12 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
     _FIRST_ROUND = 0
 
     def _set_best_iteration(self):
+        """``best_iteration_`` from the booster's kept rounds."""
         self.best_iteration_ = self._kept_rounds() - 1 + self._FIRST_ROUND
 
     @property
     def best_iteration(self):
-        """XGBoost's name: the 0-based index of the last round the model uses.
-
-        ``best_iteration + 1`` rounds are kept; ``best_iteration_`` is the
-        same round in the engine's numbering (LightGBM counts from 1).
-        """
+        """XGBoost's name: the 0-based index of the last round the model uses."""
         check_is_fitted(self)
         return self.best_iteration_ - self._FIRST_ROUND
 
@@ -600,9 +528,7 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         check_is_fitted(self)
         return len(self.classes_)
 
-    def get_booster(
-        self,
-    ) -> Any:
+    def get_booster(self) -> Any:
         """The trained engine model (``booster_``), as XGBoost's ``get_booster``."""
         check_is_fitted(self)
         return self.booster_

@@ -1,21 +1,14 @@
 """scikit-learn estimators: chain-CRF sequence labellers on XGBoost (LightGBM's: :mod:`.lgbm`).
 
 Each row of ``X`` is one position of one sequence, the rows of a sequence
-contiguous and in order; the boundaries come from ``groups`` (per-row ids,
-or the name of the DataFrame column holding them), ``lengths`` (rows per
-sequence) or the ``sequence_column``. ``eval_set`` entries are ``(X, y,
-groups)`` or ``(X, y, lengths)`` tuples (a third element with one entry per
-row is ``groups``), or dicts with keys ``X``, ``y``, ``groups``, ``lengths``,
-``sample_weight``, ``base_X`` and ``name``.
+contiguous; the boundaries come from ``groups`` (per-row ids, or the name of
+the DataFrame column holding them), ``lengths`` or the ``sequence_column``.
+With ``base_model=LinearChainCRF(...)``, ``fit`` trains a clone of it on
+``base_X`` (default ``X``) and boosts from its node scores and transitions;
+prediction adds the base scores back (pass the same ``base_X`` layout).
 
-Boosting from a base model (the "Features+Embd" setting of Chen et al. 2015):
-with ``base_model=LinearChainCRF(...)``, ``fit`` trains a clone of it on
-``base_X`` (default ``X``) and boosts from its node scores (``base_margin`` /
-``init_score``) and transitions; prediction adds the base scores back (pass
-the same ``base_X`` layout).
-
-Inside scikit-learn's model selection, let the boundaries travel with a
-DataFrame (``sequence_column``)::
+In scikit-learn's model selection, let the boundaries travel with a DataFrame
+(``sequence_column``)::
 
     est = LGBMCRFClassifier(sequence_column="sentence_id")
     GridSearchCV(est, {"max_depth": [3, 5]}, cv=GroupKFold(3)).fit(
@@ -28,8 +21,7 @@ or route the sequence ids with metadata routing::
     GridSearchCV(est, {"max_depth": [3, 5]}, cv=GroupKFold(3)).fit(X, y, groups=groups)
 
 sklearn-crfsuite's contract works too: ``X`` a list of per-sequence 2-D
-arrays or lists of feature dicts (vectorised once, ``vectorizer_``), ``y`` a
-list of label lists; predictions then come back as lists.
+arrays or lists of feature dicts, ``y`` a list of label lists.
 """
 
 from collections.abc import Sequence
@@ -85,44 +77,29 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
     {shared_attributes}
     """
 
-    def __init__(
-        self,
-        *,
-        mode: str = DEFAULTS['mode'],
-        hessian_bound: str | float = DEFAULTS['hessian_bound'],
-        step: str = DEFAULTS['step'],
-        transition_solver: str = DEFAULTS['transition_solver'],
-        reg_transitions: float = DEFAULTS['reg_transitions'],
-        n_estimators: int | None = None,
-        learning_rate: float = 0.3,
-        max_depth: int = 6,
-        early_stopping_rounds: int | None = None,
-        early_stopping: str | bool = 'auto',
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 30,
-        refit: bool = True,
-        class_weight: Any = None,
-        base_model: Any = None,
-        allowed_transitions: Any = None,
-        sequence_column: str | None = None,
-        eval_metric: Any = None,
-        decode: str = 'viterbi',
-        callbacks: Sequence[Any] | None = None,
-        transitions_from: str = DEFAULTS['transitions_from'],
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, mode: str = DEFAULTS['mode'],
+                 hessian_bound: str | float = DEFAULTS['hessian_bound'],
+                 step: str = DEFAULTS['step'],
+                 transition_solver: str = DEFAULTS['transition_solver'],
+                 reg_transitions: float = DEFAULTS['reg_transitions'],
+                 n_estimators: int | None = None, learning_rate: float = 0.3, max_depth: int = 6,
+                 early_stopping_rounds: int | None = None, early_stopping: str | bool = 'auto',
+                 validation_fraction: float = 0.1, n_iter_no_change: int = 30, refit: bool = True,
+                 class_weight: Any = None, base_model: Any = None, allowed_transitions: Any = None,
+                 sequence_column: str | None = None, eval_metric: Any = None,
+                 decode: str = 'viterbi', callbacks: Sequence[Any] | None = None,
+                 transitions_from: str = DEFAULTS['transitions_from'], **kwargs: Any) -> None:
         keep_params(self, locals())
 
     _param_checks = {**BOOSTING, "transitions_from": [Options(*TRANSITIONS_FROM)]}
 
     def _check_params(self):
+        """As the base's, and no ``base_model`` with boosted transitions."""
         super()._check_params()
         if self.transitions_from == "input" and self.base_model is not None:
-            raise ValueError(
-                "base_model boosts from a linear model's node scores and transitions; "
-                'with transitions_from="input" the trees score the transitions: drop '
-                'base_model or use transitions_from="linear".'
-            )
+            raise ValueError("base_model boosts from a linear model's node scores and transitions; "
+                             'with transitions_from="input" the trees score the transitions: drop '
+                             'base_model or use transitions_from="linear".')
 
     @property
     def _edges(self):
@@ -130,13 +107,16 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         return self.transitions_from == "input"
 
     def _fit_structure(self, rows):
+        """As the chain's, and ``transitions_from``."""
         return {**super()._fit_structure(rows), "transitions_from": self.transitions_from}
 
     def _train(self, train, evals, names, spec, verbose, metrics, stopping):
+        """Fit the base model, then one XGBoost run."""
         self._fit_base_model(train)
         return super()._train(train, evals, names, spec, verbose, metrics, stopping)
 
     def _objective(self, n_classes, spec):
+        """The XGBoost objective: chain, or boosted transitions."""
         if self._edges:
             return edge_crf_objective(n_classes, spec)
         # XGBoost's device="cuda" runs the objective's round on the GPU too ([gpu] extra).
@@ -172,27 +152,25 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         )  # fmt: skip
 
     def _load_state(self):
+        """The booster's CRF state."""
         return load_xgb_state(self.booster_, EDGE_STATE_KEY) if self._edges else (
             load_xgb_state(self.booster_))  # fmt: skip
 
     def _engine_columns(self):
-        return int(self._edges)  # the edge rows' last column: the previous label
+        """Columns the engine reads beyond the features (edge rows: the previous label)."""
+        return int(self._edges)
 
     def _gain_importance(self):
+        """Split gain per input feature."""
         gain = super()._gain_importance()
         return gain[:-1] if self._edges else gain
 
     @property
     def transitions_(self):
-        """Transition scores, ``transitions_.loc[a, b]`` for label ``a`` followed by ``b``.
+        """Transition scores ``(n_classes, n_classes)``, ``.loc[a, b]`` for ``a`` followed by ``b``.
 
         Only with ``transitions_from="linear"``: boosted transitions differ at
-        every position (:func:`structboost.engines.predict.crf_inputs` gives them).
-
-        Returns
-        -------
-        pandas.DataFrame
-            ``(n_classes, n_classes)``, index and columns ``classes_``.
+        every position (:func:`structboost.engines.predict.crf_inputs`).
         """
         check_is_fitted(self)
         if self._edges:

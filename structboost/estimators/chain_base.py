@@ -45,24 +45,23 @@ class ChainTransitions:
         check_is_fitted(self)
         params = self._load_state()[2]
         labels = pd.Index(self.classes_)
-        return pd.DataFrame(
-            params.transitions, index=labels.rename("from"), columns=labels.rename("to")
-        )
+        return pd.DataFrame(params.transitions, index=labels.rename("from"),
+                            columns=labels.rename("to"))
 
 
 class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
     """What both chain estimators share (see the module notes)."""
 
     def __sklearn_tags__(self):
+        """scikit-learn's tags: sparse input and NaN accepted."""
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         tags.input_tags.allow_nan = True
         return tags
 
     def _fit_structure(self, rows):
-        self.constraints_ = resolve_constraints(
-            self.allowed_transitions, len(self.classes_), labels=self.classes_
-        )
+        self.constraints_ = resolve_constraints(self.allowed_transitions, len(self.classes_),
+                                                labels=self.classes_)
         return {"allowed_transitions": self.constraints_}
 
     # -- base model -------------------------------------------------------
@@ -71,19 +70,16 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         self.base_model_ = None
         if self.base_model is not None:
             inputs = train.X if train.base_X is None else train.base_X
-            self.base_model_ = clone(self.base_model).fit(
-                inputs, train.codes, train.lengths, sample_weight=train.seq_weight
-            )
+            self.base_model_ = clone(self.base_model).fit(inputs, train.codes, train.lengths,
+                                                          sample_weight=train.seq_weight)
 
     def _base_margin(self, rows):
         """Node scores ``(n, K)`` of the base model on ``rows.base_X`` (default ``X``), or None."""
         X, base_X, n_classes = rows.X, rows.base_X, len(self.classes_)
         if self.base_model_ is None:
             if base_X is not None:
-                raise ValueError(
-                    "base_X is the input of base_model, but base_model is None: set "
-                    "base_model= or drop base_X."
-                )
+                raise ValueError("base_X is the input of base_model, but base_model is None: set "
+                                 "base_model= or drop base_X.")
             return None
         inputs = X if base_X is None else base_X
         margin = np.asarray(self.base_model_.decision_function(inputs), dtype=np.float64)
@@ -103,44 +99,32 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
     # -- fit --------------------------------------------------------------
     @reports("fit")
     @fill_doc(verbose=VERBOSE)
-    def fit(
-        self: _Self,
-        X: Any,
-        y: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-        eval_set: Sequence[Any] | None = None,
-        base_X: Any = None,
-        verbose: bool | int | None = None,
-    ) -> _Self:
+    def fit(self: _Self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+            lengths: ArrayLike | None = None, sample_weight: ArrayLike | None = None,
+            eval_set: Sequence[Any] | None = None, base_X: Any = None,
+            verbose: bool | int | None = None) -> _Self:
         """Train on labelled sequences.
 
         Parameters
         ----------
         X : array-like, pandas DataFrame or scipy sparse matrix, shape (n, d), or list
-            One row per position; the rows of a sequence contiguous. Or one
-            entry per sequence: 2-D arrays ``(n_i, d)`` or lists of feature
-            dicts (sklearn-crfsuite's input).
+            One row per position, the rows of a sequence contiguous; or one
+            entry per sequence (2-D arrays or lists of feature dicts).
         y : array-like, shape (n,), or list of label lists
             Labels of any hashable type.
         groups : array-like of shape (n,) or str, optional
-            Per-row sequence id, or the name of the DataFrame column holding it.
-            Not needed with ``sequence_column`` or a list of sequences; with
-            no boundaries at all every row is its own sequence (a warning).
+            Per-row sequence id, or the name of the DataFrame column holding
+            it; with no boundaries at all every row is its own sequence (a
+            warning).
         lengths : array-like of int, shape (m,), optional
             Rows per sequence (instead of ``groups``).
         sample_weight : array-like, shape (n,), optional
-            Per-row weights; equal within each sequence (a CRF weighs
-            sequences).
+            Per-row weights; equal within each sequence.
         eval_set : list of tuple or dict, optional
             ``(X, y, groups)`` or ``(X, y, lengths)`` tuples, ``(X, y)`` when
             ``X`` carries its boundaries, or dicts (see
-            :func:`structboost.estimators.inputs.eval_entry`); the
-            ``eval_metric`` values are recorded in ``evals_result_`` and the
-            last one drives early stopping. With ``base_model`` and ``base_X``,
-            entries must be dicts with a ``"base_X"`` key.
+            :func:`structboost.estimators.inputs.eval_entry`, with
+            ``"base_X"`` for a ``base_X``); the last one drives early stopping.
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of ``base_model``; ``X`` by default.
         {verbose}
@@ -153,21 +137,26 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
                          sample_weight=sample_weight, base_X=base_X)  # fmt: skip
 
     # -- predict ----------------------------------------------------------
-    def _data(self, X, groups, lengths, base_X, y=None):
-        """Engine data, LabelledRows and base margin ``(n, K)`` (or None) of one prediction."""
+    def _run(self, engine_fn, X, groups, lengths, base_X, y=None, **options):
+        """``engine_fn`` on one prediction's rows (label codes first when ``y`` is given).
+
+        Returns
+        -------
+        result : what ``engine_fn`` returns
+        rows : LabelledRows
+        """
         check_is_fitted(self)
         rows = self._rows(X, y, groups=groups, lengths=lengths, base_X=base_X)
-        return self._engine_data(rows.X), rows, self._base_margin(rows)
+        data, margin = self._engine_data(rows.X), self._base_margin(rows)
+        codes = () if y is None else (rows.codes,)
+        with self._thread_limits():
+            result = engine_fn(self.booster_, data, *codes, lengths=rows.lengths,
+                               base_margin=margin, allowed_transitions=self.constraints_, **options)
+        return result, rows
 
-    def predict(
-        self,
-        X: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        decode: str | None = None,
-        base_X: Any = None,
-    ) -> Any:
+    def predict(self, X: Any, *, groups: ArrayLike | str | None = None,
+                lengths: ArrayLike | None = None, decode: str | None = None,
+                base_X: Any = None) -> Any:
         """Predicted labels, in the original label values.
 
         Parameters
@@ -177,9 +166,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         groups : array-like of shape (n,) or str, optional
         lengths : array-like of int, shape (m,), optional
         decode : {"viterbi", "marginal"}, optional
-            The most probable sequence, or each position's most probable
-            label (see :func:`structboost.engines.predict`); None: the
-            estimator's ``decode``.
+            None: the estimator's ``decode``.
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of the base model, when ``fit`` was given one.
 
@@ -192,37 +179,20 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
             labels = serving_predict(self, X, groups, lengths, decode)
             if labels is not None:
                 return labels
-        data, rows, margin = self._data(X, groups, lengths, base_X)
-        with self._thread_limits():
-            codes = _viterbi(
-                self.booster_,
-                data,
-                lengths=rows.lengths,
-                decode=self.decode if decode is None else decode,
-                base_margin=margin,
-                allowed_transitions=self.constraints_,
-            )
+        decode = self.decode if decode is None else decode
+        codes, rows = self._run(_viterbi, X, groups, lengths, base_X, decode=decode)
         labels = self.classes_[codes]
         return nest(labels, rows.lengths) if rows.nested else labels
 
-    def predict_single(
-        self,
-        xseq: Any,
-        *,
-        decode: str | None = None,
-        base_X: Any = None,
-    ) -> Any:
+    def predict_single(self, xseq: Any, *, decode: str | None = None, base_X: Any = None) -> Any:
         """Labels of one sequence, as sklearn-crfsuite's ``predict_single``.
 
         Parameters
         ----------
         xseq : list of dict or array-like of shape (n_i, d)
-            The sequence's feature dicts (one per position) or rows, the
-            same kind of input as ``fit`` got.
-        decode : {"viterbi", "marginal"}, optional
-            As in :meth:`predict` (None: the estimator's ``decode``).
-        base_X : array-like of shape (n_i, p), optional
-            The base model's input, when ``fit`` was given one.
+            The sequence's feature dicts or rows, the kind of input ``fit`` got.
+        decode, base_X
+            As in :meth:`predict`.
 
         Returns
         -------
@@ -231,14 +201,8 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         """
         return self.predict([xseq], decode=decode, base_X=base_X)[0]
 
-    def predict_marginals(
-        self,
-        X: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        base_X: Any = None,
-    ) -> Any:
+    def predict_marginals(self, X: Any, *, groups: ArrayLike | str | None = None,
+                          lengths: ArrayLike | None = None, base_X: Any = None) -> Any:
         """Posterior marginals ``P(y_t = c | x)``, columns in ``classes_`` order.
 
         Parameters are those of :meth:`predict`.
@@ -252,59 +216,22 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
             marginals = serving_marginals(self, X, groups, lengths)
             if marginals is not None:
                 return marginals
-        data, rows, margin = self._data(X, groups, lengths, base_X)
-        with self._thread_limits():
-            marginals = _marginals(
-                self.booster_,
-                data,
-                lengths=rows.lengths,
-                base_margin=margin,
-                allowed_transitions=self.constraints_,
-            )
+        marginals, rows = self._run(_marginals, X, groups, lengths, base_X)
         return nest(marginals, rows.lengths, as_lists=False) if rows.nested else marginals
 
-    def predict_proba(
-        self,
-        X: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        base_X: Any = None,
-    ) -> Any:
+    def predict_proba(self, X: Any, *, groups: ArrayLike | str | None = None,
+                      lengths: ArrayLike | None = None, base_X: Any = None) -> Any:
         """scikit-learn's name for :meth:`predict_marginals` (rows sum to 1, ``classes_`` order)."""
         return self.predict_marginals(X, groups=groups, lengths=lengths, base_X=base_X)
 
-    def predict_log_likelihood(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        base_X: Any = None,
-    ) -> Floats:
+    def predict_log_likelihood(self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+                               lengths: ArrayLike | None = None, base_X: Any = None) -> Floats:
         """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``."""
-        data, rows, margin = self._data(X, groups, lengths, base_X, y)
-        with self._thread_limits():
-            return _log_likelihood(
-                self.booster_,
-                data,
-                rows.codes,
-                lengths=rows.lengths,
-                base_margin=margin,
-                allowed_transitions=self.constraints_,
-            )
+        return self._run(_log_likelihood, X, groups, lengths, base_X, y)[0]
 
-    def score(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-        base_X: Any = None,
-    ) -> float:
+    def score(self, X: Any, y: Any, *, groups: ArrayLike | str | None = None,
+              lengths: ArrayLike | None = None, sample_weight: ArrayLike | None = None,
+              base_X: Any = None) -> float:
         """Token accuracy of :meth:`predict` (weighted by ``sample_weight`` per row)."""
         predicted = self.predict(X, groups=groups, lengths=lengths, base_X=base_X)
         if kind(X) is not None:

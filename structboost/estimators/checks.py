@@ -1,13 +1,9 @@
 """Estimator parameters declared once and checked at ``fit``.
 
-In the style of scikit-learn's ``_parameter_constraints``: each estimator
-class declares, per parameter, the values it accepts (a list of
-:class:`Interval`, :class:`Options`, ``None``, ``"boolean"``, ``"callable"``
-or a type); :func:`check_params` checks the current values once, at the
-start of ``fit`` (and when a model file is loaded), and a ``ValueError``
-names the parameter, the value and what it accepts. The objective's own
-parameters (``mode``, the Hessian bound, the transition solver, their
-regularisation and floors) are checked by the objective.
+As scikit-learn's ``_parameter_constraints``: each estimator class declares
+per parameter the values it accepts (:class:`Interval`, :class:`Options`,
+``None``, ``"boolean"``, ``"callable"`` or a type); :func:`check_params`
+checks them at ``fit`` and load. The objective checks its own parameters.
 """
 
 import difflib
@@ -36,16 +32,16 @@ class Interval:
         self.kind, self.low, self.high, self.closed = kind, low, high, closed
 
     def accepts(self, value):
+        """Whether ``value`` lies in the interval."""
         if isinstance(value, bool) or not isinstance(value, self.kind):
             return False
         if isinstance(value, float) and not math.isfinite(value):
             return False
-        low_ok = self.low is None or (
-            value >= self.low if self.closed in ("both", "left") else value > self.low
-        )
-        high_ok = self.high is None or (
-            value <= self.high if self.closed in ("both", "right") else value < self.high
-        )
+        closed = self.closed
+        low_ok = self.low is None or (value >= self.low if closed in ("both", "left")
+                                      else value > self.low)
+        high_ok = self.high is None or (value <= self.high if closed in ("both", "right")
+                                        else value < self.high)
         return low_ok and high_ok
 
     def __str__(self):
@@ -65,6 +61,7 @@ class Options:
         self.options = options
 
     def accepts(self, value):
+        """Whether ``value`` is one of the options."""
         return isinstance(value, str) and value in self.options
 
     def __str__(self):
@@ -72,6 +69,7 @@ class Options:
 
 
 def _accepts(rule, value):
+    """Whether ``value`` meets one ``rule``."""
     if rule is None:
         return value is None
     if rule == "boolean":
@@ -84,6 +82,7 @@ def _accepts(rule, value):
 
 
 def _describe(rule):
+    """``rule`` in words, for the messages."""
     if rule is None:
         return "None"
     if rule in ("boolean", "callable"):
@@ -94,14 +93,9 @@ def _describe(rule):
 
 
 def check_params(estimator, constraints):
-    """Raise a ValueError naming the first parameter whose value breaks its constraint.
+    """Raise a ValueError naming the first parameter whose value breaks ``constraints``.
 
-    Parameters
-    ----------
-    estimator : BaseEstimator
-    constraints : dict
-        Parameter name -> list of accepted rules. Parameters the estimator
-        does not have (engine keyword arguments not given) are skipped.
+    ``constraints``: parameter name -> accepted rules; names the estimator lacks are skipped.
     """
     params = estimator.get_params(deep=False)
     for name, rules in constraints.items():
@@ -110,10 +104,8 @@ def check_params(estimator, constraints):
         value = params[name]
         if not any(_accepts(rule, value) for rule in rules):
             accepted = " or ".join(_describe(rule) for rule in rules)
-            raise ValueError(
-                f"{type(estimator).__name__}: parameter {name} must be {accepted}; "
-                f"got {value!r:.60}."
-            )
+            raise ValueError(f"{type(estimator).__name__}: parameter {name} must be {accepted}; "
+                             f"got {value!r:.60}.")
 
 
 # What the boosted estimators share; subclasses add or override entries.
@@ -159,16 +151,7 @@ _XGBOOST_ALIASES = {"eta": "learning_rate", "num_boost_round": "n_estimators"}
 
 @functools.cache
 def engine_parameters(engine):
-    """Every parameter name (aliases included) ``engine`` takes from an estimator.
-
-    Parameters
-    ----------
-    engine : {"xgboost", "lightgbm"}
-
-    Returns
-    -------
-    frozenset of str
-    """
+    """Every parameter name (aliases included) ``engine`` takes from an estimator, a frozenset."""
     if engine == "xgboost":
         import xgboost as xgb
 
@@ -202,15 +185,13 @@ def check_keywords(estimator, keywords, engine, objective_keywords, named):
     Parameters
     ----------
     estimator : BaseEstimator
-        For the message.
     keywords : iterable of str
         The keyword arguments outside the estimator's signature.
     engine : {"xgboost", "lightgbm"}
     objective_keywords : iterable of str
         The objective's settings the estimator takes as keywords.
     named : iterable of str
-        The estimator's own parameters: an engine's other spelling of one
-        of them (``eta``, ``num_boost_round``) would be overridden by it.
+        The estimator's own parameters (an engine's alias of one is refused).
     """
     known = engine_parameters(engine) | set(objective_keywords)
     shadowed = _aliases(engine, set(named))

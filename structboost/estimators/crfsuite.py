@@ -10,11 +10,8 @@ array) and ``y`` as a list of label lists, as ``sklearn_crfsuite.CRF`` does::
     RandomizedSearchCV(crf, {"max_depth": [3, 6]}, cv=3, scoring=f1).fit(X_train, y_train)
 
 with ``structboost.metrics`` in place of ``sklearn_crfsuite.metrics``. Like
-``sklearn_crfsuite.CRF`` they are no classifiers in scikit-learn's sense (no
-``estimator_type``): stratified folds cannot read a list of label lists, so
-an integer ``cv`` gives plain ``KFold`` over whole sequences. The row dialect
-(``GroupKFold`` keeps sequences whole) stays with the ``*CRFClassifier``
-estimators.
+``sklearn_crfsuite.CRF`` they are no classifiers in scikit-learn's sense: an
+integer ``cv`` gives plain ``KFold`` over whole sequences.
 """
 
 from .inputs import kind
@@ -24,12 +21,14 @@ class SequenceSamples:
     """Mixin of the sequence-level estimators: lists of sequences only, no classifier tag."""
 
     def __sklearn_tags__(self):
+        """No classifier tags: an integer ``cv`` is KFold over the sequences."""
         tags = super().__sklearn_tags__()
-        tags.estimator_type = None  # integer cv: KFold over the sequences (see the module notes)
+        tags.estimator_type = None
         tags.classifier_tags = None
         return tags
 
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
+        """As :meth:`SequenceInputs._check_X`, for lists of sequences only."""
         if kind(X) is None:
             flat = type(self).__name__.replace("SequenceCRF", "CRFClassifier")
             raise ValueError(
@@ -43,15 +42,8 @@ class SequenceSamples:
     def transition_features_(self):
         """sklearn-crfsuite's ``transition_features_``: ``{(label_from, label_to): score}``.
 
-        The entries of ``transitions_`` (a forbidden move is ``-inf``), so the
-        tutorial's ``Counter(crf.transition_features_).most_common(20)``
-        works. There is no ``state_features_``: the node scores are trees,
-        not one weight per (attribute, label).
-
-        Returns
-        -------
-        dict
-            ``n_classes ** 2`` entries.
+        The ``n_classes ** 2`` entries of ``transitions_`` (a forbidden move is
+        ``-inf``); there is no ``state_features_`` (the node scores are trees).
         """
         table = self.transitions_
         return {(a, b): float(table.loc[a, b]) for a in table.index for b in table.columns}

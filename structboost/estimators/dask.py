@@ -1,14 +1,10 @@
 """The Dask chain-CRF estimator: :class:`DaskXGBCRFClassifier`.
 
-It follows ``xgboost.dask``'s estimators: the inputs are dask collections, the
-``client`` attribute picks the cluster (Dask's default client when unset),
-training runs on the workers that hold the partitions, and ``predict``
-returns a dask collection partitioned like ``X``. Distribution is exact: the
-transitions and the metric are global (see :mod:`structboost.engines.dask`).
-
-There is no LightGBM twin: ``lightgbm.dask`` gives a custom objective no way
-to sum arrays over the workers, so each worker would refit its own
-transitions (see the README, "Beyond one machine").
+As ``xgboost.dask``'s estimators: dask collections in and out, ``client``
+picks the cluster, training runs on the workers that hold the partitions, and
+the transitions and the metric are global (:mod:`structboost.engines.dask`).
+``lightgbm.dask`` cannot sum a custom objective's arrays over the workers, so
+there is no LightGBM twin.
 """
 
 import dask.array as da
@@ -60,17 +56,13 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         XGBoost's ``eta``.
     max_depth : int
     early_stopping_rounds : int, optional
-        Stop when the global CRF negative log-likelihood on the last
-        ``eval_set`` entry has not improved for this many rounds. There is
-        no automatic early stopping (``early_stopping``) here: holding out
-        sequences would reshuffle the partitions; give an ``eval_set``.
+        Stop when the metric on the last ``eval_set`` entry has not improved
+        for this many rounds (no automatic early stopping here).
     eval_metric : {"crf-nll", "crf-error"}, optional
         The metric recorded in ``evals_result_`` and watched by early
-        stopping, summed over the workers (default ``"crf-nll"``). One name:
-        a callable would see one worker's rows only.
+        stopping, summed over the workers (default ``"crf-nll"``).
     decode : {"viterbi", "marginal"}
-        What :meth:`predict` returns: the most probable label sequence, or
-        each position's most probable label under the posterior marginals.
+        What :meth:`predict` returns (see :class:`structboost.XGBCRFClassifier`).
     **kwargs
         Any other XGBoost parameter (``min_child_weight``, ``n_jobs``, ...).
 
@@ -90,27 +82,15 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
 
     Notes
     -----
-    ``save_model(path)`` writes the fitted estimator as the JSON file of
-    :class:`structboost.XGBCRFClassifier` and ``load_model(path)`` reads it
-    back, validated; the ``client`` stays the one set on this estimator.
+    ``save_model(path)`` / ``load_model(path)`` write and read the JSON file
+    of :class:`structboost.XGBCRFClassifier`; the ``client`` is not saved.
     """
 
-    def __init__(
-        self,
-        *,
-        mode=DEFAULTS["mode"],
-        hessian_bound=DEFAULTS["hessian_bound"],
-        step=DEFAULTS["step"],
-        transition_solver=DEFAULTS["transition_solver"],
-        reg_transitions=DEFAULTS["reg_transitions"],
-        n_estimators=100,
-        learning_rate=0.3,
-        max_depth=6,
-        early_stopping_rounds=None,
-        eval_metric=None,
-        decode="viterbi",
-        **kwargs,
-    ):
+    def __init__(self, *, mode=DEFAULTS["mode"], hessian_bound=DEFAULTS["hessian_bound"],
+                 step=DEFAULTS["step"], transition_solver=DEFAULTS["transition_solver"],
+                 reg_transitions=DEFAULTS["reg_transitions"], n_estimators=100, learning_rate=0.3,
+                 max_depth=6, early_stopping_rounds=None, eval_metric=None, decode="viterbi",
+                 **kwargs):
         keep_params(self, locals())
         self._client = None
 
@@ -128,8 +108,9 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         self._client = client
 
     def __getstate__(self):
+        """The state without the client (it holds connections)."""
         state = self.__dict__.copy()
-        state["_client"] = None  # a client holds connections: not part of the model
+        state["_client"] = None
         return state
 
     def _threads(self):
@@ -138,6 +119,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         return None if n_jobs is None else _config.resolve_n_jobs(n_jobs)
 
     def _dmatrix(self, X, y, groups):
+        """The distributed DMatrix of labelled sequences."""
         codes = _map_rows(y, lambda v: self._encode(v, len(v), self.classes_), np.int64)
         return engine.sequence_dmatrix(self.client, X, codes, groups=groups)
 
@@ -158,8 +140,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
             Dask collections as for ``X``, ``y``, ``groups``; the global CRF
             metric is recorded in ``evals_result_`` and drives early stopping.
         verbose : bool or int
-            XGBoost's ``verbose_eval`` (default ``True``, as
-            ``xgboost.dask.DaskXGBClassifier.fit``).
+            XGBoost's ``verbose_eval``.
 
         Returns
         -------
@@ -181,6 +162,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         self.n_features_in_ = dtrain.num_col()
 
         def evaluated(entry, where):
+            """An ``eval_set`` entry as a distributed DMatrix; unseen labels refused."""
             unseen = np.setdiff1d(_distinct(entry["y"]), classes)
             if unseen.size:
                 raise ValueError(
@@ -192,20 +174,11 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         evals = list(zip(*self._eval_set(eval_set, evaluated)))
         if self.early_stopping_rounds is not None and not evals:
             raise ValueError("early_stopping_rounds needs an eval_set to watch.")
-        params = xgb_params(
-            len(classes), eta=self.learning_rate, max_depth=self.max_depth, **self._engine_kwargs()
-        )
-        out = engine.train(
-            self.client,
-            params,
-            dtrain,
-            crf_objective(len(classes), self._objective_spec(metrics)),
-            self.n_estimators,
-            evals=evals,
-            early_stopping_rounds=self.early_stopping_rounds,
-            verbose_eval=verbose,
-        )
-        # The objective's metric is the one the engine records and stops on.
+        params = xgb_params(len(classes), eta=self.learning_rate, max_depth=self.max_depth,
+                            **self._engine_kwargs())
+        obj = crf_objective(len(classes), self._objective_spec(metrics))
+        out = engine.train(self.client, params, dtrain, obj, self.n_estimators, evals=evals,
+                           early_stopping_rounds=self.early_stopping_rounds, verbose_eval=verbose)
         self._set_fitted(out["booster"], out["history"], metrics)
         return self
 
@@ -243,6 +216,7 @@ class DaskXGBCRFClassifier(XGBoostTraining, ChainTransitions, BoostedCRFClassifi
         return marginals
 
     def _load_state(self):
+        """The booster's CRF state."""
         return load_state(self.booster_)
 
     def _swap_in(self, staged):

@@ -5,12 +5,8 @@
   ``lengths`` (rows per sequence) or the estimator's ``sequence_column``;
   with none of them every row is its own sequence.
 - sklearn-crfsuite's contract (:func:`kind`, :func:`flatten_X`,
-  :func:`flatten_y`, :func:`nest`): ``X`` a list with
-  one entry per sequence, each either a 2-D array (numpy, scipy sparse or
-  pandas, one row per position) or a list of feature dicts (one per
-  position, as sklearn-crfsuite's ``sent2features``); ``y`` a list of label
-  lists (tree estimators: ``parents`` and ``edge_types`` flat or a list of
-  per-instance arrays too).
+  :func:`flatten_y`, :func:`nest`): ``X`` a list of per-sequence 2-D arrays
+  or lists of feature dicts; ``y`` a list of label lists.
 - ``eval_set`` entries (:func:`eval_entry`): tuples or dicts naming the
   same arguments as ``fit``.
 """
@@ -28,6 +24,7 @@ from ..sequences import resolve_lengths
 
 
 def _is_2d(item):
+    """Whether ``item`` is a 2-D array, sparse matrix or DataFrame."""
     return sp.issparse(item) or isinstance(item, pd.DataFrame) or (
         isinstance(item, np.ndarray) and item.ndim == 2
     )
@@ -51,20 +48,10 @@ def vectorizer_document(vectorizer):
 
 
 def vectorizer_from_document(doc, n_features, where):
-    """Inverse of :func:`vectorizer_document`: a fitted DictVectorizer of ``n_features`` names.
-
-    Raises
-    ------
-    ValueError
-        Naming ``where`` unless ``doc`` holds ``n_features`` distinct strings.
-    """
+    """Inverse of :func:`vectorizer_document`: a fitted DictVectorizer of ``n_features`` names."""
     names = doc.get("feature_names") if isinstance(doc, dict) else None
-    if (
-        not isinstance(names, list)
-        or len(names) != n_features
-        or not all(isinstance(n, str) for n in names)
-        or len(set(names)) != len(names)
-    ):
+    if not isinstance(names, list) or len(names) != n_features or len(set(names)) != len(names) \
+            or not all(isinstance(n, str) for n in names):
         raise ValueError(
             f"{where} is damaged: the vectorizer must hold {n_features} distinct feature names."
         )
@@ -75,21 +62,10 @@ def vectorizer_from_document(doc, n_features, where):
 
 
 def flatten_X(X, vectorizer=None):
-    """Flat rows and lengths ``(m,)`` of per-sequence input.
+    """Flat rows ``(n, d)``, lengths ``(m,)`` and vectorizer of per-sequence input ``X``.
 
-    Parameters
-    ----------
-    X : list
-        Per-sequence 2-D arrays, or per-sequence lists of feature dicts.
-    vectorizer : DictVectorizer, optional
-        Fitted on the training dicts; None in ``fit`` (a new one is fitted).
-
-    Returns
-    -------
-    rows : (n, d) ndarray, DataFrame or scipy CSR matrix
-    lengths : (m,) int64 ndarray
-    vectorizer : DictVectorizer or None
-        For dict input: the vocabulary (unknown features are ignored later).
+    ``vectorizer``: the DictVectorizer of the training dicts (None in ``fit``:
+    a new one is fitted; None back for arrays).
     """
     found = kind(X)
     lengths = np.array([np.shape(item)[0] if found == "arrays" else len(item) for item in X],
@@ -99,13 +75,10 @@ def flatten_X(X, vectorizer=None):
             found == "dicts" and not all(isinstance(d, dict) for d in item)
         ):
             shape = "a 2-D array" if found == "arrays" else "a list of feature dicts"
-            raise ValueError(
-                f"X[{i}] is not {shape} like X[0]: give every sequence in the same form."
-            )
+            raise ValueError(f"X[{i}] is not {shape} like X[0]: give every sequence in the same "
+                             "form.")
     if (lengths == 0).any():
-        raise ValueError(
-            f"X[{int(np.flatnonzero(lengths == 0)[0])}] is an empty sequence: drop it."
-        )
+        raise ValueError(f"X[{int(np.argmax(lengths == 0))}] is an empty sequence: drop it.")
     if found == "dicts":
         if vectorizer is None:
             vectorizer = DictVectorizer(dtype=np.float32).fit(d for seq in X for d in seq)
@@ -118,11 +91,7 @@ def flatten_X(X, vectorizer=None):
 
 
 def flatten_y(y, lengths, name="y"):
-    """Flat labels ``(n,)`` from a list of label lists (or flat labels), checked with ``lengths``.
-
-    ``name`` is the argument's name in the messages (trees flatten their
-    ``parents`` and ``edge_types`` alike).
-    """
+    """Flat values ``(n,)`` of a list of per-sequence lists ``name`` (flat ones pass through)."""
     if isinstance(y, (list, tuple)) and y and isinstance(y[0], (list, tuple, np.ndarray)):
         sizes = np.array([len(seq) for seq in y])
         if sizes.shape != lengths.shape or (sizes != lengths).any():
@@ -154,11 +123,11 @@ def eval_entry(item, index, structure=()):
         ``(X, y, groups_or_lengths, *structure)``, ``(X, y)`` when ``X``
         carries its boundaries, or a dict with keys ``"X"``, ``"y"``,
         ``"groups"`` or ``"lengths"``, the ``structure`` names, and
-        optionally ``"sample_weight"``, ``"base_X"`` and ``"name"`` (its key
-        in ``evals_result_``). A third tuple element with one entry per row
-        of ``X`` (or a column name) is ``groups``, anything else ``lengths``.
+        optionally ``"sample_weight"``, ``"base_X"`` and ``"name"``. A third
+        tuple element with one entry per row of ``X`` (or a column name) is
+        ``groups``, anything else ``lengths``.
     index : int
-        Position in ``eval_set`` (for error messages).
+        Position in ``eval_set``.
     structure : tuple of str
         Names of the further per-row arrays (trees: ``("parents", "edge_types")``).
 
@@ -172,10 +141,8 @@ def eval_entry(item, index, structure=()):
     if isinstance(item, dict):
         unknown = set(item) - set(keys)
         if unknown or "X" not in item or "y" not in item:
-            raise ValueError(
-                f"eval_set[{index}] must have keys 'X', 'y' and 'groups' or 'lengths' "
-                f"(optional: {list(keys[4:])}); got {sorted(item)}."
-            )
+            raise ValueError(f"eval_set[{index}] must have keys 'X', 'y' and 'groups' or 'lengths' "
+                             f"(optional: {list(keys[4:])}); got {sorted(item)}.")
         entry = {key: item.get(key) for key in keys}
         entry["name"] = str(entry["name"] or default_name)
         return entry
@@ -212,17 +179,11 @@ class SequenceInputs:
         if isinstance(X, pd.DataFrame):
             validate_data(self, X, reset=reset, skip_check_array=True)
             return X
-        return canonical_sparse(validate_data(
-            self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
-        ))
+        return canonical_sparse(validate_data(self, X, reset=reset, accept_sparse=("csr", "csc"),
+                                              ensure_all_finite=False))
 
     def _boundaries(self, X, groups, lengths, *, reset, where="X"):
-        """Validated features without the id column, and lengths ``(m,)``.
-
-        Boundaries come from ``groups`` (ids, or a column name), ``lengths``
-        or the ``sequence_column``; with none of them ``fit`` reads every row
-        as one sequence and later calls do so only for such a model.
-        """
+        """Validated features without the id column, and lengths ``(m,)`` (see module notes)."""
         column = groups if isinstance(groups, str) else None
         if column is None and getattr(self, "sequence_column", None) is not None:
             column = self.sequence_column
@@ -239,14 +200,10 @@ class SequenceInputs:
                 )
         if column is not None:
             if not isinstance(X, pd.DataFrame):
-                raise ValueError(
-                    f"groups={column!r} names a column, but {where} is not a pandas "
-                    "DataFrame: pass the per-row sequence ids instead."
-                )
+                raise ValueError(f"groups={column!r} names a column, but {where} is not a pandas "
+                                 "DataFrame: pass the per-row sequence ids instead.")
             if column not in X.columns:
-                raise ValueError(
-                    f"{where} has no column {column!r} to read the sequence ids from."
-                )
+                raise ValueError(f"{where} has no column {column!r} to read the sequence ids from.")
             X, groups = X.drop(columns=column), X[column].to_numpy()
         elif not reset:
             self._check_id_column(X, groups, lengths)
@@ -305,10 +262,8 @@ class SequenceInputs:
     def _check_X(self, X, groups, lengths, *, reset, where="X"):
         """Validated flat features, lengths ``(m,)`` and whether ``X`` was a list of sequences."""
         if isinstance(X, (list, tuple)) and X and isinstance(X[0], dict):
-            raise ValueError(
-                f"{where} is one sequence of feature dicts: pass a list of sequences "
-                f"([{where}]) or call predict_single for one."
-            )
+            raise ValueError(f"{where} is one sequence of feature dicts: pass a list of sequences "
+                             f"([{where}]) or call predict_single for one.")
         if kind(X) is None:
             if reset:
                 self.vectorizer_ = None  # a refit on arrays forgets an earlier fit's dicts

@@ -1,25 +1,11 @@
 """Maximum latent conditional likelihood by majorization (Jebara & Choromanska 2012, section 4).
 
 Each class ``y`` has ``m`` hidden states; with ``x~ = [x, 1]``,
-
-    p(y | x) = sum_h exp(theta[y, h] @ x~) / sum_(y', h) exp(theta[y', h] @ x~),
-
-a mixture of Gaussian-gated logistic regressions. The latent
-log-likelihood ``l(theta) = sum_j log p(y_j | x_j) - reg / 2 ||theta||^2`` is
-not concave. :class:`LatentLogLinearClassifier` maximizes it by
-
-``"bound"``
-    the paper's monotone update: Jensen bounds every numerator from below,
-    Algorithm 1 every denominator ``log Z_j`` from above, and the concave
-    quadratic's maximizer is the next iterate;
-``"lbfgs"``
-    L-BFGS-B on ``l`` and its exact gradient;
-``"em"``
-    generative EM for a Gaussian mixture per class with a shared
-    covariance, then conditioned (the paper's comparison).
-
-Algorithm 1's curvature is ``sum_j M_j (x) x~_j x~_j^T`` over the ``C m``
-outcomes, ``O(t n^2 p^2)`` per bound.
+``p(y | x) = sum_h exp(theta[y, h] @ x~) / sum_(y', h) exp(theta[y', h] @ x~)``.
+The penalised latent log-likelihood ``l(theta)`` is not concave;
+:class:`LatentLogLinearClassifier` maximizes it by the paper's monotone bound
+update (Jensen below every numerator, Algorithm 1 above every ``log Z_j``), by
+L-BFGS, or by generative EM (a Gaussian mixture per class, then conditioned).
 """
 
 import time
@@ -38,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .. import majorize
 from .._typing import ArrayLike, Floats
 from .array_file import ArrayModelFile
+from .base import keep_params
 
 __all__ = ["LatentLogLinearClassifier", "LatentProblem", "SOLVERS"]
 
@@ -47,6 +34,7 @@ _COVARIANCE_RIDGE = 1e-6  # relative to the mean variance, keeps EM's covariance
 
 
 def _with_ones(X):
+    """``[X, 1]``: inputs with a constant column for the biases."""
     return np.hstack([X, np.ones((X.shape[0], 1))])
 
 
@@ -86,6 +74,7 @@ class LatentProblem:
         return self.inputs @ theta.reshape(self.n_outcomes, -1).T
 
     def _parts(self, theta):
+        """Scores ``(t, C m)``, own-class scores ``(t, m)`` and their log-sum-exps ``(t,)``."""
         scores = self.scores(theta)
         own = np.take_along_axis(scores, self._own, axis=1)
         return scores, own, logsumexp(scores, axis=1), logsumexp(own, axis=1)
@@ -99,30 +88,20 @@ class LatentProblem:
         """``f(theta)`` and its gradient ``sum_j (p_j - eta_j) (x) x~_j + reg theta``, shape (d,)."""
         scores, own, log_z, log_num = self._parts(theta)
         weights = np.exp(scores - log_z[:, None])
-        np.put_along_axis(
-            weights, self._own, np.take_along_axis(weights, self._own, 1) - np.exp(own - log_num[:, None]), 1
-        )
+        own_weights = np.take_along_axis(weights, self._own, 1) - np.exp(own - log_num[:, None])
+        np.put_along_axis(weights, self._own, own_weights, 1)
         grad = (weights.T @ self.inputs).ravel() + self.reg * theta
         return float(np.sum(log_z - log_num) + 0.5 * self.reg * theta @ theta), grad
 
     def denominator_bound(self, theta):
-        """Algorithm 1 bound on ``sum_j log Z_j`` at ``theta``: a :class:`QuadraticBound` with dense
-        curvature ``(d, d)``.
-        """
+        """Algorithm 1's QuadraticBound on ``sum_j log Z_j`` at ``theta`` (dense ``(d, d)``)."""
         log_z, prob, weights = majorize.outcome_curvature(self.scores(theta))  # weights (t, n, n)
         curvature = np.einsum("jab,jq,jr->aqbr", weights, self.inputs, self.inputs, optimize=True)
         mu = (prob.T @ self.inputs).ravel()
         return majorize.QuadraticBound(theta, float(log_z.sum()), mu, curvature.reshape(self.dim, self.dim))
 
     def numerator_bound(self, theta):
-        """Jensen's bound on ``sum_j log sum_h exp(theta[y_j, h] @ x~_j)``: ``theta' @ features +
-        entropy``.
-
-        Returns
-        -------
-        features : ndarray, shape (d,)
-        entropy : float
-        """
+        """Jensen's bound ``theta' @ features (d,) + entropy`` on the summed log numerators."""
         _, own, _, log_num = self._parts(theta)
         log_eta = own - log_num[:, None]
         eta = np.exp(log_eta)
@@ -131,9 +110,7 @@ class LatentProblem:
         return (weights.T @ self.inputs).ravel(), float(-np.sum(eta * log_eta))
 
     def bound_step(self, theta):
-        """One monotone update ``(d,)``: the maximizer of the minorizer of ``l`` at ``theta`` (a
-        ``1e-9`` ridge keeps it invertible).
-        """
+        """One monotone update ``(d,)``: the maximizer of the minorizer of ``l`` at ``theta``."""
         features, _ = self.numerator_bound(theta)
         bound = self.denominator_bound(theta)
         if self.reg == 0:
@@ -190,25 +167,13 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
     True
     """
 
-    def __init__(
-        self,
-        n_hidden: int = 2,
-        solver: str = "bound",
-        reg: float = 0.0,
-        max_iter: int = 100,
-        tol: float = 1e-06,
-        init_scale: float = 0.1,
-        random_state: Any = None,
-    ) -> None:
-        self.n_hidden = n_hidden
-        self.solver = solver
-        self.reg = reg
-        self.max_iter = max_iter
-        self.tol = tol
-        self.init_scale = init_scale
-        self.random_state = random_state
+    def __init__(self, n_hidden: int = 2, solver: str = "bound", reg: float = 0.0,
+                 max_iter: int = 100, tol: float = 1e-06, init_scale: float = 0.1,
+                 random_state: Any = None) -> None:
+        keep_params(self, locals())
 
     def _check_settings(self):
+        """ValueError for a parameter out of range."""
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
         if int(self.n_hidden) != self.n_hidden or self.n_hidden < 1:
@@ -225,11 +190,10 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
     _fitted_arrays = {"coef_": ("C", "m", "p"), "intercept_": ("C", "m")}
 
     def _set_arrays(self, arrays):
+        """Set the fitted attributes from checked arrays."""
         if arrays["coef_"].shape[0] != self.classes_.size:
-            raise ValueError(
-                f"the model file is damaged: {arrays['coef_'].shape[0]} classes of "
-                f"coefficients for {self.classes_.size} labels."
-            )
+            raise ValueError(f"the model file is damaged: {arrays['coef_'].shape[0]} classes of "
+                             f"coefficients for {self.classes_.size} labels.")
         self.coef_ = np.ascontiguousarray(arrays["coef_"])
         self.intercept_ = arrays["intercept_"]
         self.n_features_in_ = self.coef_.shape[2]
@@ -292,10 +256,12 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
 
 
 def _converged(history, tol):
+    """Whether the last step changed the objective by at most ``tol`` relative."""
     return abs(history[-1] - history[-2]) <= tol * max(1.0, abs(history[-1]))
 
 
 def _fit_bound(problem, theta, max_iter, tol, clock):
+    """Monotone bound updates: ``(theta, history, seconds)``."""
     history, seconds = [-problem.value(theta)], [time.perf_counter() - clock]
     for _ in range(max_iter):
         theta = problem.bound_step(theta)
@@ -309,29 +275,24 @@ def _fit_bound(problem, theta, max_iter, tol, clock):
 
 
 def _fit_lbfgs(problem, theta, max_iter, tol, clock):
+    """L-BFGS-B: ``(theta, history, seconds)``."""
     history, seconds = [-problem.value(theta)], [time.perf_counter() - clock]
 
     def record(x):
+        """Note the objective and the seconds after an iteration."""
         history.append(-problem.value(x))
         seconds.append(time.perf_counter() - clock)
 
-    result = minimize(
-        problem.value_and_grad,
-        theta,
-        jac=True,
-        method="L-BFGS-B",
-        callback=record,
-        options={"maxiter": int(max_iter), "ftol": tol, "gtol": 0.0},
-    )
+    options = {"maxiter": int(max_iter), "ftol": tol, "gtol": 0.0}
+    result = minimize(problem.value_and_grad, theta, jac=True, method="L-BFGS-B", callback=record,
+                      options=options)
     if result.nit >= max_iter:
         warnings.warn(f"L-BFGS did not converge in max_iter = {max_iter} iterations.", ConvergenceWarning)
     return result.x, history, seconds
 
 
 def _fit_em(X, y, problem, max_iter, tol, rng, clock):
-    """EM for a Gaussian mixture per class with a shared covariance: ``(theta, history, seconds)``
-    of the conditioned model.
-    """
+    """EM for a Gaussian mixture per class, shared covariance: ``(theta, history, seconds)``."""
     t, p = X.shape
     c, m = problem.n_classes, problem.n_hidden
     responsibility = rng.dirichlet(np.ones(m), size=t)  # p(h | x_j, y_j)

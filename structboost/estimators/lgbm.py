@@ -57,32 +57,19 @@ class LGBMCRFClassifier(_CRFClassifier):
     {shared_attributes}
     """
 
-    def __init__(
-        self,
-        *,
-        mode: str = DEFAULTS['mode'],
-        hessian_bound: str | float = DEFAULTS['hessian_bound'],
-        step: str = DEFAULTS['step'],
-        transition_solver: str = DEFAULTS['transition_solver'],
-        reg_transitions: float = DEFAULTS['reg_transitions'],
-        n_estimators: int | None = None,
-        learning_rate: float = 0.1,
-        max_depth: int = -1,
-        num_leaves: int = 31,
-        early_stopping_rounds: int | None = None,
-        early_stopping: str | bool = 'auto',
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 30,
-        refit: bool = True,
-        class_weight: Any = None,
-        base_model: Any = None,
-        allowed_transitions: Any = None,
-        sequence_column: str | None = None,
-        eval_metric: Any = None,
-        decode: str = 'viterbi',
-        callbacks: Sequence[Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, mode: str = DEFAULTS['mode'],
+                 hessian_bound: str | float = DEFAULTS['hessian_bound'],
+                 step: str = DEFAULTS['step'],
+                 transition_solver: str = DEFAULTS['transition_solver'],
+                 reg_transitions: float = DEFAULTS['reg_transitions'],
+                 n_estimators: int | None = None, learning_rate: float = 0.1, max_depth: int = -1,
+                 num_leaves: int = 31, early_stopping_rounds: int | None = None,
+                 early_stopping: str | bool = 'auto', validation_fraction: float = 0.1,
+                 n_iter_no_change: int = 30, refit: bool = True, class_weight: Any = None,
+                 base_model: Any = None, allowed_transitions: Any = None,
+                 sequence_column: str | None = None, eval_metric: Any = None,
+                 decode: str = 'viterbi', callbacks: Sequence[Any] | None = None,
+                 **kwargs: Any) -> None:
         keep_params(self, locals())
 
     _param_checks = LIGHTGBM
@@ -90,12 +77,15 @@ class LGBMCRFClassifier(_CRFClassifier):
     _FIRST_ROUND = 1  # LightGBM's best_iteration_ counts rounds from 1
 
     def _engine_data(self, X):
+        """LightGBM predicts from the rows themselves."""
         return X
 
     def _require_engine(self):
+        """ImportError with the install command where LightGBM is missing."""
         require("lightgbm", "lightgbm", type(self).__name__)
 
     def _train(self, train, evals, names, spec, verbose, metrics, stopping):
+        """Fit the base model, then one ``lightgbm.train`` run: ``(booster, evals_result)``."""
         import lightgbm as lgb
 
         from ..engines.lightgbm import lgb_crf_objective, lgb_params
@@ -104,14 +94,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         n_classes = len(self.classes_)
         obj = lgb_crf_objective(n_classes, spec)
         self._start_transitions(obj)
-        params = lgb_params(
-            n_classes,
-            objective=obj,
-            learning_rate=self.learning_rate,
-            max_depth=self.max_depth,
-            num_leaves=self.num_leaves,
-            **self._engine_params(),
-        )
+        params = lgb_params(n_classes, objective=obj, learning_rate=self.learning_rate,
+                            max_depth=self.max_depth, num_leaves=self.num_leaves,
+                            **self._engine_params())
         train_set, *valid_sets = (
             lgb.Dataset(r.X, label=r.codes, group=r.lengths, init_score=self._base_margin(r),
                         weight=None if r.seq_weight is None else np.repeat(r.seq_weight, r.lengths))
@@ -129,12 +114,8 @@ class LGBMCRFClassifier(_CRFClassifier):
                 params, train_set, num_boost_round=stopping.rounds, valid_sets=valid_sets,
                 valid_names=names, callbacks=callbacks,
                 # LightGBM stops on the first metric, XGBoost on the last: put it first.
-                feval=lambda preds, data: [
-                    (name, value, False)
-                    for name, value in evaluate_metrics(
-                        obj.crf, [metrics[-1], *metrics[:-1]], preds, obj.batch(data)
-                    )
-                ],
+                feval=lambda preds, data: [(name, value, False) for name, value in evaluate_metrics(
+                    obj.crf, [metrics[-1], *metrics[:-1]], preds, obj.batch(data))],
             )  # fmt: skip
         except lgb.basic.LightGBMError as err:
             if "num_features()) > (0)" not in str(err):
@@ -147,35 +128,36 @@ class LGBMCRFClassifier(_CRFClassifier):
         return booster, evals_result
 
     def _kept_rounds(self):
+        """Rounds the booster predicts with."""
         from ..engines.lightgbm import kept_rounds
 
         return kept_rounds(self.booster_)
 
     def _load_state(self):
+        """The booster's CRF state."""
         from ..engines.lightgbm import load_state
 
         return load_state(self.booster_)
 
     def _engine_document(self):
+        """The booster and its CRF state as JSON-ready data."""
         from ..engines.lightgbm import booster_document
 
         return booster_document(self.booster_)
 
     @staticmethod
     def _booster_from_document(doc, where, num_features, num_labels, params):
+        """The booster of :meth:`_engine_document`'s data, checked."""
         from ..engines.lightgbm import booster_from_document
 
         return booster_from_document(doc, where, num_features=num_features)
 
     def _gain_importance(self):
+        """Split gain per input feature."""
         return self.booster_.feature_importance(importance_type="gain")
 
     def __deepcopy__(self, memo):
-        """A deep copy whose booster keeps its transitions.
-
-        ``lightgbm.Booster.__deepcopy__`` copies the model text only, which
-        holds none of the attributes structboost keeps on the booster.
-        """
+        """A deep copy whose booster keeps its transitions (LightGBM's copies its text only)."""
         from ..engines.lightgbm import copy_booster
 
         twin = type(self).__new__(type(self))

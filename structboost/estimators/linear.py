@@ -1,16 +1,11 @@
 """A linear-chain CRF whose node scores are linear in the inputs.
 
-``unary[t, k] = x_t @ coef[:, k] + intercept[k]`` plus the transition,
-start and end scores of :class:`~structboost.transitions.chain.TransitionParams`,
-all fit together on the penalised NLL::
-
-    f(theta) = sum_i w_i (log Z_i(theta) - score_i(y_i; theta)) + reg / 2 * ||theta||^2,
-
-``theta = [[coef; intercept].ravel(), transitions.ravel(), start, end]``
-(``d = (p + 1) K + K^2 + 2K``), by L-BFGS or by the majorization steps of
-Jebara & Choromanska (2012) (:func:`structboost.majorize.linear_chain_bound`).
-Its :meth:`LinearChainCRF.decision_function` gives node scores a booster
-can start from (the "features + embedding" setting of Chen et al. 2015).
+``unary[t, k] = x_t @ coef[:, k] + intercept[k]`` and the transition, start
+and end scores, ``theta = [[coef; intercept].ravel(), transitions.ravel(),
+start, end]`` (``d = (p + 1) K + K^2 + 2K``), fit together on the penalised
+NLL ``sum_i w_i (log Z_i - score_i) + reg / 2 ||theta||^2`` by L-BFGS or the
+majorization steps of Jebara & Choromanska (2012). Its node scores are a
+booster's starting point (``base_model``).
 """
 
 import time
@@ -27,6 +22,7 @@ from .._typing import ArrayLike, Floats, Ints
 from ..objectives.chain import SequenceBatch
 from ..transitions.chain import TransitionParams, TransitionProblem
 from .array_file import ArrayModelFile
+from .base import keep_params
 
 __all__ = ["LINEAR_SOLVERS", "LinearChainCRF", "LinearChainProblem"]
 
@@ -58,8 +54,7 @@ def _with_ones(X):
 
 
 class LinearChainProblem:
-    """Penalised NLL of a linear-chain CRF in all its parameters (a ``BoundTerm`` of
-    :func:`structboost.majorize.fit_majorize`).
+    """Penalised NLL of a linear-chain CRF in all its parameters (a majorization ``BoundTerm``).
 
     Parameters
     ----------
@@ -86,9 +81,8 @@ class LinearChainProblem:
     def __init__(self, X, labels, lengths, num_labels, reg, weights=None):
         inputs = _with_ones(_check_inputs(X))
         if inputs.shape[0] != len(labels):
-            raise ValueError(
-                f"X has {inputs.shape[0]} rows but there are {len(labels)} labels; they must match."
-            )
+            raise ValueError(f"X has {inputs.shape[0]} rows but there are {len(labels)} labels; "
+                             "they must match.")
         k = int(num_labels)
         batch = SequenceBatch.build(labels, lengths, k, weights)
         if not reg >= 0:
@@ -140,21 +134,13 @@ class LinearChainProblem:
         return self.value_and_grad(theta)[0]
 
     def bound(self, theta, rank=None):
-        """Algorithm 3 bound (a :class:`QuadraticBound`) on the summed ``log Z`` at ``theta (d,)``;
-        ``rank``: streamed at that rank.
-        """
+        """Algorithm 3's QuadraticBound on the summed ``log Z`` at ``theta (d,)`` (low ``rank``)."""
         coef, params = self.split(theta)
         b = self.batch
         log_z, mu, curvature = majorize.linear_chain_bound(
-            self.inputs,
-            b.lengths,
-            coef,
-            params.transitions,
-            params.start,
-            params.end,
-            weights=b.seq_weight,
-            rank=rank,
-        )
+            self.inputs, b.lengths, coef, params.transitions, params.start, params.end,
+            weights=b.seq_weight, rank=rank,
+        )  # fmt: skip
         return majorize.QuadraticBound(theta, float(b.seq_weight @ log_z), mu, curvature)
 
 
@@ -197,48 +183,17 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
     rank_ : int or None
         Rank of the curvature of ``solver="majorize"``.
 
-    ``save_model(path)`` / ``load_model(path)`` write and read the fitted model
-    as JSON (:mod:`structboost.estimators.array_file`; without the history).
-
     Notes
     -----
-    Sparse inputs stay sparse (one float64 copy with a column of ones).
-
-    Examples
-    --------
-    Boosting from the linear CRF with ``xgboost.train`` (what
-    ``XGBCRFClassifier(base_model=LinearChainCRF(...))`` does)::
-
-        crf = LinearChainCRF(reg=1.0).fit(X_sparse, y, lengths)
-        obj = structboost.crf_objective(num_labels=K)
-        obj.crf.params = crf.transitions_.copy()
-        dtrain = xgboost.DMatrix(X_dense, label=y, group=lengths,
-                                 base_margin=crf.decision_function(X_sparse))
-        booster = xgboost.train(structboost.xgb_params(K, eta=0.3), dtrain, 100,
-                                obj=obj, callbacks=[obj.callback()])
-        dtest = xgboost.DMatrix(X_dense_test,
-                                base_margin=crf.decision_function(X_sparse_test))
-        labels = structboost.engines.predict(booster, dtest, lengths=lengths_test)
-
-    LightGBM never adds ``init_score`` when predicting: pass the scores again
-    as ``base_margin=`` to ``structboost.engines.predict``.
+    ``save_model(path)`` / ``load_model(path)`` write and read the fitted
+    model as JSON (without the history). Sparse inputs stay sparse.
+    ``XGBCRFClassifier(base_model=LinearChainCRF(...))`` boosts from it.
     """
 
-    def __init__(
-        self,
-        solver: str = "lbfgs",
-        reg: float = 1.0,
-        max_iter: int = 100,
-        tol: float = 1e-07,
-        rank: int | None = None,
-        num_labels: int | None = None,
-    ) -> None:
-        self.solver = solver
-        self.reg = reg
-        self.max_iter = max_iter
-        self.tol = tol
-        self.rank = rank
-        self.num_labels = num_labels
+    def __init__(self, solver: str = "lbfgs", reg: float = 1.0, max_iter: int = 100,
+                 tol: float = 1e-07, rank: int | None = None,
+                 num_labels: int | None = None) -> None:
+        keep_params(self, locals())
 
     _fitted_arrays = {
         "coef_": ("p", "K"), "intercept_": ("K",),
@@ -246,17 +201,20 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
     }  # fmt: skip
 
     def _arrays(self):
+        """The fitted arrays by name."""
         p = self.transitions_
         return {"coef_": self.coef_, "intercept_": self.intercept_,
                 "transitions": p.transitions, "start": p.start, "end": p.end}  # fmt: skip
 
     def _set_arrays(self, arrays):
+        """Set the fitted attributes from checked arrays."""
         self.coef_ = np.ascontiguousarray(arrays["coef_"])
         self.intercept_ = arrays["intercept_"]
         self.transitions_ = TransitionParams(arrays["transitions"], arrays["start"], arrays["end"])
         self.num_labels_ = self.intercept_.shape[0]
 
     def _check_settings(self):
+        """ValueError for a parameter out of range."""
         if self.solver not in LINEAR_SOLVERS:
             raise ValueError(f"solver must be one of {LINEAR_SOLVERS}; got {self.solver!r}.")
         if not self.reg >= 0:
@@ -265,36 +223,18 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
             raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}.")
         if self.rank is not None:
             if self.solver != "majorize":
-                raise ValueError(
-                    'rank only applies to solver="majorize"; leave it None for L-BFGS.'
-                )
+                raise ValueError('rank only applies to solver="majorize"; leave it None for '
+                                 "L-BFGS.")
             if int(self.rank) != self.rank or self.rank < 1:
                 raise ValueError(f"rank must be a positive integer or None; got {self.rank!r}.")
             if not self.reg > 0:
-                raise ValueError(
-                    "a low-rank curvature needs reg > 0; pass a positive reg or rank=None."
-                )
+                raise ValueError("a low-rank curvature needs reg > 0; pass a positive reg or "
+                                 "rank=None.")
 
-    def fit(
-        self: _Self,
-        X: Any,
-        y: ArrayLike,
-        lengths: ArrayLike,
-        sample_weight: ArrayLike | None = None,
-    ) -> _Self:
-        """Fit all parameters.
-
-        Parameters
-        ----------
-        X : ndarray or scipy sparse matrix, shape (n, p)
-        y : array_like of int, shape (n,)
-        lengths : array_like of int, shape (m,)
-        sample_weight : array_like, shape (m,), optional
-            One weight per sequence.
-
-        Returns
-        -------
-        self
+    def fit(self: _Self, X: Any, y: ArrayLike, lengths: ArrayLike,
+            sample_weight: ArrayLike | None = None) -> _Self:
+        """Fit all parameters to ``X (n, p)`` (array or sparse), labels ``y (n,)`` in 0..K-1 and
+        ``lengths (m,)``, with one ``sample_weight`` per sequence.
         """
         self._check_settings()
         y = np.asarray(y)
@@ -318,28 +258,24 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
         seconds = []
 
         def record(*_):
+            """Note the seconds since the start."""
             seconds.append(time.perf_counter() - clock)
 
         if self.solver == "majorize":
-            theta, history = majorize.fit_majorize(
-                [problem], theta0, self.reg, self.max_iter, self.tol, rank, record
-            )
+            theta, history = majorize.fit_majorize([problem], theta0, self.reg, self.max_iter,
+                                                   self.tol, rank, record)
         else:
             history = [problem.value(theta0)]
             record()
 
             def lbfgs_record(theta):
+                """Note the objective and the seconds after an iteration."""
                 history.append(problem.value(theta))
                 record()
 
-            result = minimize(
-                problem.value_and_grad,
-                theta0,
-                jac=True,
-                method="L-BFGS-B",
-                callback=lbfgs_record,
-                options={"maxiter": int(self.max_iter), "ftol": self.tol, "gtol": 0.0},
-            )
+            options = {"maxiter": int(self.max_iter), "ftol": self.tol, "gtol": 0.0}
+            result = minimize(problem.value_and_grad, theta0, jac=True, method="L-BFGS-B",
+                              callback=lbfgs_record, options=options)
             theta = result.x
         coef, params = problem.split(theta)
         self.coef_ = np.ascontiguousarray(coef[:-1])
@@ -353,6 +289,7 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
         return self
 
     def _check_fitted(self, X):
+        """``X`` checked against the fitted model."""
         if not hasattr(self, "coef_"):
             raise ValueError("this LinearChainCRF is not fitted yet; call fit first.")
         X = _check_inputs(X)
@@ -363,9 +300,7 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
         return X
 
     def decision_function(self, X: Any) -> Floats:
-        """Node scores ``X @ coef_ + intercept_``, shape (n, K): a booster's ``base_margin`` or
-        ``init_score``.
-        """
+        """Node scores ``X @ coef_ + intercept_``, shape (n, K): a booster's ``base_margin``."""
         X = self._check_fitted(X)
         return np.asarray(X @ self.coef_) + self.intercept_
 

@@ -1,12 +1,9 @@
 """The estimators' model file: one JSON document, validated on reading.
 
-``save_model(path)`` writes a fitted estimator as one JSON file (the
-engine's model, the CRF state, the labels; see
-:mod:`structboost.engines.model_io` for the envelope) and
-``load_model(path)`` reads one back into an estimator, as XGBoost's
-estimators do; loading runs no code, unlike pickle and joblib, which keep
-working for Python objects. An estimator with a ``base_model`` is saved
-with pickle or joblib only.
+``save_model(path)`` writes the engine's model, the CRF state and the labels
+(envelope: :mod:`structboost.engines.model_io`); ``load_model(path)`` reads
+them back and runs no code. An estimator with a ``base_model`` is saved with
+pickle or joblib only.
 """
 
 import os
@@ -16,21 +13,13 @@ from pathlib import Path
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..engines.model_io import (
-    check_json_params,
-    decode_labels,
-    encode_labels,
-    field,
-    read_document,
-    write_document,
-)
+from ..engines.model_io import (check_json_params, decode_labels, encode_labels, field,
+                                read_document, write_document)
 from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
 from .inputs import vectorizer_document, vectorizer_from_document
 
 _FILE_FORMAT = "structboost-crf-classifier"
-# Version 2: the parameters hessian_bound and transition_solver (were gamma and
-# transitions); version-1 files are refused with the message of read_document.
 _FILE_VERSION = 2
 _FILE_HINT = "write one with the estimator's save_model(path)"
 
@@ -50,6 +39,7 @@ def changed_params(estimator):
 
 
 def _same(a, b):
+    """Whether two parameter values are equal (arrays element-wise; uncomparable: not)."""
     if a is b:
         return True
     try:
@@ -62,11 +52,9 @@ class ModelFile:
     """``save_model`` / ``load_model`` and their dicts, part of every boosted estimator.
 
     The estimator supplies ``_engine_document()``, ``_booster_from_document(doc,
-    where, num_features, num_labels, params)`` (called on the fresh estimator
-    the file's checked parameters are set on), ``_load_state()`` and
+    where, num_features, num_labels, params)``, ``_load_state()`` and
     ``_kept_rounds()``; ``_state_loaded(state)`` may set what the CRF state
-    determines. The multi-label tree CRF overrides :meth:`to_document` and
-    :meth:`from_document`.
+    determines.
     """
 
     def _json_params(self):
@@ -96,21 +84,9 @@ class ModelFile:
             )
         return params
 
-    def to_document(
-        self: Any,
-    ) -> dict[str, Any]:
-        """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
-
-        Returns
-        -------
-        dict
-            ``estimator`` (class name), ``params``, ``classes``,
-            ``n_features_in``, ``feature_names_in``, ``evals_result``,
-            ``best_iteration``, ``best_score`` (None without an ``eval_set``),
-            ``vectorizer`` (the feature names of dict input, or None),
-            ``validation_sequences`` (held out by automatic early stopping),
-            ``validation_best_iteration`` (the round they chose, or None)
-            and ``engine`` (the engine's model and the CRF state).
+    def to_document(self: Any) -> dict[str, Any]:
+        """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes): the class
+        name, parameters, labels, fitted attributes and ``engine`` (model and CRF state).
         """
         check_is_fitted(self)
         names = getattr(self, "feature_names_in_", None)
@@ -133,18 +109,8 @@ class ModelFile:
             "engine": self._engine_document(),
         }
 
-    def save_model(
-        self: Any,
-        path: str | os.PathLike[str],
-    ) -> None:
-        """Write the fitted estimator to ``path`` as JSON; read it with :meth:`load_model`.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-            Ends in ``.json``: the file is JSON whatever the name says, so
-            another extension (XGBoost's ``.ubj``, none) is refused.
-        """
+    def save_model(self: Any, path: str | os.PathLike[str]) -> None:
+        """Write the fitted estimator to ``path`` (ending in ``.json``) as JSON."""
         suffix = Path(path).suffix
         if suffix.lower() != ".json":
             raise ValueError(
@@ -155,22 +121,8 @@ class ModelFile:
             )
         write_document(path, _FILE_FORMAT, _FILE_VERSION, self.to_document())
 
-    def load_model(
-        self: Any,
-        path: str | os.PathLike[str],
-    ) -> Any:
-        """Replace this estimator by the one saved in ``path`` (see :meth:`save_model`).
-
-        Reading parses and validates JSON; it runs no code.
-
-        Parameters
-        ----------
-        path : str or os.PathLike
-
-        Returns
-        -------
-        self
-        """
+    def load_model(self: Any, path: str | os.PathLike[str]) -> Any:
+        """Replace this estimator by the one saved in ``path``, validated; runs no code. Self."""
         doc = read_document(path, _FILE_FORMAT, _FILE_VERSION, _FILE_HINT)
         return self.from_document(doc, str(path))
 
@@ -205,34 +157,16 @@ class ModelFile:
             params["class_weight"] = {label: weight for label, weight in weights}
         return params
 
-    def from_document(
-        self: Any,
-        doc: dict[str, Any],
-        where: str = "the model document",
-    ) -> Any:
-        """Set this estimator from :meth:`to_document`'s dict, validated.
-
-        Parameters
-        ----------
-        doc : dict
-        where : str
-            Where the dict came from, for the messages.
-
-        Returns
-        -------
-        self
-        """
+    def from_document(self: Any, doc: dict[str, Any], where: str = "the model document") -> Any:
+        """Set this estimator from :meth:`to_document`'s dict, validated (errors name ``where``)."""
         params = self._document_params(doc, where)
         classes = decode_labels(field(doc, "classes", dict, where), where)
         n_features = field(doc, "n_features_in", int, where)
         if n_features < 1:
             raise ValueError(f"{where} is damaged: n_features_in is {n_features}.")
         names = doc.get("feature_names_in")
-        if names is not None and (
-            not isinstance(names, list)
-            or len(names) != n_features
-            or not all(isinstance(n, str) for n in names)
-        ):
+        if names is not None and (not isinstance(names, list) or len(names) != n_features
+                                  or not all(isinstance(n, str) for n in names)):
             raise ValueError(f"{where} is damaged: feature_names_in must be {n_features} names.")
         evals_result = field(doc, "evals_result", dict, where)
         vectorizer = doc.get("vectorizer")
@@ -256,9 +190,8 @@ class ModelFile:
                 "number (>= 0) when validation_sequences lists the held-out sequences."
             )
         best_score = doc.get("best_score")
-        if best_score is not None and (
-            type(best_score) not in (int, float) or not np.isfinite(best_score)
-        ):
+        if best_score is not None and (type(best_score) not in (int, float)
+                                       or not np.isfinite(best_score)):
             raise ValueError(f"{where} is damaged: best_score must be a finite number or null.")
         # Built on a fresh estimator and swapped in whole once valid: nothing an earlier
         # fit or load left survives, and a damaged file leaves this estimator unchanged.
@@ -289,9 +222,8 @@ class ModelFile:
         staged.classes_ = classes
         if "allowed_transitions" in staged._get_param_names():
             try:
-                staged.constraints_ = resolve_constraints(
-                    staged.allowed_transitions, len(classes), labels=classes
-                )
+                staged.constraints_ = resolve_constraints(staged.allowed_transitions, len(classes),
+                                                          labels=classes)
             except ValueError as err:
                 raise ValueError(f"{where} is damaged: {err}") from None
         staged.n_features_in_ = n_features

@@ -1,30 +1,24 @@
 """Multi-label classification with label trees: independent, Chow-Liu and ESS-CRF.
 
 Each example with ``L`` labels becomes a tree instance of ``L`` binary rows
-(label absent / present) whose features are the example's followed by the
-one-hot label identity, so one booster scores every label. Structures:
-
-``"independent"``
-    No edges (binary relevance with one shared booster).
-``"chow-liu"``
-    One maximum spanning tree of the labels' training mutual information
-    (Chow & Liu 1968).
-``"ess"``
-    Evidence-specific trees (Chechetka & Guestrin 2010): conditional pair
-    models ``P(y_i, y_j | x)`` (4-class XGBoost, or ``"logistic"``) weigh
-    each input's edges by ``I(y_i; y_j | x)``. Only the ``max_pairs`` pairs
-    of highest training mutual information get a model (the others weigh
-    ``1e-6`` times it); training structures use out-of-fold predictions.
-
-Trees are rooted at label 0. ``edge_typing="pair"`` gives every ordered
-``(parent, child)`` pair its own ``2 x 2`` potential; ``"shared"`` one for
-all edges.
+whose features are the example's followed by the one-hot label identity, so
+one booster scores every label. Structures: ``"independent"`` (no edges),
+``"chow-liu"`` (one maximum spanning tree of the training mutual information)
+and ``"ess"`` (evidence-specific trees, Chechetka & Guestrin 2010: pair models
+``P(y_i, y_j | x)`` of the ``max_pairs`` pairs of highest mutual information
+weigh each input's edges by ``I(y_i; y_j | x)``, the others by ``1e-6`` times
+the training one; training structures use out-of-fold predictions). Trees are
+rooted at label 0.
 """
 
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import xgboost as xgb
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
 from .._typing import ArrayLike, Floats, Ints
@@ -76,9 +70,7 @@ def check_label_matrix(Y):
 
 
 def label_pair_joints(Y, alpha=1.0):
-    """Laplace-smoothed (``alpha`` per cell) joint frequencies of every label pair, ``(L, L, 4)``
-    (order 00, 01, 10, 11).
-    """
+    """Joint frequencies ``(L, L, 4)`` (00, 01, 10, 11) of every label pair, ``alpha`` per cell."""
     y = check_label_matrix(Y).astype(np.float64)
     n = y.shape[0]
     n11 = y.T @ y
@@ -130,17 +122,9 @@ def spanning_tree_parents(weights):
 
 
 def label_node_features(X, n_labels):
-    """Rows of the label trees: features followed by the one-hot label identity.
+    """Rows ``(n * L, d + L)`` of the label trees: ``X (n, d)`` then the one-hot label identity.
 
-    Parameters
-    ----------
-    X : (n, d) array-like
-    n_labels : int
-
-    Returns
-    -------
-    (n * L, d + L) float64
-        Row ``i * L + l`` is example ``i``, label ``l``.
+    Row ``i * L + l`` is example ``i``, label ``l``.
     """
     x = np.asarray(X, dtype=np.float64)
     n = x.shape[0]
@@ -148,9 +132,7 @@ def label_node_features(X, n_labels):
 
 
 def label_edge_types(parents, typing="pair"):
-    """Edge type ``(m, L)`` of every label's edge: ``parent * L + child`` for ``"pair"``, 0 for
-    ``"shared"`` and roots.
-    """
+    """Edge types ``(m, L)``: ``parent * L + child`` for ``"pair"``, 0 for ``"shared"``/roots."""
     if typing not in EDGE_TYPINGS:
         raise ValueError(f"edge_typing must be one of {EDGE_TYPINGS}; got {typing!r}.")
     par = np.asarray(parents)
@@ -161,16 +143,15 @@ def label_edge_types(parents, typing="pair"):
 
 
 class PairwiseLabelModels:
-    """Conditional models ``P(y_i, y_j | x)`` of label pairs (4 classes each; XGBoost on one thread
-    each).
+    """Conditional models ``P(y_i, y_j | x)`` of label pairs (4 classes each).
 
     Parameters
     ----------
     pairs : (P, 2) array-like of int
         Label pairs ``(i, j)``, ``i < j``.
     method : {"xgboost", "logistic"}
-        Gradient-boosted trees (``multi:softprob``) or multinomial logistic
-        regression on standardised features.
+        XGBoost ``multi:softprob`` on one thread, or logistic regression on
+        standardised features.
     n_estimators, max_depth, learning_rate : int, int, float
         XGBoost settings.
     folds : int
@@ -182,45 +163,29 @@ class PairwiseLabelModels:
                  learning_rate=0.3, folds=2, random_state=0):  # fmt: skip
         if method not in PAIRWISE:
             raise ValueError(f"pairwise must be one of {PAIRWISE}; got {method!r}.")
+        keep_params(self, locals())
         self.pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-        self.method = method
-        self.n_estimators = n_estimators
-        self.max_depth = max_depth
-        self.learning_rate = learning_rate
-        self.folds = folds
-        self.random_state = random_state
 
     def _fit_one(self, X, target):
+        """One pair's model of the joint state ``target (n,)`` in 0..3."""
         if self.method == "xgboost":
-            import xgboost as xgb
-
-            params = {
-                "objective": "multi:softprob",
-                "num_class": 4,
-                "max_depth": self.max_depth,
-                "eta": self.learning_rate,
-                "tree_method": "hist",
-                "seed": self.random_state,
-                "nthread": 1,
-            }
+            params = {"objective": "multi:softprob", "num_class": 4, "max_depth": self.max_depth,
+                      "eta": self.learning_rate, "tree_method": "hist", "seed": self.random_state,
+                      "nthread": 1}  # fmt: skip
             return xgb.train(params, xgb.DMatrix(X, label=target, nthread=1), self.n_estimators)
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-
         if np.unique(target).size < 2:
             return np.bincount(target, minlength=4).astype(np.float64)
         return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(X, target)
 
     def _predictor_input(self, X):
+        """``X`` as the pair models read it."""
         if self.method == "xgboost":
-            import xgboost as xgb
-
             return xgb.DMatrix(X, nthread=1)
         return X
 
     @staticmethod
     def _predict_one(model, data, n):
+        """Joint probabilities ``(n, 4)`` of one pair model."""
         if isinstance(model, np.ndarray):
             return np.tile(model / model.sum(), (n, 1))
         if hasattr(model, "predict_proba"):
@@ -253,6 +218,7 @@ class PairwiseLabelModels:
 
     @staticmethod
     def _model_document(model):
+        """One pair model as JSON-ready data."""
         if isinstance(model, np.ndarray):  # a pair seen in one joint state only: its counts
             return {"counts": model.tolist()}
         if hasattr(model, "predict_proba"):
@@ -269,6 +235,7 @@ class PairwiseLabelModels:
         return [[self._model_document(m) for m in models] for models in self.models_]
 
     def _model_from_document(self, doc, n_features, where):
+        """One pair model from :meth:`_model_document`'s data, checked."""
         if self.method == "xgboost":
             if not isinstance(doc, str):
                 raise ValueError(f"{where} is damaged: a pair model is not XGBoost's JSON.")
@@ -278,10 +245,6 @@ class PairwiseLabelModels:
             if (counts < 0).any() or counts.sum() <= 0:
                 raise ValueError(f"{where} is damaged: pair counts must be >= 0, not all 0.")
             return counts
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-
         keys = {"mean", "scale", "classes", "coef", "intercept"}
         classes = doc.get("classes") if isinstance(doc, dict) and set(doc) == keys else None
         if not (
@@ -350,11 +313,15 @@ def ess_parents(joint, pairs, n_labels, fallback, eps=1e-6):
     Parameters
     ----------
     joint : (m, P, 4) array-like
-        ``P(y_i, y_j | x)`` of the modelled pairs.
+        ``P(y_i, y_j | x)`` of the modelled ``pairs (P, 2)``.
     pairs : (P, 2) int
     n_labels : int
     fallback : (L, L) array-like
         Weights of pairs without a model (scaled by ``eps``).
+
+    Returns
+    -------
+    (m, L) int64
     """
     p = np.clip(np.asarray(joint, dtype=np.float64), eps, None)
     p /= p.sum(axis=-1, keepdims=True)
@@ -380,8 +347,7 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
     Parameters
     ----------
     structure : {"ess", "chow-liu", "independent"}
-        Evidence-specific trees, one Chow-Liu tree, or no edges (see the
-        module docstring).
+        See :mod:`structboost.estimators.multilabel`.
     {objective_params}
     n_estimators, learning_rate, max_depth : int or None, float, int
         Boosting of the node potentials (one booster for every label);
@@ -402,17 +368,14 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         Pairs (by training mutual information) that get a conditional model;
         None for all.
     pairwise_estimators, pairwise_depth : int
-        XGBoost rounds and depth of each pair model (which shares
-        ``learning_rate``).
+        XGBoost rounds and depth of each pair model (``learning_rate`` shared).
     folds : int
         Out-of-fold predictions for the training structures.
     random_state : int
         Seed of the pair models and of the CRF booster.
     eval_metric : str, callable or list of them, optional
-        The CRF's metrics, as in :class:`structboost.TreeCRFClassifier`:
-        ``"crf-nll"`` (default; with held-out inputs also ``"crf-error"``), ``"crf-error"``
-        or callables ``f(y_true, y_proba[, sample_weight=])`` of the label nodes (``y_true``
-        ``(n * L,)`` 0/1, ``y_proba`` ``(n * L, 2)``); the last drives early stopping.
+        As in :class:`structboost.TreeCRFClassifier`, on the label nodes
+        (``y_true`` ``(n * L,)`` 0/1, ``y_proba`` ``(n * L, 2)``).
     **kwargs
         Any other XGBoost parameter of the CRF booster (``n_jobs``,
         ``min_child_weight``, ...).
@@ -444,52 +407,47 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
 
     Notes
     -----
-    ``save_model(path)`` writes the fitted estimator (the pair models, the
-    mutual information the structures follow from, the tree CRF) as one
-    JSON file and ``load_model(path)`` reads it back, validated; reading
-    runs no code.
+    ``save_model(path)`` / ``load_model(path)`` write and read the fitted
+    estimator as one JSON file, validated.
     """
 
-    def __init__(
-        self,
-        *,
-        structure: str = "ess",
-        mode: str = DEFAULTS["mode"],
-        hessian_bound: str | float = DEFAULTS["hessian_bound"],
-        step: str = DEFAULTS["step"],
-        transition_solver: str = DEFAULTS["transition_solver"],
-        reg_transitions: float = DEFAULTS["reg_transitions"],
-        n_estimators: int | None = None,
-        learning_rate: float = 0.3,
-        max_depth: int = 4,
-        early_stopping_rounds: int | None = None,
-        early_stopping: str | bool = "auto",
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 30,
-        refit: bool = True,
-        edge_typing: str = "pair",
-        pairwise: str = "xgboost",
-        max_pairs: int = 45,
-        pairwise_estimators: int = 30,
-        pairwise_depth: int = 3,
-        folds: int = 2,
-        random_state: Any = 0,
-        eval_metric: Any = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, structure: str = "ess", mode: str = DEFAULTS["mode"],
+                 hessian_bound: str | float = DEFAULTS["hessian_bound"],
+                 step: str = DEFAULTS["step"],
+                 transition_solver: str = DEFAULTS["transition_solver"],
+                 reg_transitions: float = DEFAULTS["reg_transitions"],
+                 n_estimators: int | None = None, learning_rate: float = 0.3, max_depth: int = 4,
+                 early_stopping_rounds: int | None = None, early_stopping: str | bool = "auto",
+                 validation_fraction: float = 0.1, n_iter_no_change: int = 30, refit: bool = True,
+                 edge_typing: str = "pair", pairwise: str = "xgboost", max_pairs: int = 45,
+                 pairwise_estimators: int = 30, pairwise_depth: int = 3, folds: int = 2,
+                 random_state: Any = 0, eval_metric: Any = None, **kwargs: Any) -> None:
         keep_params(self, locals())
 
     _param_checks = {**BOOSTING, "structure": [Options(*STRUCTURES)],
                      "edge_typing": [Options(*EDGE_TYPINGS)]}  # fmt: skip
 
-    def _pairwise_models(self):
-        return PairwiseLabelModels(
-            self.pairs_, method=self.pairwise, n_estimators=self.pairwise_estimators,
-            max_depth=self.pairwise_depth, learning_rate=self.learning_rate, folds=self.folds,
-            random_state=self.random_state,
-        )  # fmt: skip
+    def _set_structure(self, n_labels, mutual_information):
+        """Set the label count, the mutual information and what the structure learner derives
+        from it (``tree_``; ``pairs_`` and the unfitted ``pairwise_``).
+        """
+        self.n_labels_, self.mutual_information_ = n_labels, mutual_information
+        if self.structure == "chow-liu":
+            self.tree_ = spanning_tree_parents(mutual_information)
+        elif self.structure == "ess":
+            i, j = np.triu_indices(n_labels, k=1)
+            order = np.argsort(-mutual_information[i, j], kind="stable")
+            if self.max_pairs is not None:
+                order = order[: int(self.max_pairs)]
+            self.pairs_ = np.column_stack((i[order], j[order]))
+            self.pairwise_ = PairwiseLabelModels(
+                self.pairs_, method=self.pairwise, n_estimators=self.pairwise_estimators,
+                max_depth=self.pairwise_depth, learning_rate=self.learning_rate, folds=self.folds,
+                random_state=self.random_state,
+            )  # fmt: skip
 
     def _crf_estimator(self):
+        """The unfitted tree CRF over the label trees."""
         shared = set(TreeCRFClassifier._get_param_names()) & set(self._get_param_names())
         return TreeCRFClassifier(
             n_edge_types=self.n_labels_**2 if self.edge_typing == "pair" else 1,
@@ -498,25 +456,14 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         )
 
     def _adopt_crf(self, crf):
+        """Take the fitted tree CRF and its fitted attributes."""
         self.crf_ = crf
         self.booster_ = crf.booster_
         for name in ("evals_result_", "best_iteration_", "validation_sequences_",
                      "validation_best_iteration_"):
             setattr(self, name, getattr(crf, name))
 
-    def _top_pairs(self):
-        n_labels = self.n_labels_
-        i, j = np.triu_indices(n_labels, k=1)
-        order = np.argsort(-self.mutual_information_[i, j], kind="stable")
-        if self.max_pairs is not None:
-            order = order[: int(self.max_pairs)]
-        return np.column_stack((i[order], j[order]))
-
-    def structures(
-        self,
-        X: Any,
-        joint: ArrayLike | None = None,
-    ) -> Ints:
+    def structures(self, X: Any, joint: ArrayLike | None = None) -> Ints:
         """Parents ``(n, L)`` of every input's label tree (``-1`` for roots)."""
         check_is_fitted(self, "n_labels_")
         n = np.shape(X)[0]
@@ -529,24 +476,15 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         return ess_parents(joint, self.pairs_, self.n_labels_, self.mutual_information_)
 
     def _tree_args(self, X, parents):
-        n = np.shape(X)[0]
+        """The tree CRF's ``parents``, ``edge_types`` and ``lengths`` of ``parents (n, L)``."""
         types = label_edge_types(parents, self.edge_typing)
-        return {
-            "parents": parents.ravel(),
-            "edge_types": types.ravel(),
-            "lengths": np.full(n, self.n_labels_),
-        }
+        return {"parents": parents.ravel(), "edge_types": types.ravel(),
+                "lengths": np.full(np.shape(X)[0], self.n_labels_)}  # fmt: skip
 
     @all_or_nothing
     @fill_doc(verbose=VERBOSE)
-    def fit(
-        self: _Self,
-        X: Any,
-        Y: Any,
-        *,
-        eval_set: Sequence[Any] | None = None,
-        verbose: bool | int | None = None,
-    ) -> _Self:
+    def fit(self: _Self, X: Any, Y: Any, *, eval_set: Sequence[Any] | None = None,
+            verbose: bool | int | None = None) -> _Self:
         """Fit the structure learner and the boosted CRF.
 
         Parameters
@@ -571,20 +509,14 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             raise ValueError(f"X has {x.shape[0]} rows but Y has {y.shape[0]}.")
         if np.unique(y).size < 2:
             raise ValueError("Y must contain both 0 and 1 somewhere to train a classifier.")
-        self.n_labels_ = y.shape[1]
-        self.mutual_information_ = label_mutual_information(y)
-        joint = None
-        if self.structure == "chow-liu":
-            self.tree_ = spanning_tree_parents(self.mutual_information_)
-        elif self.structure == "ess":
-            self.pairs_ = self._top_pairs()
-            self.pairwise_ = self._pairwise_models()
-            joint = self.pairwise_.fit_out_of_fold(x, y)
+        self._set_structure(y.shape[1], label_mutual_information(y))
+        joint = self.pairwise_.fit_out_of_fold(x, y) if self.structure == "ess" else None
         self.n_features_in_ = x.shape[1]
         parents = self.structures(x, joint)
         crf = self._crf_estimator()
 
         def convert(entry, where):
+            """An ``eval_set`` entry as the tree CRF's dict."""
             extra = ("groups", "lengths", "sample_weight", "base_X")
             given = [k for k in extra if entry[k] is not None]
             if given:
@@ -597,19 +529,12 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             return {"X": rows, "y": labels, "name": entry["name"], **args}
 
         evals = self._eval_set(eval_set, convert)[0]
-        crf.fit(
-            label_node_features(x, self.n_labels_),
-            y.ravel(),
-            eval_set=evals,
-            verbose=verbose,
-            **self._tree_args(x, parents),
-        )
+        crf.fit(label_node_features(x, self.n_labels_), y.ravel(), eval_set=evals, verbose=verbose,
+                **self._tree_args(x, parents))
         self._adopt_crf(crf)
         return self
 
-    def to_document(
-        self,
-    ) -> dict[str, Any]:
+    def to_document(self) -> dict[str, Any]:
         """The fitted estimator as a JSON-ready dict (what :meth:`save_model` writes).
 
         Keys: ``estimator``, ``params``, ``n_labels``, ``n_features_in``,
@@ -627,14 +552,8 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
             "crf": self.crf_.to_document(),
         }
 
-    def from_document(
-        self: _Self,
-        doc: dict[str, Any],
-        where: str = "the model document",
-    ) -> _Self:
-        """Set this estimator from :meth:`to_document`'s dict; a damaged one raises ValueError
-        naming ``where``, changing nothing.
-        """
+    def from_document(self: _Self, doc: dict[str, Any], where: str = "the model document") -> _Self:
+        """Set this estimator from :meth:`to_document`'s dict (a damaged one: ValueError)."""
         staged = type(self)()
         staged.set_params(**self._document_params(doc, where))
         try:
@@ -656,15 +575,10 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
                 f"{where} is damaged: n_labels and n_features_in must be positive and "
                 "mutual_information a square matrix of finite numbers, one row per label."
             )
-        staged.n_labels_, staged.n_features_in_ = n_labels, n_features
-        staged.mutual_information_ = np.asarray(info, dtype=np.float64)
-        if staged.structure == "chow-liu":
-            staged.tree_ = spanning_tree_parents(staged.mutual_information_)
-        elif staged.structure == "ess":
-            staged.pairs_ = staged._top_pairs()
-            staged.pairwise_ = staged._pairwise_models().load_document(
-                doc.get("pairwise"), n_features, where
-            )
+        staged.n_features_in_ = n_features
+        staged._set_structure(n_labels, np.asarray(info, dtype=np.float64))
+        if staged.structure == "ess":
+            staged.pairwise_.load_document(doc.get("pairwise"), n_features, where)
         crf = TreeCRFClassifier().from_document(field(doc, "crf", dict, where), where)
         if (
             crf.get_params() != staged._crf_estimator().get_params()
@@ -679,35 +593,27 @@ class ESSTreeCRFClassifier(BoostedCRFClassifier):
         return self._swap_in(staged)
 
     def _gain_importance(self):
+        """The CRF's split gain on the input features (not the label identity)."""
         return self.crf_.feature_importances_[: self.n_features_in_]
 
     def _node_inputs(self, X):
+        """The label-tree rows of ``X`` and the tree CRF's structure arguments."""
         check_is_fitted(self, "n_labels_")
         x = np.asarray(X, dtype=np.float64)
         return label_node_features(x, self.n_labels_), self._tree_args(x, self.structures(x))
 
-    def predict(
-        self,
-        X: Any,
-    ) -> Any:
+    def predict(self, X: Any) -> Any:
         """Most probable label set of every input (MAP on its tree), ``(n, L)`` 0/1."""
         rows, args = self._node_inputs(X)
         return self.crf_.predict(rows, **args).reshape(-1, self.n_labels_)
 
-    def predict_proba(
-        self,
-        X: Any,
-    ) -> Any:
+    def predict_proba(self, X: Any) -> Any:
         """Marginal probability of every label, ``(n, L)``."""
         rows, args = self._node_inputs(X)
         marg = self.crf_.predict_marginals(rows, **args)
         return marg[:, list(self.crf_.classes_).index(1)].reshape(-1, self.n_labels_)
 
-    def predict_log_likelihood(
-        self,
-        X: Any,
-        Y: Any,
-    ) -> Floats:
+    def predict_log_likelihood(self, X: Any, Y: Any) -> Floats:
         """``log P(Y | X)`` of every input's label set, ``(n,)``."""
         rows, args = self._node_inputs(X)
         return self.crf_.predict_log_likelihood(rows, check_label_matrix(Y).ravel(), **args)

@@ -1,19 +1,11 @@
 """The chain estimators' ``predict`` with nothing per call beyond the trees.
 
-:func:`serving_predict` is what ``predict`` and ``predict_single`` run for
-an XGBoost chain model with one transition table and no base model (other
-models take the general route). It builds once per fitted model, and again
-when the booster, the vocabulary, the constraints or the thread count
-change, a :class:`ServingPath`: the transition scores checked and
-constrained, the booster's thread count set to the estimator's. A call then
-vectorises feature dicts in one loop through the fitted vocabulary as a
-plain mapping (:func:`vectorize`: the rows ``DictVectorizer.transform``
-gives), lets the booster read the rows in place (no ``DMatrix``) and
-decodes.
-
-The paths are kept in a weak mapping keyed by the estimator, not on it:
-``predict`` leaves the estimator's ``__dict__`` as it was (scikit-learn's
-checks), and a pickle or ``clone`` carries no path.
+For an XGBoost chain model with one transition table and no base model, a
+:class:`ServingPath` (checked, constrained transitions; the estimator's
+thread count) is built once per fitted model and kept in a weak mapping keyed
+by the estimator (so ``__dict__``, pickles and clones carry none); a call
+vectorises feature dicts through the fitted vocabulary (:func:`vectorize`),
+lets the booster read the rows in place and decodes.
 """
 
 import weakref
@@ -26,17 +18,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from .. import _config
 from ..features import canonical_sparse
-from ..engines.predict import (
-    check_decode,
-    check_node_scores,
-    check_transition_values,
-    constrained,
-    decode_labels,
-    in_place,
-    inplace_margins,
-    node_marginals,
-    node_scores,
-)
+from ..engines.predict import (check_decode, check_node_scores, check_transition_values,
+                                constrained, decode_labels, in_place, inplace_margins,
+                                node_marginals, node_scores)
 from ..sequences import offsets_from_lengths
 from .inputs import kind, nest
 
@@ -59,12 +43,8 @@ def vectorize(X, vectorizer):
     Returns
     -------
     rows : (n, d) scipy CSR matrix or None
-        The rows the estimators read from ``DictVectorizer.transform``'s
-        (unseen features dropped, zeros absent:
-        :func:`~structboost.features.canonical_sparse`); None when ``X`` is
-        no such list or a value is no string and of another type than bool,
-        int, float or None (iterables, NumPy numbers: ``DictVectorizer``
-        reads those, and raises on the unsupported).
+        Canonical rows; None when ``X`` is no such list or a value is neither
+        a string nor bool, int, float or None (left to ``DictVectorizer``).
     lengths : (m,) int64 ndarray or None
     """
     if not isinstance(X, (list, tuple)) or not X or not vectorizer.sparse:
@@ -106,8 +86,7 @@ class ServingPath:
     Attributes
     ----------
     key : tuple
-        What it was built from: the estimator's booster, vectorizer,
-        constraints, classes and thread count.
+        The estimator's booster, vectorizer, constraints, classes and threads.
     booster : xgboost.Booster
     rounds : int
         The rounds the booster predicts with.
@@ -121,8 +100,7 @@ class ServingPath:
     params: Any
 
     def margins(self, est, rows):
-        """Node scores ``(n, K)`` float64 of validated ``rows`` (``est`` builds a DMatrix if
-        needed)."""
+        """Node scores ``(n, K)`` float64 of validated ``rows``."""
         if in_place(rows):
             margins = inplace_margins(self.booster, rows, self.rounds)
         else:
@@ -137,17 +115,14 @@ class ServingPath:
 def _servable(est):
     """Whether the serving path serves ``est``: XGBoost, one transition table, no base model."""
     check_is_fitted(est)
-    return (
-        type(est.booster_).__module__.split(".")[0] == "xgboost"
-        and getattr(est, "transitions_from", "linear") == "linear"
-        and est.base_model_ is None
-    )
+    return (type(est.booster_).__module__.split(".")[0] == "xgboost"
+            and getattr(est, "transitions_from", "linear") == "linear"
+            and est.base_model_ is None)
 
 
 def serving_path(est, threads):
-    """The estimator's :class:`ServingPath` on ``threads`` threads, or None for the general route.
-
-    Built on first use and whenever what it was built from changes.
+    """The estimator's :class:`ServingPath` on ``threads`` threads (rebuilt when its key changes),
+    or None for the general route.
     """
     if not _servable(est):
         return None
@@ -167,12 +142,7 @@ def serving_path(est, threads):
 
 
 def _served(est, X, groups, lengths, finish):
-    """``finish(margins, offsets, params)`` by the serving path, or None for the general route.
-
-    Returns
-    -------
-    (result, lengths, nested) or None
-    """
+    """``(finish(margins, offsets, params), lengths, nested)`` by the serving path, or None."""
     threads = est._threads()
     path = serving_path(est, threads)
     if path is None:
@@ -190,39 +160,19 @@ def _served(est, X, groups, lengths, finish):
 
 
 def serving_predict(est, X, groups, lengths, decode):
-    """Labels by the serving path, or None where the estimator takes the general route.
-
-    Parameters
-    ----------
-    est : XGBCRFClassifier or XGBSequenceCRF
-        Fitted.
-    X, groups, lengths, decode
-        As in the estimator's ``predict`` (without ``base_X``).
-
-    Returns
-    -------
-    (n,) ndarray of ``classes_`` values, a list of label lists when ``X`` was
-    a list of sequences, or None
-    """
+    """``est.predict(X, ...)`` (no ``base_X``) by the serving path, or None (general route)."""
     if not _servable(est):
         return None
     decode = est.decode if decode is None else decode
     check_decode(decode)
-    codes, lengths, nested = _served(
-        est, X, groups, lengths, lambda m, o, p: decode_labels(m, o, p, decode)
-    )
+    codes, lengths, nested = _served(est, X, groups, lengths,
+                                     lambda m, o, p: decode_labels(m, o, p, decode))
     labels = est.classes_[codes]
     return nest(labels, lengths) if nested else labels
 
 
 def serving_marginals(est, X, groups, lengths):
-    """Posterior marginals ``(n, n_classes)`` by the serving path, or None (general route).
-
-    Returns
-    -------
-    (n, n_classes) ndarray, a list of ``(n_i, n_classes)`` arrays when ``X``
-    was a list of sequences, or None
-    """
+    """``est.predict_marginals(X, ...)`` by the serving path, or None (general route)."""
     served = _served(est, X, groups, lengths, node_marginals)
     if served is None:
         return None

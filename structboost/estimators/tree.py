@@ -1,13 +1,8 @@
 """Scikit-learn estimator for tree-structured CRFs boosted with XGBoost.
 
-Each row is one node of one tree instance; rows of an instance are
-contiguous and ``parents`` gives each node's parent within its instance
-(``-1`` for a root). Labels may be of any hashable type (``classes_``).
-The estimator speaks the dialect of the chain estimators
-(:mod:`structboost.estimators.base`): instances are given by ``groups`` or
-``lengths``, or ``X`` is a list of instances (with ``y``, ``parents`` and
-``edge_types`` flat or lists alike), and ``eval_set`` entries are ``(X, y,
-groups_or_lengths, parents[, edge_types])`` tuples or dicts.
+Each row is one node of one tree instance, the rows of an instance
+contiguous, ``parents`` each node's parent within its instance (``-1`` for a
+root); otherwise the input dialects of the chain estimators.
 """
 
 from collections.abc import Sequence
@@ -63,39 +58,28 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
     {fit_attributes}
     """
 
-    def __init__(
-        self,
-        *,
-        mode: str = DEFAULTS["mode"],
-        hessian_bound: str | float = DEFAULTS["hessian_bound"],
-        step: str = DEFAULTS["step"],
-        transition_solver: str = DEFAULTS["transition_solver"],
-        reg_transitions: float = DEFAULTS["reg_transitions"],
-        n_estimators: int | None = None,
-        learning_rate: float = 0.3,
-        max_depth: int = 6,
-        n_edge_types: int | None = None,
-        early_stopping_rounds: int | None = None,
-        early_stopping: str | bool = "auto",
-        validation_fraction: float = 0.1,
-        n_iter_no_change: int = 30,
-        refit: bool = True,
-        class_weight: Any = None,
-        sequence_column: str | None = None,
-        eval_metric: Any = None,
-        callbacks: Sequence[Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, mode: str = DEFAULTS["mode"],
+                 hessian_bound: str | float = DEFAULTS["hessian_bound"],
+                 step: str = DEFAULTS["step"],
+                 transition_solver: str = DEFAULTS["transition_solver"],
+                 reg_transitions: float = DEFAULTS["reg_transitions"],
+                 n_estimators: int | None = None, learning_rate: float = 0.3, max_depth: int = 6,
+                 n_edge_types: int | None = None, early_stopping_rounds: int | None = None,
+                 early_stopping: str | bool = "auto", validation_fraction: float = 0.1,
+                 n_iter_no_change: int = 30, refit: bool = True, class_weight: Any = None,
+                 sequence_column: str | None = None, eval_metric: Any = None,
+                 callbacks: Sequence[Any] | None = None, **kwargs: Any) -> None:
         keep_params(self, locals())
 
     _structure = ("parents", "edge_types")
 
     def _validate(self, X, reset):
-        return canonical_sparse(validate_data(
-            self, X, reset=reset, accept_sparse=("csr", "csc"), ensure_all_finite=False
-        ))
+        """Validated features (DataFrames become arrays; sparse and NaN accepted)."""
+        return canonical_sparse(validate_data(self, X, reset=reset, accept_sparse=("csr", "csc"),
+                                              ensure_all_finite=False))
 
     def _fit_structure(self, rows):
+        """Set ``n_edge_types_``."""
         if self.n_edge_types is not None:
             self.n_edge_types_ = int(self.n_edge_types)
         elif rows.edge_types is None or not len(rows.edge_types):
@@ -105,36 +89,27 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         return {}
 
     def _objective(self, n_classes, spec):
+        """The tree CRF objective."""
         return tree_crf_objective(n_classes, self.n_edge_types_, spec)
 
     @staticmethod
     def _dmatrix(rows, n_classes):
+        """The training DMatrix of LabelledRows."""
         return tree_dmatrix(rows.X, rows.codes, rows.lengths, rows.parents, rows.edge_types,
                             weight=rows.seq_weight)  # fmt: skip
 
     @fill_doc(verbose=VERBOSE)
-    def fit(
-        self: _Self,
-        X: Any,
-        y: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-        eval_set: Sequence[Any] | None = None,
-        verbose: bool | int | None = None,
-    ) -> _Self:
+    def fit(self: _Self, X: Any, y: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+            groups: ArrayLike | str | None = None, lengths: ArrayLike | None = None,
+            sample_weight: ArrayLike | None = None, eval_set: Sequence[Any] | None = None,
+            verbose: bool | int | None = None) -> _Self:
         """Fit on tree instances.
 
         Parameters
         ----------
         X : (n, d) array-like or scipy sparse matrix, or list
             One row per node, the rows of an instance contiguous; or one
-            entry per instance, as the chain estimators take sequences:
-            2-D arrays ``(n_i, d)`` or lists of feature dicts (then no
-            ``groups`` or ``lengths``, and ``predict`` returns lists).
+            entry per instance (2-D arrays or lists of feature dicts).
         y : (n,) array-like, or list of label lists
             Labels of any hashable type.
         parents : (n,) array-like of int, or list of ``(n_i,)`` arrays
@@ -145,12 +120,11 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         lengths : (m,) array-like of int, optional
             Rows per instance (alternative to ``groups``).
         sample_weight : (n,) array-like, optional
-            Per-row weights, equal within each instance (a CRF weighs instances).
+            Per-row weights, equal within each instance.
         eval_set : list of tuple or dict, optional
             ``(X, y, groups_or_lengths, parents[, edge_types])`` tuples or
-            dicts with those keys (and optionally ``"name"``, ``X`` a list of
-            instances without ``groups``/``lengths``); the last one drives
-            early stopping.
+            dicts with those keys (and optionally ``"name"``); the last one
+            drives early stopping.
         {verbose}
 
         Returns
@@ -161,16 +135,16 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
                          groups=groups, lengths=lengths, sample_weight=sample_weight)  # fmt: skip
 
     def _load_state(self):
+        """The booster's tree CRF state."""
         return load_state(self.booster_, TREE_STATE_KEY, TreeTransitionParams,
                           "tree_crf_objective")  # fmt: skip
 
     def _state_loaded(self, state):
+        """Set ``n_edge_types_`` from the loaded potentials."""
         found = state[2].n_edge_types
         if self.n_edge_types is not None and self.n_edge_types != found:
-            raise ValueError(
-                f"damaged: n_edge_types is {self.n_edge_types} but its CRF has "
-                f"potentials for {found} edge types."
-            )
+            raise ValueError(f"damaged: n_edge_types is {self.n_edge_types} but its CRF has "
+                             f"potentials for {found} edge types.")
         self.n_edge_types_ = found
 
     def _inputs(self, X, parents, edge_types, groups, lengths, y=None):
@@ -179,15 +153,8 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         return self._rows(X, y, groups=groups, lengths=lengths, parents=parents,
                           edge_types=edge_types)  # fmt: skip
 
-    def predict(
-        self,
-        X: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-    ) -> Any:
+    def predict(self, X: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+                groups: ArrayLike | str | None = None, lengths: ArrayLike | None = None) -> Any:
         """MAP labelling of every tree, ``(n,)`` in the original labels.
 
         Returns
@@ -198,15 +165,9 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         labels = self.classes_[predict_tree(self.booster_, r.X, r.lengths, r.parents, r.edge_types)]
         return nest(labels, r.lengths) if r.nested else labels
 
-    def predict_marginals(
-        self,
-        X: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-    ) -> Any:
+    def predict_marginals(self, X: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+                          groups: ArrayLike | str | None = None,
+                          lengths: ArrayLike | None = None) -> Any:
         """Node marginals ``(n, K)`` in ``classes_`` order.
 
         Returns
@@ -217,44 +178,24 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         marginals = predict_tree_marginals(self.booster_, r.X, r.lengths, r.parents, r.edge_types)
         return nest(marginals, r.lengths, as_lists=False) if r.nested else marginals
 
-    def predict_proba(
-        self,
-        X: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-    ) -> Any:
+    def predict_proba(self, X: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+                      groups: ArrayLike | str | None = None,
+                      lengths: ArrayLike | None = None) -> Any:
         """scikit-learn's name for :meth:`predict_marginals`."""
         return self.predict_marginals(X, parents=parents, edge_types=edge_types, groups=groups,
                                       lengths=lengths)  # fmt: skip
 
-    def predict_log_likelihood(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-    ) -> Floats:
+    def predict_log_likelihood(self, X: Any, y: Any, *, parents: ArrayLike,
+                               edge_types: ArrayLike | None = None,
+                               groups: ArrayLike | str | None = None,
+                               lengths: ArrayLike | None = None) -> Floats:
         """``log P(y | x)`` of every instance, ``(m,)``."""
         r = self._inputs(X, parents, edge_types, groups, lengths, y)
         return tree_log_likelihood(self.booster_, r.X, r.codes, r.lengths, r.parents, r.edge_types)
 
-    def score(
-        self,
-        X: Any,
-        y: Any,
-        *,
-        parents: ArrayLike,
-        edge_types: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-        lengths: ArrayLike | None = None,
-        sample_weight: ArrayLike | None = None,
-    ) -> float:
+    def score(self, X: Any, y: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
+              groups: ArrayLike | str | None = None, lengths: ArrayLike | None = None,
+              sample_weight: ArrayLike | None = None) -> float:
         """Node accuracy of the MAP labelling (weighted by ``sample_weight`` per row)."""
         r = self._inputs(X, parents, edge_types, groups, lengths)
         pred = self.classes_[predict_tree(self.booster_, r.X, r.lengths, r.parents, r.edge_types)]

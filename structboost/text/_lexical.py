@@ -1,15 +1,4 @@
-"""Numba kernel for windowed token attributes as a sparse matrix.
-
-Every row (token) has a list of attribute ids (its word, shape, affixes,
-...), stored CSR-like in ``row_ptr``/``row_attr``. Two extra "virtual" rows
-follow the ``n`` real ones: row ``n`` holds the attributes of a position
-before a sentence's start, row ``n + 1`` those of a position after its end.
-The output row of token ``t`` collects, for every offset ``j - w``
-(``j = 0 .. 2w``), the attributes of row ``t + j - w`` when that row lies in
-the same sentence (the matching virtual row otherwise), each mapped to its
-column by ``colmap[j, attr]``; ids or columns below zero are skipped.
-Nothing here validates input: :mod:`structboost.text.lexical` does that.
-"""
+"""Numba kernel for windowed token attributes as a sparse matrix (unchecked: see text.lexical)."""
 
 import numpy as np
 
@@ -24,8 +13,8 @@ def window_columns(row_ptr, row_attr, seq_offsets, half_width, colmap):
     ----------
     row_ptr : (n + 3,) int64
         ``row_attr[row_ptr[r]:row_ptr[r + 1]]`` are the attribute ids of row
-        ``r``; rows ``n`` and ``n + 1`` are the before-start and after-end
-        markers.
+        ``r``; rows ``n`` and ``n + 1`` hold the attributes of a position
+        before a sentence's start and after its end.
     row_attr : (row_ptr[-1],) int64
         Attribute ids; ``-1`` (unknown) is skipped.
     seq_offsets : (m + 1,) int64

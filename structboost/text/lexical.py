@@ -22,24 +22,11 @@ kind            value                           example
 extra column    its value (e.g. POS, chunk)     ``pos[+2]=NNP``
 ==============  ==============================  =====================
 
-Windows never cross a sentence boundary: an offset before the sentence's
-first token gives the single feature ``w[offset]=<S>``, one after its last
-token ``w[offset]=</S>`` (words are lower-cased, so no word collides with
-these markers). Prefixes and suffixes of length ``L`` exist only for words of
-at least ``L`` characters.
-
-Vocabulary: a feature becomes a column when it fires on at least
-``min_count`` training tokens; rarer features, and features first seen at
-transform time (unknown words, their unseen affixes, ...), are ignored, so
-an unknown word still contributes its shape, flags and known affixes.
-
-Memory: the matrix is built directly in CSR form (one numba pass counting,
-one writing), never dense. The values are float32 ones and the indices
-int32, so a row costs 8 bytes per active feature; XGBoost
-(``DMatrix``) and LightGBM (``Dataset``) read it as it is. XGBoost treats
-absent entries as missing: each split on a binary column sends the rows
-without the feature along the learned default direction, the same split as
-"0 vs 1".
+Windows never cross a sentence boundary: offsets outside the sentence give
+``w[offset]=<S>`` / ``w[offset]=</S>``. Affixes of length ``L`` exist only for
+words of at least ``L`` characters. A feature becomes a column when it fires
+on at least ``min_count`` training tokens; others are ignored at transform
+time. The matrix is built directly in CSR form (float32 ones, int32 indices).
 """
 
 import itertools
@@ -71,18 +58,9 @@ _MAX_RUN = 4
 
 
 def word_shape(token):
-    """Shape of a token: ``X`` upper, ``x`` lower, ``d`` digit, other characters kept.
+    """Shape of a token: ``X`` upper, ``x`` lower, ``d`` digit, others kept, runs cut at 4.
 
-    Runs of the same symbol are cut at 4 (``"Washington"`` -> ``"Xxxxx"``,
-    ``"1996"`` -> ``"dddd"``, ``"U.S."`` -> ``"X.X."``).
-
-    Parameters
-    ----------
-    token : str
-
-    Returns
-    -------
-    str
+    ``"Washington"`` -> ``"Xxxxx"``, ``"U.S."`` -> ``"X.X."``.
     """
     out = []
     prev, run = "", 0
@@ -98,15 +76,9 @@ def word_shape(token):
 def _flags(token):
     """The :data:`FLAGS` that hold for ``token``, in order."""
     has_digit = any(ch.isdigit() for ch in token)
-    holds = (
-        token.istitle(),
-        token.isupper(),
-        token.islower(),
-        token.isdigit(),
-        has_digit and not token.isdigit(),
-        bool(token) and not any(ch.isalnum() for ch in token),
-        "-" in token,
-    )
+    holds = (token.istitle(), token.isupper(), token.islower(), token.isdigit(),
+             has_digit and not token.isdigit(),
+             bool(token) and not any(ch.isalnum() for ch in token), "-" in token)
     return [name for name, ok in zip(FLAGS, holds) if ok]
 
 
@@ -145,10 +117,12 @@ def token_attributes(token, kinds=KINDS, affix_lengths=(1, 2, 3)):
 
 
 def _offset_label(shift):
+    """``"0"``, ``"+1"``, ``"-2"``: an offset as feature names write it."""
     return "0" if shift == 0 else f"{shift:+d}"
 
 
 def _check_int(name, value, low):
+    """ValueError unless ``value`` is an integer ``>= low``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
 
@@ -157,9 +131,7 @@ _Self = TypeVar("_Self", bound="TokenFeatures")
 
 
 class TokenFeatures(TransformerMixin, BaseEstimator):
-    """Sparse binary features of token windows (word, shape, affixes, flags, extra columns).
-
-    See the module notes for the features, their names and the vocabulary.
+    """Sparse binary features of token windows (see the module notes).
 
     Parameters
     ----------
@@ -188,9 +160,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         offset.
     columns_ : (2w + 1, n_attributes) int64 ndarray
         Output column of each attribute at offset ``j - w``; ``-1`` where it
-        was dropped (fewer than ``min_count`` training tokens). Columns run
-        offset by offset, attributes sorted by ``(kind, value)`` within an
-        offset.
+        was dropped. Columns run offset by offset, attributes sorted within.
     n_features_out_ : int
 
     Examples
@@ -205,16 +175,10 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
     ['w[-1]=<S>', 'w[0]=the', 'w[+1]=cat']
     """
 
-    def __init__(
-        self,
-        half_width: int = 2,
-        kinds: Sequence[Any] = KINDS,
-        affix_lengths: Sequence[Any] = (1, 2, 3),
-        extra_columns: Sequence[str] = (),
-        min_count: int = 1,
-        token_column: str = "token",
-        sentence_column: str = "sentence",
-    ) -> None:
+    def __init__(self, half_width: int = 2, kinds: Sequence[Any] = KINDS,
+                 affix_lengths: Sequence[Any] = (1, 2, 3), extra_columns: Sequence[str] = (),
+                 min_count: int = 1, token_column: str = "token",
+                 sentence_column: str = "sentence") -> None:
         self.half_width = half_width
         self.kinds = kinds
         self.affix_lengths = affix_lengths
@@ -225,6 +189,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
 
     # -- checks -----------------------------------------------------------
     def _check_params(self):
+        """The checked ``(kinds, affix_lengths, extra_columns)`` tuples."""
         _check_int("half_width", self.half_width, 0)
         _check_int("min_count", self.min_count, 1)
         kinds = tuple(self.kinds)
@@ -250,10 +215,8 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         if isinstance(X, pd.DataFrame):
             missing = [c for c in (self.token_column, *extra_names) if c not in X.columns]
             if missing:
-                raise ValueError(
-                    f"X lacks the columns {missing}; it has {list(X.columns)}. Set "
-                    "token_column= and extra_columns= to columns of X."
-                )
+                raise ValueError(f"X lacks the columns {missing}; it has {list(X.columns)}. Set "
+                                 "token_column= and extra_columns= to columns of X.")
             tokens = X[self.token_column].to_numpy(dtype=object)
             extra = [X[c].to_numpy(dtype=object) for c in extra_names]
             if lengths is None and groups is None:
@@ -353,15 +316,12 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         def lookup(key):
             return seen.setdefault(key, len(seen))
 
-        row_ptr, row_attr = self._row_attributes(
-            tokens, extra, extra_names, kinds, affixes, lookup
-        )
+        row_ptr, row_attr = self._row_attributes(tokens, extra, extra_names, kinds, affixes, lookup)
         width = 2 * self.half_width + 1
         n_seen = len(seen)
         every = np.arange(width * n_seen, dtype=np.int64).reshape(width, n_seen)
-        _, keys = window_columns(
-            row_ptr, row_attr, offsets_from_lengths(lengths), self.half_width, every
-        )
+        offsets = offsets_from_lengths(lengths)
+        _, keys = window_columns(row_ptr, row_attr, offsets, self.half_width, every)
         counts = np.bincount(keys, minlength=width * n_seen).reshape(width, n_seen)
         del keys
         keep = counts >= self.min_count
@@ -377,14 +337,8 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         renumber[order] = np.arange(len(order))
         return row_ptr, renumber[row_attr], lengths
 
-    def fit(
-        self: _Self,
-        X: pd.DataFrame,
-        y: Any = None,
-        *,
-        lengths: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-    ) -> _Self:
+    def fit(self: _Self, X: pd.DataFrame, y: Any = None, *, lengths: ArrayLike | None = None,
+            groups: ArrayLike | str | None = None) -> _Self:
         """Learn the feature vocabulary.
 
         Parameters
@@ -407,14 +361,8 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         self._fit(X, lengths, groups)
         return self
 
-    def fit_transform(
-        self,
-        X: pd.DataFrame,
-        y: Any = None,
-        *,
-        lengths: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-    ) -> sp.csr_matrix:
+    def fit_transform(self, X: pd.DataFrame, y: Any = None, *, lengths: ArrayLike | None = None,
+                      groups: ArrayLike | str | None = None) -> sp.csr_matrix:
         """:meth:`fit` and :meth:`transform` in one pass over the tokens.
 
         Returns
@@ -424,25 +372,13 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         row_ptr, row_attr, lengths = self._fit(X, lengths, groups)
         return self._assemble(row_ptr, row_attr, lengths)
 
-    def transform(
-        self,
-        X: pd.DataFrame,
-        *,
-        lengths: ArrayLike | None = None,
-        groups: ArrayLike | str | None = None,
-    ) -> sp.csr_matrix:
-        """Binary features of every token's window.
-
-        Parameters
-        ----------
-        X, lengths, groups
-            As in :meth:`fit`.
+    def transform(self, X: pd.DataFrame, *, lengths: ArrayLike | None = None,
+                  groups: ArrayLike | str | None = None) -> sp.csr_matrix:
+        """Binary features of every token's window; arguments as in :meth:`fit`.
 
         Returns
         -------
         scipy.sparse.csr_matrix, shape ``(n, n_features_out_)``, float32
-            Ones where a feature fires; features unknown to the fitted
-            vocabulary are ignored. Indices sorted within each row.
         """
         check_is_fitted(self, "columns_")
         kinds, affixes, extra_names = self._check_params()
@@ -473,18 +409,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
 
     @classmethod
     def from_document(cls, doc, where="the feature document"):
-        """A fitted transformer from :meth:`to_document`'s dict, validated.
-
-        Parameters
-        ----------
-        doc : dict
-        where : str
-            Where the dict came from, for the messages.
-
-        Returns
-        -------
-        TokenFeatures
-        """
+        """A fitted transformer from :meth:`to_document`'s dict, validated; errors name ``where``."""
         params, attrs, columns = (doc.get(k) if isinstance(doc, dict) else None
                                   for k in ("params", "attributes", "columns"))  # fmt: skip
         if not isinstance(params, dict) or not set(params) <= set(cls._get_param_names()):
@@ -517,22 +442,14 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         return tf
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
-        """Names ``kind[offset]=value`` of the output columns, in column order.
+        """Names ``kind[offset]=value`` of the output columns, ``(n_features_out_,)`` object.
 
-        Parameters
-        ----------
-        input_features : ignored
-            The names come from the fitted vocabulary.
-
-        Returns
-        -------
-        ``(n_features_out_,)`` ndarray of str (object dtype)
+        ``input_features`` is ignored: the names come from the fitted vocabulary.
         """
         check_is_fitted(self, "columns_")
         attrs = sorted(self.attributes_, key=self.attributes_.__getitem__)
         offset, attr = np.nonzero(self.columns_ >= 0)  # row-major: the column order
         labels = [_offset_label(j - self.half_width) for j in range(self.columns_.shape[0])]
         pairs = zip(offset.tolist(), attr.tolist())
-        return np.asarray(
-            [f"{attrs[a][0]}[{labels[j]}]={attrs[a][1]}" for j, a in pairs], dtype=object
-        )
+        names = [f"{attrs[a][0]}[{labels[j]}]={attrs[a][1]}" for j, a in pairs]
+        return np.asarray(names, dtype=object)

@@ -4,20 +4,12 @@ A tag is ``"O"`` (outside every chunk) or ``"P-TYPE"``: a prefix ``P`` and a
 chunk type (``"B-PER"``, ``"I-NP"``). The text is split at the first ``-``, so
 types may themselves contain dashes.
 
-Spans are read with the rules of the CoNLL evaluation script ``conlleval``,
-which does not need to know the scheme: a chunk starts at ``B-`` (or ``S-``),
-at an ``I-``/``E-`` that follows ``O`` or a closed chunk, or wherever the type
-changes; it ends before ``B-``/``S-``/``O``, after ``E-``/``S-``, or where the
-type changes. IOB1 and IOB2 are therefore decoded by the same rules, and
-ill-formed sequences (a leading ``I-``, ``I-PER`` after ``B-LOC``) still give
-spans rather than errors. ``E-`` and ``S-`` are BIOES additions: conlleval
-treats ``S-`` like ``I-``; here, as in seqeval's default mode, ``S-`` opens and
-closes a one-token chunk. The scheme decides only which prefixes are legal.
-
-Shared by :mod:`structboost.metrics` (span scores),
-:mod:`structboost.datasets` (scheme conversion) and
-:mod:`structboost.objectives.constraints` (the moves a scheme allows,
-:func:`scheme_moves`).
+Spans are read with conlleval's rules, whatever the scheme: a chunk starts
+at ``B-``/``S-``, at an ``I-``/``E-`` after ``O`` or a closed chunk, or where
+the type changes; it ends before ``B-``/``S-``/``O``, after ``E-``/``S-``, or
+where the type changes (``S-`` is a one-token chunk, as in seqeval). So
+ill-formed sequences still give spans; the scheme decides only which prefixes
+are legal.
 """
 
 import numpy as np
@@ -38,19 +30,7 @@ def check_scheme(scheme, name="scheme"):
 
 
 def as_tags(tags, tag_names=None):
-    """Tags as a 1-D ``str`` array, decoding integer codes through ``tag_names``.
-
-    Parameters
-    ----------
-    tags : array-like, shape (n,)
-        Tag strings, or integer codes into ``tag_names`` when it is given.
-    tag_names : sequence of str, optional
-        ``tag_names[k]`` is the tag of code ``k``.
-
-    Returns
-    -------
-    tags : (n,) ndarray of str
-    """
+    """Tags ``(n,)`` as a ``str`` array; integer codes decoded through ``tag_names`` if given."""
     arr = np.asarray(tags)
     if arr.ndim != 1:
         raise ValueError(f"tags must be 1-D (one tag per token); got shape {arr.shape}.")
@@ -78,13 +58,7 @@ def as_tags(tags, tag_names=None):
 
 
 def parse_tags(tags, scheme):
-    """Split tags into prefixes and integer type codes, checking them against ``scheme``.
-
-    Parameters
-    ----------
-    tags : (n,) ndarray of str
-    scheme : str
-        A key of ``SCHEME_PREFIXES``.
+    """Split tags ``(n,)`` into prefixes, type codes and types, checked against ``scheme``.
 
     Returns
     -------
@@ -120,10 +94,9 @@ def scheme_moves(tags, scheme):
     Parameters
     ----------
     tags : (K,) ndarray of str
-        Tag names (e.g. a model's labels in class order): ``"O"`` or a
-        prefix of the scheme, ``-`` and a chunk type.
+        Tag names (e.g. a model's labels in class order).
     scheme : str
-        A key of ``SCHEME_PREFIXES`` (see :func:`check_scheme`).
+        A key of ``SCHEME_PREFIXES``.
 
     Returns
     -------
@@ -131,10 +104,6 @@ def scheme_moves(tags, scheme):
         ``transitions[a, b]``: tag ``a`` may be followed by tag ``b``.
     start, end : (K,) bool ndarray
         Tags a sequence may begin / end with.
-
-    Notes
-    -----
-    The rules are tabled in :mod:`structboost.objectives.constraints`.
     """
     prefix, kind, _ = parse_tags(tags, scheme)
     same = kind[:, None] == kind[None, :]
@@ -167,21 +136,12 @@ def sentence_offsets(lengths, n):
 
 
 def span_arrays(tags, scheme, offsets):
-    """Chunks of a tag sequence as arrays.
-
-    Parameters
-    ----------
-    tags : (n,) ndarray of str
-    scheme : str
-        A key of ``SCHEME_PREFIXES``.
-    offsets : (m + 1,) int64 ndarray
-        Sentence offsets (see :func:`sentence_offsets`); chunks never cross a
-        sentence boundary.
+    """Chunks of tags ``(n,)`` in ``scheme``, within the sentences of ``offsets (m + 1,)``.
 
     Returns
     -------
     starts, ends : (s,) int64 ndarrays
-        Chunk ``i`` covers tokens ``starts[i]:ends[i]`` (end exclusive), in order.
+        Chunk ``i`` covers tokens ``starts[i]:ends[i]``, in order.
     types : (s,) ndarray of str
     """
     n = tags.size
@@ -194,8 +154,7 @@ def span_arrays(tags, scheme, offsets):
     start = inside & (
         np.isin(prefixes, ("B", "S")) | np.isin(prev_prefix, ("O", "E", "S")) | (prev_code != codes)
     )
-    # A chunk ends after token i exactly when token i + 1 is outside, starts a
-    # chunk of its own, or lies in the next sentence.
+    # a chunk ends where the next token is outside, starts a chunk or a sentence
     last = np.zeros(n, dtype=bool)
     last[offsets[1:] - 1] = True
     next_breaks = last | np.roll(~inside | start, -1)
@@ -205,24 +164,10 @@ def span_arrays(tags, scheme, offsets):
 
 
 def encode_spans(n, starts, ends, types, scheme, offsets):
-    """Write chunks as tags of ``scheme``.
+    """The ``n`` tags ``(n,)`` (object) of ``scheme`` of sorted, disjoint chunks.
 
-    Parameters
-    ----------
-    n : int
-        Number of tokens.
-    starts, ends : (s,) int64 ndarrays
-        Sorted, non-overlapping chunks ``starts[i]:ends[i]``.
-    types : (s,) ndarray of str
-    scheme : str
-        A key of ``SCHEME_PREFIXES``.
-    offsets : (m + 1,) int64 ndarray
-        Sentence offsets; in IOB1 a chunk opens with ``B-`` only where it
-        directly follows a chunk of the same type in the same sentence.
-
-    Returns
-    -------
-    tags : (n,) object ndarray of str
+    Chunk ``i`` is ``starts[i]:ends[i]`` of type ``types[i]``; ``offsets (m + 1,)``
+    are the sentences (IOB1's ``B-`` only after a chunk of the same type).
     """
     sizes = ends - starts
     rows = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes - starts, sizes)
