@@ -299,7 +299,8 @@ def test_objective_round_matches_the_cpu(mode, gamma, solver):
     ("newton", "bound", 3, (3, 1, 4, 2)), ("lbfgs", "adaptive", 4, (6, 5, 7, 4, 8, 6, 5, 9)),
 ])  # fmt: skip
 def test_one_pass_rounds_match_the_cpu(solver, step, k, lengths):
-    """Past the refit warm-up, rounds of one pass (the secant's sums on the device) match.
+    """Past the refit warm-up, rounds of one pass (the secant's sums on the device) match, allocate
+    nothing and wait for the device at most three times (:class:`gpu.DeviceCounters`).
 
     The last batch's L-BFGS warm-up refits need more than ``WARMUP_ITER``
     iterations (the small one's converge in fewer), so that the device must
@@ -309,15 +310,24 @@ def test_one_pass_rounds_match_the_cpu(solver, step, k, lengths):
     kwargs = dict(transition_solver=solver, step=step, transition_iter=1)
     cpu, dev = CRFObjective(k, **kwargs), objectives_gpu.DeviceCRFObjective(k, **kwargs)
     rng = np.random.default_rng(3)
-    for _ in range(onestep.WARMUP + 3):
+    one_pass = 0
+    for step_no in range(onestep.WARMUP + 3):
         margins = margins + rng.normal(scale=0.2, size=margins.shape)
         want = cpu.grad_hess(margins, batch)
+        refits = dev._one_step.refits if dev._one_step else 0
         got = dev.grad_hess(margins, batch)
+        counters = dev.counters  # this round's: buffers kept, the host waits three times
+        assert step_no < 2 or counters.allocations == 0
+        if dev._one_step.refits == refits:
+            one_pass += 1
+            small = len(lengths) + 2 * k * k + 4 * k + 8  # log Z, counts and a few sums
+            assert counters.syncs <= 3 and counters.to_host <= 8 * small
         np.testing.assert_allclose(dev.params.to_vector(), cpu.params.to_vector(), rtol=1e-6,
                                    atol=1e-8)
         for w, g in zip(want, got):
             np.testing.assert_allclose(g.copy_to_host(), w, rtol=1e-6, atol=1e-9)
     assert dev._one_step.refits == cpu._one_step.refits < onestep.WARMUP + 3  # one-pass rounds ran
+    assert one_pass > 0
     if step == "adaptive":
         np.testing.assert_allclose(dev.step_scale.history, cpu.step_scale.history, rtol=1e-6)
 
