@@ -38,8 +38,9 @@ ROWS = 2 * TILE if SIMULATOR else 4096
 #: Rows per thread in the atomic reductions over rows (:func:`node_sums`).
 CHUNK = 2 if SIMULATOR else 128
 #: Lanes per sequence (threads per block) of the recursions :func:`messages` and
-#: :func:`mixing_rates`: one warp on a GPU.
-LANES = 4 if SIMULATOR else 32
+#: :func:`mixing_rates`: one warp on a GPU; one in the simulator, whose barriers
+#: are slow (a test runs it with more).
+LANES = 1 if SIMULATOR else 32
 
 
 def blocks(count):
@@ -112,6 +113,13 @@ def softmax_rows(w, out):
 
 
 @cuda.jit(device=True)
+def _sync():
+    """``syncthreads`` where the block has more than one lane."""
+    if cuda.blockDim.x > 1:
+        cuda.syncthreads()
+
+
+@cuda.jit(device=True)
 def _row_dot(x, y, t, k):
     """``sum_j x[t, j] y[t, j]`` in label order (every lane of a block alike)."""
     s = 0.0
@@ -149,7 +157,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
                 for a in range(k):
                     m += alpha[t - 1, a] * emat[p, a, b]
                 into[t, b] = m
-        cuda.syncthreads()
+        _sync()
         s = _row_dot(into, w, t, k)
         if not s >= TINY:
             return False
@@ -161,7 +169,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
             acc = start_max + row_max[lo] + math.log(s)
         for j in range(lane, k, lanes):
             alpha[t, j] = into[t, j] * w[t, j] / s
-        cuda.syncthreads()
+        _sync()
     s = 0.0
     e_sum = 0.0
     for j in range(k):
@@ -174,7 +182,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
         beta_scale[hi - 1] = e_sum
     for j in range(lane, k, lanes):
         beta[hi - 1, j] = end_e[j] / e_sum
-    cuda.syncthreads()
+    _sync()
     for t in range(hi - 1, lo - 1, -1):
         ov = _row_dot(alpha, beta, t, k)
         s = _row_dot(beta, w, t, k)
@@ -183,7 +191,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
         for j in range(lane, k, lanes):
             r[t, j] = beta[t, j] * w[t, j] / s
             marg[t, j] = alpha[t, j] * beta[t, j] / ov
-        cuda.syncthreads()  # (every lane has read overlap[t] and r[t] is whole)
+        _sync()  # (every lane has read overlap[t] and r[t] is whole)
         if lane == 0:
             overlap[t] = ov
         if t == lo:
@@ -194,7 +202,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
             for b in range(k):
                 acc_a += emat[p, a, b] * r[t, b]
             r[t - 1, a] = acc_a
-        cuda.syncthreads()
+        _sync()
         s = 0.0
         for a in range(k):
             s += r[t - 1, a]
@@ -204,7 +212,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
             beta_scale[t - 1] = s
         for a in range(lane, k, lanes):
             beta[t - 1, a] = r[t - 1, a] / s
-        cuda.syncthreads()
+        _sync()
     return True
 
 
@@ -289,7 +297,7 @@ def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
         p = _table(n_tab, t + 1)
         total_r = 0.0
         total_l = 0.0
-        for j in range(lane, k, LANES):
+        for j in range(lane, k, cuda.blockDim.x):
             low_r = math.inf
             low_l = math.inf
             for a in range(k):
@@ -303,14 +311,14 @@ def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
                 total_l += low_l * alpha[t, j]
         part[lane, 0] = total_r
         part[lane, 1] = total_l
-        cuda.syncthreads()
+        _sync()
         if lane == 0:
-            for other in range(1, LANES):
+            for other in range(1, cuda.blockDim.x):
                 total_r += part[other, 0]
                 total_l += part[other, 1]
             right[t] = max(0.0, 1.0 - total_r)
             left[t + 1] = max(0.0, 1.0 - total_l)
-        cuda.syncthreads()
+        _sync()
 
 
 @cuda.jit

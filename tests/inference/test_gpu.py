@@ -92,6 +92,21 @@ def test_inference_matches_the_oracle_and_the_cpu(seed, lengths, k, forbid):
                                rtol=1e-12)
 
 
+@pytest.mark.skipif(not SIMULATOR, reason="on a GPU every test runs a warp per sequence")
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_lanes_sharing_a_sequence_match_the_oracle(lanes, monkeypatch):
+    """The recursions with several lanes per sequence (fewer and more lanes than labels), as on
+    a GPU; the simulator's other tests run one lane, its barriers being slow."""
+    monkeypatch.setattr(gpu.kern, "LANES", lanes)
+    for crf in (make_forbidding_crf(0, [3, 1, 4], 3, 1.5), _position_crf(3, [4, 1, 2], 2)):
+        expected = naive.batch(*crf)
+        log_z, marginals = gpu.forward_backward(*crf)
+        np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-12)
+        np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-12)
+        np.testing.assert_allclose(gpu.gamma(*crf, "mixing"), inference.gamma(*crf, "mixing"),
+                                   rtol=1e-12)
+
+
 @pytest.mark.parametrize("case", ["tie", "end", "dead end"])
 def test_log_space_fallback_matches_the_oracle(case):
     """Margins 1e4 apart with forbidden moves: recomputed in log space and patched in."""
