@@ -544,20 +544,38 @@ def _hess_factor(gamma, t, scale):
 
 
 @cuda.jit
-def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, grad, hess):
-    """Weighted G and H of one round, one thread per row:
-    :func:`structboost.objectives._kernels.node_grad_hess`'s arithmetic.
+def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, grad, hess,
+              new, old, old_g, old_h, sums):
+    """Weighted G and H of one round (:func:`structboost.objectives._kernels.node_grad_hess`'s
+    arithmetic) and, in the same read, the secant's sums.
+
+    Rows in a grid-stride loop; launch :func:`reduction_blocks` blocks of
+    :data:`THREADS` threads. With ``new``, ``old``, ``old_g``, ``old_h`` ``(n, K)``
+    (else empty) adds ``[sum old_g d, sum old_h d^2, sum grad d]``,
+    ``d = new - old``, to the zeroed ``sums (3,)``.
     """
-    t = cuda.grid(1)
-    if t >= p.shape[0]:
-        return
-    w = row_weight[t]
-    f = _hess_factor(gamma, t, scale)
-    for j in range(p.shape[1]):
-        q = p[t, j]
-        var = q * (1.0 - q)
-        grad[t, j] = (q - 1.0 if j == labels[t] else q) * w
-        hess[t, j] = _floored(1.0 if unit else var * f, floor, w) if finish else var
+    summed = old.shape[0] > 0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    for t in range(cuda.grid(1), p.shape[0], cuda.gridsize(1)):
+        w = row_weight[t]
+        f = _hess_factor(gamma, t, scale)
+        for j in range(p.shape[1]):
+            q = p[t, j]
+            var = q * (1.0 - q)
+            g = (q - 1.0 if j == labels[t] else q) * w
+            grad[t, j] = g
+            hess[t, j] = _floored(1.0 if unit else var * f, floor, w) if finish else var
+            if summed:
+                d = new[t, j] - old[t, j]
+                s1 += old_g[t, j] * d
+                s2 += old_h[t, j] * d * d
+                s3 += g * d
+    if summed:
+        _block_add(s1, sums, 0)
+        _block_add(s2, sums, 1)
+        _block_add(s3, sums, 2)
 
 
 @cuda.jit(device=True)

@@ -519,12 +519,22 @@ def softmax(u):
     return p
 
 
-def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, out):
+def grad_hess(ws, p, labels, row_weight, gamma, scale, unit, floor, finish, out, last=None):
     """Write the weighted G and H into device ``out = (grad, hess)``:
     :func:`structboost.objectives._kernels.node_grad_hess`'s twin.
+
+    With ``last = (new, old, old_g, old_h)`` ``(n, K)`` returns the secant's
+    ``[sum old_g d, sum old_h d^2, sum grad d]``, ``d = new - old``, taken in
+    the same read (one synchronisation); else None.
     """
-    launch(kern.grad_hess, p.shape[0], p, labels, row_weight, gamma, scale, unit, floor, finish,
-           *out)  # fmt: skip
+    sums = ws.zeros("step_sums", 3) if last is not None else ws.array("step_sums", 3)
+    if last is None:
+        none = ws.array("no_rows", (0, 0))
+        last = (none,) * 4
+    kern.grad_hess[kern.reduction_blocks(p.shape[0]), kern.THREADS](
+        p, labels, row_weight, gamma, scale, unit, floor, finish, *out, *last, sums
+    )
+    return None if last[0].shape[0] == 0 else ws.fetch(sums, "step_sums").copy()
 
 
 def finish_hess(hess, gamma, scale, floor, row_weight):

@@ -129,17 +129,14 @@ class DeviceArrays:
     put = staticmethod(lambda dst, rows, src: dst.copy_to_device(src))  # (rows cover dst)
 
     def grad_hess(self, p, batch, rows, seqs, gamma, scale, hessian, floor, out, last):
-        """As :meth:`~.round.HostArrays.grad_hess`; the secant's three sums in one reduction after
-        G is written.
-        """
+        """As :meth:`~.round.HostArrays.grad_hess`; the secant's sums taken as G is written."""
         st = self.structure(batch)
-        grad_hess(p, st.d_labels, st.d_row_weight, self._none if gamma is None else gamma,
-                  1.0 if scale is None else scale, hessian is Hessian.UNIT, floor,
-                  scale is not None, out)  # fmt: skip
-        if last is None:
-            return None
-        new, old, old_g, old_h = last
-        return step_sums(self.workspace, new.unary, old, old_g, old_h, out[0]).copy(), 0
+        if last is not None:
+            last = (last[0].unary, *last[1:])
+        sums = grad_hess(self.workspace, p, st.d_labels, st.d_row_weight,
+                         self._none if gamma is None else gamma, 1.0 if scale is None else scale,
+                         hessian is Hessian.UNIT, floor, scale is not None, out, last)  # fmt: skip
+        return None if sums is None else (sums, 0)
 
     def finish_hess(self, hess, gamma, scale, floor, batch):
         finish_hess(hess, gamma, scale, floor, self.structure(batch).d_row_weight)
