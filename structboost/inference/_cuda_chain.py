@@ -41,6 +41,9 @@ CHUNK = 2 if SIMULATOR else 128
 #: :func:`mixing_rates`: one warp on a GPU; one in the simulator, whose barriers
 #: are slow (a test runs it with more).
 LANES = 1 if SIMULATOR else 32
+#: Most labels whose message row :func:`messages` keeps in shared memory (more: read from
+#: global memory).
+ROW = 128
 
 
 def blocks(count):
@@ -135,17 +138,20 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
     :func:`structboost.inference._chain_sweeps._chunk_messages` without the rates (same
     arithmetic, same order); False at once when lost.
 
-    Lane ``l`` computes labels ``l, l + LANES, ...`` of each row's product;
-    every lane sums a row's normaliser in label order (so all agree on it and
-    on leaving). Unnormalised rows wait in ``into`` (forward) and ``r``
-    (backward) while the lanes read them.
+    Lane ``l`` computes labels ``l, l + LANES, ...`` of each row's product,
+    reading the last row from shared memory where ``K <= ROW``; every lane sums
+    a row's normaliser in label order (so all agree on it and on leaving).
+    Unnormalised rows wait in ``into`` (forward) and ``r`` (backward) while
+    the lanes read them.
     """
+    row = cuda.shared.array(ROW, float64)
     lo = offsets[i]
     hi = offsets[i + 1]
     k = w.shape[1]
     n_tab = emat.shape[0]
     lane = cuda.threadIdx.x
     lanes = cuda.blockDim.x
+    fits = k <= ROW
     for j in range(lane, k, lanes):
         into[lo, j] = start_e[j]
     acc = 0.0
@@ -155,7 +161,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
             for b in range(lane, k, lanes):
                 m = 0.0
                 for a in range(k):
-                    m += alpha[t - 1, a] * emat[p, a, b]
+                    m += (row[a] if fits else alpha[t - 1, a]) * emat[p, a, b]
                 into[t, b] = m
         _sync()
         s = _row_dot(into, w, t, k)
@@ -169,6 +175,8 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
             acc = start_max + row_max[lo] + math.log(s)
         for j in range(lane, k, lanes):
             alpha[t, j] = into[t, j] * w[t, j] / s
+            if fits:
+                row[j] = alpha[t, j]
         _sync()
     s = 0.0
     e_sum = 0.0
@@ -191,6 +199,8 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
         for j in range(lane, k, lanes):
             r[t, j] = beta[t, j] * w[t, j] / s
             marg[t, j] = alpha[t, j] * beta[t, j] / ov
+            if fits:
+                row[j] = r[t, j]
         _sync()  # (every lane has read overlap[t] and r[t] is whole)
         if lane == 0:
             overlap[t] = ov
@@ -200,7 +210,7 @@ def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_m
         for a in range(lane, k, lanes):
             acc_a = 0.0
             for b in range(k):
-                acc_a += emat[p, a, b] * r[t, b]
+                acc_a += emat[p, a, b] * (row[b] if fits else r[t, b])
             r[t - 1, a] = acc_a
         _sync()
         s = 0.0

@@ -59,8 +59,8 @@ class DeviceArrays:
     """The round's arrays on a CUDA GPU: :class:`~.round.HostArrays`' operations on device arrays.
 
     ``u`` is a :class:`~structboost.inference.gpu.DeviceUnary`; a batch is one
-    block, copied to the device once (:meth:`structure`). G and H are float64
-    device buffers kept across rounds, whatever ``dtype`` and ``order``.
+    block, copied to the device once (:meth:`structure`). G and H are device
+    buffers of the asked ``dtype`` kept across rounds, C order whatever ``order``.
 
     Attributes
     ----------
@@ -89,9 +89,13 @@ class DeviceArrays:
         return device_unary(margins, num_labels, self.workspace, check=False), None
 
     def outputs(self, shape, dtype, order):
+        """G and H device buffers of ``dtype`` (float32 or float64), C order whatever ``order``."""
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float64 or float32; got {dtype}.")
         ws = self.workspace
         ws.array("gamma_rows", shape[0])  # (:meth:`empty`'s, made with the others)
-        return ws.array("grad", shape), ws.array("hess", shape)
+        return ws.array("grad", shape, dtype), ws.array("hess", shape, dtype)
 
     def structure(self, batch):
         """The :class:`~structboost.inference.gpu.DeviceStructure` of a batch, built once per batch
@@ -201,8 +205,8 @@ class DeviceCRFObjective(CRFObjective):
     """:class:`~structboost.objectives.chain.CRFObjective` whose round runs on a CUDA GPU, same
     results to float tolerance.
 
-    :meth:`grad_hess` returns its own float64 device buffers (``dtype`` and
-    ``order`` ignored), which XGBoost with ``device="cuda"`` reads in place.
+    :meth:`grad_hess` returns its own device buffers of ``dtype`` (C order
+    whatever ``order``), which XGBoost with ``device="cuda"`` reads in place.
     ``nthread`` is ignored; ``transition_solver="majorize"`` is CPU-only;
     ``timings`` are host wall seconds.
 

@@ -380,6 +380,13 @@ def test_objective_errors():
     with pytest.raises(ValueError, match="CPU only"):
         objectives_gpu.DeviceCRFObjective(3, transition_solver="majorize")
     margins, batch = _problem(3)
+    single, double = (objectives_gpu.DeviceCRFObjective(3, transition_iter=1) for _ in range(2))
+    halves = zip(single.grad_hess(margins, batch, np.float32), double.grad_hess(margins, batch))
+    for g32, g64 in halves:
+        assert g32.dtype == np.float32  # (what XGBoost asks for: half the bytes)
+        np.testing.assert_allclose(g32.copy_to_host(), g64.copy_to_host(), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="dtype must be"):
+        single.grad_hess(margins, batch, np.int32)
     dev = objectives_gpu.DeviceCRFObjective(3)
     margins[1, 2] = np.nan
     with pytest.raises(ValueError, match="NaN or inf"):
