@@ -215,7 +215,7 @@ def device_unary(margins, num_labels=None, workspace=None, check=True):
             host = host.astype(np.float64)
         if num_labels is not None and host.ndim == 1 and host.size % num_labels == 0:
             host = host.reshape(-1, num_labels)
-        src = ws.put("margins", np.ascontiguousarray(host))
+        src = ws.put("margins", host)
     if len(src.shape) != 2 or src.shape[1] < 1 or (num_labels and src.shape[1] != num_labels):
         want = f"(rows, {num_labels})" if num_labels else "(rows, labels)"
         raise ValueError(
