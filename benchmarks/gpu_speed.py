@@ -229,8 +229,9 @@ def main():
         import cupy
         from numba import cuda
 
-        device = cuda.get_current_device()
-        print(f"GPU: {device.name}, driver {cuda.cudadrv.driver.driver.get_version()}, "
+        from numba.cuda.cudadrv.driver import driver
+
+        print(f"GPU: {cuda.get_current_device().name}, CUDA driver {driver.get_version()}, "
               f"cupy {cupy.__version__}")
     obj_params = {} if args.transition_iter is None else {"transition_iter": args.transition_iter}
     tree = {"max_depth": args.max_depth, "eta": 0.3, "device": args.device, "tree_method": "hist"}

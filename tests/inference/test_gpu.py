@@ -212,8 +212,11 @@ def test_position_transitions_match_the_oracle_and_the_cpu(seed, lengths, k):
         gpu.forward_backward(crf[0], crf[1], crf[2][1:], *crf[3:])
 
 
-def test_device_and_float32_inputs_give_the_same_results():
+def test_device_and_float32_inputs_give_the_same_results(monkeypatch):
     unary, lengths, transitions, start, end = make_crf(5, [3, 2], 3)
+    monkeypatch.setattr(gpu, "STAGE_ROWS", 2)  # host margins staged in chunks of two rows
+    staged = gpu.device_unary(np.asfortranarray(unary)).unary.copy_to_host()
+    np.testing.assert_array_equal(staged, unary)
     host = gpu.forward_backward(unary, lengths, transitions, start, end)
     on_device = gpu.forward_backward(cuda.to_device(unary), lengths, transitions, start, end)
     np.testing.assert_array_equal(host[0], on_device[0])
