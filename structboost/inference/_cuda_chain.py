@@ -6,7 +6,9 @@ match the CPU kernels to float tolerance. Only
 :mod:`structboost.inference.gpu` imports it (and validates the input).
 
 Rows stay flat ``(n, K)`` C-contiguous float64 with ``offsets (m + 1,)``.
-Recursions run one thread per sequence; per-row kernels one thread per row;
+The message and rate recursions run one block of :data:`LANES` lanes (a warp)
+per sequence, the ``K x K`` products spread over the lanes; the path sums
+one thread per sequence; per-row kernels one thread per row;
 parameter-sized sums as a tiled matrix product or one thread per label and
 chunk of rows, added with atomics. No kernel allocates memory.
 
@@ -35,6 +37,13 @@ TILE = 4 if SIMULATOR else 16
 ROWS = 2 * TILE if SIMULATOR else 4096
 #: Rows per thread in the atomic reductions over rows (:func:`node_sums`).
 CHUNK = 2 if SIMULATOR else 128
+#: Lanes per sequence (threads per block) of the recursions :func:`messages` and
+#: :func:`mixing_rates`: one warp on a GPU; one in the simulator, whose barriers
+#: are slow (a test runs it with more).
+LANES = 1 if SIMULATOR else 32
+#: Most labels whose message row :func:`messages` keeps in shared memory (more: read from
+#: global memory).
+ROW = 128
 
 
 def blocks(count):
@@ -69,8 +78,8 @@ def prepare_rows(margins, unary, w, row_max, bad):
     margins : (n, K) float32 or float64
     unary, w : (n, K) float64, written
     row_max : (n,) float64, written
-    bad : (1,) int64
-        Incremented once per row holding NaN or +-inf.
+    bad : (1,) or more float64
+        ``bad[0]`` incremented once per row holding NaN or +-inf.
     """
     t = cuda.grid(1)
     if t >= unary.shape[0]:
@@ -85,7 +94,7 @@ def prepare_rows(margins, unary, w, row_max, bad):
         elif v > top:
             top = v
     if not finite:
-        cuda.atomic.add(bad, 0, 1)
+        cuda.atomic.add(bad, 0, 1.0)
         top = 0.0
     row_max[t] = top
     for j in range(unary.shape[1]):
@@ -107,89 +116,121 @@ def softmax_rows(w, out):
 
 
 @cuda.jit(device=True)
+def _sync():
+    """``syncthreads`` where the block has more than one lane."""
+    if cuda.blockDim.x > 1:
+        cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def _row_dot(x, y, t, k):
+    """``sum_j x[t, j] y[t, j]`` in label order (every lane of a block alike)."""
+    s = 0.0
+    for j in range(k):
+        s += x[t, j] * y[t, j]
+    return s
+
+
+@cuda.jit(device=True)
 def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
             log_z, alpha, beta, r, into, beta_scale, marg, overlap):
-    """Both sweeps of sequence ``i``, as :func:`structboost.inference._chain_sweeps._chunk_messages`
-    without the rates; False at once when lost.
+    """Both sweeps of sequence ``i`` by the block's lanes, as
+    :func:`structboost.inference._chain_sweeps._chunk_messages` without the rates (same
+    arithmetic, same order); False at once when lost.
+
+    Lane ``l`` computes labels ``l, l + LANES, ...`` of each row's product,
+    reading the last row from shared memory where ``K <= ROW``; every lane sums
+    a row's normaliser in label order (so all agree on it and on leaving).
+    Unnormalised rows wait in ``into`` (forward) and ``r`` (backward) while
+    the lanes read them.
     """
+    row = cuda.shared.array(ROW, float64)
     lo = offsets[i]
     hi = offsets[i + 1]
     k = w.shape[1]
     n_tab = emat.shape[0]
-    s = 0.0
-    for j in range(k):
+    lane = cuda.threadIdx.x
+    lanes = cuda.blockDim.x
+    fits = k <= ROW
+    for j in range(lane, k, lanes):
         into[lo, j] = start_e[j]
-        alpha[lo, j] = start_e[j] * w[lo, j]
-        s += alpha[lo, j]
-    if not s >= TINY:
-        return False
-    overlap[lo] = s
-    acc = start_max + row_max[lo] + math.log(s)
-    for j in range(k):
-        alpha[lo, j] /= s
-    for t in range(lo + 1, hi):
+    acc = 0.0
+    for t in range(lo, hi):
         p = _table(n_tab, t)
-        s = 0.0
-        for b in range(k):
-            m = 0.0
-            for a in range(k):
-                m += alpha[t - 1, a] * emat[p, a, b]
-            into[t, b] = m
-            alpha[t, b] = m * w[t, b]
-            s += alpha[t, b]
+        if t > lo:
+            for b in range(lane, k, lanes):
+                m = 0.0
+                for a in range(k):
+                    m += (row[a] if fits else alpha[t - 1, a]) * emat[p, a, b]
+                into[t, b] = m
+        _sync()
+        s = _row_dot(into, w, t, k)
         if not s >= TINY:
             return False
-        overlap[t] = s
-        acc += emax[p] + row_max[t] + math.log(s)
-        for j in range(k):
-            alpha[t, j] /= s
+        if lane == 0:
+            overlap[t] = s
+        if t > lo:
+            acc += emax[p] + row_max[t] + math.log(s)
+        else:
+            acc = start_max + row_max[lo] + math.log(s)
+        for j in range(lane, k, lanes):
+            alpha[t, j] = into[t, j] * w[t, j] / s
+            if fits:
+                row[j] = alpha[t, j]
+        _sync()
     s = 0.0
     e_sum = 0.0
     for j in range(k):
-        beta[hi - 1, j] = end_e[j]
         s += alpha[hi - 1, j] * end_e[j]
         e_sum += end_e[j]
     if not s >= TINY:
         return False
-    log_z[i] = acc + end_max + math.log(s)
-    beta_scale[hi - 1] = e_sum
-    for j in range(k):
-        beta[hi - 1, j] /= e_sum
+    if lane == 0:
+        log_z[i] = acc + end_max + math.log(s)
+        beta_scale[hi - 1] = e_sum
+    for j in range(lane, k, lanes):
+        beta[hi - 1, j] = end_e[j] / e_sum
+    _sync()
     for t in range(hi - 1, lo - 1, -1):
-        ov = 0.0
-        s = 0.0
-        for j in range(k):
-            ov += alpha[t, j] * beta[t, j]
-            r[t, j] = beta[t, j] * w[t, j]
-            s += r[t, j]
+        ov = _row_dot(alpha, beta, t, k)
+        s = _row_dot(beta, w, t, k)
         if not (overlap[t] * ov >= SAFE and beta_scale[t] * ov >= SAFE and s >= TINY):
             return False
-        overlap[t] = ov
-        for j in range(k):
-            r[t, j] /= s
+        for j in range(lane, k, lanes):
+            r[t, j] = beta[t, j] * w[t, j] / s
             marg[t, j] = alpha[t, j] * beta[t, j] / ov
+            if fits:
+                row[j] = r[t, j]
+        _sync()  # (every lane has read overlap[t] and r[t] is whole)
+        if lane == 0:
+            overlap[t] = ov
         if t == lo:
             break
         p = _table(n_tab, t)
-        s = 0.0
-        for a in range(k):
+        for a in range(lane, k, lanes):
             acc_a = 0.0
             for b in range(k):
-                acc_a += emat[p, a, b] * r[t, b]
-            beta[t - 1, a] = acc_a
-            s += acc_a
+                acc_a += emat[p, a, b] * (row[b] if fits else r[t, b])
+            r[t - 1, a] = acc_a
+        _sync()
+        s = 0.0
+        for a in range(k):
+            s += r[t - 1, a]
         if not s >= TINY:
             return False
-        beta_scale[t - 1] = s
-        for a in range(k):
-            beta[t - 1, a] /= s
+        if lane == 0:
+            beta_scale[t - 1] = s
+        for a in range(lane, k, lanes):
+            beta[t - 1, a] = r[t - 1, a] / s
+        _sync()
     return True
 
 
 @cuda.jit
 def messages(w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
              log_z, alpha, beta, r, into, beta_scale, marg, overlap, lost, n_lost):
-    """Scaled forward-backward messages and node marginals, one thread per sequence.
+    """Scaled forward-backward messages and node marginals, one block of :data:`LANES` lanes per
+    sequence.
 
     The twin of :func:`structboost.inference._chain_sweeps.messages` without
     the rates (:func:`mixing_rates`): a sequence is lost once a normaliser
@@ -209,17 +250,18 @@ def messages(w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max
     beta_scale, overlap : (n,) float64, written
     lost : (m,) int8, written
         1 where the sequence must be recomputed in log space.
-    n_lost : (1,) int64
+    n_lost : (1,) float64
         Incremented once per lost sequence.
     """
-    i = cuda.grid(1)
+    i = cuda.blockIdx.x
     if i >= log_z.shape[0]:
         return
     held = _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
                    log_z, alpha, beta, r, into, beta_scale, marg, overlap)
-    lost[i] = 0 if held else 1
-    if not held:
-        cuda.atomic.add(n_lost, 0, 1)
+    if cuda.threadIdx.x == 0:
+        lost[i] = 0 if held else 1
+        if not held:
+            cuda.atomic.add(n_lost, 0, 1.0)
 
 
 @cuda.jit
@@ -242,24 +284,30 @@ def scatter(dst, index, src):
 
 @cuda.jit
 def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
-    """Dobrushin coefficients of both conditional chains, one thread per sequence.
+    """Dobrushin coefficients of both conditional chains, one block of :data:`LANES` lanes per
+    sequence (labels ``j`` spread over the lanes).
 
     ``right[t] = 1 - sum_b min_a P(y_{t+1} = b | y_t = a)`` over possible
     ``a``, zero on last rows; ``left[t]`` the same for ``P(y_{t-1} | y_t)``,
     zero on first rows.
     """
-    lo, hi = _sequence_rows(offsets)
-    if lo == hi:
+    part = cuda.shared.array((LANES, 2), float64)
+    i = cuda.blockIdx.x
+    if i >= offsets.shape[0] - 1:
         return
+    lo = offsets[i]
+    hi = offsets[i + 1]
     k = alpha.shape[1]
     n_tab = emat.shape[0]
-    right[hi - 1] = 0.0
-    left[lo] = 0.0
+    lane = cuda.threadIdx.x
+    if lane == 0:
+        right[hi - 1] = 0.0
+        left[lo] = 0.0
     for t in range(lo, hi - 1):
         p = _table(n_tab, t + 1)
         total_r = 0.0
         total_l = 0.0
-        for j in range(k):
+        for j in range(lane, k, cuda.blockDim.x):
             low_r = math.inf
             low_l = math.inf
             for a in range(k):
@@ -271,8 +319,16 @@ def mixing_rates(alpha, beta, r, into, beta_scale, offsets, emat, right, left):
                 total_r += low_r * r[t + 1, j]
             if low_l < math.inf:
                 total_l += low_l * alpha[t, j]
-        right[t] = max(0.0, 1.0 - total_r)
-        left[t + 1] = max(0.0, 1.0 - total_l)
+        part[lane, 0] = total_r
+        part[lane, 1] = total_l
+        _sync()
+        if lane == 0:
+            for other in range(1, cuda.blockDim.x):
+                total_r += part[other, 0]
+                total_l += part[other, 1]
+            right[t] = max(0.0, 1.0 - total_r)
+            left[t + 1] = max(0.0, 1.0 - total_l)
+        _sync()
 
 
 @cuda.jit
@@ -422,37 +478,47 @@ def reduction_blocks(n):
 
 
 @cuda.jit(device=True)
-def _block_add(s1, s2, out):
-    """Sum ``s1``, ``s2`` over the block's threads; thread 0 adds them to ``out[0]``, ``out[1]``."""
-    buf = cuda.shared.array((THREADS, 2), float64)
+def _block_add(value, out, j):
+    """Sum ``value`` over the block's threads; thread 0 adds it to ``out[j]``."""
+    buf = cuda.shared.array(THREADS, float64)
     tid = cuda.threadIdx.x
-    buf[tid, 0] = s1
-    buf[tid, 1] = s2
+    buf[tid] = value
     cuda.syncthreads()
     if tid == 0:
         for i in range(1, cuda.blockDim.x):
-            s1 += buf[i, 0]
-            s2 += buf[i, 1]
-        cuda.atomic.add(out, 0, s1)
-        cuda.atomic.add(out, 1, s2)
+            value += buf[i]
+        cuda.atomic.add(out, j, value)
+    cuda.syncthreads()
 
 
 @cuda.jit
-def step_sums(new, old, a, b, out):
-    """``out[0] += sum a (new - old)``, ``out[1] += sum b (new - old)^2`` over ``(n, K)``: the
-    secant's sums.
+def step_sums(new, old, a, b, c, out):
+    """``out += [sum a d, sum b d^2, sum c d]``, ``d = new - old`` over ``(n, K)``: the secant's
+    sums.
 
     Launch :func:`reduction_blocks` blocks of :data:`THREADS` threads on a
-    zeroed ``out (2,)``.
+    zeroed ``out (3,)``.
     """
     s1 = 0.0
     s2 = 0.0
+    s3 = 0.0
     for t in range(cuda.grid(1), new.shape[0], cuda.gridsize(1)):
         for j in range(new.shape[1]):
             d = new[t, j] - old[t, j]
             s1 += a[t, j] * d
             s2 += b[t, j] * d * d
-    _block_add(s1, s2, out)
+            s3 += c[t, j] * d
+    _block_add(s1, out, 0)
+    _block_add(s2, out, 1)
+    _block_add(s3, out, 2)
+
+
+@cuda.jit
+def fill(a, value):
+    """``a[:] = value`` on a 1-D array."""
+    t = cuda.grid(1)
+    if t < a.shape[0]:
+        a[t] = value
 
 
 @cuda.jit
@@ -467,11 +533,11 @@ def copy_rows(src, dst):
 
 @cuda.jit
 def label_scores(unary, labels, row_weight, out):
-    """``out[0] += sum_t row_weight[t] unary[t, labels[t]]`` (launched as :func:`step_sums`)."""
+    """``out[1] += sum_t row_weight[t] unary[t, labels[t]]`` (launched as :func:`step_sums`)."""
     s1 = 0.0
     for t in range(cuda.grid(1), unary.shape[0], cuda.gridsize(1)):
         s1 += row_weight[t] * unary[t, labels[t]]
-    _block_add(s1, 0.0, out)
+    _block_add(s1, out, 1)
 
 
 @cuda.jit(device=True)
@@ -488,20 +554,38 @@ def _hess_factor(gamma, t, scale):
 
 
 @cuda.jit
-def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, grad, hess):
-    """Weighted G and H of one round, one thread per row:
-    :func:`structboost.objectives._kernels.node_grad_hess`'s arithmetic.
+def grad_hess(p, labels, row_weight, gamma, scale, unit, floor, finish, grad, hess,
+              new, old, old_g, old_h, sums):
+    """Weighted G and H of one round (:func:`structboost.objectives._kernels.node_grad_hess`'s
+    arithmetic) and, in the same read, the secant's sums.
+
+    Rows in a grid-stride loop; launch :func:`reduction_blocks` blocks of
+    :data:`THREADS` threads. With ``new``, ``old``, ``old_g``, ``old_h`` ``(n, K)``
+    (else empty) adds ``[sum old_g d, sum old_h d^2, sum grad d]``,
+    ``d = new - old``, to the zeroed ``sums (3,)``.
     """
-    t = cuda.grid(1)
-    if t >= p.shape[0]:
-        return
-    w = row_weight[t]
-    f = _hess_factor(gamma, t, scale)
-    for j in range(p.shape[1]):
-        q = p[t, j]
-        var = q * (1.0 - q)
-        grad[t, j] = (q - 1.0 if j == labels[t] else q) * w
-        hess[t, j] = _floored(1.0 if unit else var * f, floor, w) if finish else var
+    summed = old.shape[0] > 0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    for t in range(cuda.grid(1), p.shape[0], cuda.gridsize(1)):
+        w = row_weight[t]
+        f = _hess_factor(gamma, t, scale)
+        for j in range(p.shape[1]):
+            q = p[t, j]
+            var = q * (1.0 - q)
+            g = (q - 1.0 if j == labels[t] else q) * w
+            grad[t, j] = g
+            hess[t, j] = _floored(1.0 if unit else var * f, floor, w) if finish else var
+            if summed:
+                d = new[t, j] - old[t, j]
+                s1 += old_g[t, j] * d
+                s2 += old_h[t, j] * d * d
+                s3 += g * d
+    if summed:
+        _block_add(s1, sums, 0)
+        _block_add(s2, sums, 1)
+        _block_add(s3, sums, 2)
 
 
 @cuda.jit(device=True)

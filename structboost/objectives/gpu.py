@@ -1,20 +1,23 @@
 """The chain-CRF round on a CUDA GPU (``crf_objective(K, device="cuda")``): the device backend.
 
 :class:`DeviceCRFObjective` runs the round of :class:`~.round.NodeObjective`
-on :class:`DeviceArrays`; see :mod:`structboost.inference.gpu` for what
-crosses the bus each round.
+on :class:`DeviceArrays`, whose :class:`~structboost.inference.gpu.Workspace`
+keeps every buffer across rounds: a steady round allocates nothing and
+waits for the device three times (the labels' score, the pass's small sums,
+the secant's sums); ``counters`` says so (see
+:mod:`structboost.inference.gpu`).
 """
 
 import time
 import weakref
 
 import numpy as np
-from numba import cuda
 
 from ..inference.chain import path_scores
 from ..inference.gpu import (
     DevicePosterior,
     DeviceStructure,
+    Workspace,
     as_device,
     copy_into,
     device_unary,
@@ -35,50 +38,64 @@ from .step import SecantScale
 
 class DeviceSecant(SecantScale):
     """:class:`~structboost.objectives.step.SecantScale` whose sums run on the device over float32
-    device copies.
+    copies in the margins' workspace.
     """
 
     def _along(self, margins, grad, hess):
-        return list(step_sums(margins.unary, self._last[0], grad, hess))
+        return list(step_sums(margins.workspace, margins.unary, self._last[0], grad, hess,
+                              grad)[:2])  # fmt: skip
 
     def remember(self, margins, nll, grad, hess, borrow=False, stamp=None):
         """Keep float32 device copies of ``margins``, ``grad`` and ``hess`` ``(n, K)``."""
+        ws = margins.workspace
         arrays = (margins.unary, grad, hess)
-        if self._copies is None or self._copies[0].shape != margins.shape:
-            self._copies = tuple(cuda.device_array(margins.shape, np.float32) for _ in arrays)
-        for new, copy in zip(arrays, self._copies):
+        copies = [ws.array(f"secant_{i}", margins.shape, np.float32) for i in range(3)]
+        for new, copy in zip(arrays, copies):
             copy_into(new, copy)
-        self._last = (*self._copies, nll)
+        self._last = (*copies, nll)
 
 
 class DeviceArrays:
     """The round's arrays on a CUDA GPU: :class:`~.round.HostArrays`' operations on device arrays.
 
     ``u`` is a :class:`~structboost.inference.gpu.DeviceUnary`; a batch is one
-    block, copied to the device once (:meth:`structure`). G and H are float64
-    device buffers kept across rounds, whatever ``dtype`` and ``order``.
+    block, copied to the device once (:meth:`structure`). G and H are device
+    buffers of the asked ``dtype`` kept across rounds, C order whatever ``order``.
+
+    Attributes
+    ----------
+    workspace : Workspace
+        The rounds' buffers; its ``counters`` restart with every round.
+    scratch : Workspace
+        Evaluation's and decoding's buffers.
     """
 
     secant = DeviceSecant
+    #: Host wall seconds (the device's work is counted where the host waits for it).
+    clock = staticmethod(time.perf_counter)
 
     def __init__(self):
+        self.workspace = Workspace()
+        self.scratch = Workspace()
         self._structures = {}
-        self._buffers = None
-        self._full = {}
-        self._none = cuda.device_array(0)
+        self._full = (None, None)
+        self._none = self.workspace.array("none", 0)
 
-    @staticmethod
-    def clock():
-        """Wall seconds, once the device has done what was asked of it."""
-        cuda.synchronize()
-        return time.perf_counter()
-
-    margins = staticmethod(lambda margins, num_labels: (device_unary(margins, num_labels), None))
+    def margins(self, margins, num_labels):
+        """The round's :class:`~structboost.inference.gpu.DeviceUnary` (checked by the round's first
+        synchronisation); restarts the counters.
+        """
+        self.workspace.counters.reset()
+        return device_unary(margins, num_labels, self.workspace, check=False), None
 
     def outputs(self, shape, dtype, order):
-        if self._buffers is None or self._buffers[0].shape != shape:
-            self._buffers = (cuda.device_array(shape), cuda.device_array(shape))
-        return self._buffers
+        """G and H device buffers of ``dtype`` (float32 or float64), C order whatever ``order``."""
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float64 or float32; got {dtype}.")
+        ws = self.workspace
+        ws.array("gamma_rows", shape[0])  # (:meth:`empty`'s, made with the others)
+        return ws.array("grad", shape, dtype), ws.array("hess", shape, dtype)
 
     def structure(self, batch):
         """The :class:`~structboost.inference.gpu.DeviceStructure` of a batch, built once per batch
@@ -88,39 +105,42 @@ class DeviceArrays:
         cached = self._structures.get(key)
         if cached is not None and cached[0]() is batch:
             return cached[1]
-        structure = DeviceStructure(batch.offsets, batch.seq_weight, batch.labels)
+        structure = DeviceStructure(batch.offsets, batch.seq_weight, batch.labels,
+                                    self.workspace.counters)  # fmt: skip
         self._structures[key] = (weakref.ref(batch), structure)
         return structure
 
     def label_score(self, u, batch):
-        return label_score(u.unary, self.structure(batch))
+        return label_score(u, self.structure(batch))
 
-    independent_blocks = staticmethod(lambda u, batch: [(slice(None), slice(None), None,
-                                                         softmax(u.w))])  # fmt: skip
+    @staticmethod
+    def independent_blocks(u, batch):
+        u.check()
+        return [(slice(None), slice(None), None, softmax(u))]
+
     marginals = staticmethod(lambda post: post.marginals_device())
 
     def full(self, n, value):
         """A device ``(n,)`` of ``value``, kept (a fixed bound's, every round)."""
         key = (n, float(value))
-        if key not in self._full:
-            self._full = {key: cuda.to_device(np.full(n, float(value)))}
-        return self._full[key]
+        if self._full[0] != key:
+            self._full = (key, self.workspace.put("full", np.full(n, float(value))))
+        return self._full[1]
 
-    empty = staticmethod(cuda.device_array)
+    def empty(self, n):
+        return self.workspace.array("gamma_rows", n)
+
     put = staticmethod(lambda dst, rows, src: dst.copy_to_device(src))  # (rows cover dst)
 
     def grad_hess(self, p, batch, rows, seqs, gamma, scale, hessian, floor, out, last):
-        """As :meth:`~.round.HostArrays.grad_hess`; the secant's sums in reductions of their own."""
+        """As :meth:`~.round.HostArrays.grad_hess`; the secant's sums taken as G is written."""
         st = self.structure(batch)
         if last is not None:
-            new, old, old_g, old_h = last
-            slope, model = step_sums(new.unary, old, old_g, old_h)
-        grad_hess(p, st.d_labels, st.d_row_weight, self._none if gamma is None else gamma,
-                  1.0 if scale is None else scale, hessian is Hessian.UNIT, floor,
-                  scale is not None, out)  # fmt: skip
-        if last is None:
-            return None
-        return np.array([slope, model, step_sums(new.unary, old, out[0], out[0])[0]]), 0
+            last = (last[0].unary, *last[1:])
+        sums = grad_hess(self.workspace, p, st.d_labels, st.d_row_weight,
+                         self._none if gamma is None else gamma, 1.0 if scale is None else scale,
+                         hessian is Hessian.UNIT, floor, scale is not None, out, last)  # fmt: skip
+        return None if sums is None else (sums, 0)
 
     def finish_hess(self, hess, gamma, scale, floor, batch):
         finish_hess(hess, gamma, scale, floor, self.structure(batch).d_row_weight)
@@ -153,24 +173,26 @@ class DeviceTransitionProblem(PenalisedProblem):
         self.reg = float(reg)
         self.num_labels = unary.shape[1]
 
-    def _posterior(self, params, rates, edges):  # the device computes both on demand
+    def _posterior(self, params, rates, edges):
+        """The pass, its expected counts (with curvature after ``rates``) taken in its
+        synchronisation when asked for.
+        """
+        sums = bool(rates) if rates or edges else None
         return DevicePosterior(self.unary, self.structure, params.transitions, params.start,
-                               params.end)
+                               params.end, sums)  # fmt: skip
 
     def expected_counts(self, post, with_curvature=False):
         """As :meth:`TransitionProblem.expected_counts
         <structboost.transitions.chain.TransitionProblem.expected_counts>`.
         """
         st = self.structure
-        edge_gamma = post.edge_gamma() if with_curvature else st.d_row_weight
-        node_gamma = post.node_gamma("mixing") if with_curvature else st.d_row_weight
-        trans, trans_curv, ends = post.weighted_sums(edge_gamma, node_gamma, with_curvature)
+        trans, trans_curv, ends = post.weighted_sums(with_curvature)
         part = post.log_space
         if part is not None:
             pair_w = np.repeat(self.seq_weight, np.diff(st.offsets))[part.rows]
             trans += np.einsum("e,eab->ab", pair_w, part.pairwise)
             if with_curvature:
-                pair_w = pair_w * edge_gamma.copy_to_host()[part.rows]
+                pair_w = pair_w * post.edge_gamma().copy_to_host()[part.rows]
                 trans_curv += np.einsum("e,eab->ab", pair_w, part.pairwise * (1.0 - part.pairwise))
         expected = np.concatenate((trans.ravel(), ends[0][0], ends[1][0]))
         if not with_curvature:
@@ -183,10 +205,10 @@ class DeviceCRFObjective(CRFObjective):
     """:class:`~structboost.objectives.chain.CRFObjective` whose round runs on a CUDA GPU, same
     results to float tolerance.
 
-    :meth:`grad_hess` returns its own float64 device buffers (``dtype`` and
-    ``order`` ignored), which XGBoost with ``device="cuda"`` reads in place.
+    :meth:`grad_hess` returns its own device buffers of ``dtype`` (C order
+    whatever ``order``), which XGBoost with ``device="cuda"`` reads in place.
     ``nthread`` is ignored; ``transition_solver="majorize"`` is CPU-only;
-    ``timings`` are wall seconds.
+    ``timings`` are host wall seconds.
 
     Parameters
     ----------
@@ -206,6 +228,11 @@ class DeviceCRFObjective(CRFObjective):
                 'with device="cuda", or device="cpu".'
             )
 
+    @property
+    def counters(self):
+        """The last round's :class:`~structboost.inference.gpu.DeviceCounters`."""
+        return self._arrays.workspace.counters
+
     def _problem(self, u, batch):
         free = None if self.constraints is None else self.constraints.free_vector()
         return DeviceTransitionProblem(u, self._arrays.structure(batch), batch.counts,
@@ -218,14 +245,15 @@ class DeviceCRFObjective(CRFObjective):
             margins = as_device(margins).copy_to_host()
         u = self.check_margins(margins)
         p = self.params
-        post = DevicePosterior(device_unary(u), self._arrays.structure(batch), p.transitions,
-                               p.start, p.end)  # fmt: skip
+        post = DevicePosterior(device_unary(u, workspace=self._arrays.scratch),
+                               self._arrays.structure(batch), p.transitions, p.start,
+                               p.end)  # fmt: skip
         return post.log_z - path_scores(u, batch.offsets, batch.labels, p.transitions, p.start,
                                         p.end)  # fmt: skip
 
     def decode(self, margins, batch):
         """Viterbi labels ``(n,)`` of the sequences of ``batch``, on the device."""
         p = self.params
-        du = device_unary(margins, self.num_labels)
+        du = device_unary(margins, self.num_labels, self._arrays.scratch)
         return viterbi_labels(du, self._arrays.structure(batch).d_offsets, p.transitions,
                               p.start, p.end)  # fmt: skip

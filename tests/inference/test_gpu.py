@@ -92,6 +92,21 @@ def test_inference_matches_the_oracle_and_the_cpu(seed, lengths, k, forbid):
                                rtol=1e-12)
 
 
+@pytest.mark.skipif(not SIMULATOR, reason="on a GPU every test runs a warp per sequence")
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_lanes_sharing_a_sequence_match_the_oracle(lanes, monkeypatch):
+    """The recursions with several lanes per sequence (fewer and more lanes than labels), as on
+    a GPU; the simulator's other tests run one lane, its barriers being slow."""
+    monkeypatch.setattr(gpu.kern, "LANES", lanes)
+    for crf in (make_forbidding_crf(0, [3, 1, 4], 3, 1.5), _position_crf(3, [4, 1, 2], 2)):
+        expected = naive.batch(*crf)
+        log_z, marginals = gpu.forward_backward(*crf)
+        np.testing.assert_allclose(log_z, expected["log_z"], rtol=1e-12)
+        np.testing.assert_allclose(marginals, expected["marginals"], atol=1e-12)
+        np.testing.assert_allclose(gpu.gamma(*crf, "mixing"), inference.gamma(*crf, "mixing"),
+                                   rtol=1e-12)
+
+
 @pytest.mark.parametrize("case", ["tie", "end", "dead end"])
 def test_log_space_fallback_matches_the_oracle(case):
     """Margins 1e4 apart with forbidden moves: recomputed in log space and patched in."""
@@ -197,8 +212,11 @@ def test_position_transitions_match_the_oracle_and_the_cpu(seed, lengths, k):
         gpu.forward_backward(crf[0], crf[1], crf[2][1:], *crf[3:])
 
 
-def test_device_and_float32_inputs_give_the_same_results():
+def test_device_and_float32_inputs_give_the_same_results(monkeypatch):
     unary, lengths, transitions, start, end = make_crf(5, [3, 2], 3)
+    monkeypatch.setattr(gpu, "STAGE_ROWS", 2)  # host margins staged in chunks of two rows
+    staged = gpu.device_unary(np.asfortranarray(unary)).unary.copy_to_host()
+    np.testing.assert_array_equal(staged, unary)
     host = gpu.forward_backward(unary, lengths, transitions, start, end)
     on_device = gpu.forward_backward(cuda.to_device(unary), lengths, transitions, start, end)
     np.testing.assert_array_equal(host[0], on_device[0])
@@ -299,7 +317,8 @@ def test_objective_round_matches_the_cpu(mode, gamma, solver):
     ("newton", "bound", 3, (3, 1, 4, 2)), ("lbfgs", "adaptive", 4, (6, 5, 7, 4, 8, 6, 5, 9)),
 ])  # fmt: skip
 def test_one_pass_rounds_match_the_cpu(solver, step, k, lengths):
-    """Past the refit warm-up, rounds of one pass (the secant's sums on the device) match.
+    """Past the refit warm-up, rounds of one pass (the secant's sums on the device) match, allocate
+    nothing and wait for the device at most three times (:class:`gpu.DeviceCounters`).
 
     The last batch's L-BFGS warm-up refits need more than ``WARMUP_ITER``
     iterations (the small one's converge in fewer), so that the device must
@@ -309,15 +328,24 @@ def test_one_pass_rounds_match_the_cpu(solver, step, k, lengths):
     kwargs = dict(transition_solver=solver, step=step, transition_iter=1)
     cpu, dev = CRFObjective(k, **kwargs), objectives_gpu.DeviceCRFObjective(k, **kwargs)
     rng = np.random.default_rng(3)
-    for _ in range(onestep.WARMUP + 3):
+    one_pass = 0
+    for step_no in range(onestep.WARMUP + 3):
         margins = margins + rng.normal(scale=0.2, size=margins.shape)
         want = cpu.grad_hess(margins, batch)
+        refits = dev._one_step.refits if dev._one_step else 0
         got = dev.grad_hess(margins, batch)
+        counters = dev.counters  # this round's: buffers kept, the host waits three times
+        assert step_no < 2 or counters.allocations == 0
+        if dev._one_step.refits == refits:
+            one_pass += 1
+            small = len(lengths) + 2 * k * k + 4 * k + 8  # log Z, counts and a few sums
+            assert counters.syncs <= 3 and counters.to_host <= 8 * small
         np.testing.assert_allclose(dev.params.to_vector(), cpu.params.to_vector(), rtol=1e-6,
                                    atol=1e-8)
         for w, g in zip(want, got):
             np.testing.assert_allclose(g.copy_to_host(), w, rtol=1e-6, atol=1e-9)
     assert dev._one_step.refits == cpu._one_step.refits < onestep.WARMUP + 3  # one-pass rounds ran
+    assert one_pass > 0
     if step == "adaptive":
         np.testing.assert_allclose(dev.step_scale.history, cpu.step_scale.history, rtol=1e-6)
 
@@ -355,6 +383,13 @@ def test_objective_errors():
     with pytest.raises(ValueError, match="CPU only"):
         objectives_gpu.DeviceCRFObjective(3, transition_solver="majorize")
     margins, batch = _problem(3)
+    single, double = (objectives_gpu.DeviceCRFObjective(3, transition_iter=1) for _ in range(2))
+    halves = zip(single.grad_hess(margins, batch, np.float32), double.grad_hess(margins, batch))
+    for g32, g64 in halves:
+        assert g32.dtype == np.float32  # (what XGBoost asks for: half the bytes)
+        np.testing.assert_allclose(g32.copy_to_host(), g64.copy_to_host(), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="dtype must be"):
+        single.grad_hess(margins, batch, np.int32)
     dev = objectives_gpu.DeviceCRFObjective(3)
     margins[1, 2] = np.nan
     with pytest.raises(ValueError, match="NaN or inf"):
