@@ -140,12 +140,17 @@ def boost_on_device(params, dtrain, X_dev, batch, k, rounds, warm, clock, obj_pa
     return steady(times, rounds), timed, obj.crf.counters
 
 
+def tree_threads(args):
+    """The CPU threads of every run: ``--threads``, -1 meaning every core."""
+    return args.threads if args.threads > 0 else os.cpu_count()
+
+
 def whole_fit(X, y, lengths, args):
     """Wall seconds of ``--fit-rounds`` rounds: the CRF estimator, then XGBoost's multiclass."""
     common = dict(n_estimators=args.fit_rounds, max_depth=args.max_depth, learning_rate=0.3,
-                  device=args.device)  # fmt: skip
+                  device=args.device, n_jobs=args.threads)  # fmt: skip
     t0 = time.perf_counter()
-    sb.XGBCRFClassifier(**common).fit(X, y, lengths=lengths)
+    sb.XGBCRFClassifier(early_stopping=False, **common).fit(X, y, lengths=lengths)
     t1 = time.perf_counter()
     xgb.XGBClassifier(objective="multi:softprob", tree_method="hist", **common).fit(X, y)
     return t1 - t0, time.perf_counter() - t1
@@ -213,6 +218,8 @@ def main():
                          "cpu, none with cuda)")
     ap.add_argument("--max-depth", type=int, default=6)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=-1,
+                    help="CPU threads of both whole fits (n_jobs; -1: every core)")
     args = ap.parse_args()
     cuda_run = args.device == "cuda"
     cpu_labels = args.cpu_labels if args.cpu_labels is not None else (
@@ -233,8 +240,11 @@ def main():
 
         print(f"GPU: {cuda.get_current_device().name}, CUDA driver {driver.get_version()}, "
               f"cupy {cupy.__version__}")
-    obj_params = {} if args.transition_iter is None else {"transition_iter": args.transition_iter}
-    tree = {"max_depth": args.max_depth, "eta": 0.3, "device": args.device, "tree_method": "hist"}
+    obj_params = {"nthread": tree_threads(args)}
+    if args.transition_iter is not None:
+        obj_params["transition_iter"] = args.transition_iter
+    tree = {"max_depth": args.max_depth, "eta": 0.3, "device": args.device, "tree_method": "hist",
+            "nthread": tree_threads(args)}
     for k in args.labels:
         X, y, lengths = make_data(args.rows, args.length, k, args.features, args.seed)
         X_in = cupy.asarray(X) if cuda_run else X
