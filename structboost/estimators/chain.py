@@ -27,6 +27,7 @@ arrays or lists of feature dicts, ``y`` a list of label lists.
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import xgboost as xgb
 from sklearn.utils.validation import check_is_fitted
@@ -123,6 +124,15 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
         self._start_transitions(obj)
         return obj
+
+    def _device_rows(self, train):
+        """Dense features on the GPU when XGBoost trains there (margins kept on the device)."""
+        on_gpu = str(self._engine_kwargs().get("device", "cpu")).lower() != "cpu"
+        if self._edges or not on_gpu or not isinstance(train.X, np.ndarray):
+            return None
+        import cupy
+
+        return cupy.asarray(train.X)
 
     def _dmatrix(self, rows, num_labels):
         """The training DMatrix of LabelledRows: one row per position, or K edge rows."""

@@ -6,6 +6,7 @@ XGBoost installed.
 
 import xgboost as xgb
 
+from ..engines.boost_loop import train_kept_margins
 from ..engines.model_io import field
 from ..engines.xgboost import booster_from_json, kept_rounds, xgb_params
 from .base import evaluate_metrics
@@ -44,13 +45,10 @@ class XGBoostTraining:
         params = xgb_params(
             n_classes, eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
         )
+        dtrain = self._dmatrix(train, n_classes)
         dvalid = [self._dmatrix(rows, n_classes) for rows in evals]
         evals_result = {}
-        booster = xgb.train(
-            params,
-            self._dmatrix(train, n_classes),
-            num_boost_round=stopping.rounds,
-            obj=obj,
+        options = dict(
             custom_metric=lambda predt, d: evaluate_metrics(obj.crf, metrics, predt, obj.batch(d)),
             evals=list(zip(dvalid, names)),
             early_stopping_rounds=stopping.patience,
@@ -58,7 +56,18 @@ class XGBoostTraining:
             verbose_eval=verbose,
             callbacks=[obj.callback(), *(self.callbacks or ())],
         )
+        device_rows = self._device_rows(train)
+        if device_rows is None:
+            booster = xgb.train(params, dtrain, stopping.rounds, obj=obj, **options)
+        else:
+            booster = train_kept_margins(params, dtrain, device_rows, stopping.rounds, obj, **options)
         return booster, evals_result
+
+    def _device_rows(self, train):
+        """The training features on the GPU, where the margins then stay, or None (see
+        :func:`~structboost.engines.boost_loop.train_kept_margins`).
+        """
+        return None
 
     def _kept_rounds(self):
         return kept_rounds(self.booster_)
