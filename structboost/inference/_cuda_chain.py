@@ -109,7 +109,7 @@ def softmax_rows(w, out):
 @cuda.jit(device=True)
 def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
             log_z, alpha, beta, r, into, beta_scale, marg, overlap):
-    """Both sweeps of sequence ``i``, as :func:`structboost.inference._chain_sweeps._chunk_messages`
+    """Both sweeps of sequence ``i``, as :func:`structboost.inference._chain._chunk_messages`
     without the rates; False at once when lost.
     """
     lo = offsets[i]
@@ -191,7 +191,7 @@ def messages(w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max
              log_z, alpha, beta, r, into, beta_scale, marg, overlap, lost, n_lost):
     """Scaled forward-backward messages and node marginals, one thread per sequence.
 
-    The twin of :func:`structboost.inference._chain_sweeps.messages` without
+    The twin of :func:`structboost.inference._chain.messages` without
     the rates (:func:`mixing_rates`): a sequence is lost once a normaliser
     falls below ``TINY`` or a normaliser times the overlap below ``SAFE``.
 

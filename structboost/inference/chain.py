@@ -24,7 +24,7 @@ from .._typing import ArrayLike, Floats, Ints
 from .. import _config
 from .._compile_log import reports
 from ..sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
-from . import _chain, _chain_stats, _chain_sweeps, _chain_viterbi
+from . import _chain, _chain_viterbi
 
 GAMMA_METHODS = ("mixing", "length", "exact")
 
@@ -272,7 +272,7 @@ class ChainPosterior:
     def edge_marginals(self):
         """Pairwise marginals ``(n, K, K)``; row ``t`` joins ``t`` and ``t + 1``."""
         alpha, r = self._messages("edge_marginals")
-        out = _chain_stats.edge_marginals(alpha, r, self.offsets, self.emat, self.parallel)
+        out = _chain.edge_marginals(alpha, r, self.offsets, self.emat, self.parallel)
         if self.log_space is not None:
             out[self.log_space.rows] = self.log_space.pairwise
         return out
@@ -343,13 +343,13 @@ class ChainPosterior:
         if not self.has_rates:
             self._messages("the mixing rates of a pass swept without them")
             part = self.log_space
-            _chain_sweeps.late_rates(_chain_stats.Messages.of(self), self.emat, self.parallel)
+            _chain.late_rates(_chain.Messages.of(self), self.emat, self.parallel)
             if part is not None:
-                self.right[part.rows], self.left[part.rows] = _chain_stats.pairwise_rates(
+                self.right[part.rows], self.left[part.rows] = _chain.pairwise_rates(
                     part.pairwise, part.offsets
                 )
             self.has_rates = True
-        return _chain_stats.path_sums(self.right, self.left, self.offsets)
+        return _chain.path_sums(self.right, self.left, self.offsets)
 
     def node_gamma(self, method="mixing", marginals=None):
         """Per-position node bound ``(n,)`` (Theorem 4.1, Corollary 4.1 or exact)."""
@@ -362,10 +362,10 @@ class ChainPosterior:
         if method == "exact":
             p = self.marginals() if marginals is None else marginals
             alpha, r = self._messages('node_gamma("exact")')
-            out = _chain_stats.exact_gamma(alpha, r, p, self.offsets, self.emat)
+            out = _chain.exact_gamma(alpha, r, p, self.offsets, self.emat)
             part = self.log_space
             if part is not None:
-                out[part.rows] = _chain_stats.exact_gamma_pairwise(part.pairwise, part.marginals, part.offsets)
+                out[part.rows] = _chain.exact_gamma_pairwise(part.pairwise, part.marginals, part.offsets)
             return out
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
 
@@ -443,7 +443,7 @@ def posterior(
     trans = as_tables(transitions)
     emat, emax = _chain.exp_tables(trans, parallel and trans.shape[0] > 1)
     weight = seq_weight if trans.shape[0] == 1 else None
-    products = _chain_sweeps.messages(ws, emat, emax, start, end, rates, parallel, weight,
+    products = _chain.messages(ws, emat, emax, start, end, rates, parallel, weight,
                                       keep_messages)  # fmt: skip
     total = None if products is None else emat[0] * products
     lost = np.flatnonzero(ws.lost)
@@ -456,7 +456,7 @@ def posterior(
         for name, value in log_space_fill(part, k).items():
             getattr(ws, name)[rows] = value
         if rates:
-            ws.right[rows], ws.left[rows] = _chain_stats.pairwise_rates(part.pairwise, part.offsets)
+            ws.right[rows], ws.left[rows] = _chain.pairwise_rates(part.pairwise, part.offsets)
         if total is not None:  # the sweep left out the lost sequences' edges
             total += np.einsum(
                 "r,rab->ab", np.repeat(weight[part.sequences], np.diff(part.offsets)), part.pairwise

@@ -23,7 +23,7 @@ import numpy as np
 from numba import cuda
 
 from ..sequences import check_lengths, offsets_from_lengths
-from . import _chain, _chain_stats
+from . import _chain
 from . import _cuda_chain as kern
 from .chain import (
     GAMMA_METHODS,
@@ -256,7 +256,7 @@ class DevicePosterior:
         )
         part = self.log_space
         if part is not None:
-            for dst, src in zip((right, left), _chain_stats.pairwise_rates(part.pairwise, part.offsets)):
+            for dst, src in zip((right, left), _chain.pairwise_rates(part.pairwise, part.offsets)):
                 set_rows(dst, part.rows, src)
         node, edge = cuda.device_array(n), cuda.device_array(n)
         launch(kern.path_gamma, self.structure.num_sequences, right, left,
