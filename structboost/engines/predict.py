@@ -181,9 +181,7 @@ def check_transition_values(params):
     for name in ("transitions", "start", "end"):
         scores = getattr(params, name)
         if np.isnan(scores).any() or np.isposinf(scores).any():
-            raise ValueError(
-                f"the booster's CRF {name} scores hold NaN or +inf: {DIVERGED}."
-            )
+            raise ValueError(f"the booster's CRF {name} scores hold NaN or +inf: {DIVERGED}.")
 
 
 def constrained(params, allowed_transitions):

@@ -8,10 +8,9 @@ and last label. A labelling ``y`` scores::
 
     start[y_0] + sum_t unary[t, y_t] + sum_t T_t[y_t, y_{t+1}] + end[y_last]
 
-``-inf`` entries forbid a move (:mod:`structboost.objectives.constraints`).
-Messages are scaled probabilities; sequences they cannot hold are recomputed
-in log space (:mod:`structboost.inference._chain`), so any finite scores work.
-Only a sequence with no allowed labelling raises ``ValueError``.
+``-inf`` entries forbid a move. Sequences the scaled messages cannot hold are
+recomputed in log space, so any finite scores work; only a sequence with no
+allowed labelling raises ``ValueError``.
 """
 
 from dataclasses import dataclass
@@ -93,9 +92,8 @@ def check_chain_params(num_labels, transitions, start, end, rows=None):
 class Workspace:
     """Reusable buffers of the message passes over a batch of up to ``n`` rows, ``m`` sequences.
 
-    :meth:`load` binds the attributes (``w``, ``alpha``, ... ``lost``) to views
-    of the loaded batch; a :class:`ChainPosterior` built on a workspace views
-    them, so it is valid until the next pass.
+    :meth:`load` binds ``w``, ``alpha``, ... ``lost`` to views of the loaded
+    batch; a :class:`ChainPosterior` built on it is valid until the next pass.
 
     Parameters
     ----------
@@ -124,13 +122,8 @@ class Workspace:
         self.lost = self._lost[:m]
 
     def load(self, unary, offsets):
-        """Exponentiate the node potentials of the batch ``offsets`` once.
-
-        Parameters
-        ----------
-        unary : (n, K) float32 or float64, any memory layout
-        offsets : (m + 1,) int64
-            Starting at zero.
+        """Exponentiate the node scores ``unary (n, K)`` (float32 or float64, any layout) of the
+        batch ``offsets (m + 1,)`` once.
         """
         n, k = unary.shape
         m = offsets.shape[0] - 1
@@ -169,25 +162,14 @@ class LogSpacePart:
     pairwise: np.ndarray
 
 
-#: Rows per block of :func:`_edge_products`: its temporaries stay in cache
-#: instead of costing fresh ``(n, K)`` arrays (page faults) on every call.
+#: Rows per block of :func:`_edge_products` (its temporaries stay in cache).
 EDGE_BLOCK = 4096
 
 
 def _edge_products(a, r, coef):
-    """``A' diag(coef[0]) R``, and with three rows of ``coef`` also ``A' diag(coef[1]) R`` and
-    ``(A^2)' diag(coef[2]) R^2``.
-
-    Parameters
-    ----------
-    a, r : (e, K) float64
-        ``alpha`` and ``r`` rows of the edges (``r`` one row ahead).
-    coef : (1, e) or (3, e) float64
-
-    Returns
-    -------
-    (len(coef), K, K) float64
-        Summed over blocks of :data:`EDGE_BLOCK` rows.
+    """``(len(coef), K, K)``: ``A' diag(coef[0]) R``, with three rows of ``coef`` also
+    ``A' diag(coef[1]) R`` and ``(A^2)' diag(coef[2]) R^2``, from ``a, r (e, K)``
+    (``alpha`` rows and ``r`` one row ahead).
     """
     e, k = a.shape
     curv = coef.shape[0] == 3
@@ -218,18 +200,15 @@ def _edge_products(a, r, coef):
 
 @dataclass
 class ChainPosterior:
-    """Scaled forward-backward messages of a batch, with what derives from them (built by
-    :func:`posterior`).
+    """Scaled forward-backward messages of a batch and what derives from them (:func:`posterior`).
 
     ``transitions`` and ``emat`` are ``(P, K, K)``; ``marg`` holds the node
-    marginals, ``right``/``left`` the mixing rates once ``has_rates``. ``beta`` is
-    stored on each sequence's last row only; ``into`` only by the GPU posterior
-    and on log-space rows. On the rows of ``log_space`` sequences ``alpha`` and
-    ``marg`` hold the marginals and the other buffers finite placeholders; the
-    methods read those rows from ``log_space``. ``edge_total`` is
-    ``sum_t seq_weight[i(t)] P_t`` when :func:`posterior` got ``seq_weight``,
-    else None. Without ``has_messages`` the methods reading ``alpha`` and ``r``
-    raise ``ValueError``.
+    marginals, ``right``/``left`` the mixing rates once ``has_rates``. ``beta``
+    is stored on each sequence's last row only, ``into`` only by the GPU
+    posterior. On ``log_space`` rows ``alpha`` and ``marg`` hold the marginals,
+    the other buffers placeholders. ``edge_total``: ``sum_t seq_weight[i(t)]
+    P_t`` when :func:`posterior` got ``seq_weight``. Without ``has_messages``
+    the methods reading ``alpha`` and ``r`` raise ``ValueError``.
     """
 
     offsets: np.ndarray
@@ -264,9 +243,7 @@ class ChainPosterior:
         return self.alpha, self.r
 
     def marginals(self, rows=None):
-        """Node marginals ``(n, K)`` (the posterior's own buffer: copy before changing), or those of
-        ``rows``.
-        """
+        """Node marginals ``(n, K)`` (the posterior's own buffer), or those of ``rows``."""
         return self.marg if rows is None else self.marg[rows]
 
     def edge_marginals(self):
@@ -280,9 +257,8 @@ class ChainPosterior:
     def edge_sums(self, edges, weights, curvature_weights=None):
         """Weighted sums of the pairwise marginals over some edges.
 
-        With one shared table, ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t``
-        (``z_t = beta_scale[t] * overlap[t]``), so ``sum_t c_t P_t =
-        E * (A' diag(c / z) R)`` and ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``.
+        With one shared table ``P_t = alpha_t E r_{t+1}' / z_t`` (``z_t =
+        beta_scale[t] overlap[t]``), so ``sum_t c_t P_t = E * (A' diag(c / z) R)``.
 
         Parameters
         ----------
@@ -319,7 +295,7 @@ class ChainPosterior:
                 curvature_weights = curvature_weights[~mine]
             edges, weights = edges[~mine], weights[~mine]
         # Every row but the last, weight zero off the chosen edges: views, no gathers.
-        n = max(self.alpha.shape[0] - 1, 0)  # edges: every row but the last (none if no rows)
+        n = max(self.alpha.shape[0] - 1, 0)
         z = self.beta_scale[edges] * self.overlap[edges]
         coef = np.zeros((1 if curvature_weights is None else 3, n))
         coef[0, edges] = weights / z
@@ -388,9 +364,7 @@ def _no_labelling(offsets, seq):
 
 
 def _log_space_part(unary, offsets, sequences, trans, start, end):
-    """Log-space posterior of ``sequences``: ``(log_z (s,), LogSpacePart)``; raises where nothing is
-    allowed.
-    """
+    """Log-space posterior ``(log_z (s,), LogSpacePart)`` of ``sequences``; raises where nothing is allowed."""
     log_z, marginals, pairwise = _chain.log_space_posterior(unary, offsets, sequences, trans, start, end)
     if not np.isfinite(log_z).all():
         raise _no_labelling(offsets, int(sequences[np.flatnonzero(~np.isfinite(log_z))[0]]))
@@ -403,9 +377,7 @@ def _log_space_part(unary, offsets, sequences, trans, start, end):
 
 
 def log_space_fill(part, num_labels):
-    """Buffer name -> value of the log-space rows of ``part`` (marginals for ``alpha`` and ``marg``,
-    placeholders otherwise).
-    """
+    """Buffer name -> value of the log-space rows of ``part`` (marginals or placeholders)."""
     return {
         "alpha": part.marginals, "marg": part.marginals, "beta": 1.0, "into": 1.0,
         "r": 1.0 / num_labels, "beta_scale": 1.0, "overlap": 1.0,
@@ -470,9 +442,7 @@ def posterior(
 
 
 def path_scores(unary, offsets, labels, transitions, start, end):
-    """Score ``(m,)`` of a given labelling ``labels (n,)`` of every sequence, in one sweep without
-    temporaries.
-    """
+    """Score ``(m,)`` of the labelling ``labels (n,)`` of every sequence."""
     out = np.empty(offsets.shape[0] - 1)
     _chain_viterbi.label_scores(unary, offsets, labels, as_tables(transitions), start, end, True, out)
     return out
@@ -487,9 +457,7 @@ def label_node_scores(unary, offsets, labels):
 
 
 def node_softmax(unary):
-    """Row-wise softmax ``(n, K)`` of finite node scores, read in place: the marginals of rows
-    without edges.
-    """
+    """Row-wise softmax ``(n, K)`` of finite node scores: the marginals of rows without edges."""
     n, k = unary.shape
     out = np.empty((n, k))
     _chain.exp_rows(unary, out, np.empty(n), _config.parallel(n), normalise=True)
@@ -497,12 +465,8 @@ def node_softmax(unary):
 
 
 def map_labels(unary, offsets, transitions, start, end):
-    """Viterbi labels ``(n,)`` of validated arrays (see :func:`check_chain`).
-
-    Raises
-    ------
-    ValueError
-        Naming the first sequence with no allowed labelling.
+    """Viterbi labels ``(n,)`` of validated arrays; ``ValueError`` naming a sequence with no allowed
+    labelling.
     """
     labels = _chain_viterbi.viterbi(
         unary, offsets, as_tables(transitions), start, end, _config.parallel(unary.shape[0])

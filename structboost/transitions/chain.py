@@ -118,9 +118,7 @@ def observed_counts(labels, offsets, seq_weight, num_labels):
     inner = np.ones(labels.shape[0], dtype=bool)
     inner[offsets[1:] - 1] = False
     idx = np.flatnonzero(inner)
-    trans = np.bincount(
-        labels[idx] * k + labels[idx + 1], weights=row_w[idx], minlength=k * k
-    )
+    trans = np.bincount(labels[idx] * k + labels[idx + 1], weights=row_w[idx], minlength=k * k)
     start = np.bincount(labels[offsets[:-1]], weights=seq_weight, minlength=k)
     end = np.bincount(labels[offsets[1:] - 1], weights=seq_weight, minlength=k)
     return np.concatenate((trans, start, end)).astype(np.float64)
