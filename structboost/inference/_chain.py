@@ -765,15 +765,12 @@ class Tables(NamedTuple):
 
     Attributes
     ----------
-    emat : (P, K, K) float64
+    emat, emax : (P, K, K), (P,) float64
         ``exp(trans - emax)`` (:func:`exp_tables`).
     emat_t : (P, K, K) float64
-        Its transpose (the backward product): C-contiguous for one table, a
-        view of ``emat`` for per-position tables.
-    emax : (P,) float64
+        Its transpose (C-contiguous for one table, a view for per-position tables).
     start_e, end_e : (K,) float64
-        ``exp(start - start_max)``, ``exp(end - end_max)``
-        (:func:`shifted_exp`).
+        ``exp(start - start_max)``, ``exp(end - end_max)`` (:func:`shifted_exp`).
     start_max, end_max : float
     """
 
@@ -791,24 +788,19 @@ class Nodes(NamedTuple):
 
     Attributes
     ----------
-    w : (n, K) float64
-        ``exp(unary - row_max)`` (:func:`exp_rows`).
-    row_max : (n,) float64
+    w, row_max : (n, K), (n,) float64
+        ``exp(unary - row_max)`` and ``row_max`` (:func:`exp_rows`).
     log_z : (m,) float64, output
     marg : (n, K) float64, output
-        The node marginals.
     overlap : (n,) float64, output
         ``alpha[t] @ beta[t]``.
     lost : (m,) bool, output
-        The sequences the scaled messages cannot hold.
     seq_weight : (m,) float64
         The sequences' weights in ``edges`` (empty: no edge sums).
     edges : (T, K, K) float64, output
-        Task ``t``'s sum of ``seq_weight[i] alpha[t] r[t + 1]' / (beta_scale[t]
-        overlap[t])`` over the edges of the sequences not lost (one shared
-        table only; see :func:`messages`); ``(0, K, K)`` when not asked for.
+        Each task's edge sums (:func:`messages`); ``(0, K, K)`` when not asked for.
     keep : bool
-        Store ``alpha`` and ``r`` of every row (see :func:`messages`).
+        Store ``alpha`` and ``r`` of every row.
     """
 
     w: np.ndarray
@@ -831,12 +823,9 @@ class Scratch(NamedTuple):
     vec : (8, lanes) float64
     idx : (5, lanes) int64
     w_at, alpha_at : (cap, K, lanes) float64
-        The forward sweep's planes of ``w`` and ``alpha`` at the positions
-        ``j < cap``, which the backward sweep reads instead of gathering
-        their rows again (:func:`_cached_positions`).
+        The forward sweep's planes of ``w`` and ``alpha`` at positions ``j < cap``.
     edges : (2, K, K) float64
-        The edge sums (``Nodes.edges``) of the current chunk and of the
-        task's chunks before it.
+        The edge sums of the current chunk and of the task's chunks before it.
     """
 
     buf: np.ndarray
@@ -1197,18 +1186,20 @@ def _tables(emat, emax, start, end):
 def messages(ws, emat, emax, start, end, with_rates, parallel, seq_weight=None, keep=True):
     """Scaled forward-backward messages, marginals, mixing rates and edge sums of every sequence.
 
+    ``beta`` is stored on each sequence's last row only; rows of ``lost``
+    sequences are unspecified.
+
     Parameters
     ----------
     ws : Workspace-like
-        Holds ``w, row_max`` (:func:`exp_rows`),
-        ``offsets`` and the outputs ``log_z (m,)``, ``alpha, beta, r, marg
-        (n, K)``, ``beta_scale, overlap, right, left (n,)``, ``lost (m,)`` bool.
+        Holds ``w, row_max`` (:func:`exp_rows`), ``offsets`` and the outputs
+        ``log_z (m,)``, ``alpha, beta, r, marg (n, K)``, ``beta_scale, overlap,
+        right, left (n,)``, ``lost (m,)`` bool.
     emat, emax : (P, K, K), (P,) float64
         From :func:`exp_tables`.
     start, end : (K,) float64
     with_rates : bool
-        Fill ``right[t] = alpha_{t, t+1}`` (zero on last rows) and
-        ``left[t] = alpha_{t, t-1}`` (zero on first rows).
+        Fill the mixing rates ``right`` and ``left`` (see :class:`Messages`).
     parallel : bool
     seq_weight : (m,) float64, optional
         Sum the weighted edge products within the sweep (one shared table only).
@@ -1221,12 +1212,6 @@ def messages(ws, emat, emax, start, end, with_rates, parallel, seq_weight=None, 
         With ``seq_weight``: ``sum_t seq_weight[i(t)] alpha[t] r[t + 1]' /
         (beta_scale[t] overlap[t])`` over the edges of sequences not lost
         (times the table: their weighted pairwise marginals).
-
-    Notes
-    -----
-    ``overlap[t] = alpha[t] @ beta[t]``, so ``alpha[t] @ E @ r[t + 1] =
-    beta_scale[t] * overlap[t]``. ``beta`` is stored on each sequence's last
-    row only. Rows of ``lost`` sequences are unspecified.
     """
     tab = _tables(emat, emax, start, end)
     k = emat.shape[1]
