@@ -137,19 +137,13 @@ class TransitionHistory(Mapping):
         """Parameters of the model made of the first ``n_rounds`` rounds."""
         params = self._rounds.get(int(n_rounds) - 1)
         if params is None:
-            recorded = (
-                f"rounds {min(self._rounds)}..{max(self._rounds)}" if self._rounds else "no round"
-            )
+            recorded = f"rounds {min(self._rounds)}..{max(self._rounds)}" if self._rounds else "no round"
             raise ValueError(
                 f"the model keeps {n_rounds} rounds but transitions were recorded for "
                 f"{recorded}: pass the objective's callback() to every training call that "
                 "adds rounds."
             )
         return params
-
-    def state(self, n_rounds):
-        """:func:`state_dict` of the model made of the first ``n_rounds`` rounds."""
-        return state_dict(self.num_labels, self.mode, self.for_rounds(n_rounds))
 
     @classmethod
     def from_state(cls, state, n_rounds, param_type=TransitionParams):

@@ -181,14 +181,7 @@ def _log_matvec(trans, emat, t_max, x, w, out):
 
 @njit(cache=CACHE)
 def messages(tree):
-    """Sum-product messages of every instance (see the module docstring).
-
-    Parameters
-    ----------
-    tree : TreeBatch
-        ``unary (n, K)``, ``offsets (m + 1,)``, ``order``, ``gparent``,
-        ``child_ptr``, ``child_idx`` (:func:`structure`), ``edge_types (n,)``,
-        ``transitions (n_types, K, K)``.
+    """Sum-product messages of every instance of a ``TreeBatch`` (see the module docstring).
 
     Returns
     -------
@@ -394,9 +387,8 @@ def mixing_bounds(tree, rate_down, rate_up):
     Edge bound for ``(t, t')``: a node ``s`` counts ``deg(s) - 1`` times, so
     ``B_{s->t} = alpha_{t,s} (deg(s) - 1 + sum_{h in N(s), h != t} B_{h->s})``
     and ``gamma^(e) = 2 (1 + deg(t) - 1 + deg(t') - 1 + sum_{s in N(t), s != t'}
-    B_{s->t} + sum_{s in N(t'), s != t} B_{s->t'})``. On a chain this is at most
-    Theorem 4.2's; Theorem 4.2 as printed can fall below it where degrees
-    exceed two.
+    B_{s->t} + sum_{s in N(t'), s != t} B_{s->t'})`` (Theorem 4.2 made valid
+    for degrees above two).
 
     Returns
     -------
