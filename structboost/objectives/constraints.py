@@ -70,7 +70,10 @@ class Constraints(NamedTuple):
                 f"the constraints cover {self.num_labels} labels but the model has "
                 f"{params.num_labels}: build them from the model's labels in class order."
             )
-        return TransitionParams.from_vector(params.to_vector() + self.masks().to_vector(), self.num_labels)
+        masks = self.masks()
+        return TransitionParams(
+            params.transitions + masks.transitions, params.start + masks.start, params.end + masks.end
+        )
 
     def _moves(self, labels, lengths):
         """``(y (n,), first (m,), last (m,), move_ok (n,))``: rows, sequence ends, and whether row
