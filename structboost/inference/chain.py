@@ -276,22 +276,15 @@ class ChainPosterior:
         """
         alpha, r = self._messages("edge_sums")
         if self.emat.shape[0] > 1:
-            pair = self.edge_marginals()[edges]
-            total = np.einsum("e,eab->ab", weights, pair)
-            if curvature_weights is None:
-                return total, None
-            return total, np.einsum("e,eab->ab", curvature_weights, pair * (1.0 - pair))
+            return _pair_sums(self.edge_marginals()[edges], weights, curvature_weights)
         part = self.log_space
-        if part is not None:
-            # Edges of log-space sequences: summed from their pairwise marginals.
-            n = self.alpha.shape[0]
-            local = np.full(n, -1, dtype=np.int64)
+        if part is not None:  # edges of log-space sequences: from their pairwise marginals
+            local = np.full(self.alpha.shape[0], -1, dtype=np.int64)
             local[part.rows] = np.arange(part.rows.size)
             mine = local[edges] >= 0
-            pair = part.pairwise[local[edges[mine]]]
-            total = np.einsum("e,eab->ab", weights[mine], pair)
+            curv = None if curvature_weights is None else curvature_weights[mine]
+            total, fallback_curv = _pair_sums(part.pairwise[local[edges[mine]]], weights[mine], curv)
             if curvature_weights is not None:
-                fallback_curv = np.einsum("e,eab->ab", curvature_weights[mine], pair * (1.0 - pair))
                 curvature_weights = curvature_weights[~mine]
             edges, weights = edges[~mine], weights[~mine]
         # Every row but the last, weight zero off the chosen edges: views, no gathers.
@@ -352,6 +345,16 @@ class ChainPosterior:
         out[:-1] = 2.0 * (3.0 + to_left[:-1] + to_right[1:])
         out[self.offsets[1:] - 1] = 0.0
         return out
+
+
+def _pair_sums(pair, weights, curvature_weights):
+    """``sum_e weights_e P_e`` and (with ``curvature_weights``) ``sum_e c_e P_e (1 - P_e)`` of
+    pairwise marginals ``pair (e, K, K)``.
+    """
+    total = np.einsum("e,eab->ab", weights, pair)
+    if curvature_weights is None:
+        return total, None
+    return total, np.einsum("e,eab->ab", curvature_weights, pair * (1.0 - pair))
 
 
 def _no_labelling(offsets, seq):
