@@ -217,19 +217,8 @@ def sequence_dmatrix(client, X, label=None, *, groups, **kwargs):
 _COLLECTIVE_OPS = ("Allreduce", "Allgather", "Broadcast")
 
 
-def train(
-    client,
-    params,
-    dtrain,
-    obj,
-    num_boost_round=10,
-    *,
-    evals=None,
-    early_stopping_rounds=None,
-    callbacks=(),
-    verbose_eval=False,
-    **kwargs,
-):
+def train(client, params, dtrain, obj, num_boost_round=10, *, evals=None,
+          early_stopping_rounds=None, callbacks=(), verbose_eval=False, **kwargs):
     """``xgboost.dask.train`` with a chain-CRF objective, exact over the workers.
 
     Parameters
@@ -253,17 +242,9 @@ def train(
     dobj = distributed_objective(obj)
     try:
         return dxgb.train(
-            client,
-            params,
-            dtrain,
-            num_boost_round,
-            evals=evals,
-            obj=dobj,
-            custom_metric=dobj.metric,
-            early_stopping_rounds=early_stopping_rounds,
-            callbacks=[dobj.callback(), *callbacks],
-            verbose_eval=verbose_eval,
-            **kwargs,
+            client, params, dtrain, num_boost_round, evals=evals, obj=dobj,
+            custom_metric=dobj.metric, early_stopping_rounds=early_stopping_rounds,
+            callbacks=[dobj.callback(), *callbacks], verbose_eval=verbose_eval, **kwargs
         )
     except XGBoostError as err:
         failed = [line for line in str(err).splitlines() if any(op in line for op in _COLLECTIVE_OPS)]

@@ -225,10 +225,8 @@ class LGBCRFObjective(EngineObjective):
     def _build_batch(self, dataset):
         """Validated labels, boundaries and sequence weights of a constructed Dataset."""
         return build_batch(
-            self.num_labels,
-            dataset.get_label(),
-            dataset_lengths(dataset),
-            row_weight=dataset.get_weight(),
+            self.num_labels, dataset.get_label(), dataset_lengths(dataset),
+            row_weight=dataset.get_weight()
         )
 
     def metric(self, preds, eval_data):

@@ -201,16 +201,9 @@ def decode_labels(margins, offsets, params, decode):
 
 
 @reports("predict")
-def predict(
-    model: Any,
-    data: Any,
-    *,
-    groups: ArrayLike | None = None,
-    lengths: ArrayLike | None = None,
-    decode: str = "viterbi",
-    base_margin: ArrayLike | None = None,
-    allowed_transitions: Any = None,
-) -> Ints:
+def predict(model: Any, data: Any, *, groups: ArrayLike | None = None,
+            lengths: ArrayLike | None = None, decode: str = "viterbi",
+            base_margin: ArrayLike | None = None, allowed_transitions: Any = None) -> Ints:
     """Predicted labels of every sequence.
 
     Parameters
@@ -249,15 +242,9 @@ def predict(
 
 
 @reports("predict_marginals")
-def predict_marginals(
-    model: Any,
-    data: Any,
-    *,
-    groups: ArrayLike | None = None,
-    lengths: ArrayLike | None = None,
-    base_margin: ArrayLike | None = None,
-    allowed_transitions: Any = None,
-) -> Floats:
+def predict_marginals(model: Any, data: Any, *, groups: ArrayLike | None = None,
+                      lengths: ArrayLike | None = None, base_margin: ArrayLike | None = None,
+                      allowed_transitions: Any = None) -> Floats:
     """Posterior marginals ``P(y_t = k | x)``, shape ``(n, K)``.
 
     Parameters are as in :func:`predict`.
@@ -269,16 +256,10 @@ def predict_marginals(
 
 
 @reports("sequence_log_likelihood")
-def sequence_log_likelihood(
-    model: Any,
-    data: Any,
-    labels: ArrayLike | None = None,
-    *,
-    groups: ArrayLike | None = None,
-    lengths: ArrayLike | None = None,
-    base_margin: ArrayLike | None = None,
-    allowed_transitions: Any = None,
-) -> Floats:
+def sequence_log_likelihood(model: Any, data: Any, labels: ArrayLike | None = None, *,
+                            groups: ArrayLike | None = None, lengths: ArrayLike | None = None,
+                            base_margin: ArrayLike | None = None,
+                            allowed_transitions: Any = None) -> Floats:
     """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``.
 
     ``labels`` default to the ones stored in a DMatrix or Dataset; the other
@@ -315,15 +296,9 @@ def _tree_inputs(booster, X, lengths, parents, edge_types, groups):
     return check_tree(margins, lens, parents, params.transitions, edge_types)
 
 
-def predict_tree(
-    booster: Any,
-    X: Any,
-    lengths: ArrayLike | None = None,
-    parents: ArrayLike | None = None,
-    edge_types: ArrayLike | None = None,
-    *,
-    groups: ArrayLike | None = None,
-) -> Ints:
+def predict_tree(booster: Any, X: Any, lengths: ArrayLike | None = None,
+                 parents: ArrayLike | None = None, edge_types: ArrayLike | None = None, *,
+                 groups: ArrayLike | None = None) -> Ints:
     """MAP labelling of every tree, flat ``(n,)``.
 
     Parameters
@@ -339,29 +314,16 @@ def predict_tree(
     return tree_map_labels(_tree_inputs(booster, X, lengths, parents, edge_types, groups))
 
 
-def predict_tree_marginals(
-    booster: Any,
-    X: Any,
-    lengths: ArrayLike | None = None,
-    parents: ArrayLike | None = None,
-    edge_types: ArrayLike | None = None,
-    *,
-    groups: ArrayLike | None = None,
-) -> Floats:
+def predict_tree_marginals(booster: Any, X: Any, lengths: ArrayLike | None = None,
+                           parents: ArrayLike | None = None, edge_types: ArrayLike | None = None, *,
+                           groups: ArrayLike | None = None) -> Floats:
     """Node marginals ``P(y_v = k | x)``, shape ``(n, K)``; arguments as :func:`predict_tree`."""
     return tree_posterior(_tree_inputs(booster, X, lengths, parents, edge_types, groups)).marginals()
 
 
-def tree_log_likelihood(
-    booster: Any,
-    X: Any,
-    labels: ArrayLike,
-    lengths: ArrayLike | None = None,
-    parents: ArrayLike | None = None,
-    edge_types: ArrayLike | None = None,
-    *,
-    groups: ArrayLike | None = None,
-) -> Floats:
+def tree_log_likelihood(booster: Any, X: Any, labels: ArrayLike, lengths: ArrayLike | None = None,
+                        parents: ArrayLike | None = None, edge_types: ArrayLike | None = None, *,
+                        groups: ArrayLike | None = None) -> Floats:
     """``log P(y | x)`` of every tree, shape ``(m,)``; arguments as :func:`predict_tree`."""
     b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
     y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])

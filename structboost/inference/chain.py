@@ -42,13 +42,8 @@ def as_tables(transitions):
     return transitions[None] if transitions.ndim == 2 else transitions
 
 
-def check_chain(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> tuple[Floats, Ints, Floats, Floats, Floats]:
+def check_chain(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+                end: ArrayLike) -> tuple[Floats, Ints, Floats, Floats, Floats]:
     """Validate and convert the inputs shared by every chain function.
 
     Returns
@@ -387,10 +382,8 @@ def log_space_fill(part, num_labels):
     }
 
 
-def posterior(
-    unary, offsets, transitions, start, end, workspace=None, rates=False, seq_weight=None,
-    keep_messages=True,
-):
+def posterior(unary, offsets, transitions, start, end, workspace=None, rates=False, seq_weight=None,
+              keep_messages=True):
     """One forward and one backward sweep over validated arrays (see :func:`check_chain`).
 
     Parameters
@@ -482,13 +475,8 @@ def map_labels(unary, offsets, transitions, start, end):
 
 
 @reports("forward_backward")
-def forward_backward(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> tuple[Floats, Floats]:
+def forward_backward(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+                     end: ArrayLike) -> tuple[Floats, Floats]:
     """Log partition function and node marginals of every sequence.
 
     Parameters
@@ -510,13 +498,8 @@ def forward_backward(
     return post.log_z, post.marginals()
 
 
-def edge_marginals(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> Floats:
+def edge_marginals(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+                   end: ArrayLike) -> Floats:
     """Pairwise marginals ``P(y_t = a, y_{t+1} = b | x)``.
 
     Returns
@@ -529,13 +512,8 @@ def edge_marginals(
 
 
 @reports("viterbi")
-def viterbi(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> Ints:
+def viterbi(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+            end: ArrayLike) -> Ints:
     """Most probable labelling of every sequence.
 
     Returns
@@ -546,14 +524,8 @@ def viterbi(
     return map_labels(*check_chain(unary, lengths, transitions, start, end))
 
 
-def gamma(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-    method: str = "mixing",
-) -> Floats:
+def gamma(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+          end: ArrayLike, method: str = "mixing") -> Floats:
     """Per-position node bound gamma of Chen et al. (2015).
 
     Parameters
@@ -576,13 +548,8 @@ def gamma(
     return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).node_gamma(method)
 
 
-def edge_gamma(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> Floats:
+def edge_gamma(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+               end: ArrayLike) -> Floats:
     """Per-edge bound gamma^(e) of Theorem 4.2 (Chen et al. 2015).
 
     Returns
@@ -594,14 +561,8 @@ def edge_gamma(
     return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).edge_gamma()
 
 
-def sequence_nll(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    labels: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> Floats:
+def sequence_nll(unary: ArrayLike, lengths: ArrayLike, labels: ArrayLike, transitions: ArrayLike,
+                 start: ArrayLike, end: ArrayLike) -> Floats:
     """Negative log-likelihood ``log Z - score(labels)`` of every sequence.
 
     Returns

@@ -278,10 +278,8 @@ def _checked_bound(unary, inputs, lengths, theta_T, theta_start, theta_end, weig
     )
 
 
-def chain_bound(
-    unary, lengths, theta_T, theta_start, theta_end, *,
-    weights=None, curvature="shared", batch_size=None, rank=None,
-):
+def chain_bound(unary, lengths, theta_T, theta_start, theta_end, *,
+                weights=None, curvature="shared", batch_size=None, rank=None):
     """Algorithm 3 bound on a linear-chain CRF's log-partition in its transition scores.
 
     Sequence ``j`` with labels ``y`` scores ``sum_t unary[t, y_t] +
@@ -318,10 +316,8 @@ def chain_bound(
                           batch_size, rank)  # fmt: skip
 
 
-def linear_chain_bound(
-    X, lengths, coef, theta_T, theta_start, theta_end, *,
-    weights=None, curvature="shared", batch_size=None, rank=None,
-):
+def linear_chain_bound(X, lengths, coef, theta_T, theta_start, theta_end, *,
+                       weights=None, curvature="shared", batch_size=None, rank=None):
     """Algorithm 3 bound on a linear-chain CRF with node scores linear in the inputs.
 
     Node scores are ``X[t] @ coef[:, y_t]``; ``theta = [coef.ravel(),
@@ -444,13 +440,8 @@ class ChainCRFTerm:
         """Summed Algorithm 3 bound (a :class:`QuadraticBound`) at ``theta (d,)``."""
         theta = as_float_array("theta", theta, 1)
         log_z, mu, curvature = chain_bound(
-            self.unary,
-            self.lengths,
-            *self.split(theta),
-            weights=self.weights,
-            curvature=self.curvature,
-            batch_size=self.batch_size,
-            rank=rank,
+            self.unary, self.lengths, *self.split(theta), weights=self.weights,
+            curvature=self.curvature, batch_size=self.batch_size, rank=rank
         )
         return QuadraticBound(theta, float(self.weights @ log_z), mu, curvature)
 
