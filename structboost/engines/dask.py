@@ -96,18 +96,8 @@ def distributed_objective(obj):
 
 
 def split_groups(X, groups):
-    """Features and per-row sequence ids of a dask collection.
-
-    Parameters
-    ----------
-    X : dask DataFrame or dask Array, shape (n, d)
-    groups : str, dask Series or dask Array (n,)
-        A DataFrame column name (dropped from the features), or the ids,
-        partitioned like ``X``.
-
-    Returns
-    -------
-    features, ids
+    """``(features, ids)`` of a dask DataFrame or Array ``X (n, d)``: ``groups`` is a column name
+    (dropped from the features) or the ids ``(n,)``, partitioned like ``X``.
     """
     if not isinstance(X, (dd.DataFrame, da.Array)):
         raise ValueError(

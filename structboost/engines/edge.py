@@ -34,20 +34,12 @@ _EDGE_DATA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def edge_features(X, lengths, num_labels, categorical=True):
-    """Each position's features once per previous label, plus that label.
-
-    Parameters
-    ----------
-    X : (n, d) numpy array, pandas DataFrame or scipy sparse matrix
-    lengths : (m,) int64
-    num_labels : int
-    categorical : bool
-        Whether the previous label is categorical (else numeric codes).
+    """Each position's features ``X (n, d)`` (numpy, pandas or sparse) once per previous label.
 
     Returns
     -------
     rows : (r, d + 1) same kind as ``X``
-        Row ``(t, u)``: ``X[t]`` and ``u`` (``K`` on first rows) last.
+        Row ``(t, u)``: ``X[t]`` and ``u`` (``K`` on first rows; categorical or numeric) last.
     feature_types : list of str or None
         XGBoost feature types for numpy and sparse input.
     """
