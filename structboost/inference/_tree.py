@@ -100,16 +100,8 @@ def structure(offsets, parents):
 
 @njit(cache=CACHE)
 def _edge_tables(transitions):
-    """Transposed transitions and the scaled exponentials of both orientations.
-
-    Returns
-    -------
-    backward : (n_types, K, K) float64
-        ``backward[e, b, a] = transitions[e, a, b]`` (child label first).
-    emat, emat_back : (n_types, K, K) float64
-        ``exp(T - max(T))`` per type, in both orientations.
-    t_max : (n_types,) float64
-        ``max(T)`` per type (each type has a finite entry).
+    """``(backward, emat, emat_back, t_max)``: the transposed transitions, ``exp(T - max(T))`` per
+    type in both orientations, and ``max(T) (n_types,)``.
     """
     n_types, k, _ = transitions.shape
     backward = np.empty((n_types, k, k))
@@ -437,12 +429,9 @@ def mixing_bounds(tree, rate_down, rate_up):
 
 @njit(cache=CACHE)
 def _visit(s, u, lo, step, given, p_t, rest, spread, came_from, stack, depth):
-    """Extend the conditionals from ``u`` to its neighbour ``s``, push ``s``; the new stack depth.
-
-    ``given[u - lo][a] = P(y_u | y_t = a)``; ``step[a, b] = P(y_s = b | y_u = a)``.
-    Adds ``TV(P(y_s | y_t = a), P(y_s)) / rest[a]`` (``rest = 1 - p_t``) to
-    ``spread[a]``, the difference formed as ``sum_{c != a} p_t[c]
-    (P(y_s | y_t = a) - P(y_s | y_t = c))`` to avoid cancellation.
+    """Extend the conditionals ``given`` from ``u`` to its neighbour ``s`` by ``step``, add
+    ``TV(P(y_s | y_t = a), P(y_s)) / (1 - p_t[a])`` to ``spread[a]`` (formed without cancellation),
+    push ``s``; the new stack depth.
     """
     k = spread.shape[0]
     g = given[s - lo]
