@@ -512,20 +512,8 @@ def _lgb_parameters(text):
 
 def check_lightgbm_text(text, where, num_features=None, num_labels=None):
     """Parse LightGBM's model text (``booster.model_to_string()``) completely before LightGBM loads
-    it: header, every tree and the trailing sections.
-
-    Parameters
-    ----------
-    text : str
-    where : str
-        The file it came from, for the messages.
-    num_features, num_labels : int, optional
-        The feature count and ``num_class`` it must have.
-
-    Raises
-    ------
-    ValueError
-        Naming ``where`` and the first damaged field.
+    it: header, every tree and the trailing sections; arguments and errors as
+    :func:`check_xgboost_json` (``num_labels``: the ``num_class`` it must have).
     """
     try:
         _check_lightgbm(text, num_features, num_labels)

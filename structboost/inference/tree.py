@@ -294,7 +294,7 @@ def tree_gamma(unary: ArrayLike, lengths: ArrayLike, parents: ArrayLike, transit
     Returns
     -------
     (n,) float64
-        Always ``length >= mixing >= exact >= 2``.
+        ``length >= mixing >= exact >= 2`` at every node.
     """
     if method not in GAMMA_METHODS:
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
