@@ -47,6 +47,7 @@ from numba.extending import intrinsic
 from .._config import CACHE, FINITE, KERNEL, PARALLEL, SAFE, TINY, njit
 from ._logspace import logsumexp
 
+# -- tables and node exponentials; the log-space fallback -----------------------------------------
 # exp(x) for x below this is under 2 ** -1022: returned as zero (any such
 # entry of a possible label is below TINY and marks its sequence anyway).
 EXP_FLOOR = -708.0
@@ -243,6 +244,7 @@ def log_space_posterior(unary, offsets, sequences, trans, start, end):
     return log_z, marginals, pairwise
 
 
+# -- lane kernels of the lockstep sweeps ----------------------------------------------------------
 # Planes of ``buf (10, K, lanes)``: incoming message, alpha, w, r, marginals,
 # previous alpha, second r, the rates' inverses and penalties, edges' weighted r.
 _IN, _MSG, _W, _R, _MARG, _PREV, _R2, _RINV, _RPEN, _EDGE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
@@ -505,6 +507,7 @@ def _set_rows(j, idx, act, n_tab):
         idx[_TAB, s] = table(n_tab, row)
 
 
+# -- what derives from the messages: pairwise marginals, rates, exact gamma -----------------------
 class Messages(NamedTuple):
     """The stored scaled messages of a batch (:meth:`of` a ``Workspace`` or ``ChainPosterior``), and
     their rates.
@@ -729,6 +732,7 @@ def pairwise_rates(pairwise, offsets):
     return right, left
 
 
+# -- the scaled forward and backward sweeps -------------------------------------------------------
 # log Z adds the logarithm of a running product of the normalisers once the
 # product leaves [LOG_LO, LOG_HI], not one logarithm per position; a
 # normaliser below LOG_LO (at least TINY) is logged alone, so that the
