@@ -70,7 +70,7 @@ from threadpoolctl import threadpool_limits
 
 from structboost import _config, inference
 from structboost.datasets import load_ocr
-from structboost.inference import _chain, _chain_stats, _chain_sweeps, chain
+from structboost.inference import _chain, chain
 from structboost.sequences import offsets_from_lengths
 
 
@@ -103,19 +103,19 @@ def parts(lengths, k):
     coef = np.ones((1, n - 1))
     return {
         "exp_rows": lambda: _chain.exp_rows(u, ws.w, ws.row_max, False),
-        "messages": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, False, False),
-        "messages with rates": lambda: _chain_sweeps.messages(ws, emat, emax, z, z, True, False),
-        "messages with rates and edge sums (a round's pass)": lambda: _chain_sweeps.messages(
+        "messages": lambda: _chain.messages(ws, emat, emax, z, z, False, False),
+        "messages with rates": lambda: _chain.messages(ws, emat, emax, z, z, True, False),
+        "messages with rates and edge sums (a round's pass)": lambda: _chain.messages(
             ws, emat, emax, z, z, True, False, weight
         ),
-        "the same, storing no alpha and r (the objective's round)": lambda: _chain_sweeps.messages(
+        "the same, storing no alpha and r (the objective's round)": lambda: _chain.messages(
             ws, emat, emax, z, z, True, False, weight, keep=False
         ),
         "edge products after a pass (BLAS, its alternative)": lambda: chain._edge_products(
             ws.alpha[:-1], ws.r[1:], coef
         ),
-        "late_rates": lambda: _chain_sweeps.late_rates(
-            _chain_stats.Messages.of(ws), emat, False
+        "late_rates": lambda: _chain.late_rates(
+            _chain.Messages.of(ws), emat, False
         ),
         "posterior (reused workspace)": lambda: chain.posterior(
             u, offsets, trans, z, z, workspace=ws

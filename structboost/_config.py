@@ -1,18 +1,11 @@
 """Numba settings shared by every kernel module, and the thread policy.
 
 ``KERNEL`` and ``PARALLEL`` are ``numba.njit``'s keywords for serial and
-``prange`` kernels. Fast-math is limited to reassociation, contraction and
-reciprocals (never ``nnan``/``ninf``: ``-inf`` transitions are legal).
-Kernels are cached on disk where numba finds a place (else compiled per
-process, :data:`CACHE` False); a damaged cache entry is a miss
-(:func:`njit`). Nothing here writes to the environment.
-
-:func:`threads` sets numba's thread count for one call; batches below
-``SERIAL_ROWS`` rows, or on one thread, run the serial kernels.
-:func:`resolve_n_jobs` decides a fit's count once, for the engine and the
-kernels alike, with scikit-learn's meaning (None: one thread): spinning
-OpenMP runtimes make fits on busy cores far slower
-(``benchmarks/busy_threads.py``), so more threads are the user's choice.
+``prange`` kernels; fast-math never assumes ``nnan``/``ninf`` (``-inf``
+transitions are legal). Kernels are cached on disk where numba finds a
+place; a damaged cache entry is a miss (:func:`njit`). Nothing here writes
+to the environment. :func:`resolve_n_jobs` decides a fit's thread count
+once, for the engine and the kernels, with scikit-learn's meaning.
 """
 
 import contextlib
@@ -85,15 +78,9 @@ PARALLEL: dict[str, Any] = {**KERNEL, "parallel": True}
 FINITE: dict[str, Any] = {**KERNEL, "fastmath": FASTMATH | {"nnan", "nsz"}}
 #: Batches with fewer rows than this run the serial kernels.
 SERIAL_ROWS = 8192
-#: Rows x labels of a batch that the chain objective's round takes as one
-#: block: its node scores are exponentiated once, and the last message pass
-#: of the transition refit serves G and H.
+#: Rows x labels of a batch that the chain objective's round takes as one block.
 WHOLE_BATCH_ENTRIES = 1 << 21
-#: Rows x labels of one block of a larger batch: the round passes its
-#: messages and writes G and H over blocks of whole sequences this large
-#: (:func:`structboost.sequences.sequence_blocks`), so that its memory is a
-#: block's, not the batch's, for one more message pass per round. Both are
-#: read at call time (tests lower them).
+#: Rows x labels of one block of whole sequences of a larger batch (both read at call time).
 BLOCK_ENTRIES = 1 << 18
 
 

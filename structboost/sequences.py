@@ -204,9 +204,7 @@ def check_labels(labels, n_labels, n_rows):
     """Validated integer labels ``(n,)`` int64 in ``0..n_labels-1``."""
     arr = np.asarray(labels)
     if arr.ndim != 1 or arr.shape[0] != n_rows:
-        raise ValueError(
-            f"labels must have one entry per row ({n_rows}); got shape {arr.shape}."
-        )
+        raise ValueError(f"labels must have one entry per row ({n_rows}); got shape {arr.shape}.")
     if arr.dtype.kind == "f":
         if np.isnan(arr).any():
             first = int(np.flatnonzero(np.isnan(arr))[0])

@@ -16,21 +16,8 @@ from ..sequences import check_lengths, sequence_weights
 
 
 def build_batch(num_labels, labels, lengths, row_weight=None, seq_weight=None):
-    """A :class:`~structboost.objectives.chain.SequenceBatch` from engine arrays.
-
-    Parameters
-    ----------
-    num_labels : int
-    labels : (n,) array-like
-    lengths : (m,) array-like
-    row_weight : (n,) array-like, optional
-        Per-row weights, constant within each sequence.
-    seq_weight : (m,) array-like, optional
-        Per-sequence weights (give at most one of the two).
-
-    Returns
-    -------
-    SequenceBatch
+    """A :class:`~structboost.objectives.chain.SequenceBatch` from engine arrays ``labels (n,)``,
+    ``lengths (m,)`` and either ``row_weight (n,)`` (constant within a sequence) or ``seq_weight (m,)``.
     """
     if row_weight is not None and len(row_weight):
         seq_weight = sequence_weights(row_weight, check_lengths(lengths, len(labels)))

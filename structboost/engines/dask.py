@@ -1,19 +1,11 @@
 """Distributed chain-CRF boosting on Dask with XGBoost.
 
-``xgboost.dask.train`` runs one training process per Dask worker on its
-partitions. The CRF objective on each worker sees only its own sequences,
-so the transition step's statistics and the metric are summed with
-XGBoost's collective (:func:`allreduce_sum`, the objective's
-``allreduce``): every worker takes the same step in lockstep and early
-stopping sees the global metric. A worker without rows sums zeros.
-
-Sequences must not straddle partitions (:func:`sequence_dmatrix` raises,
-naming the sequence). ``qid`` is the global sequence index and each
-worker's partitions stay in global order, so XGBoost's (unstable) ``qid``
-sort never reorders a sequence's rows.
-
-Prediction decodes each partition where it lies. LightGBM is not
-supported: its Python package exposes no collective on user arrays.
+Each worker's objective sees its own sequences; the transition step's sums
+and the metric cross the workers in XGBoost's collective
+(:func:`allreduce_sum`), so every worker takes the same step. Sequences must
+not straddle partitions; ``qid`` is the global sequence index, in order.
+Prediction decodes each partition where it lies. (LightGBM exposes no
+collective on user arrays.)
 """
 
 import copy
@@ -37,16 +29,12 @@ from .xgboost import XGBCRFObjective, kept_rounds, load_state
 
 
 def allreduce_sum(values):
-    """Sum a float64 array ``(p,)`` over the workers of the running XGBoost collective (``values``
-    itself outside one).
-    """
+    """Sum ``values (p,)`` over the workers of the running XGBoost collective."""
     return collective.allreduce(np.ascontiguousarray(values, dtype=np.float64), collective.Op.SUM)
 
 
 def worker_threads():
-    """Threads of the Dask worker running the caller (its tasks' and XGBoost's), or None outside a
-    worker.
-    """
+    """Threads of the Dask worker running the caller, or None outside a worker."""
     try:
         from distributed import get_worker
 
@@ -57,12 +45,9 @@ def worker_threads():
 
 
 class DaskXGBCRFObjective(XGBCRFObjective):
-    """An :class:`~structboost.engines.xgboost.XGBCRFObjective` exact under ``xgboost.dask`` (build
-    with :func:`distributed_objective`).
-
-    Its CRF objective sums over the workers (:func:`allreduce_sum`); an empty
-    DMatrix reads as a batch without sequences. Unless ``nthread`` was set,
-    its kernels run on the worker's threads (:func:`worker_threads`).
+    """An :class:`~structboost.engines.xgboost.XGBCRFObjective` summing over the workers of
+    ``xgboost.dask`` (:func:`distributed_objective`); kernels on the worker's threads unless
+    ``nthread`` is set.
     """
 
     def __init__(self, crf):
@@ -93,14 +78,7 @@ class DaskXGBCRFObjective(XGBCRFObjective):
 
 
 def distributed_objective(obj):
-    """A deep copy of a chain-CRF objective (a :class:`DaskXGBCRFObjective`) that sums its
-    statistics over Dask workers.
-
-    Parameters
-    ----------
-    obj : XGBCRFObjective
-        From :func:`structboost.crf_objective` (CPU); left unchanged.
-    """
+    """A :class:`DaskXGBCRFObjective` deep copy of ``obj`` (from :func:`structboost.crf_objective`)."""
     if not isinstance(obj, XGBCRFObjective):
         raise ValueError(
             f"distributed training needs a chain-CRF objective from structboost.crf_objective; "
@@ -118,18 +96,8 @@ def distributed_objective(obj):
 
 
 def split_groups(X, groups):
-    """Features and per-row sequence ids of a dask collection.
-
-    Parameters
-    ----------
-    X : dask DataFrame or dask Array, shape (n, d)
-    groups : str, dask Series or dask Array (n,)
-        A DataFrame column name (dropped from the features), or the ids,
-        partitioned like ``X``.
-
-    Returns
-    -------
-    features, ids
+    """``(features, ids)`` of a dask DataFrame or Array ``X (n, d)``: ``groups`` is a column name
+    (dropped from the features) or the ids ``(n,)``, partitioned like ``X``.
     """
     if not isinstance(X, (dd.DataFrame, da.Array)):
         raise ValueError(
@@ -169,17 +137,8 @@ def _runs(ids):
 
 
 def sequence_layout(ids):
-    """The sequence lengths (``(m_i,)`` int64) of every partition, checking that none is split.
-
-    Parameters
-    ----------
-    ids : dask Series or dask Array (n,)
-        Per-row sequence id; the rows of a sequence contiguous.
-
-    Raises
-    ------
-    ValueError
-        Naming a sequence whose rows lie in more than one partition.
+    """Sequence lengths ``(m_i,)`` of every partition of ``ids (n,)``; ``ValueError`` naming a
+    sequence split across partitions.
     """
     runs = dask.compute(*[dask.delayed(_runs)(part) for part in _partitions(ids)])
     firsts = np.concatenate([np.asarray(first, dtype=object) for first, _ in runs])
@@ -238,8 +197,7 @@ def sequence_dmatrix(client, X, label=None, *, groups, **kwargs):
         ]
     )
     dmat = dxgb.DaskDMatrix(client, features, label, qid=qid, **kwargs)
-    # Concatenate each worker's partitions in global order: qid stays sorted,
-    # so XGBoost does not re-sort the rows (its argsort is not stable).
+    # Each worker's partitions in global order: qid stays sorted (XGBoost's sort is unstable).
     for parts in dmat.worker_map.values():
         parts.sort(key=lambda part: dmat.partition_order[part.key])
     return dmat
@@ -249,19 +207,8 @@ def sequence_dmatrix(client, X, label=None, *, groups, **kwargs):
 _COLLECTIVE_OPS = ("Allreduce", "Allgather", "Broadcast")
 
 
-def train(
-    client,
-    params,
-    dtrain,
-    obj,
-    num_boost_round=10,
-    *,
-    evals=None,
-    early_stopping_rounds=None,
-    callbacks=(),
-    verbose_eval=False,
-    **kwargs,
-):
+def train(client, params, dtrain, obj, num_boost_round=10, *, evals=None,
+          early_stopping_rounds=None, callbacks=(), verbose_eval=False, **kwargs):
     """``xgboost.dask.train`` with a chain-CRF objective, exact over the workers.
 
     Parameters
@@ -272,16 +219,9 @@ def train(
     dtrain : xgboost.dask.DaskDMatrix
         From :func:`sequence_dmatrix`.
     obj : XGBCRFObjective
-        From :func:`structboost.crf_objective`; a :func:`distributed_objective`
-        copy trains.
-    num_boost_round : int
-    evals : list of (DaskDMatrix, str), optional
-        The last drives early stopping.
-    early_stopping_rounds : int, optional
-    callbacks : sequence of xgboost.callback.TrainingCallback
-    verbose_eval : bool or int
-    **kwargs
-        Other ``xgboost.dask.train`` arguments (``xgb_model``, ``coll_cfg``).
+        From :func:`structboost.crf_objective`; a :func:`distributed_objective` copy trains.
+    num_boost_round, evals, early_stopping_rounds, callbacks, verbose_eval, **kwargs
+        As in ``xgboost.dask.train`` (the last of ``evals`` drives early stopping).
 
     Returns
     -------
@@ -292,17 +232,9 @@ def train(
     dobj = distributed_objective(obj)
     try:
         return dxgb.train(
-            client,
-            params,
-            dtrain,
-            num_boost_round,
-            evals=evals,
-            obj=dobj,
-            custom_metric=dobj.metric,
-            early_stopping_rounds=early_stopping_rounds,
-            callbacks=[dobj.callback(), *callbacks],
-            verbose_eval=verbose_eval,
-            **kwargs,
+            client, params, dtrain, num_boost_round, evals=evals, obj=dobj,
+            custom_metric=dobj.metric, early_stopping_rounds=early_stopping_rounds,
+            callbacks=[dobj.callback(), *callbacks], verbose_eval=verbose_eval, **kwargs
         )
     except XGBoostError as err:
         failed = [line for line in str(err).splitlines() if any(op in line for op in _COLLECTIVE_OPS)]

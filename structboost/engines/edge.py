@@ -34,20 +34,12 @@ _EDGE_DATA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def edge_features(X, lengths, num_labels, categorical=True):
-    """Each position's features once per previous label, plus that label.
-
-    Parameters
-    ----------
-    X : (n, d) numpy array, pandas DataFrame or scipy sparse matrix
-    lengths : (m,) int64
-    num_labels : int
-    categorical : bool
-        Whether the previous label is categorical (else numeric codes).
+    """Each position's features ``X (n, d)`` (numpy, pandas or sparse) once per previous label.
 
     Returns
     -------
     rows : (r, d + 1) same kind as ``X``
-        Row ``(t, u)``: ``X[t]`` and ``u`` (``K`` on first rows) last.
+        Row ``(t, u)``: ``X[t]`` and ``u`` (``K`` on first rows; categorical or numeric) last.
     feature_types : list of str or None
         XGBoost feature types for numpy and sparse input.
     """
@@ -75,18 +67,10 @@ def edge_features(X, lengths, num_labels, categorical=True):
     return rows, ["q"] * (rows.shape[1] - 1) + ["c" if categorical else "q"]
 
 
-def edge_dmatrix(
-    X: Any,
-    label: ArrayLike | None = None,
-    lengths: ArrayLike | None = None,
-    *,
-    num_labels: int,
-    groups: ArrayLike | None = None,
-    weight: ArrayLike | None = None,
-    feature_names: list[str] | None = None,
-    categorical: bool = True,
-    **kwargs: Any,
-) -> xgb.DMatrix:
+def edge_dmatrix(X: Any, label: ArrayLike | None = None, lengths: ArrayLike | None = None, *,
+                 num_labels: int, groups: ArrayLike | None = None, weight: ArrayLike | None = None,
+                 feature_names: list[str] | None = None, categorical: bool = True,
+                 **kwargs: Any) -> xgb.DMatrix:
     """Build the edge-row DMatrix of boosted transitions and register its sequences.
 
     Parameters
@@ -132,14 +116,9 @@ def edge_dmatrix(
             feature_names = [f"f{i}" for i in range(rows.shape[1] - 1)]
         feature_names = list(feature_names) + [PREV_LABEL]
     dmat = xgb.DMatrix(
-        rows,
-        label=None if labels is None else labels[position],
-        group=edge_row_counts(lengths, k),
-        weight=weight,
-        feature_names=feature_names,
-        feature_types=types,
-        enable_categorical=categorical,
-        **kwargs,
+        rows, label=None if labels is None else labels[position], group=edge_row_counts(lengths, k),
+        weight=weight, feature_names=feature_names, feature_types=types,
+        enable_categorical=categorical, **kwargs
     )
     _EDGE_DATA[dmat] = (lengths, labels, k)
     return dmat

@@ -1,13 +1,9 @@
 """LightGBM wiring: the objective callable, its metric, the transition recorder, saving.
 
-``lightgbm.train`` hands the objective the raw scores ``(n, K)`` and the
-``Dataset``, whose groups (``group=lengths``) carry the sequence
-boundaries; the objective returns ``(n, K)`` G and H (a flat return would
-have to be class-major). LightGBM boosters keep no user attributes through
-``save_model``, so the transitions live in a Python attribute of the
-booster (kept by pickle) and in the file of :func:`save_lgb_model`;
-:func:`kept_rounds` and the recorded history match the rounds the booster
-keeps after early stopping.
+The ``Dataset``'s groups (``group=lengths``) carry the sequence boundaries.
+LightGBM boosters keep no user attributes through ``save_model``, so the
+transitions live in a Python attribute of the booster (kept by pickle) and
+in the file of :func:`save_lgb_model`.
 """
 
 import copy
@@ -27,11 +23,9 @@ from .validate import check_lightgbm_text
 
 MODEL_KEY = "lgb_model"
 
-# Safe defaults and the LightGBM aliases that override each of them. A leaf's
-# value is -sum(G) / sum(H); LightGBM's own floor on sum(H) (1e-3, with no L2
-# penalty) lets a leaf of confidently predicted rows take a huge step, which
-# was seen to make a custom multiclass objective diverge on OCR. XGBoost's default
-# (min_child_weight=1) is the floor used here.
+# Safe defaults and the LightGBM aliases that override each of them: LightGBM's
+# floor on a leaf's sum(H) (1e-3) lets a leaf of confident rows take a huge step;
+# XGBoost's (min_child_weight=1) is used instead.
 _SAFE_DEFAULTS = {
     "min_sum_hessian_in_leaf": (
         1.0,
@@ -54,8 +48,7 @@ def lgb_params(num_labels: int, **overrides: Any) -> dict[str, Any]:
     -------
     dict
         ``num_class=K``, ``metric="None"``, ``verbose=-1`` and
-        ``min_sum_hessian_in_leaf=1`` (LightGBM's 1e-3 allows huge leaf
-        values), updated with ``overrides``.
+        ``min_sum_hessian_in_leaf=1``, updated with ``overrides``.
     """
     params = {"num_class": int(num_labels), "metric": "None", "verbose": -1}
     for name, (value, aliases) in _SAFE_DEFAULTS.items():
@@ -127,16 +120,8 @@ def booster_document(booster):
 
 
 def booster_from_document(doc, where, num_features=None):
-    """Inverse of :func:`booster_document`: the booster with its transitions, both validated before
-    LightGBM reads the text.
-
-    Parameters
-    ----------
-    doc : dict
-    where : str
-        The file, for the messages.
-    num_features : int, optional
-        The feature count the model must have.
+    """Inverse of :func:`booster_document`, validated before LightGBM reads the text (``where``:
+    the file, for the messages; ``num_features``: the feature count the model must have).
     """
     if not isinstance(doc, dict) or not isinstance(doc.get(MODEL_KEY), str) or STATE_KEY not in doc:
         raise ValueError(
@@ -230,25 +215,18 @@ class LGBCRFObjective(EngineObjective):
         The engine-agnostic objective.
     """
 
-    # Booster.__boost flattens multiclass gradients class-major, then casts them to
-    # float32 (score_t, include/LightGBM/meta.h): column-major arrays flatten without
-    # a copy. They stay float64 here: obj(preds, dataset) gives exact gradients.
+    # LightGBM flattens multiclass gradients class-major: column-major arrays need no copy.
     grad_layout = {"order": "F"}
 
     def __deepcopy__(self, memo):
-        # lightgbm.train deep-copies ``params`` (and LGBMModel its eval_metric):
-        # a copy would refit transitions that the metric and the callback,
-        # holding this object, never see. The objective is training state,
-        # shared on purpose.
+        # lightgbm.train deep-copies ``params``: the metric and the callback must see this object.
         return self
 
     def _build_batch(self, dataset):
         """Validated labels, boundaries and sequence weights of a constructed Dataset."""
         return build_batch(
-            self.num_labels,
-            dataset.get_label(),
-            dataset_lengths(dataset),
-            row_weight=dataset.get_weight(),
+            self.num_labels, dataset.get_label(), dataset_lengths(dataset),
+            row_weight=dataset.get_weight()
         )
 
     def metric(self, preds, eval_data):

@@ -19,6 +19,7 @@ from .._io import atomic_write_text
 _FORMAT_FIELD = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"([A-Za-z0-9_.-]{1,100})"')
 _HEAD_BYTES = 256
 
+
 def write_document(path, kind, version, body):
     """Write ``{"format": kind, "version": version, **body}`` as JSON to ``path``, replacing it only
     once complete (``-inf`` as ``-Infinity``).
@@ -28,21 +29,9 @@ def write_document(path, kind, version, body):
 
 
 def read_document(path, kind, version, hint):
-    """The checked JSON object of a file written by :func:`write_document`.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-    kind : str
-        The expected ``format``.
-    version : int
-    hint : str
-        How to make such a file, for the messages.
-
-    Raises
-    ------
-    ValueError
-        The file is missing, a pickle, not JSON, or of another format or version.
+    """The checked JSON object of a file written by :func:`write_document` with format ``kind`` and
+    ``version``; a ``ValueError`` (with ``hint``: how to make such a file) for a missing file, a
+    pickle, not JSON, or another format or version.
     """
     path = Path(path)
     if not path.is_file():

@@ -6,9 +6,8 @@ Chains (:func:`predict`, :func:`predict_marginals`,
 :func:`tree_log_likelihood`: XGBoost boosters trained with
 :func:`structboost.xgboost.tree_crf_objective`).
 
-The booster supplies the node potentials (its raw margins) and carries the
-transition parameters it was trained with; the sequence boundaries come from
-the data (a grouped ``xgboost.DMatrix`` or ``lightgbm.Dataset``) or from
+The booster's raw margins are the node scores and it carries its
+transitions; sequence boundaries come from the data's groups or from
 ``lengths=``/``groups=``.
 """
 
@@ -69,10 +68,7 @@ def in_place(data):
 
 
 def inplace_margins(booster, data, rounds):
-    """Raw margins ``(n, K)`` of the first ``rounds`` rounds, read where ``data`` lies.
-
-    ``data`` is one that :func:`in_place` accepts: no DMatrix is built.
-    """
+    """Raw margins ``(n, K)`` of the first ``rounds`` rounds of ``data`` that :func:`in_place` accepts."""
     return booster.inplace_predict(data, predict_type="margin", iteration_range=(0, rounds))
 
 
@@ -138,25 +134,17 @@ def crf_inputs(model, data, *, groups=None, lengths=None, base_margin=None):
                 f"{margins.shape}: give one score per row and label."
             )
         margins += base
-    if base_margin is None:
-        check_node_scores(margins)
+        check_margin_values(margins, "the margin (booster + base_margin)",
+                            "the model cannot score it (" + DIVERGED + "), or base_margin holds it")
     else:
-        check_margin_values(
-            margins,
-            "the margin (booster + base_margin)",
-            "the model cannot score it (" + DIVERGED + "), or base_margin holds it",
-        )
+        check_node_scores(margins)
     check_transition_values(params)
     return margins, offsets_from_lengths(lengths), params, labels
 
 
 def node_scores(margins, num_labels):
-    """The booster's margins as C-contiguous float64 ``(n, K)``, checked for shape.
-
-    Raises
-    ------
-    ValueError
-        No rows, or not ``num_labels`` scores per row.
+    """The booster's margins as C-contiguous float64 ``(n, K)``; ``ValueError`` without rows or
+    ``num_labels`` scores per row.
     """
     if len(margins) == 0:
         raise ValueError("the data has no rows: there is nothing to predict.")
@@ -181,9 +169,7 @@ def check_transition_values(params):
     for name in ("transitions", "start", "end"):
         scores = getattr(params, name)
         if np.isnan(scores).any() or np.isposinf(scores).any():
-            raise ValueError(
-                f"the booster's CRF {name} scores hold NaN or +inf: {DIVERGED}."
-            )
+            raise ValueError(f"the booster's CRF {name} scores hold NaN or +inf: {DIVERGED}.")
 
 
 def constrained(params, allowed_transitions):
@@ -205,15 +191,8 @@ def node_marginals(margins, offsets, params):
 
 
 def decode_labels(margins, offsets, params, decode):
-    """Labels ``(n,)`` int64 of checked node scores under (constrained) ``params``.
-
-    Parameters
-    ----------
-    margins : (n, K) float64, C-contiguous
-    offsets : (m + 1,) int64
-    params : TransitionParams
-    decode : {"viterbi", "marginal"}
-        As in :func:`predict`.
+    """Labels ``(n,)`` int64 of checked node scores ``margins (n, K)`` under ``params``
+    (``decode`` as in :func:`predict`).
     """
     if decode == "marginal":
         return node_marginals(margins, offsets, params).argmax(axis=1).astype(np.int64)
@@ -222,51 +201,34 @@ def decode_labels(margins, offsets, params, decode):
 
 
 @reports("predict")
-def predict(
-    model: Any,
-    data: Any,
-    *,
-    groups: ArrayLike | None = None,
-    lengths: ArrayLike | None = None,
-    decode: str = "viterbi",
-    base_margin: ArrayLike | None = None,
-    allowed_transitions: Any = None,
-) -> Ints:
+def predict(model: Any, data: Any, *, groups: ArrayLike | None = None,
+            lengths: ArrayLike | None = None, decode: str = "viterbi",
+            base_margin: ArrayLike | None = None, allowed_transitions: Any = None) -> Ints:
     """Predicted labels of every sequence.
 
     Parameters
     ----------
     model : xgboost.Booster or lightgbm.Booster
         Trained with :func:`structboost.crf_objective` /
-        :func:`structboost.lightgbm.lgb_crf_objective` and its callback, or loaded
-        (``Booster(model_file=...)``, :func:`structboost.lightgbm.load_lgb_model`, pickle).
+        :func:`structboost.lightgbm.lgb_crf_objective` and its callback, or loaded.
     data : xgboost.DMatrix, lightgbm.Dataset or array-like (n, d)
-        A DMatrix or Dataset with groups, or features (numpy, pandas, scipy
-        sparse) with ``groups``/``lengths``. For a model with boosted
-        transitions, a DMatrix must come from :func:`structboost.xgboost.edge_dmatrix`.
+        A DMatrix or Dataset with groups, or features with ``groups``/``lengths``
+        (boosted transitions: a DMatrix of :func:`structboost.xgboost.edge_dmatrix`).
     groups : (n,) array-like, optional
         Per-row sequence id (rows of a sequence contiguous).
     lengths : (m,) array-like, optional
         Rows per sequence.
     decode : {"viterbi", "marginal"}
-        ``"viterbi"``: the most probable label path of each sequence.
-        ``"marginal"``: each position's most probable label,
-        ``argmax_k P(y_t = k | x)``, which maximises the expected number of
-        correct labels but may string together an unlikely path (Dietterich
-        et al.'s "-V" and "-FB" predictions).
+        The most probable path of each sequence, or each position's most
+        probable label ``argmax_k P(y_t = k | x)``.
     base_margin : (n, K) array-like, optional
-        Node scores added to the booster's raw margins: the scores of the
-        model a booster was boosted from (XGBoost ``base_margin``, LightGBM
-        ``init_score``). LightGBM never adds ``init_score`` when it predicts,
-        so pass it here; an XGBoost DMatrix that already carries a
-        ``base_margin`` includes it in the margins, so do not pass it twice.
+        Node scores added to the booster's raw margins (XGBoost ``base_margin``,
+        LightGBM ``init_score``, which LightGBM does not add when it predicts);
+        not again for a DMatrix that carries one.
     allowed_transitions : Constraints or (K, K) bool array-like, optional
-        Moves the decoder may make (see :mod:`structboost.objectives.constraints`;
-        build one from tag names with
-        :func:`structboost.objectives.constraints.allowed_transitions`). The Viterbi
-        path then never makes a forbidden move, and the marginals are those
-        of the constrained model. A model trained with constraints applies
-        them already.
+        Moves the decoder may make
+        (:func:`structboost.objectives.constraints.allowed_transitions`); a
+        model trained with constraints applies them already.
 
     Returns
     -------
@@ -280,15 +242,9 @@ def predict(
 
 
 @reports("predict_marginals")
-def predict_marginals(
-    model: Any,
-    data: Any,
-    *,
-    groups: ArrayLike | None = None,
-    lengths: ArrayLike | None = None,
-    base_margin: ArrayLike | None = None,
-    allowed_transitions: Any = None,
-) -> Floats:
+def predict_marginals(model: Any, data: Any, *, groups: ArrayLike | None = None,
+                      lengths: ArrayLike | None = None, base_margin: ArrayLike | None = None,
+                      allowed_transitions: Any = None) -> Floats:
     """Posterior marginals ``P(y_t = k | x)``, shape ``(n, K)``.
 
     Parameters are as in :func:`predict`.
@@ -300,16 +256,10 @@ def predict_marginals(
 
 
 @reports("sequence_log_likelihood")
-def sequence_log_likelihood(
-    model: Any,
-    data: Any,
-    labels: ArrayLike | None = None,
-    *,
-    groups: ArrayLike | None = None,
-    lengths: ArrayLike | None = None,
-    base_margin: ArrayLike | None = None,
-    allowed_transitions: Any = None,
-) -> Floats:
+def sequence_log_likelihood(model: Any, data: Any, labels: ArrayLike | None = None, *,
+                            groups: ArrayLike | None = None, lengths: ArrayLike | None = None,
+                            base_margin: ArrayLike | None = None,
+                            allowed_transitions: Any = None) -> Floats:
     """Log-likelihood ``log P(y | x)`` of every sequence, shape ``(m,)``.
 
     ``labels`` default to the ones stored in a DMatrix or Dataset; the other
@@ -342,24 +292,13 @@ def _tree_inputs(booster, X, lengths, parents, edge_types, groups):
     dmat = X if isinstance(X, xgb.DMatrix) else xgb.DMatrix(X)
     lens = resolve_lengths(dmat.num_row(), groups=groups, lengths=lengths)
     check_feature_count(dmat.num_col(), booster.num_features())
-    margins = np.asarray(booster_margins(booster, dmat)).reshape(dmat.num_row(), -1)
-    if margins.shape[1] != num_labels:
-        raise ValueError(
-            f"the booster outputs {margins.shape[1]} scores per row but its CRF has "
-            f"{num_labels} labels."
-        )
+    margins = node_scores(booster_margins(booster, dmat), num_labels)
     return check_tree(margins, lens, parents, params.transitions, edge_types)
 
 
-def predict_tree(
-    booster: Any,
-    X: Any,
-    lengths: ArrayLike | None = None,
-    parents: ArrayLike | None = None,
-    edge_types: ArrayLike | None = None,
-    *,
-    groups: ArrayLike | None = None,
-) -> Ints:
+def predict_tree(booster: Any, X: Any, lengths: ArrayLike | None = None,
+                 parents: ArrayLike | None = None, edge_types: ArrayLike | None = None, *,
+                 groups: ArrayLike | None = None) -> Ints:
     """MAP labelling of every tree, flat ``(n,)``.
 
     Parameters
@@ -375,29 +314,16 @@ def predict_tree(
     return tree_map_labels(_tree_inputs(booster, X, lengths, parents, edge_types, groups))
 
 
-def predict_tree_marginals(
-    booster: Any,
-    X: Any,
-    lengths: ArrayLike | None = None,
-    parents: ArrayLike | None = None,
-    edge_types: ArrayLike | None = None,
-    *,
-    groups: ArrayLike | None = None,
-) -> Floats:
+def predict_tree_marginals(booster: Any, X: Any, lengths: ArrayLike | None = None,
+                           parents: ArrayLike | None = None, edge_types: ArrayLike | None = None, *,
+                           groups: ArrayLike | None = None) -> Floats:
     """Node marginals ``P(y_v = k | x)``, shape ``(n, K)``; arguments as :func:`predict_tree`."""
     return tree_posterior(_tree_inputs(booster, X, lengths, parents, edge_types, groups)).marginals()
 
 
-def tree_log_likelihood(
-    booster: Any,
-    X: Any,
-    labels: ArrayLike,
-    lengths: ArrayLike | None = None,
-    parents: ArrayLike | None = None,
-    edge_types: ArrayLike | None = None,
-    *,
-    groups: ArrayLike | None = None,
-) -> Floats:
+def tree_log_likelihood(booster: Any, X: Any, labels: ArrayLike, lengths: ArrayLike | None = None,
+                        parents: ArrayLike | None = None, edge_types: ArrayLike | None = None, *,
+                        groups: ArrayLike | None = None) -> Floats:
     """``log P(y | x)`` of every tree, shape ``(m,)``; arguments as :func:`predict_tree`."""
     b = _tree_inputs(booster, X, lengths, parents, edge_types, groups)
     y = check_labels(labels, b.unary.shape[1], b.unary.shape[0])

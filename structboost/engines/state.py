@@ -1,11 +1,9 @@
 """The CRF state a trained booster carries, shared by the engine adapters.
 
-The transitions are refit every round and travel with the model. Both
-engines keep fewer rounds than they ran after early stopping, so the
-adapters keep every round's parameters in a :class:`TransitionHistory`.
-The state is a JSON-ready dict (:func:`state_dict`); every stored state is
-read back through :func:`parse_state`, which checks it completely before
-any array reaches a kernel.
+The adapters keep every round's transitions in a :class:`TransitionHistory`
+(early stopping keeps fewer rounds than ran). The state is a JSON-ready dict
+(:func:`state_dict`), read back only through :func:`parse_state`, which
+checks it completely.
 """
 
 from collections.abc import Mapping
@@ -21,28 +19,10 @@ STATE_VERSION = 1
 
 
 def state_dict(num_labels, mode, params, rounds=None):
-    """JSON-ready description of a trained CRF.
-
-    Parameters
-    ----------
-    num_labels : int
-    mode : str
-    params : TransitionParams or TreeTransitionParams
-    rounds : int, optional
-        Boosting rounds of the model these parameters belong to.
-
-    Returns
-    -------
-    dict
-        ``version``, ``num_labels``, ``mode``, the parameter fields and
-        ``rounds`` when given.
+    """JSON-ready dict of a trained CRF: ``version``, ``num_labels``, ``mode``, the fields of
+    ``params`` and the model's ``rounds`` when given.
     """
-    state = {
-        "version": STATE_VERSION,
-        "num_labels": int(num_labels),
-        "mode": mode,
-        **params.to_dict(),
-    }
+    state = {"version": STATE_VERSION, "num_labels": int(num_labels), "mode": mode, **params.to_dict()}
     if rounds is not None:
         state["rounds"] = int(rounds)
     return state
@@ -83,11 +63,8 @@ def _field(state, name, shape):
 
 
 def _chain_fields(state, k):
-    fields = {
-        "transitions": _field(state, "transitions", (k, k)),
-        "start": _field(state, "start", (k,)),
-        "end": _field(state, "end", (k,)),
-    }
+    shapes = {"transitions": (k, k), "start": (k,), "end": (k,)}
+    fields = {name: _field(state, name, shape) for name, shape in shapes.items()}
     for name, arr in fields.items():
         if not np.isfinite(arr).any():
             raise _corrupt(f"every {name!r} score is -inf, so no label path is allowed")
@@ -112,28 +89,8 @@ def parse_params(state, num_labels, param_type=TransitionParams):
 
 
 def parse_state(state, param_type=TransitionParams):
-    """Validated inverse of :func:`state_dict`: the one reader of stored CRF state.
-
-    Checks the version, ``num_labels``, ``mode``, ``rounds`` and every
-    parameter field (shape, finite or ``-inf``, at least one allowed score).
-
-    Parameters
-    ----------
-    state : Mapping
-    param_type : type
-        As for :func:`parse_params`.
-
-    Returns
-    -------
-    num_labels : int
-    mode : str
-    params : param_type
-    rounds : int or None
-
-    Raises
-    ------
-    ValueError
-        Naming the first problem found.
+    """Validated inverse of :func:`state_dict`: ``(num_labels, mode, params, rounds or None)``;
+    ``ValueError`` naming the first problem (``param_type`` as for :func:`parse_params`).
     """
     if not isinstance(state, Mapping):
         raise _corrupt(f"it must be a JSON object; got {type(state).__name__}")
@@ -180,19 +137,13 @@ class TransitionHistory(Mapping):
         """Parameters of the model made of the first ``n_rounds`` rounds."""
         params = self._rounds.get(int(n_rounds) - 1)
         if params is None:
-            recorded = (
-                f"rounds {min(self._rounds)}..{max(self._rounds)}" if self._rounds else "no round"
-            )
+            recorded = f"rounds {min(self._rounds)}..{max(self._rounds)}" if self._rounds else "no round"
             raise ValueError(
                 f"the model keeps {n_rounds} rounds but transitions were recorded for "
                 f"{recorded}: pass the objective's callback() to every training call that "
                 "adds rounds."
             )
         return params
-
-    def state(self, n_rounds):
-        """:func:`state_dict` of the model made of the first ``n_rounds`` rounds."""
-        return state_dict(self.num_labels, self.mode, self.for_rounds(n_rounds))
 
     @classmethod
     def from_state(cls, state, n_rounds, param_type=TransitionParams):

@@ -1,10 +1,9 @@
 """Engine models checked before any engine sees them.
 
-XGBoost and LightGBM trust their model files: a split index past the
-feature count, a child link pointing back up, a stale ``tree_sizes`` header
-crash or hang the process. Every load path hands the embedded engine model
-to :func:`check_xgboost_json` or :func:`check_lightgbm_text`, which check
-its whole structure and raise a ``ValueError`` naming the file and field.
+XGBoost and LightGBM trust their model files (a bad split index or child
+link crashes or hangs the process): every load path hands the engine model
+to :func:`check_xgboost_json` or :func:`check_lightgbm_text`, which raise a
+``ValueError`` naming the file and field.
 """
 
 import json
@@ -17,9 +16,7 @@ import numpy as np
 _INT32_MAX = 2**31 - 1
 # XGBoost's marker of a deleted node's split index and of the root's parent.
 _XGB_NO_NODE = _INT32_MAX
-# Largest category of a categorical split: XGBoost allocates a bitset of
-# (largest category + 1) bits per split node; a bit over 16 million categories
-# is float32's exact integer range, beyond which XGBoost cannot represent them.
+# Largest category of a categorical split (float32's exact integer range).
 _MAX_CATEGORY = 2**24
 # Largest tree (nodes) and feature count accepted: both engines index them
 # with 32-bit integers.
@@ -40,9 +37,6 @@ def _damaged(where, engine, err):
 def check_feature_count(n_data, n_model, where="the data"):
     """Refuse data whose ``n_data`` columns differ from the model's ``n_model`` features (``where``:
     what the data is).
-
-    Engines accept fewer columns silently (as missing values) and fail
-    unclearly on more.
     """
     if int(n_data) != int(n_model):
         raise ValueError(
@@ -517,26 +511,9 @@ def _lgb_parameters(text):
 
 
 def check_lightgbm_text(text, where, num_features=None, num_labels=None):
-    """Parse LightGBM's model text completely before LightGBM loads it.
-
-    Checks the header (keys, ``num_class``, ``max_feature_idx``, ``tree_sizes``
-    against the trees' byte sizes), every tree (array lengths, split features,
-    child links forming a tree, finite numbers, category sets) and the
-    trailing sections.
-
-    Parameters
-    ----------
-    text : str
-        ``booster.model_to_string()``.
-    where : str
-        The file it came from, for the messages.
-    num_features, num_labels : int, optional
-        The feature count and ``num_class`` it must have.
-
-    Raises
-    ------
-    ValueError
-        Naming ``where`` and the first damaged field.
+    """Parse LightGBM's model text (``booster.model_to_string()``) completely before LightGBM loads
+    it: header, every tree and the trailing sections; arguments and errors as
+    :func:`check_xgboost_json` (``num_labels``: the ``num_class`` it must have).
     """
     try:
         _check_lightgbm(text, num_features, num_labels)

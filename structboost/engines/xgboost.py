@@ -1,13 +1,10 @@
 """XGBoost wiring: the objective callable, its metric, the transition recorder.
 
-``xgb.train(obj=...)`` hands the objective the raw margins ``(n, K)`` and
-the ``DMatrix``, whose groups (``group=`` or sorted ``qid=``) carry the
-sequence boundaries. The transitions live on the booster as the JSON
-attribute ``structboost_crf`` (kept by ``save_model``, pickling, slicing),
-recording the rounds they belong to; every round's transitions are stored
-too (``structboost_crf_history``), so a slice ``booster[:r]`` predicts with
-round ``r``'s and continued training starts from them. A booster whose
-rounds have no recorded transitions is refused.
+The ``DMatrix``'s groups (``group=`` or sorted ``qid=``) carry the sequence
+boundaries. The transitions live on the booster as the JSON attribute
+``structboost_crf`` with the rounds they belong to, and every round's in
+``structboost_crf_history``, so a slice ``booster[:r]`` predicts with round
+``r``'s and continued training starts from them.
 """
 
 import json
@@ -136,13 +133,8 @@ def kept_rounds(booster):
 
 
 def load_state(booster, key=STATE_KEY, param_type=TransitionParams, factory="crf_objective"):
-    """The ``(num_labels, mode, params)`` of the rounds the booster predicts with.
-
-    Raises
-    ------
-    ValueError
-        No state, a damaged one, or no transitions recorded for the rounds the
-        booster keeps (a slice or continued training without the callback).
+    """The ``(num_labels, mode, params)`` of the rounds the booster predicts with; ``ValueError``
+    for no state, a damaged one, or none recorded for those rounds.
     """
     state = _attr_json(booster, key)
     if state is None:
@@ -171,11 +163,8 @@ def booster_margins(booster, dmat):
 
 
 class TransitionRecorder(xgb.callback.TrainingCallback):
-    """Keeps the transition parameters of every iteration on the booster.
-
-    After training the parameters of the ``best_iteration`` (if any) are put
-    back and every round's stored (for slices). Continuing a booster
-    (``xgb_model=``) starts from its stored transitions, numbering rounds on.
+    """Keeps the transition parameters of every iteration on the booster (those of the
+    ``best_iteration`` in place after training); continued training starts from the stored ones.
 
     Attributes
     ----------

@@ -51,17 +51,10 @@ def register_tree(
     return dmat
 
 
-def tree_dmatrix(
-    X: Any,
-    label: ArrayLike | None = None,
-    lengths: ArrayLike | None = None,
-    parents: ArrayLike | None = None,
-    edge_types: ArrayLike | None = None,
-    *,
-    groups: ArrayLike | None = None,
-    weight: ArrayLike | None = None,
-    **kwargs: Any,
-) -> xgb.DMatrix:
+def tree_dmatrix(X: Any, label: ArrayLike | None = None, lengths: ArrayLike | None = None,
+                 parents: ArrayLike | None = None, edge_types: ArrayLike | None = None, *,
+                 groups: ArrayLike | None = None, weight: ArrayLike | None = None,
+                 **kwargs: Any) -> xgb.DMatrix:
     """Build a DMatrix of tree instances and register its structure.
 
     Parameters
@@ -128,13 +121,8 @@ class XGBTreeCRFObjective(XGBCRFObjective):
     def _build_batch(self, dmat):
         parents, edge_types = tree_structure(dmat)
         return TreeLabelBatch.build(
-            dmat.get_label(),
-            dmatrix_lengths(dmat),
-            parents,
-            self.num_labels,
-            self.n_edge_types,
-            edge_types,
-            dmat.get_weight(),
+            dmat.get_label(), dmatrix_lengths(dmat), parents, self.num_labels, self.n_edge_types,
+            edge_types, dmat.get_weight()
         )
 
 

@@ -2,7 +2,7 @@
 
 Chains (:mod:`.chain`) and trees (:mod:`.tree`) are two structures of one
 design: each public wrapper validates its arrays and hands C-contiguous
-float64 to the numba kernels beside it (``_chain*``, ``_tree``), which import
+float64 to the numba kernels beside it (``_chain``, ``_chain_viterbi``, ``_tree``), which import
 nothing of the engines.
 """
 

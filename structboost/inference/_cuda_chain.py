@@ -135,7 +135,7 @@ def _row_dot(x, y, t, k):
 def _sweeps(i, w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max,
             log_z, alpha, beta, r, into, beta_scale, marg, overlap):
     """Both sweeps of sequence ``i`` by the block's lanes, as
-    :func:`structboost.inference._chain_sweeps._chunk_messages` without the rates (same
+    :func:`structboost.inference._chain._chunk_messages` without the rates (same
     arithmetic, same order); False at once when lost.
 
     Lane ``l`` computes labels ``l, l + LANES, ...`` of each row's product,
@@ -232,7 +232,7 @@ def messages(w, row_max, offsets, emat, emax, start_e, start_max, end_e, end_max
     """Scaled forward-backward messages and node marginals, one block of :data:`LANES` lanes per
     sequence.
 
-    The twin of :func:`structboost.inference._chain_sweeps.messages` without
+    The twin of :func:`structboost.inference._chain.messages` without
     the rates (:func:`mixing_rates`): a sequence is lost once a normaliser
     falls below ``TINY`` or a normaliser times the overlap below ``SAFE``.
 

@@ -100,16 +100,8 @@ def structure(offsets, parents):
 
 @njit(cache=CACHE)
 def _edge_tables(transitions):
-    """Transposed transitions and the scaled exponentials of both orientations.
-
-    Returns
-    -------
-    backward : (n_types, K, K) float64
-        ``backward[e, b, a] = transitions[e, a, b]`` (child label first).
-    emat, emat_back : (n_types, K, K) float64
-        ``exp(T - max(T))`` per type, in both orientations.
-    t_max : (n_types,) float64
-        ``max(T)`` per type (each type has a finite entry).
+    """``(backward, emat, emat_back, t_max)``: the transposed transitions, ``exp(T - max(T))`` per
+    type in both orientations, and ``max(T) (n_types,)``.
     """
     n_types, k, _ = transitions.shape
     backward = np.empty((n_types, k, k))
@@ -181,14 +173,7 @@ def _log_matvec(trans, emat, t_max, x, w, out):
 
 @njit(cache=CACHE)
 def messages(tree):
-    """Sum-product messages of every instance (see the module docstring).
-
-    Parameters
-    ----------
-    tree : TreeBatch
-        ``unary (n, K)``, ``offsets (m + 1,)``, ``order``, ``gparent``,
-        ``child_ptr``, ``child_idx`` (:func:`structure`), ``edge_types (n,)``,
-        ``transitions (n_types, K, K)``.
+    """Sum-product messages of every instance of a ``TreeBatch`` (see the module docstring).
 
     Returns
     -------
@@ -394,9 +379,8 @@ def mixing_bounds(tree, rate_down, rate_up):
     Edge bound for ``(t, t')``: a node ``s`` counts ``deg(s) - 1`` times, so
     ``B_{s->t} = alpha_{t,s} (deg(s) - 1 + sum_{h in N(s), h != t} B_{h->s})``
     and ``gamma^(e) = 2 (1 + deg(t) - 1 + deg(t') - 1 + sum_{s in N(t), s != t'}
-    B_{s->t} + sum_{s in N(t'), s != t} B_{s->t'})``. On a chain this is at most
-    Theorem 4.2's; Theorem 4.2 as printed can fall below it where degrees
-    exceed two.
+    B_{s->t} + sum_{s in N(t'), s != t} B_{s->t'})`` (Theorem 4.2 made valid
+    for degrees above two).
 
     Returns
     -------
@@ -445,12 +429,9 @@ def mixing_bounds(tree, rate_down, rate_up):
 
 @njit(cache=CACHE)
 def _visit(s, u, lo, step, given, p_t, rest, spread, came_from, stack, depth):
-    """Extend the conditionals from ``u`` to its neighbour ``s``, push ``s``; the new stack depth.
-
-    ``given[u - lo][a] = P(y_u | y_t = a)``; ``step[a, b] = P(y_s = b | y_u = a)``.
-    Adds ``TV(P(y_s | y_t = a), P(y_s)) / rest[a]`` (``rest = 1 - p_t``) to
-    ``spread[a]``, the difference formed as ``sum_{c != a} p_t[c]
-    (P(y_s | y_t = a) - P(y_s | y_t = c))`` to avoid cancellation.
+    """Extend the conditionals ``given`` from ``u`` to its neighbour ``s`` by ``step``, add
+    ``TV(P(y_s | y_t = a), P(y_s)) / (1 - p_t[a])`` to ``spread[a]`` (formed without cancellation),
+    push ``s``; the new stack depth.
     """
     k = spread.shape[0]
     g = given[s - lo]

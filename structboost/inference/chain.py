@@ -8,10 +8,9 @@ and last label. A labelling ``y`` scores::
 
     start[y_0] + sum_t unary[t, y_t] + sum_t T_t[y_t, y_{t+1}] + end[y_last]
 
-``-inf`` entries forbid a move (:mod:`structboost.objectives.constraints`).
-Messages are scaled probabilities; sequences they cannot hold are recomputed
-in log space (:mod:`structboost.inference._chain`), so any finite scores work.
-Only a sequence with no allowed labelling raises ``ValueError``.
+``-inf`` entries forbid a move. Sequences the scaled messages cannot hold are
+recomputed in log space, so any finite scores work; only a sequence with no
+allowed labelling raises ``ValueError``.
 """
 
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from .._typing import ArrayLike, Floats, Ints
 from .. import _config
 from .._compile_log import reports
 from ..sequences import check_labels, check_lengths, check_unary, offsets_from_lengths
-from . import _chain, _chain_stats, _chain_sweeps, _chain_viterbi
+from . import _chain, _chain_viterbi
 
 GAMMA_METHODS = ("mixing", "length", "exact")
 
@@ -43,13 +42,8 @@ def as_tables(transitions):
     return transitions[None] if transitions.ndim == 2 else transitions
 
 
-def check_chain(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> tuple[Floats, Ints, Floats, Floats, Floats]:
+def check_chain(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+                end: ArrayLike) -> tuple[Floats, Ints, Floats, Floats, Floats]:
     """Validate and convert the inputs shared by every chain function.
 
     Returns
@@ -93,9 +87,8 @@ def check_chain_params(num_labels, transitions, start, end, rows=None):
 class Workspace:
     """Reusable buffers of the message passes over a batch of up to ``n`` rows, ``m`` sequences.
 
-    :meth:`load` binds the attributes (``w``, ``alpha``, ... ``lost``) to views
-    of the loaded batch; a :class:`ChainPosterior` built on a workspace views
-    them, so it is valid until the next pass.
+    :meth:`load` binds ``w``, ``alpha``, ... ``lost`` to views of the loaded
+    batch; a :class:`ChainPosterior` built on it is valid until the next pass.
 
     Parameters
     ----------
@@ -124,13 +117,8 @@ class Workspace:
         self.lost = self._lost[:m]
 
     def load(self, unary, offsets):
-        """Exponentiate the node potentials of the batch ``offsets`` once.
-
-        Parameters
-        ----------
-        unary : (n, K) float32 or float64, any memory layout
-        offsets : (m + 1,) int64
-            Starting at zero.
+        """Exponentiate the node scores ``unary (n, K)`` (float32 or float64, any layout) of the
+        batch ``offsets (m + 1,)`` once.
         """
         n, k = unary.shape
         m = offsets.shape[0] - 1
@@ -169,25 +157,14 @@ class LogSpacePart:
     pairwise: np.ndarray
 
 
-#: Rows per block of :func:`_edge_products`: its temporaries stay in cache
-#: instead of costing fresh ``(n, K)`` arrays (page faults) on every call.
+#: Rows per block of :func:`_edge_products` (its temporaries stay in cache).
 EDGE_BLOCK = 4096
 
 
 def _edge_products(a, r, coef):
-    """``A' diag(coef[0]) R``, and with three rows of ``coef`` also ``A' diag(coef[1]) R`` and
-    ``(A^2)' diag(coef[2]) R^2``.
-
-    Parameters
-    ----------
-    a, r : (e, K) float64
-        ``alpha`` and ``r`` rows of the edges (``r`` one row ahead).
-    coef : (1, e) or (3, e) float64
-
-    Returns
-    -------
-    (len(coef), K, K) float64
-        Summed over blocks of :data:`EDGE_BLOCK` rows.
+    """``(len(coef), K, K)``: ``A' diag(coef[0]) R``, with three rows of ``coef`` also
+    ``A' diag(coef[1]) R`` and ``(A^2)' diag(coef[2]) R^2``, from ``a, r (e, K)``
+    (``alpha`` rows and ``r`` one row ahead).
     """
     e, k = a.shape
     curv = coef.shape[0] == 3
@@ -218,18 +195,15 @@ def _edge_products(a, r, coef):
 
 @dataclass
 class ChainPosterior:
-    """Scaled forward-backward messages of a batch, with what derives from them (built by
-    :func:`posterior`).
+    """Scaled forward-backward messages of a batch and what derives from them (:func:`posterior`).
 
     ``transitions`` and ``emat`` are ``(P, K, K)``; ``marg`` holds the node
-    marginals, ``right``/``left`` the mixing rates once ``has_rates``. ``beta`` is
-    stored on each sequence's last row only; ``into`` only by the GPU posterior
-    and on log-space rows. On the rows of ``log_space`` sequences ``alpha`` and
-    ``marg`` hold the marginals and the other buffers finite placeholders; the
-    methods read those rows from ``log_space``. ``edge_total`` is
-    ``sum_t seq_weight[i(t)] P_t`` when :func:`posterior` got ``seq_weight``,
-    else None. Without ``has_messages`` the methods reading ``alpha`` and ``r``
-    raise ``ValueError``.
+    marginals, ``right``/``left`` the mixing rates once ``has_rates``. ``beta``
+    is stored on each sequence's last row only, ``into`` only by the GPU
+    posterior. On ``log_space`` rows ``alpha`` and ``marg`` hold the marginals,
+    the other buffers placeholders. ``edge_total``: ``sum_t seq_weight[i(t)]
+    P_t`` when :func:`posterior` got ``seq_weight``. Without ``has_messages``
+    the methods reading ``alpha`` and ``r`` raise ``ValueError``.
     """
 
     offsets: np.ndarray
@@ -264,15 +238,13 @@ class ChainPosterior:
         return self.alpha, self.r
 
     def marginals(self, rows=None):
-        """Node marginals ``(n, K)`` (the posterior's own buffer: copy before changing), or those of
-        ``rows``.
-        """
+        """Node marginals ``(n, K)`` (the posterior's own buffer), or those of ``rows``."""
         return self.marg if rows is None else self.marg[rows]
 
     def edge_marginals(self):
         """Pairwise marginals ``(n, K, K)``; row ``t`` joins ``t`` and ``t + 1``."""
         alpha, r = self._messages("edge_marginals")
-        out = _chain_stats.edge_marginals(alpha, r, self.offsets, self.emat, self.parallel)
+        out = _chain.edge_marginals(alpha, r, self.offsets, self.emat, self.parallel)
         if self.log_space is not None:
             out[self.log_space.rows] = self.log_space.pairwise
         return out
@@ -280,9 +252,8 @@ class ChainPosterior:
     def edge_sums(self, edges, weights, curvature_weights=None):
         """Weighted sums of the pairwise marginals over some edges.
 
-        With one shared table, ``P_t(a, b) = alpha_t[a] E[a, b] r_{t+1}[b] / z_t``
-        (``z_t = beta_scale[t] * overlap[t]``), so ``sum_t c_t P_t =
-        E * (A' diag(c / z) R)`` and ``sum_t c_t P_t^2 = E^2 * ((A^2)' diag(c / z^2) R^2)``.
+        With one shared table ``P_t = alpha_t E r_{t+1}' / z_t`` (``z_t =
+        beta_scale[t] overlap[t]``), so ``sum_t c_t P_t = E * (A' diag(c / z) R)``.
 
         Parameters
         ----------
@@ -300,26 +271,19 @@ class ChainPosterior:
         """
         alpha, r = self._messages("edge_sums")
         if self.emat.shape[0] > 1:
-            pair = self.edge_marginals()[edges]
-            total = np.einsum("e,eab->ab", weights, pair)
-            if curvature_weights is None:
-                return total, None
-            return total, np.einsum("e,eab->ab", curvature_weights, pair * (1.0 - pair))
+            return _pair_sums(self.edge_marginals()[edges], weights, curvature_weights)
         part = self.log_space
-        if part is not None:
-            # Edges of log-space sequences: summed from their pairwise marginals.
-            n = self.alpha.shape[0]
-            local = np.full(n, -1, dtype=np.int64)
+        if part is not None:  # edges of log-space sequences: from their pairwise marginals
+            local = np.full(self.alpha.shape[0], -1, dtype=np.int64)
             local[part.rows] = np.arange(part.rows.size)
             mine = local[edges] >= 0
-            pair = part.pairwise[local[edges[mine]]]
-            total = np.einsum("e,eab->ab", weights[mine], pair)
+            curv = None if curvature_weights is None else curvature_weights[mine]
+            total, fallback_curv = _pair_sums(part.pairwise[local[edges[mine]]], weights[mine], curv)
             if curvature_weights is not None:
-                fallback_curv = np.einsum("e,eab->ab", curvature_weights[mine], pair * (1.0 - pair))
                 curvature_weights = curvature_weights[~mine]
             edges, weights = edges[~mine], weights[~mine]
         # Every row but the last, weight zero off the chosen edges: views, no gathers.
-        n = max(self.alpha.shape[0] - 1, 0)  # edges: every row but the last (none if no rows)
+        n = max(self.alpha.shape[0] - 1, 0)
         z = self.beta_scale[edges] * self.overlap[edges]
         coef = np.zeros((1 if curvature_weights is None else 3, n))
         coef[0, edges] = weights / z
@@ -343,13 +307,13 @@ class ChainPosterior:
         if not self.has_rates:
             self._messages("the mixing rates of a pass swept without them")
             part = self.log_space
-            _chain_sweeps.late_rates(_chain_stats.Messages.of(self), self.emat, self.parallel)
+            _chain.late_rates(_chain.Messages.of(self), self.emat, self.parallel)
             if part is not None:
-                self.right[part.rows], self.left[part.rows] = _chain_stats.pairwise_rates(
+                self.right[part.rows], self.left[part.rows] = _chain.pairwise_rates(
                     part.pairwise, part.offsets
                 )
             self.has_rates = True
-        return _chain_stats.path_sums(self.right, self.left, self.offsets)
+        return _chain.path_sums(self.right, self.left, self.offsets)
 
     def node_gamma(self, method="mixing", marginals=None):
         """Per-position node bound ``(n,)`` (Theorem 4.1, Corollary 4.1 or exact)."""
@@ -362,10 +326,10 @@ class ChainPosterior:
         if method == "exact":
             p = self.marginals() if marginals is None else marginals
             alpha, r = self._messages('node_gamma("exact")')
-            out = _chain_stats.exact_gamma(alpha, r, p, self.offsets, self.emat)
+            out = _chain.exact_gamma(alpha, r, p, self.offsets, self.emat)
             part = self.log_space
             if part is not None:
-                out[part.rows] = _chain_stats.exact_gamma_pairwise(part.pairwise, part.marginals, part.offsets)
+                out[part.rows] = _chain.exact_gamma_pairwise(part.pairwise, part.marginals, part.offsets)
             return out
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
 
@@ -378,6 +342,16 @@ class ChainPosterior:
         return out
 
 
+def _pair_sums(pair, weights, curvature_weights):
+    """``sum_e weights_e P_e`` and (with ``curvature_weights``) ``sum_e c_e P_e (1 - P_e)`` of
+    pairwise marginals ``pair (e, K, K)``.
+    """
+    total = np.einsum("e,eab->ab", weights, pair)
+    if curvature_weights is None:
+        return total, None
+    return total, np.einsum("e,eab->ab", curvature_weights, pair * (1.0 - pair))
+
+
 def _no_labelling(offsets, seq):
     """The error for sequence ``seq``, which no label path is allowed to take."""
     return ValueError(
@@ -388,9 +362,7 @@ def _no_labelling(offsets, seq):
 
 
 def _log_space_part(unary, offsets, sequences, trans, start, end):
-    """Log-space posterior of ``sequences``: ``(log_z (s,), LogSpacePart)``; raises where nothing is
-    allowed.
-    """
+    """Log-space posterior ``(log_z (s,), LogSpacePart)`` of ``sequences``; raises where nothing is allowed."""
     log_z, marginals, pairwise = _chain.log_space_posterior(unary, offsets, sequences, trans, start, end)
     if not np.isfinite(log_z).all():
         raise _no_labelling(offsets, int(sequences[np.flatnonzero(~np.isfinite(log_z))[0]]))
@@ -403,19 +375,15 @@ def _log_space_part(unary, offsets, sequences, trans, start, end):
 
 
 def log_space_fill(part, num_labels):
-    """Buffer name -> value of the log-space rows of ``part`` (marginals for ``alpha`` and ``marg``,
-    placeholders otherwise).
-    """
+    """Buffer name -> value of the log-space rows of ``part`` (marginals or placeholders)."""
     return {
         "alpha": part.marginals, "marg": part.marginals, "beta": 1.0, "into": 1.0,
         "r": 1.0 / num_labels, "beta_scale": 1.0, "overlap": 1.0,
     }
 
 
-def posterior(
-    unary, offsets, transitions, start, end, workspace=None, rates=False, seq_weight=None,
-    keep_messages=True,
-):
+def posterior(unary, offsets, transitions, start, end, workspace=None, rates=False, seq_weight=None,
+              keep_messages=True):
     """One forward and one backward sweep over validated arrays (see :func:`check_chain`).
 
     Parameters
@@ -443,7 +411,7 @@ def posterior(
     trans = as_tables(transitions)
     emat, emax = _chain.exp_tables(trans, parallel and trans.shape[0] > 1)
     weight = seq_weight if trans.shape[0] == 1 else None
-    products = _chain_sweeps.messages(ws, emat, emax, start, end, rates, parallel, weight,
+    products = _chain.messages(ws, emat, emax, start, end, rates, parallel, weight,
                                       keep_messages)  # fmt: skip
     total = None if products is None else emat[0] * products
     lost = np.flatnonzero(ws.lost)
@@ -456,7 +424,7 @@ def posterior(
         for name, value in log_space_fill(part, k).items():
             getattr(ws, name)[rows] = value
         if rates:
-            ws.right[rows], ws.left[rows] = _chain_stats.pairwise_rates(part.pairwise, part.offsets)
+            ws.right[rows], ws.left[rows] = _chain.pairwise_rates(part.pairwise, part.offsets)
         if total is not None:  # the sweep left out the lost sequences' edges
             total += np.einsum(
                 "r,rab->ab", np.repeat(weight[part.sequences], np.diff(part.offsets)), part.pairwise
@@ -470,9 +438,7 @@ def posterior(
 
 
 def path_scores(unary, offsets, labels, transitions, start, end):
-    """Score ``(m,)`` of a given labelling ``labels (n,)`` of every sequence, in one sweep without
-    temporaries.
-    """
+    """Score ``(m,)`` of the labelling ``labels (n,)`` of every sequence."""
     out = np.empty(offsets.shape[0] - 1)
     _chain_viterbi.label_scores(unary, offsets, labels, as_tables(transitions), start, end, True, out)
     return out
@@ -487,9 +453,7 @@ def label_node_scores(unary, offsets, labels):
 
 
 def node_softmax(unary):
-    """Row-wise softmax ``(n, K)`` of finite node scores, read in place: the marginals of rows
-    without edges.
-    """
+    """Row-wise softmax ``(n, K)`` of finite node scores: the marginals of rows without edges."""
     n, k = unary.shape
     out = np.empty((n, k))
     _chain.exp_rows(unary, out, np.empty(n), _config.parallel(n), normalise=True)
@@ -497,12 +461,8 @@ def node_softmax(unary):
 
 
 def map_labels(unary, offsets, transitions, start, end):
-    """Viterbi labels ``(n,)`` of validated arrays (see :func:`check_chain`).
-
-    Raises
-    ------
-    ValueError
-        Naming the first sequence with no allowed labelling.
+    """Viterbi labels ``(n,)`` of validated arrays; ``ValueError`` naming a sequence with no allowed
+    labelling.
     """
     labels = _chain_viterbi.viterbi(
         unary, offsets, as_tables(transitions), start, end, _config.parallel(unary.shape[0])
@@ -515,13 +475,8 @@ def map_labels(unary, offsets, transitions, start, end):
 
 
 @reports("forward_backward")
-def forward_backward(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> tuple[Floats, Floats]:
+def forward_backward(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+                     end: ArrayLike) -> tuple[Floats, Floats]:
     """Log partition function and node marginals of every sequence.
 
     Parameters
@@ -543,13 +498,8 @@ def forward_backward(
     return post.log_z, post.marginals()
 
 
-def edge_marginals(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> Floats:
+def edge_marginals(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+                   end: ArrayLike) -> Floats:
     """Pairwise marginals ``P(y_t = a, y_{t+1} = b | x)``.
 
     Returns
@@ -562,13 +512,8 @@ def edge_marginals(
 
 
 @reports("viterbi")
-def viterbi(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> Ints:
+def viterbi(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+            end: ArrayLike) -> Ints:
     """Most probable labelling of every sequence.
 
     Returns
@@ -579,14 +524,8 @@ def viterbi(
     return map_labels(*check_chain(unary, lengths, transitions, start, end))
 
 
-def gamma(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-    method: str = "mixing",
-) -> Floats:
+def gamma(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+          end: ArrayLike, method: str = "mixing") -> Floats:
     """Per-position node bound gamma of Chen et al. (2015).
 
     Parameters
@@ -609,13 +548,8 @@ def gamma(
     return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).node_gamma(method)
 
 
-def edge_gamma(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> Floats:
+def edge_gamma(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: ArrayLike,
+               end: ArrayLike) -> Floats:
     """Per-edge bound gamma^(e) of Theorem 4.2 (Chen et al. 2015).
 
     Returns
@@ -627,14 +561,8 @@ def edge_gamma(
     return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).edge_gamma()
 
 
-def sequence_nll(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    labels: ArrayLike,
-    transitions: ArrayLike,
-    start: ArrayLike,
-    end: ArrayLike,
-) -> Floats:
+def sequence_nll(unary: ArrayLike, lengths: ArrayLike, labels: ArrayLike, transitions: ArrayLike,
+                 start: ArrayLike, end: ArrayLike) -> Floats:
     """Negative log-likelihood ``log Z - score(labels)`` of every sequence.
 
     Returns

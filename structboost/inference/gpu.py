@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda
 
 from ..sequences import check_lengths, offsets_from_lengths
-from . import _chain, _chain_stats
+from . import _chain
 from . import _cuda_chain as kern
 from .chain import (
     GAMMA_METHODS,
@@ -384,7 +384,7 @@ class DevicePosterior:
         )
         part = self.log_space
         if part is not None:
-            rates = _chain_stats.pairwise_rates(part.pairwise, part.offsets)
+            rates = _chain.pairwise_rates(part.pairwise, part.offsets)
             for dst, src in zip((right, left), rates):
                 set_rows(ws, dst, part.rows, src)
         node, edge = ws.array("node_gamma", n), ws.array("edge_gamma", n)

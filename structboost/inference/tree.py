@@ -233,13 +233,9 @@ def posterior(batch):
     return TreePosterior(batch, log_z, TreeMessages(inside, up, outside, down), belief)
 
 
-def tree_forward_backward(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    parents: ArrayLike,
-    transitions: ArrayLike,
-    edge_types: ArrayLike | None = None,
-) -> tuple[Floats, Floats]:
+def tree_forward_backward(unary: ArrayLike, lengths: ArrayLike, parents: ArrayLike,
+                          transitions: ArrayLike,
+                          edge_types: ArrayLike | None = None) -> tuple[Floats, Floats]:
     """Log partition function and node marginals of every tree.
 
     Parameters
@@ -263,26 +259,16 @@ def tree_forward_backward(
     return post.log_z, post.marginals()
 
 
-def tree_edge_marginals(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    parents: ArrayLike,
-    transitions: ArrayLike,
-    edge_types: ArrayLike | None = None,
-) -> Floats:
+def tree_edge_marginals(unary: ArrayLike, lengths: ArrayLike, parents: ArrayLike,
+                        transitions: ArrayLike, edge_types: ArrayLike | None = None) -> Floats:
     """Joint marginals ``(n, K, K)`` ``P(y_parent(v) = a, y_v = b | x)`` of every edge (zero for
     roots); parameters as :func:`tree_forward_backward`.
     """
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_marginals()
 
 
-def tree_viterbi(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    parents: ArrayLike,
-    transitions: ArrayLike,
-    edge_types: ArrayLike | None = None,
-) -> Ints:
+def tree_viterbi(unary: ArrayLike, lengths: ArrayLike, parents: ArrayLike, transitions: ArrayLike,
+                 edge_types: ArrayLike | None = None) -> Ints:
     """Most probable labelling ``(n,)`` int64 of every tree (ties to the lowest label); parameters
     as :func:`tree_forward_backward`.
     """
@@ -292,14 +278,8 @@ def tree_viterbi(
     return labels
 
 
-def tree_gamma(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    parents: ArrayLike,
-    transitions: ArrayLike,
-    edge_types: ArrayLike | None = None,
-    method: str = "mixing",
-) -> Floats:
+def tree_gamma(unary: ArrayLike, lengths: ArrayLike, parents: ArrayLike, transitions: ArrayLike,
+               edge_types: ArrayLike | None = None, method: str = "mixing") -> Floats:
     """Per-node bound gamma ``(n,)`` of Chen et al. (2015) on trees.
 
     Parameters
@@ -314,7 +294,7 @@ def tree_gamma(
     Returns
     -------
     (n,) float64
-        Always ``length >= mixing >= exact >= 2``.
+        ``length >= mixing >= exact >= 2`` at every node.
     """
     if method not in GAMMA_METHODS:
         raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
@@ -323,27 +303,16 @@ def tree_gamma(
     )
 
 
-def tree_edge_gamma(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    parents: ArrayLike,
-    transitions: ArrayLike,
-    edge_types: ArrayLike | None = None,
-) -> Floats:
+def tree_edge_gamma(unary: ArrayLike, lengths: ArrayLike, parents: ArrayLike,
+                    transitions: ArrayLike, edge_types: ArrayLike | None = None) -> Floats:
     """Per-edge bound gamma^(e) ``(n,)`` (Theorem 4.2 made valid on trees,
     :func:`structboost.inference._tree.mixing_bounds`); zero for roots.
     """
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).edge_gamma()
 
 
-def tree_nll(
-    unary: ArrayLike,
-    lengths: ArrayLike,
-    parents: ArrayLike,
-    labels: ArrayLike,
-    transitions: ArrayLike,
-    edge_types: ArrayLike | None = None,
-) -> Floats:
+def tree_nll(unary: ArrayLike, lengths: ArrayLike, parents: ArrayLike, labels: ArrayLike,
+             transitions: ArrayLike, edge_types: ArrayLike | None = None) -> Floats:
     """Negative log-likelihood ``log Z - score(labels)`` ``(m,)`` of every tree (``inf`` with a
     forbidden pair).
 

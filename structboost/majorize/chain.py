@@ -46,25 +46,12 @@ def _backward_pass(log_node, inputs, theta_T, weights, curvature, visit):
     rows ``g(u, v) = B_t[v] + e_(edge(u, v))`` (``B_t``, ``K x d``: the node
     features of ``t`` plus the expected features of the suffix).
 
-    Parameters
-    ----------
-    log_node : (s, T, K) ndarray
-        Node scores at ``theta~``.
-    inputs : (s, T, p) ndarray
-        ``x_t``; ``p`` may be 0.
-    theta_T : (K, K) ndarray
-    weights : (s,) ndarray
-    curvature : {"shared", "paper"}
-    visit : callable
-        ``visit(t, stems (s, K, d), prob (s, U, K), blocks (s, K, U, K),
-        block_sum (s, K, K))`` per level: ``prob`` is ``P(v | u)``,
-        ``blocks[j, w, u, v] = weights_t[j] M_u[v, w]`` (curvature
-        ``G_u^T M_u G_u``; may be overwritten), ``block_sum`` its sum over ``u``.
-
-    Returns
-    -------
-    log_z : (s,) ndarray
-    mu : (s, d) ndarray
+    ``log_node (s, T, K)`` are the node scores at ``theta~``, ``inputs (s, T,
+    p)`` the ``x_t`` (``p`` may be 0). ``visit(t, stems (s, K, d), prob (s, U,
+    K), blocks (s, K, U, K), block_sum (s, K, K))`` runs per level: ``prob`` is
+    ``P(v | u)``, ``blocks[j, w, u, v] = weights_t[j] M_u[v, w]`` (may be
+    overwritten), ``block_sum`` its sum over ``u``. Returns ``log_z (s,)`` and
+    ``mu (s, d)``.
     """
     s, length, k = log_node.shape
     p = inputs.shape[-1]
@@ -291,10 +278,8 @@ def _checked_bound(unary, inputs, lengths, theta_T, theta_start, theta_end, weig
     )
 
 
-def chain_bound(
-    unary, lengths, theta_T, theta_start, theta_end, *,
-    weights=None, curvature="shared", batch_size=None, rank=None,
-):
+def chain_bound(unary, lengths, theta_T, theta_start, theta_end, *,
+                weights=None, curvature="shared", batch_size=None, rank=None):
     """Algorithm 3 bound on a linear-chain CRF's log-partition in its transition scores.
 
     Sequence ``j`` with labels ``y`` scores ``sum_t unary[t, y_t] +
@@ -307,20 +292,17 @@ def chain_bound(
     unary : array_like, shape (n, K)
         Fixed node scores of all rows, sequences contiguous.
     lengths : array_like of int, shape (m,)
-    theta_T : array_like, shape (K, K)
-        ``-inf`` forbids a move (also in ``theta_start``, ``theta_end``): its
-        entries of ``mu`` and ``sigma`` are zero.
-    theta_start, theta_end : array_like, shape (K,)
+    theta_T, theta_start, theta_end : array_like, shape (K, K), (K,), (K,)
+        ``-inf`` forbids a move; its entries of ``mu`` and ``sigma`` are zero.
     weights : array_like, shape (m,), optional
         Non-negative weight of each sequence.
     curvature : {"shared", "paper"}
         How children are combined (module notes).
     batch_size : int, optional
-        Sequences processed together; by default about 128 MB of stored
-        messages (16 MB of factor rows with ``rank``).
+        Sequences processed together (default: about 128 MB of messages).
     rank : int, optional
         Stream the curvature into a :class:`LowRankCurvature` of this rank
-        (Algorithm 4, still an upper bound); None: exact dense curvature.
+        (Algorithm 4); None: exact dense curvature.
 
     Returns
     -------
@@ -334,10 +316,8 @@ def chain_bound(
                           batch_size, rank)  # fmt: skip
 
 
-def linear_chain_bound(
-    X, lengths, coef, theta_T, theta_start, theta_end, *,
-    weights=None, curvature="shared", batch_size=None, rank=None,
-):
+def linear_chain_bound(X, lengths, coef, theta_T, theta_start, theta_end, *,
+                       weights=None, curvature="shared", batch_size=None, rank=None):
     """Algorithm 3 bound on a linear-chain CRF with node scores linear in the inputs.
 
     Node scores are ``X[t] @ coef[:, y_t]``; ``theta = [coef.ravel(),
@@ -460,13 +440,8 @@ class ChainCRFTerm:
         """Summed Algorithm 3 bound (a :class:`QuadraticBound`) at ``theta (d,)``."""
         theta = as_float_array("theta", theta, 1)
         log_z, mu, curvature = chain_bound(
-            self.unary,
-            self.lengths,
-            *self.split(theta),
-            weights=self.weights,
-            curvature=self.curvature,
-            batch_size=self.batch_size,
-            rank=rank,
+            self.unary, self.lengths, *self.split(theta), weights=self.weights,
+            curvature=self.curvature, batch_size=self.batch_size, rank=rank
         )
         return QuadraticBound(theta, float(self.weights @ log_z), mu, curvature)
 

@@ -10,17 +10,11 @@ import scipy.sparse.linalg
 _RESIDUAL_RTOL = 1e-13
 _PARTIAL_EIGEN = 4  # from_dense uses Lanczos when rank < d / _PARTIAL_EIGEN
 _DENSE_EIGEN_DIM = 512  # ... and d is above this
+#: Above this many parameters (and with a positive L2 penalty) the chain solvers stream the
+#: curvature at rank :data:`DEFAULT_RANK` (Algorithm 4) instead of forming it ``d x d``.
 LOW_RANK_DIM = 4096
-"""Above this many parameters the chain solvers default to the low-rank bound.
-
-:class:`structboost.estimators.linear.LinearChainCRF` (``solver="majorize"``) and the
-``transition_solver="majorize"`` refit form the ``d x d`` curvature (two of them,
-256 MiB at ``d = 4096``) up to this size and stream it at rank
-:data:`DEFAULT_RANK` (Algorithm 4, ``O(d k)`` memory) above it, when the L2
-penalty is positive (a low-rank curvature needs it to be invertible).
-"""
+#: Rank of the streamed curvature when :data:`LOW_RANK_DIM` is exceeded.
 DEFAULT_RANK = 32
-"""Rank of the streamed curvature when :data:`LOW_RANK_DIM` is exceeded."""
 
 
 def default_rank(dim, lam):

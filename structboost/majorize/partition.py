@@ -12,18 +12,8 @@ _OUTCOME_BLOCK = 256
 
 
 def curvature_coefficient(x):
-    """Curvature ``c(x) = tanh(x / 2) / (2 x)`` of the bound's rank-one terms.
-
-    Parameters
-    ----------
-    x : array_like
-        Log ratios ``log(alpha / z)``; may hold ``+-inf``.
-
-    Returns
-    -------
-    ndarray
-        ``c(x)``, same shape as ``x``: even, ``1/4`` at 0 (a Taylor series
-        below ``|x| = 1e-2``) and 0 at ``+-inf``.
+    """Curvature ``c(x) = tanh(x / 2) / (2 x)`` of the bound's rank-one terms, elementwise over
+    log ratios ``x = log(alpha / z)`` (``1/4`` at 0, 0 at ``+-inf``).
     """
     x = np.abs(np.asarray(x, dtype=np.float64))
     small = np.minimum(x, _SERIES_CUTOFF) ** 2
@@ -124,7 +114,6 @@ def _partition_factors(features, theta, base_scores):
         rows = np.sqrt(coefficient)[..., None] * _stacked_matmul(deviation, block_features)
         factors[..., start:stop, :] = rows[..., rows.shape[-2] - (stop - start) :, :]
     return log_z, mu, factors
-
 
 
 def _check_base_scores(name, base_scores, shape):

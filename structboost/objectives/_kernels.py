@@ -100,14 +100,8 @@ def node_grad_hess(p, labels, row_w, gamma, scale, unit, floor, finish, out, par
     Parameters
     ----------
     p : (r, K) float64
-    labels : (r,) int64
-    row_w : (r,) float64
-    gamma : (r,) or (0,) float64
-    scale : float
-    unit, finish : bool
-    floor : float
+    labels, row_w, gamma : (r,) int64, (r,) float64, (r,) or (0,) float64
     out : tuple of two (r, K) float32 or float64 arrays, output
-    parallel : bool
     rows : int
         Rows per task.
     last : tuple of four (r, K) arrays, optional

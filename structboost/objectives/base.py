@@ -19,22 +19,13 @@ DIVERGED = (
 
 
 def check_margin_values(margins, what, cause):
-    """Raise naming the first row whose margin is NaN, infinite or beyond :data:`MARGIN_LIMIT`;
-    checked in one read.
-
-    Parameters
-    ----------
-    margins : (n, K) float32 or float64
-    what : str
-        What the margins are, for the message.
-    cause : str
-        Where such margins come from and what to do.
+    """Raise naming the first row of ``margins (n, K)`` that is NaN, infinite or beyond
+    :data:`MARGIN_LIMIT` (``what`` they are, the ``cause`` and fix in the message).
 
     Returns
     -------
     int or None
-        The checksum of C- or F-contiguous float32 margins
-        (:func:`~._kernels.scan_values`); None for others.
+        The checksum of C- or F-contiguous float32 margins (:func:`~._kernels.scan_values`).
     """
     flat = margins.ravel(order="K") if margins.flags.forc else None
     if flat is not None:

@@ -64,12 +64,7 @@ class CRFObjective(NodeObjective):
     constraints : Constraints or None
     """
 
-    def __init__(
-        self,
-        num_labels: int,
-        spec: ObjectiveSpec | None = None,
-        **params: Any,
-    ) -> None:
+    def __init__(self, num_labels: int, spec: ObjectiveSpec | None = None, **params: Any) -> None:
         super().__init__(num_labels, spec, **params)
         self.spec.check_route("linear", type(self).__name__)
         self._resolve_constraints()

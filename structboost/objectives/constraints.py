@@ -143,18 +143,8 @@ def _check_mask(arr, name, shape):
 
 
 def from_masks(transitions, start=None, end=None):
-    """Validated :class:`Constraints` from boolean masks.
-
-    Parameters
-    ----------
-    transitions : (K, K) bool array-like
-        ``transitions[a, b]``: ``a`` may be followed by ``b``.
-    start, end : (K,) bool array-like, optional
-        Allowed first / last labels; every label when omitted.
-
-    Returns
-    -------
-    Constraints
+    """Validated :class:`Constraints` from bool masks ``transitions (K, K)``, ``start, end (K,)``
+    (every label when omitted).
     """
     trans = np.asarray(transitions)
     if trans.ndim != 2 or trans.shape[0] != trans.shape[1]:
@@ -187,13 +177,6 @@ def allowed_transitions(labels: ArrayLike, scheme: str) -> Constraints:
     Returns
     -------
     Constraints
-        ``transitions (K, K)``, ``start (K,)``, ``end (K,)`` bool masks.
-
-    Raises
-    ------
-    ValueError
-        For an unknown scheme or a tag that is not ``"O"`` or a tag of the
-        scheme (named in the message).
 
     Examples
     --------
@@ -216,19 +199,8 @@ def allowed_transitions(labels: ArrayLike, scheme: str) -> Constraints:
 
 
 def valid_tags(tags, scheme, lengths=None):
-    """Whether each tag sequence obeys a tagging scheme.
-
-    Parameters
-    ----------
-    tags : (n,) array-like of str
-        Tags of all sequences, flat.
-    scheme : {"iob1", "iob2", "bioes"}
-    lengths : (m,) array-like of int, optional
-        Tags per sequence; one sequence by default.
-
-    Returns
-    -------
-    (m,) bool ndarray
+    """Whether each tag sequence of the flat ``tags (n,)`` (``lengths (m,)``, default one sequence)
+    obeys ``scheme``: ``(m,)`` bool.
     """
     arr = as_tags(tags)
     names, codes = np.unique(arr, return_inverse=True)
@@ -237,21 +209,8 @@ def valid_tags(tags, scheme, lengths=None):
 
 
 def resolve(allowed, num_labels, labels=None):
-    """Turn an ``allowed_transitions=`` argument into :class:`Constraints`.
-
-    Parameters
-    ----------
-    allowed : None, {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool array-like
-        A scheme name needs ``labels``.
-    num_labels : int
-        K, the number of labels of the model.
-    labels : sequence of str, shape (K,), optional
-        Tag names in class order.
-
-    Returns
-    -------
-    Constraints or None
-        None when ``allowed`` is None.
+    """An ``allowed_transitions=`` argument (None, a scheme name, which needs the tag names
+    ``labels (K,)``, :class:`Constraints` or a ``(K, K)`` bool mask) as :class:`Constraints` or None.
     """
     if allowed is None:
         return None

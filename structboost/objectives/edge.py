@@ -32,13 +32,7 @@ from .round import Hessian, NodeObjective
 
 
 def edge_layout(offsets, num_labels):
-    """Where each position's edge rows start.
-
-    Parameters
-    ----------
-    offsets : (m + 1,) int64
-        Position offsets (every sequence non-empty).
-    num_labels : int
+    """Where each position's edge rows start, from position ``offsets (m + 1,)``.
 
     Returns
     -------

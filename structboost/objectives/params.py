@@ -31,9 +31,7 @@ EDGE_MODES = ("gbcrf", "treecrf")
 EDGE_BOUNDS = ("mixing", "length")
 #: Step sizes of GBCRF: the Hessian bound itself, or scaled to the measured curvature (:mod:`.step`).
 STEPS = ("bound", "adaptive")
-#: Iterations of a refit (``transition_iter`` None with ``"majorize"``; the
-#: first and the lagging refit rounds of one-pass training, whose other
-#: warm-up rounds take ``WARMUP_ITER``: :mod:`structboost.transitions.onestep`).
+#: Iterations of a refit (``transition_iter`` None: ``"majorize"``, one-pass training's refit rounds).
 DEFAULT_ITER = {"lbfgs": 5, "newton": 1, "majorize": 1}
 #: Keywords of earlier development versions and their names now.
 RENAMED = {"gamma": "hessian_bound", "transitions": "transition_solver"}
@@ -70,21 +68,17 @@ class ObjectiveSpec:
     )  # fmt: skip
     hessian_bound: object = _setting(
         "mixing", _choices(GAMMA_METHODS) + " or float",
-        "The paper's ``gamma``, the node bound of the GBCRF Hessian: the",
-        "mixing-rate bound (Theorem 4.1, O(nK^2)), the length bound",
-        "(Corollary 4.1) or the exact smallest value (quadratic in the length:",
-        "for analysis); a positive float fixes it everywhere. (XGBoost's split",
-        "``gamma`` keeps its name and meaning in the estimators.)",
+        "The paper's ``gamma``, the node bound of the GBCRF Hessian: mixing rates",
+        "(Theorem 4.1), the length (Corollary 4.1) or the exact smallest value",
+        "(quadratic in the length); a positive float fixes it everywhere.",
         choices=GAMMA_METHODS,
     )  # fmt: skip
     step: str = _setting(
         "adaptive", _choices(STEPS),
         "GBCRF's step size: ``\"bound\"`` takes the Hessian ``gamma p (1 - p)``",
-        "as it is (every step lowers the NLL, but is as small as the worst",
-        "direction demands); ``\"adaptive\"`` scales the bound each round to",
-        "the curvature measured along the last round's trees, never above the",
-        "bound nor below LogitBoost's ``2 p (1 - p)`` (see",
-        ":mod:`structboost.objectives.step`). Other modes ignore it.",
+        "as it is (monotone); ``\"adaptive\"`` scales it each round to the",
+        "curvature measured along the last round's trees, between LogitBoost's",
+        "``2 p (1 - p)`` and the bound. Other modes ignore it.",
         choices=STEPS,
     )  # fmt: skip
     transition_solver: str = _setting(
@@ -101,15 +95,11 @@ class ObjectiveSpec:
     transition_iter: object = _setting(
         None, "int",
         "None (and ``1``): with ``\"lbfgs\"`` or ``\"newton\"``, one step a",
-        "round from the round's own forward-backward pass, most rounds one",
-        "pass in all (:mod:`structboost.transitions.onestep`); with",
+        "round from the round's own forward-backward pass; with",
         "``\"majorize\"``, one majorization step before each round's pass.",
-        "Another count: that many iterations of the refit before every",
-        "round's pass (the converged refit: ``5`` with ``\"lbfgs\"``, about",
-        "5-7 passes a round;",
-        "L-BFGS stops earlier once its next step is predicted to gain little,",
-        ":mod:`structboost.transitions.lbfgs`; a Newton step is halved until",
-        "it descends); 0 keeps the transitions fixed.",
+        "Another count: that many refit iterations before every round's pass",
+        "(``5`` with ``\"lbfgs\"``: the converged refit); 0 keeps the",
+        "transitions fixed.",
     )  # fmt: skip
     hess_floor: float = _setting(
         1e-16, "float", "Smallest Hessian per row and label before weighting (>= 0)."
@@ -117,17 +107,15 @@ class ObjectiveSpec:
     allowed_transitions: object = _setting(
         None, "Constraints or (K, K) bool array-like",
         "Moves the model may make (from tag names:",
-        ":func:`structboost.allowed_transitions`). Forbidden transition, start",
-        "and end scores stay at ``-inf`` and are never refit, so they travel",
-        "with the model and decoding never makes a forbidden move. Training",
-        "labels must obey them (checked against K by the objective).",
+        ":func:`structboost.allowed_transitions`). Forbidden scores stay at",
+        "``-inf``, travel with the model and are never decoded; training",
+        "labels must obey them.",
     )  # fmt: skip
     nthread: object = _setting(
         None, "int",
         "Threads of the numba kernels while the objective runs (pass the",
-        "engine's ``nthread``); None leaves numba's setting. BLAS runs on one",
-        "thread meanwhile, so nothing oversubscribes. Batches of fewer than",
-        "``structboost._config.SERIAL_ROWS`` rows always run serially.",
+        "engine's ``nthread``); None leaves numba's setting. Small batches",
+        "run serially.",
     )  # fmt: skip
     metric: object = _setting(
         "crf-nll", _choices(METRICS) + " or callable",
@@ -139,15 +127,12 @@ class ObjectiveSpec:
     )  # fmt: skip
     transitions_from: str = _setting(
         "linear", _choices(TRANSITIONS_FROM),
-        "``\"linear\"``: one K x K transition table shared by every position,",
-        "refit by the ``transition_solver``. ``\"input\"``: boosted,",
-        "input-dependent transitions ``F^v(u, X_t)`` (Dietterich et al. 2008):",
-        "the trees score every position once per previous label (K times the",
-        "rows; see :mod:`structboost.objectives.edge`); modes ``\"gbcrf\"``",
-        "(edge bound of Chen et al.'s Theorem 4.2) and ``\"treecrf\"``, Hessian",
-        "bound ``\"mixing\"``, ``\"length\"`` or a float; ``step``,",
-        "``transition_solver``, ``reg_transitions`` and ``transition_iter`` do",
-        "not apply and must keep their defaults.",
+        "``\"linear\"``: one K x K table shared by every position, refit by the",
+        "``transition_solver``. ``\"input\"``: boosted, input-dependent",
+        "transitions ``F^v(u, X_t)`` (Dietterich et al. 2008; K times the rows):",
+        "modes ``\"gbcrf\"`` and ``\"treecrf\"``, Hessian bound ``\"mixing\"``,",
+        "``\"length\"`` or a float; the transition solver's settings must keep",
+        "their defaults.",
         choices=TRANSITIONS_FROM,
     )  # fmt: skip
 

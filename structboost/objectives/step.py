@@ -1,18 +1,15 @@
 """The adaptive step of GBCRF: the gamma Hessian scaled to the curvature trees meet.
 
-The node bound ``gamma_t p (1 - p)`` (Theorem 4.1) holds in every direction,
-so on strongly coupled chains it makes steps far shorter than needed.
 :class:`SecantScale` measures the NLL's curvature along the step the engine
-took (all of a round's trees) and scales the bound to it::
+took (all of a round's trees) and scales the node bound to it::
 
     tau   = 2 (f(m + d) - f(m) - G . d) / (d' H d)     # true / model curvature along d
     scale = clip(scale * tau, scale / 4, 1)
     H     = max(2 p (1 - p), scale * gamma_t p (1 - p))   # per row and label, if scale < 1
 
 with ``f`` the weighted NLL at fixed transitions, ``G``, ``H`` last round's
-and ``d`` the change of the margins. ``tau >= 0`` (``f`` is convex). The
-floor ``2 p (1 - p)`` is LogitBoost's Hessian, so the learning rate keeps its
-meaning; the scale starts at 1 (the bound).
+and ``d`` the change of the margins; the floor is LogitBoost's Hessian, and
+the scale starts at 1 (the bound).
 
 In a one-pass round the transitions moved too: ``f`` is the whole NLL, the
 transition step's share removed by the trapezoid rule, and the curvature is

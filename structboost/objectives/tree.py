@@ -114,11 +114,8 @@ class TreeCRFObjective(NodeObjective):
         self._check_batch(batch)
         unary = np.ascontiguousarray(unary, dtype=np.float64)  # one block: the whole batch
         return TreeTransitionProblem(
-            batch.with_potentials(unary, self.params.transitions),
-            batch.seq_weight,
-            batch.counts,
-            self.spec.reg_transitions,
-            allreduce=self.allreduce,
+            batch.with_potentials(unary, self.params.transitions), batch.seq_weight, batch.counts,
+            self.spec.reg_transitions, allreduce=self.allreduce
         )
 
     def _structure(self, margins, batch):

@@ -60,22 +60,14 @@ class PenalisedProblem:
         f(vec) = seq_weight @ log_z(vec) - counts @ vec + reg / 2 * ||vec||^2
 
     with gradient ``expected - counts + reg * vec``. A subclass sets
-    ``seq_weight``, ``counts``, ``reg``, ``num_labels`` and ``param_type``
-    (``from_vector(vec, num_labels)``, ``to_vector()``), and implements
-    ``_posterior(params, rates, edges)`` (hints that the mixing rates and the
-    expected counts will be asked for) and ``expected_counts(post,
-    with_curvature)``. ``newton_scale`` multiplies the Newton curvature (2 when
-    two bounded groups move together). A structure passing its batch in blocks
-    overrides :meth:`_evaluate` and :meth:`blocks`.
-
-    ``free``, a bool mask over ``vec``, fixes the other entries at ``-inf``
-    (:mod:`structboost.objectives.constraints`): no penalty, no gradient, never
-    refit; :meth:`value` and :meth:`value_and_grad` take the free entries.
-
-    ``allreduce`` sums a float64 array over the workers
-    (:mod:`structboost.engines.dask`; :func:`identity` by default). Every
-    data-dependent sum goes through it once per evaluation, before the penalty,
-    so every worker takes the same steps.
+    ``seq_weight``, ``counts``, ``reg``, ``num_labels`` and ``param_type``,
+    and implements ``_posterior(params, rates, edges)`` and
+    ``expected_counts(post, with_curvature)``; one passing its batch in blocks
+    overrides :meth:`_evaluate` and :meth:`blocks`. ``newton_scale``
+    multiplies the Newton curvature. ``free``, a bool mask over ``vec``, fixes
+    the other entries at ``-inf``; :meth:`value` and :meth:`value_and_grad`
+    take the free entries. ``allreduce`` sums a float64 array over the
+    workers, once per evaluation, before the penalty.
     """
 
     newton_scale = 1.0
@@ -103,23 +95,10 @@ class PenalisedProblem:
         return vec
 
     def evaluate(self, params, need=VALUE, rates=False, tap=None):
-        """The sums at ``params`` up to level ``need``, cached until the next parameter vector.
+        """The :class:`Evaluation` at ``params`` up to level ``need``, cached until the next vector.
 
-        Parameters
-        ----------
-        params
-            Of ``param_type``.
-        need : {VALUE, GRADIENT, CURVATURE}
-        rates : bool
-            The mixing rates will be asked for at ``params`` (implied by
-            :data:`CURVATURE`).
-        tap : callable, optional
-            ``tap(rows, sequences, posterior)`` of every block of a pass over a
-            batch in several blocks (see :meth:`lbfgs`).
-
-        Returns
-        -------
-        Evaluation
+        ``rates``: the mixing rates will be asked for; ``tap(rows, sequences,
+        posterior)`` receives every block of a pass over a batch in blocks.
         """
         vec = params.to_vector()
         last = self._last
@@ -159,14 +138,8 @@ class PenalisedProblem:
         return post
 
     def blocks(self, params, rates=False, need=VALUE):
-        """The posterior at ``params`` block by block, taking the sums up to ``need`` on the way.
-
-        Yields
-        ------
-        rows, sequences : slice
-            The block's rows and sequences within the batch.
-        posterior
-            Its messages, valid until the next block.
+        """``(rows, sequences, posterior)`` of each block at ``params`` (the posterior valid until the
+        next block), taking the sums up to ``need`` on the way.
         """
         yield slice(None), slice(None), self.posterior(params, rates, need)
 
@@ -189,29 +162,18 @@ class PenalisedProblem:
         ``tap`` as :meth:`evaluate`.
         """
         local, ev = self._local_value(x, GRADIENT, rates, tap)
-        summed = self.allreduce(
-            np.concatenate(([local], self._free_part(ev.expected - self.counts)))
-        )
+        summed = self.allreduce(np.concatenate(([local], self._free_part(ev.expected - self.counts))))
         return summed[0] + 0.5 * self.reg * x @ x, summed[1:] + self.reg * x
 
     def newton_step(self, params, max_halvings=30):
         """One diagonal-bound Newton step (Theorem 4.2), halved until the penalised NLL does not
-        rise.
-
-        The accepted point's evaluation stays cached; both passes compute the
-        mixing rates in their sweeps.
+        rise; the accepted point's evaluation stays cached.
         """
         x = self._free_part(params.to_vector())
         ev = self.evaluate(params, CURVATURE, rates=True)
         f0 = self.value(x)
-        grad, curvature = np.split(
-            self.allreduce(
-                np.concatenate(
-                    (self._free_part(ev.expected - self.counts), self._free_part(ev.curvature))
-                )
-            ),
-            2,
-        )
+        local = (self._free_part(ev.expected - self.counts), self._free_part(ev.curvature))
+        grad, curvature = np.split(self.allreduce(np.concatenate(local)), 2)
         step = (grad + self.reg * x) / (self.newton_scale * curvature + self.reg + 1e-12)
         for _ in range(max_halvings):
             cand = x - step
@@ -224,26 +186,11 @@ class PenalisedProblem:
         return params
 
     def lbfgs(self, params, max_iter, memory=None, rates=False, tap=None):
-        """Warm-started L-BFGS on the free entries, at most ``max_iter`` iterations.
+        """Warm-started L-BFGS on the free entries from ``params``, at most ``max_iter`` iterations;
+        never scores worse than ``params``.
 
-        Parameters
-        ----------
-        params
-            Start, of ``param_type``.
-        max_iter : int
-        memory : LBFGSMemory, optional
-            Curvature pairs to continue (when the last refit returned ``params``
-            over the same free entries) and update.
-        rates : bool
-            The last iteration's passes compute the mixing rates in their sweeps.
-        tap : callable, optional
-            ``tap(rows, sequences, posterior)`` with every block of the last
-            iteration's passes over a batch in blocks (see :meth:`tapped`).
-
-        Returns
-        -------
-        ``param_type``
-            Never scores worse than ``params``.
+        ``memory``: curvature pairs to continue and update; ``rates``, ``tap``:
+        as :meth:`evaluate`, for the last iteration's passes.
         """
         memory = LBFGSMemory() if memory is None else memory
         x0 = self._free_part(params.to_vector())

@@ -75,42 +75,27 @@ class TransitionParams:
     def from_vector(cls, vec, num_labels):
         k = int(num_labels)
         kk = k * k
-        return cls(
-            np.ascontiguousarray(vec[:kk].reshape(k, k)),
-            np.ascontiguousarray(vec[kk : kk + k]),
-            np.ascontiguousarray(vec[kk + k :]),
-        )
+        parts = (vec[:kk].reshape(k, k), vec[kk : kk + k], vec[kk + k :])
+        return cls(*(np.ascontiguousarray(part) for part in parts))
 
     def copy(self) -> "TransitionParams":
         return TransitionParams(self.transitions.copy(), self.start.copy(), self.end.copy())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; floats round-trip exactly through :func:`json.dumps`."""
-        return {
-            "transitions": self.transitions.tolist(),
-            "start": self.start.tolist(),
-            "end": self.end.tolist(),
-        }
+        return {name: getattr(self, name).tolist() for name in _FIELDS}
 
     @classmethod
     def from_dict(cls, d):
-        return cls(
-            np.ascontiguousarray(d["transitions"], dtype=np.float64),
-            np.ascontiguousarray(d["start"], dtype=np.float64),
-            np.ascontiguousarray(d["end"], dtype=np.float64),
-        )
+        return cls(*(np.ascontiguousarray(d[name], dtype=np.float64) for name in _FIELDS))
+
+
+_FIELDS = ("transitions", "start", "end")
 
 
 def observed_counts(labels, offsets, seq_weight, num_labels):
-    """Weighted empirical transition, start and end counts ``(K*K + 2K,)``, in
-    :meth:`TransitionParams.to_vector` order.
-
-    Parameters
-    ----------
-    labels : (n,) int64
-    offsets : (m + 1,) int64
-    seq_weight : (m,) float64
-    num_labels : int
+    """Weighted observed transition, start and end counts ``(K*K + 2K,)`` (in
+    :meth:`TransitionParams.to_vector` order) of ``labels (n,)``.
     """
     k = num_labels
     lengths = np.diff(offsets)
@@ -118,9 +103,7 @@ def observed_counts(labels, offsets, seq_weight, num_labels):
     inner = np.ones(labels.shape[0], dtype=bool)
     inner[offsets[1:] - 1] = False
     idx = np.flatnonzero(inner)
-    trans = np.bincount(
-        labels[idx] * k + labels[idx + 1], weights=row_w[idx], minlength=k * k
-    )
+    trans = np.bincount(labels[idx] * k + labels[idx + 1], weights=row_w[idx], minlength=k * k)
     start = np.bincount(labels[offsets[:-1]], weights=seq_weight, minlength=k)
     end = np.bincount(labels[offsets[1:] - 1], weights=seq_weight, minlength=k)
     return np.concatenate((trans, start, end)).astype(np.float64)
@@ -128,11 +111,8 @@ def observed_counts(labels, offsets, seq_weight, num_labels):
 
 @dataclass
 class _Block:
-    """Rows and sequences of a batch, with what a pass over them needs.
-
-    ``unary (c, K)`` is a view of the batch's node potentials; ``offsets``
-    start at zero; ``edges`` are the rows with a successor in their sequence,
-    ``edge_weight`` their sequences' weights.
+    """Rows and sequences of a batch: ``unary (c, K)`` view, ``offsets`` from zero, ``edges`` (rows
+    with a successor) and their sequences' weights.
     """
 
     rows: slice
@@ -147,11 +127,9 @@ class _Block:
 class TransitionProblem(PenalisedProblem):
     """The penalised NLL in the chain transition parameters, node potentials fixed.
 
-    A batch above ``structboost._config.WHOLE_BATCH_ENTRIES`` entries is passed
-    in blocks of whole sequences (:func:`~structboost.sequences.sequence_blocks`)
-    with one block-sized :class:`~structboost.inference.chain.Workspace`. A
-    batch of one block keeps its posterior between evaluations; one of several
-    keeps only the solvers' sums (:class:`~.base.Evaluation`).
+    A batch above ``_config.WHOLE_BATCH_ENTRIES`` entries is passed in blocks
+    of whole sequences with one block-sized workspace; only a batch of one
+    block keeps its posterior between evaluations.
 
     Parameters
     ----------
@@ -164,16 +142,13 @@ class TransitionProblem(PenalisedProblem):
     reg : float
         L2 penalty on every free score.
     free : (K*K + 2K,) bool ndarray, optional
-        Entries to fit (:meth:`Constraints.free_vector
-        <structboost.objectives.constraints.Constraints.free_vector>`); the
-        others stay at ``-inf``.
+        Entries to fit; the others stay at ``-inf``.
     workspace : Workspace, optional
         Buffers to reuse if a block fits them.
     allreduce : callable, optional
-        Sums over the workers (:class:`~.base.PenalisedProblem`).
+        Sums over the workers.
     keep_messages : bool
-        Keep every pass's messages. False: a pass taking the rates and the
-        expected counts in its sweep stores no ``alpha`` and ``r``.
+        False: a pass taking rates and counts in its sweep stores no ``alpha``, ``r``.
 
     Attributes
     ----------
@@ -207,19 +182,14 @@ class TransitionProblem(PenalisedProblem):
             workspace.load(self._one.unary, self._one.offsets)
 
     def by_length(self):
-        """An equivalent problem over one sequence of each length, when all rows are equal.
-
-        With equal rows (the first round's base score) a sequence's ``log Z``,
-        expected counts and bounds depend on its length only, so one sequence per
-        length, weighted by that length's summed weights, has the same value,
-        gradient, curvature and majorization bound.
+        """An equivalent problem over one sequence per length (weighted by the length's summed
+        weights) when all rows are equal, as in the first round.
 
         Returns
         -------
         (TransitionProblem, (m,) int64) or None
             The problem and each sequence's index among its sequences (this
-            problem's ``log_z`` is its ``log_z[index]``); None when rows differ or
-            there are none.
+            problem's ``log_z`` is its ``log_z[index]``); None when rows differ.
         """
         if not _same_rows(self.unary):
             return None
@@ -307,11 +277,8 @@ class TransitionProblem(PenalisedProblem):
         self._last = (params.to_vector(), Evaluation(log_z, expected, curvature))
 
     def expected_counts(self, post, with_curvature=False):
-        """Expected counts ``(K*K + 2K,)`` and, on request, their curvature bound, from the
-        posterior of a one-block batch.
-
-        The curvature is ``sum w gamma p (1 - p)`` per parameter (edge bound for
-        transitions, node gamma at first/last rows for start/end), else None.
+        """Expected counts ``(K*K + 2K,)`` of a one-block batch and, on request, their curvature
+        bound ``sum w gamma p (1 - p)`` (edge gamma; node gamma for start and end).
         """
         expected, curvature = self._block_counts(self._one, post, with_curvature)
         if curvature is not None:
@@ -347,13 +314,8 @@ class TransitionProblem(PenalisedProblem):
         return expected, curvature
 
     def majorize_step(self, params):
-        """One majorization step: minimise the Algorithm 3 bound plus the penalty over the free
-        entries.
-
-        The bound touches the penalised NLL at ``params`` and lies above it, so
-        the result never scores worse. Above ``majorize.LOW_RANK_DIM`` parameters
-        with ``reg > 0`` the curvature is low-rank (whole batch at once); the dense
-        bound is summed block by block.
+        """One majorization step: the minimum of the Algorithm 3 bound plus the penalty over the
+        free entries (low-rank curvature above ``majorize.LOW_RANK_DIM`` parameters).
         """
         rank = majorize.default_rank(self.num_labels * (self.num_labels + 2), self.reg)
         if rank is not None and self.allreduce is not identity:
@@ -420,13 +382,11 @@ def refit(problem, params, solver, max_iter, memory=None, rates=False, tap=None)
         Warm start.
     solver : {"lbfgs", "newton", "majorize"}
     max_iter : int
-        Iterations or steps of the solver.
     memory : LBFGSMemory, optional
-        Curvature pairs ``"lbfgs"`` continues and updates.
-    rates : bool
-        The caller asks for the mixing rates at the result (``"lbfgs"``).
-    tap : callable, optional
-        ``"lbfgs"``: receives the blocks of its last iteration's passes.
+        ``"lbfgs"``'s curvature pairs, continued and updated.
+    rates, tap
+        ``"lbfgs"``: the mixing rates at the result; a callable receiving the
+        blocks of its last passes.
 
     Returns
     -------

@@ -1,15 +1,11 @@
 """L-BFGS whose curvature memory outlives a refit: the ``"lbfgs"`` transition solver.
 
-Each round refits the transitions on a problem one round of trees barely
-changed. :class:`LBFGSMemory` keeps the last :data:`MEMORY` pairs
-``(s, y)`` between rounds, so a round's first quasi-Newton step is already
-well scaled; a refit continues while the next step is predicted to gain at
-least :data:`RTOL` of what it gained so far (and more than :data:`FTOL` of
-``|f|``). A refit without pairs runs to :data:`FTOL` or its iteration limit.
-
-:func:`minimize` is monotone (Armijo) and touches the problem only through
-``fun(x) -> (f, grad)``, so workers whose ``fun`` sums over all of them take
-the same steps.
+:class:`LBFGSMemory` keeps the last :data:`MEMORY` pairs ``(s, y)`` between
+rounds, so a round's first quasi-Newton step is already well scaled; a refit
+continues while the next step is predicted to gain at least :data:`RTOL` of
+what it gained so far (and more than :data:`FTOL` of ``|f|``).
+:func:`minimize` is monotone (Armijo) and sees the problem only through
+``fun(x) -> (f, grad)``.
 """
 
 import numpy as np
@@ -20,7 +16,7 @@ MEMORY = 10
 #: fraction of ``max(|f|, 1)`` (scipy's L-BFGS-B default ``factr`` times eps).
 FTOL = 1e7 * np.finfo(np.float64).eps
 #: A refit stops once the next step is predicted to lower ``f`` by at most this
-#: fraction of what the refit has lowered it so far (benchmarks/README.md, solvers (c)).
+#: fraction of what the refit has lowered it so far.
 RTOL = 0.01
 #: Sufficient decrease of Armijo's condition.
 ARMIJO = 1e-4
@@ -161,13 +157,11 @@ def minimize(fun, x0, max_iter, memory, ftol=FTOL, rtol=RTOL, last=None):
     max_iter : int
         At most this many accepted steps; 0 returns ``x0``.
     memory : LBFGSMemory
-        Begun at ``x0`` (:meth:`LBFGSMemory.begin`).
-    ftol : float, default FTOL
-        Stop once the next step is predicted (``-grad @ d / 2``, with pairs)
-        to lower ``f`` by at most ``ftol * max(|f|, 1)``.
-    rtol : float, default RTOL
-        With pairs at the start, also stop once it is predicted to lower ``f``
-        by at most ``rtol`` times this refit's decrease so far.
+        Begun at ``x0``.
+    ftol, rtol : float
+        Stop once the next step is predicted to lower ``f`` by at most
+        ``ftol * max(|f|, 1)`` or (with pairs at the start) ``rtol`` times the
+        decrease so far.
     last : callable, optional
         ``fun`` computing more on the way, for the last iteration's line search.
 

@@ -39,24 +39,18 @@ import numpy as np
 from ..sequences import weighted_total
 from .base import CURVATURE, GRADIENT
 
-#: Solvers whose rounds can take their step from their own pass
-#: (``"majorize"`` needs a pass of its own to build its bound).
+#: Solvers whose rounds take their step from their own pass (``"majorize"`` needs its own).
 ONE_PASS_SOLVERS = ("lbfgs", "newton")
-#: Fraction of the L-BFGS step taken (see the module notes).
+#: Fraction of the L-BFGS step taken.
 DAMPING = 0.5
-#: An L-BFGS step is at most this many times as long as the last one (a
-#: trust radius: pairs of consecutive rounds also see the node step's effect).
+#: An L-BFGS step is at most this many times as long as the last one (a trust radius).
 GROWTH = 2.0
-#: Rounds that refit before their pass, at the start of training, where the
-#: transitions move most and steps from a lagging pass overshoot.
+#: Rounds that refit before their pass, at the start of training.
 WARMUP = 10
-#: Iterations of an L-BFGS warm-up refit that has curvature pairs to continue
-#: (every warm-up round after the first; see the module notes).
+#: Iterations of an L-BFGS warm-up refit that has curvature pairs to continue.
 WARMUP_ITER = 2
-#: An L-BFGS round refits from its pass when that pass predicts its transition
-#: step to gain more than this fraction of what the last round gained; a
-#: change of the NLL along the last transition step counts as a rise past
-#: this fraction of the round's fall (see the module notes).
+#: The fraction of the last round's gain past which a predicted step or an NLL change along the
+#: last step counts as lagging or a rise (see the module notes).
 LAG = 0.05
 
 
@@ -166,16 +160,8 @@ class OneStep:
         return np.concatenate(parts)
 
     def finish(self, problem, params, summed):
-        """Take the next step from the round's sums; record it for the next round.
-
-        Parameters
-        ----------
-        problem : PenalisedProblem
-            This round's, its cached evaluation at ``params``.
-        params
-            The parameters of this round's pass.
-        summed : (1 + d,) or (1 + 2d,) float64
-            :meth:`local_sums`, summed over the workers.
+        """Take the next step from the round's ``summed (1 + d,)`` or ``(1 + 2d,)``
+        :meth:`local_sums` (over the workers) at ``params``; record it for the next round.
 
         Returns
         -------

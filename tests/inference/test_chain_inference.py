@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import naive
 from chains import crfs, forbidding_extreme, make_crf, make_forbidding_crf, sequence_ends
 from structboost import _config, inference
-from structboost.inference import _chain, _chain_stats, _chain_sweeps
+from structboost.inference import _chain
 from structboost.inference import chain as chain_inference
 
 
@@ -755,7 +755,7 @@ def test_long_sequence_agrees_with_log_space(scale):
 
 @pytest.mark.parametrize("rates", [True, False])
 def test_sequences_past_the_cached_planes_agree_with_log_space(rates):
-    """Sequences longer than the planes a chunk's sweeps keep (``_chain_sweeps._CACHE_ENTRIES``).
+    """Sequences longer than the planes a chunk's sweeps keep (``_chain._CACHE_ENTRIES``).
 
     Past those positions the backward sweep gathers ``alpha`` and ``w``
     again; marginals, log Z and the mixing rates (of the sweep, or of the
@@ -765,7 +765,7 @@ def test_sequences_past_the_cached_planes_agree_with_log_space(rates):
     k = 3
     lengths = [1500, 900, 4, 1, 2]
     n = sum(lengths)
-    assert lengths[0] > _chain_sweeps._CACHE_ENTRIES // (k * _chain.CHUNK)
+    assert lengths[0] > _chain._CACHE_ENTRIES // (k * _chain.CHUNK)
     unary = rng.normal(size=(n, k))
     transitions = rng.normal(size=(k, k))
     transitions[0, 2] = -np.inf
@@ -775,7 +775,7 @@ def test_sequences_past_the_cached_planes_agree_with_log_space(rates):
     post.edge_gamma()  # the rates of the stored messages, where the sweep had none
     seqs = np.arange(len(lengths))
     want_z, want_marg, pairwise = _chain.log_space_posterior(u, offsets, seqs, trans[None], s, e)
-    want_right, want_left = _chain_stats.pairwise_rates(pairwise, offsets)
+    want_right, want_left = _chain.pairwise_rates(pairwise, offsets)
     np.testing.assert_allclose(post.log_z, want_z, rtol=1e-12)
     np.testing.assert_allclose(post.marg, want_marg, atol=1e-10)
     np.testing.assert_allclose(post.right, want_right, atol=1e-9)

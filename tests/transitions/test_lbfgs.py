@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize as scipy_minimize
 
-from structboost.inference import _chain_sweeps as chain_sweeps
+from structboost.inference import _chain as chain_sweeps
 from structboost.objectives.chain import CRFObjective, SequenceBatch
 from structboost.objectives.constraints import resolve
 from structboost.transitions.chain import TransitionParams, TransitionProblem, refit
