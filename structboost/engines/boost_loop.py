@@ -45,9 +45,9 @@ def train_kept_margins(params, dtrain, X, num_boost_round, obj, *, evals=(), cus
     booster = container.before_training(booster)
     margins = booster.inplace_predict(X, predict_type="margin")  # the base score: zeros
     base_margin = dtrain.get_base_margin()
-    if base_margin.size:
-        base_margin = base_margin.reshape(margins.shape).astype(margins.dtype)
-        margins = margins + margins.__array_namespace__().asarray(base_margin)
+    if base_margin.size:  # XGBoost puts it where X lives
+        margins = booster.inplace_predict(X, predict_type="margin",
+                                          base_margin=base_margin.reshape(margins.shape))
     for i in range(num_boost_round):
         if container.before_iteration(booster, i, dtrain, evals):
             break
