@@ -9,6 +9,7 @@ booster's starting point (``base_model``).
 """
 
 import time
+from numbers import Integral, Real
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,6 +24,7 @@ from ..objectives.chain import SequenceBatch
 from ..transitions.chain import TransitionParams, TransitionProblem
 from .array_file import ArrayModelFile
 from .base import keep_params
+from .checks import Interval, Options, check_params
 
 __all__ = ["LINEAR_SOLVERS", "LinearChainCRF", "LinearChainProblem"]
 
@@ -45,7 +47,7 @@ def _check_inputs(X):
     return X
 
 
-def _with_ones(X):
+def with_ones(X):
     """``[X, 1]``: inputs with a constant column for the intercepts."""
     ones = np.ones((X.shape[0], 1))
     if scipy.sparse.issparse(X):
@@ -79,7 +81,7 @@ class LinearChainProblem:
     observed_score = 0.0
 
     def __init__(self, X, labels, lengths, num_labels, reg, weights=None):
-        inputs = _with_ones(_check_inputs(X))
+        inputs = with_ones(_check_inputs(X))
         if inputs.shape[0] != len(labels):
             raise ValueError(f"X has {inputs.shape[0]} rows but there are {len(labels)} labels; "
                              "they must match.")
@@ -213,30 +215,21 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
         self.transitions_ = TransitionParams(arrays["transitions"], arrays["start"], arrays["end"])
         self.num_labels_ = self.intercept_.shape[0]
 
-    def _check_settings(self):
-        """ValueError for a parameter out of range."""
-        if self.solver not in LINEAR_SOLVERS:
-            raise ValueError(f"solver must be one of {LINEAR_SOLVERS}; got {self.solver!r}.")
-        if not self.reg >= 0:
-            raise ValueError(f"reg must be >= 0; got {self.reg!r}.")
-        if int(self.max_iter) != self.max_iter or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}.")
-        if self.rank is not None:
-            if self.solver != "majorize":
-                raise ValueError('rank only applies to solver="majorize"; leave it None for '
-                                 "L-BFGS.")
-            if int(self.rank) != self.rank or self.rank < 1:
-                raise ValueError(f"rank must be a positive integer or None; got {self.rank!r}.")
-            if not self.reg > 0:
-                raise ValueError("a low-rank curvature needs reg > 0; pass a positive reg or "
-                                 "rank=None.")
+    _param_checks = {
+        "solver": [Options(*LINEAR_SOLVERS)], "reg": [Interval(Real, 0, None)],
+        "max_iter": [Interval(Integral, 1, None)], "rank": [None, Interval(Integral, 1, None)],
+    }  # fmt: skip
 
     def fit(self: _Self, X: Any, y: ArrayLike, lengths: ArrayLike,
             sample_weight: ArrayLike | None = None) -> _Self:
         """Fit all parameters to ``X (n, p)`` (array or sparse), labels ``y (n,)`` in 0..K-1 and
         ``lengths (m,)``, with one ``sample_weight`` per sequence.
         """
-        self._check_settings()
+        check_params(self, self._param_checks)
+        if self.rank is not None and self.solver != "majorize":
+            raise ValueError('rank only applies to solver="majorize"; leave it None for L-BFGS.')
+        if self.rank is not None and not self.reg > 0:
+            raise ValueError("a low-rank curvature needs reg > 0; pass a positive reg or rank=None.")
         y = np.asarray(y)
         if self.num_labels is not None:
             k = int(self.num_labels)
