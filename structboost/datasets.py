@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .features import SlidingWindow
 from .text.tags import as_tags, check_scheme, encode_spans, sentence_offsets, span_arrays
 from .sequences import check_lengths, offsets_from_lengths
 
@@ -197,12 +198,8 @@ def make_hmm_sequences(n_sequences=100, length=100, n_labels=3, n_observations=2
     outside += block * (outside >= y * block)  # skip the label's own block
     symbols = np.where(own, y * block + inside, outside)
 
-    position = np.arange(n) - np.repeat(starts, lengths)
-    size = np.repeat(lengths, lengths)
-    X = np.zeros((n, (2 * window + 1) * n_observations), dtype=np.float64)
-    for j, offset in enumerate(range(-window, window + 1)):
-        rows = np.flatnonzero((position + offset >= 0) & (position + offset < size))
-        X[rows, j * n_observations + symbols[rows + offset]] = 1.0
+    onehot = np.eye(n_observations)[symbols]
+    X = SlidingWindow(half_width=window, fill=0.0).fit_transform(onehot, lengths=lengths)
     return X, y.astype(np.int64), lengths
 
 

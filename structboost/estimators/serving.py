@@ -161,12 +161,12 @@ def _served(est, X, groups, lengths, finish):
 
 def serving_predict(est, X, groups, lengths, decode):
     """``est.predict(X, ...)`` (no ``base_X``) by the serving path, or None (general route)."""
-    if not _servable(est):
-        return None
     decode = est.decode if decode is None else decode
     check_decode(decode)
-    codes, lengths, nested = _served(est, X, groups, lengths,
-                                     lambda m, o, p: decode_labels(m, o, p, decode))
+    served = _served(est, X, groups, lengths, lambda m, o, p: decode_labels(m, o, p, decode))
+    if served is None:
+        return None
+    codes, lengths, nested = served
     labels = est.classes_[codes]
     return nest(labels, lengths) if nested else labels
 
