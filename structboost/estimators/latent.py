@@ -14,7 +14,6 @@ from numbers import Integral, Real
 from typing import Any, TypeVar
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
@@ -27,7 +26,7 @@ from .._typing import ArrayLike, Floats
 from .array_file import ArrayModelFile
 from .base import keep_params
 from .checks import Interval, Options, check_params
-from .linear import with_ones
+from .linear import fit_lbfgs, with_ones
 
 __all__ = ["LatentLogLinearClassifier", "LatentProblem", "SOLVERS"]
 
@@ -265,19 +264,10 @@ def _fit_bound(problem, theta, max_iter, tol, clock):
 
 def _fit_lbfgs(problem, theta, max_iter, tol, clock):
     """L-BFGS-B: ``(theta, history, seconds)``."""
-    history, seconds = [-problem.value(theta)], [time.perf_counter() - clock]
-
-    def record(x):
-        """Note the objective and the seconds after an iteration."""
-        history.append(-problem.value(x))
-        seconds.append(time.perf_counter() - clock)
-
-    options = {"maxiter": int(max_iter), "ftol": tol, "gtol": 0.0}
-    result = minimize(problem.value_and_grad, theta, jac=True, method="L-BFGS-B", callback=record,
-                      options=options)
+    result, history, seconds = fit_lbfgs(problem, theta, max_iter, tol, clock)
     if result.nit >= max_iter:
         warnings.warn(f"L-BFGS did not converge in max_iter = {max_iter} iterations.", ConvergenceWarning)
-    return result.x, history, seconds
+    return result.x, [-value for value in history], seconds
 
 
 def _fit_em(X, y, problem, max_iter, tol, rng, clock):

@@ -55,6 +55,27 @@ def with_ones(X):
     return np.hstack([X, ones])
 
 
+def fit_lbfgs(problem, theta, max_iter, tol, clock):
+    """L-BFGS-B on ``problem.value_and_grad`` from ``theta``.
+
+    Returns
+    -------
+    result : scipy.optimize.OptimizeResult
+    history, seconds : list of float
+        ``problem.value`` and the seconds since ``clock`` at the start and after every iteration.
+    """
+    history, seconds = [problem.value(theta)], [time.perf_counter() - clock]
+
+    def record(x):
+        """Note the objective and the seconds after an iteration."""
+        history.append(problem.value(x))
+        seconds.append(time.perf_counter() - clock)
+
+    result = minimize(problem.value_and_grad, theta, jac=True, method="L-BFGS-B", callback=record,
+                      options={"maxiter": int(max_iter), "ftol": tol, "gtol": 0.0})
+    return result, history, seconds
+
+
 class LinearChainProblem:
     """Penalised NLL of a linear-chain CRF in all its parameters (a majorization ``BoundTerm``).
 
@@ -258,17 +279,7 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
             theta, history = majorize.fit_majorize([problem], theta0, self.reg, self.max_iter,
                                                    self.tol, rank, record)
         else:
-            history = [problem.value(theta0)]
-            record()
-
-            def lbfgs_record(theta):
-                """Note the objective and the seconds after an iteration."""
-                history.append(problem.value(theta))
-                record()
-
-            options = {"maxiter": int(self.max_iter), "ftol": self.tol, "gtol": 0.0}
-            result = minimize(problem.value_and_grad, theta0, jac=True, method="L-BFGS-B",
-                              callback=lbfgs_record, options=options)
+            result, history, seconds = fit_lbfgs(problem, theta0, self.max_iter, self.tol, clock)
             theta = result.x
         coef, params = problem.split(theta)
         self.coef_ = np.ascontiguousarray(coef[:-1])
