@@ -371,9 +371,7 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8",
             "columns must be distinct names other than 'sentence' and 'line', at least one; "
             f"got {columns!r}."
         )
-    fields_by_column = [[] for _ in columns]
-    sentence_ids = []
-    lines = []
+    rows, sentence_ids, lines = [], [], []  # per token: its fields, sentence and line
     sentence = 0
     in_sentence = False
     raw = Path(path).read_bytes()
@@ -399,14 +397,13 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8",
                 f"{path}, line {lineno}: expected {len(columns)} columns {columns} but "
                 f"found {len(fields)}: {line.rstrip()!r}. Pass columns= naming every field."
             )
-        for values, field in zip(fields_by_column, fields):
-            values.append(field)
+        rows.append(fields)
         sentence_ids.append(sentence)
         lines.append(lineno)
         in_sentence = True
-    data = {"sentence": np.array(sentence_ids, dtype=np.int64)}
-    for name, values in zip(columns, fields_by_column):
-        data[name] = np.array(values, dtype=object)
+    table = np.array(rows, dtype=object).reshape(len(rows), len(columns))
+    data = {"sentence": np.array(sentence_ids, dtype=np.int64),
+            **{name: table[:, j] for j, name in enumerate(columns)}}
     if line_numbers:
         data["line"] = np.array(lines, dtype=np.int64)
     return pd.DataFrame(data)
