@@ -208,6 +208,18 @@ def _hessian_bound(text):
         return text
 
 
+#: ``train``'s options of the objective: ObjectiveSpec field -> add_argument keywords.
+_OBJECTIVE_OPTIONS = {
+    "mode": {"choices": MODES, "help": "CRF objective"},
+    "hessian_bound": {"type": _hessian_bound, "help": "GBCRF's Hessian bound: "
+                      f"{', '.join(GAMMA_METHODS)} or a positive number"},
+    "step": {"choices": STEPS, "help": "GBCRF step size"},
+    "transition_solver": {"choices": SOLVERS, "help": "solver of the transitions' step every "
+                          "round (lbfgs, newton: from the round's pass)"},
+    "reg_transitions": {"type": float, "help": "L2 penalty on the transition scores"},
+}  # fmt: skip
+
+
 def train(args):
     """Fit a :class:`~structboost.tagging.ChunkTagger` on a token file and save it."""
     from .estimators.chain import XGBCRFClassifier
@@ -222,15 +234,11 @@ def train(args):
     extra = tuple(c for c in columns if c not in ("token", "tag"))
     engine = {"xgboost": XGBCRFClassifier, "lightgbm": LGBMCRFClassifier}[args.engine]
     # --learning-rate and --max-depth default to the estimator's own defaults
-    engine_defaults = {
-        k: v for k, v in (("learning_rate", args.learning_rate), ("max_depth", args.max_depth))
-        if v is not None
-    }  # fmt: skip
-    objective = ("mode", "hessian_bound", "step", "transition_solver", "reg_transitions")
+    given = {k: getattr(args, k) for k in ("learning_rate", "max_depth")}
     classifier = engine(
-        **{name: getattr(args, name) for name in objective}, n_estimators=args.rounds,
-        **engine_defaults, early_stopping_rounds=args.early_stopping if dev is not None else None,
-        n_jobs=args.threads,
+        **{name: getattr(args, name) for name in _OBJECTIVE_OPTIONS}, n_estimators=args.rounds,
+        **{k: v for k, v in given.items() if v is not None}, n_jobs=args.threads,
+        early_stopping_rounds=args.early_stopping if dev is not None else None,
     )  # fmt: skip
     features = TokenFeatures(half_width=args.half_width, extra_columns=extra,
                              min_count=args.min_count)
@@ -420,21 +428,8 @@ def build_parser():
     t.add_argument("--unconstrained", action="store_true", help="allow ill-formed tag sequences")
     t.add_argument("--engine", choices=["xgboost", "lightgbm"], default="xgboost",
                    help="boosting library")
-    # The objective's options and their defaults are the library's (ObjectiveSpec).
-    t.add_argument("--mode", choices=MODES, default=DEFAULTS["mode"], help="CRF objective")
-    t.add_argument(
-        "--hessian-bound", type=_hessian_bound, default=DEFAULTS["hessian_bound"],
-        help=f"GBCRF's Hessian bound: {', '.join(GAMMA_METHODS)} or a positive number",
-    )  # fmt: skip
-    t.add_argument("--step", choices=STEPS, default=DEFAULTS["step"], help="GBCRF step size")
-    t.add_argument(
-        "--transition-solver", choices=SOLVERS, default=DEFAULTS["transition_solver"],
-        help="solver of the transitions' step every round (lbfgs, newton: from the round's pass)",
-    )  # fmt: skip
-    t.add_argument(
-        "--reg-transitions", type=float, default=DEFAULTS["reg_transitions"],
-        help="L2 penalty on the transition scores",
-    )  # fmt: skip
+    for name, option in _OBJECTIVE_OPTIONS.items():  # defaults: the library's (ObjectiveSpec)
+        t.add_argument("--" + name.replace("_", "-"), default=DEFAULTS[name], **option)
     t.add_argument("--rounds", type=int, default=300, help="boosting rounds (at most)")
     t.add_argument(
         "--learning-rate", type=float, default=None,

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .features import SlidingWindow
 from .text.tags import as_tags, check_scheme, encode_spans, sentence_offsets, span_arrays
 from .sequences import check_lengths, offsets_from_lengths
 
@@ -197,12 +198,8 @@ def make_hmm_sequences(n_sequences=100, length=100, n_labels=3, n_observations=2
     outside += block * (outside >= y * block)  # skip the label's own block
     symbols = np.where(own, y * block + inside, outside)
 
-    position = np.arange(n) - np.repeat(starts, lengths)
-    size = np.repeat(lengths, lengths)
-    X = np.zeros((n, (2 * window + 1) * n_observations), dtype=np.float64)
-    for j, offset in enumerate(range(-window, window + 1)):
-        rows = np.flatnonzero((position + offset >= 0) & (position + offset < size))
-        X[rows, j * n_observations + symbols[rows + offset]] = 1.0
+    onehot = np.eye(n_observations)[symbols]
+    X = SlidingWindow(half_width=window, fill=0.0).fit_transform(onehot, lengths=lengths)
     return X, y.astype(np.int64), lengths
 
 
@@ -374,9 +371,7 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8",
             "columns must be distinct names other than 'sentence' and 'line', at least one; "
             f"got {columns!r}."
         )
-    fields_by_column = [[] for _ in columns]
-    sentence_ids = []
-    lines = []
+    rows, sentence_ids, lines = [], [], []  # per token: its fields, sentence and line
     sentence = 0
     in_sentence = False
     raw = Path(path).read_bytes()
@@ -402,14 +397,13 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8",
                 f"{path}, line {lineno}: expected {len(columns)} columns {columns} but "
                 f"found {len(fields)}: {line.rstrip()!r}. Pass columns= naming every field."
             )
-        for values, field in zip(fields_by_column, fields):
-            values.append(field)
+        rows.append(fields)
         sentence_ids.append(sentence)
         lines.append(lineno)
         in_sentence = True
-    data = {"sentence": np.array(sentence_ids, dtype=np.int64)}
-    for name, values in zip(columns, fields_by_column):
-        data[name] = np.array(values, dtype=object)
+    table = np.array(rows, dtype=object).reshape(len(rows), len(columns))
+    data = {"sentence": np.array(sentence_ids, dtype=np.int64),
+            **{name: table[:, j] for j, name in enumerate(columns)}}
     if line_numbers:
         data["line"] = np.array(lines, dtype=np.int64)
     return pd.DataFrame(data)

@@ -113,9 +113,11 @@ class ChunkTagger(BaseEstimator):
                 "lengths": dev_lengths, "name": "dev",
             }]  # fmt: skip
         classifier.fit(X, y, lengths=lengths, eval_set=eval_set, verbose=verbose)
-        self.features_ = features
-        self.classifier_ = classifier
-        self.classes_ = classifier.classes_
+        return self._set_fitted(features, classifier)
+
+    def _set_fitted(self, features, classifier):
+        """Take the fitted ``features`` and ``classifier`` (and its ``classes_``); self."""
+        self.features_, self.classifier_, self.classes_ = features, classifier, classifier.classes_
         return self
 
     def predict(self, frame):
@@ -181,7 +183,4 @@ def load_tagger(path):
             f"but the vocabulary makes {features.n_features_out_}."
         )
     tagger.set_params(features=clone(features), classifier=clone(classifier))
-    tagger.features_ = features
-    tagger.classifier_ = classifier
-    tagger.classes_ = classifier.classes_
-    return tagger
+    return tagger._set_fitted(features, classifier)

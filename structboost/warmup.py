@@ -6,7 +6,6 @@ and solver, constrained or not, tree CRFs, lexical features), so later
 processes load the kernels from numba's on-disk cache.
 """
 
-import importlib.util
 import time
 
 import numpy as np
@@ -14,6 +13,7 @@ import pandas as pd
 import xgboost as xgb
 
 from . import _config
+from ._extras import installed
 from .datasets import make_hmm_sequences
 from .engines.predict import predict, predict_marginals, predict_tree, sequence_log_likelihood
 from .engines.xgboost import crf_objective, xgb_params
@@ -48,7 +48,7 @@ def _estimators(n_sequences):
     """A default fit (two rounds), ``predict`` and ``predict_proba`` of each estimator."""
     X, y, lengths = make_hmm_sequences(n_sequences=n_sequences, length=(5, 15), random_state=0)
     engines = [XGBCRFClassifier]
-    if importlib.util.find_spec("lightgbm") is not None:
+    if installed("lightgbm"):
         engines.append(LGBMCRFClassifier)
     for engine in engines:
         clf = engine(n_estimators=2).fit(X, y, lengths=lengths, verbose=False)

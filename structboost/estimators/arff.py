@@ -27,10 +27,7 @@ def _parse_attribute(line):
         end = rest.index(rest[0], 1)
         name, kind = rest[1:end], rest[end + 1 :].strip()
     else:
-        name, _, kind = rest.partition(" ")
-        if not kind:
-            name, _, kind = rest.partition("\t")
-        kind = kind.strip()
+        name, kind = (rest.split(None, 1) + [""])[:2]
     if kind.startswith("{"):
         values = [v.strip().strip("'\"") for v in kind.strip("{}").split(",")]
         return name, values

@@ -15,7 +15,6 @@
 - A failed ``fit`` leaves the estimator as it was (:func:`all_or_nothing`).
 """
 
-import contextlib
 import functools
 import math
 from typing import Any, NamedTuple, TypeVar
@@ -422,12 +421,6 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
     def _engine_params(self):
         """The engine keyword arguments, with the thread count of :meth:`_threads`."""
         return {**self._engine_kwargs(), "n_jobs": self._threads()}
-
-    @contextlib.contextmanager
-    def _thread_limits(self):
-        """numba's kernels on :meth:`_threads` threads inside the block (prediction)."""
-        with _config.threads(self._threads()):
-            yield
 
     def __sklearn_is_fitted__(self):
         """Whether ``fit`` has run."""

@@ -134,32 +134,31 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
 
         return cupy.asarray(train.X)
 
+    def _feature_names(self):
+        """``feature_names_in_`` as a list, or None."""
+        names = getattr(self, "feature_names_in_", None)
+        return None if names is None else list(names)
+
     def _dmatrix(self, rows, num_labels):
         """The training DMatrix of LabelledRows: one row per position, or K edge rows."""
-        names = getattr(self, "feature_names_in_", None)
-        names = None if names is None else list(names)
         if self._edges:
             return edge_dmatrix(
                 rows.X, rows.codes, rows.lengths, num_labels=num_labels, weight=rows.seq_weight,
-                feature_names=names, nthread=self._threads(),
+                feature_names=self._feature_names(), nthread=self._threads(),
                 # vector-leaf trees do not split on categorical features
                 categorical=self._engine_kwargs().get("multi_strategy") != "multi_output_tree",
             )  # fmt: skip
-        return xgb.DMatrix(
-            rows.X, label=rows.codes, group=rows.lengths, weight=rows.seq_weight,
-            base_margin=self._base_margin(rows), feature_names=names,
-            enable_categorical=isinstance(rows.X, pd.DataFrame), nthread=self._threads(),
-        )  # fmt: skip
+        return self._engine_data(rows.X, label=rows.codes, group=rows.lengths,
+                                 weight=rows.seq_weight, base_margin=self._base_margin(rows))
 
-    def _engine_data(self, X):
-        """What prediction hands the engine: the features' DMatrix, or ``X`` for edge rows."""
-        if self._edges:
+    def _engine_data(self, X, **fields):
+        """What the engine reads: the DMatrix of features ``X`` with ``fields`` (``label``,
+        ``group``, ...), or ``X`` itself for the prediction of edge rows.
+        """
+        if self._edges:  # the training DMatrix of edge rows is _dmatrix's
             return X
-        names = getattr(self, "feature_names_in_", None)
-        return xgb.DMatrix(
-            X, feature_names=None if names is None else list(names),
-            enable_categorical=isinstance(X, pd.DataFrame), nthread=self._threads(),
-        )  # fmt: skip
+        return xgb.DMatrix(X, feature_names=self._feature_names(), nthread=self._threads(),
+                           enable_categorical=isinstance(X, pd.DataFrame), **fields)
 
     def _load_state(self):
         """The booster's CRF state."""

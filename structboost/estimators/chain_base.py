@@ -14,6 +14,7 @@ from sklearn.base import clone
 from sklearn.metrics import accuracy_score
 from sklearn.utils.validation import check_is_fitted
 
+from .. import _config
 from .._compile_log import reports
 from .._typing import ArrayLike, Floats
 from ..engines.predict import predict as _viterbi
@@ -149,7 +150,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         rows = self._rows(X, y, groups=groups, lengths=lengths, base_X=base_X)
         data, margin = self._engine_data(rows.X), self._base_margin(rows)
         codes = () if y is None else (rows.codes,)
-        with self._thread_limits():
+        with _config.threads(self._threads()):  # numba's kernels
             result = engine_fn(self.booster_, data, *codes, lengths=rows.lengths,
                                base_margin=margin, allowed_transitions=self.constraints_, **options)
         return result, rows

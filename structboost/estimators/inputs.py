@@ -264,18 +264,16 @@ class SequenceInputs:
         if isinstance(X, (list, tuple)) and X and isinstance(X[0], dict):
             raise ValueError(f"{where} is one sequence of feature dicts: pass a list of sequences "
                              f"([{where}]) or call predict_single for one.")
+        if reset:
+            self.vectorizer_ = None  # a refit on arrays forgets an earlier fit's dicts
         if kind(X) is None:
-            if reset:
-                self.vectorizer_ = None  # a refit on arrays forgets an earlier fit's dicts
             return (*self._boundaries(X, groups, lengths, reset=reset, where=where), False)
         if groups is not None or lengths is not None:
             raise ValueError(
                 f"{where} is a list of sequences, which gives the boundaries already: drop "
                 "groups= and lengths=."
             )
-        if reset:
-            self.vectorizer_ = None
-        elif kind(X) == "dicts" and getattr(self, "vectorizer_", None) is None:
+        if not reset and kind(X) == "dicts" and getattr(self, "vectorizer_", None) is None:
             raise ValueError(
                 f"{where} holds feature dicts, but fit got arrays: give the same kind of input."
             )

@@ -10,10 +10,10 @@ L-BFGS, or by generative EM (a Gaussian mixture per class, then conditioned).
 
 import time
 import warnings
+from numbers import Integral, Real
 from typing import Any, TypeVar
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
@@ -25,17 +25,14 @@ from .. import majorize
 from .._typing import ArrayLike, Floats
 from .array_file import ArrayModelFile
 from .base import keep_params
+from .checks import Interval, Options, check_params
+from .linear import fit_lbfgs, with_ones
 
 __all__ = ["LatentLogLinearClassifier", "LatentProblem", "SOLVERS"]
 
 SOLVERS = ("bound", "lbfgs", "em")
 _SINGULAR_RIDGE = 1e-9  # relative ridge on the bound's curvature when reg = 0
 _COVARIANCE_RIDGE = 1e-6  # relative to the mean variance, keeps EM's covariance invertible
-
-
-def _with_ones(X):
-    """``[X, 1]``: inputs with a constant column for the biases."""
-    return np.hstack([X, np.ones((X.shape[0], 1))])
 
 
 class LatentProblem:
@@ -59,7 +56,7 @@ class LatentProblem:
     """
 
     def __init__(self, X, y, n_classes, n_hidden, reg):
-        self.inputs = _with_ones(np.asarray(X, dtype=np.float64))
+        self.inputs = with_ones(np.asarray(X, dtype=np.float64))
         self.y = np.asarray(y, dtype=np.int64)
         self.n_classes = int(n_classes)
         self.n_hidden = int(n_hidden)
@@ -172,20 +169,11 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
                  random_state: Any = None) -> None:
         keep_params(self, locals())
 
-    def _check_settings(self):
-        """ValueError for a parameter out of range."""
-        if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
-        if int(self.n_hidden) != self.n_hidden or self.n_hidden < 1:
-            raise ValueError(f"n_hidden must be a positive integer; got {self.n_hidden!r}.")
-        if not self.reg >= 0:
-            raise ValueError(f"reg must be >= 0; got {self.reg!r}.")
-        if int(self.max_iter) != self.max_iter or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}.")
-        if not self.tol >= 0:
-            raise ValueError(f"tol must be >= 0; got {self.tol!r}.")
-        if not self.init_scale > 0:
-            raise ValueError(f"init_scale must be > 0; got {self.init_scale!r}.")
+    _param_checks = {
+        "n_hidden": [Interval(Integral, 1, None)], "solver": [Options(*SOLVERS)],
+        "reg": [Interval(Real, 0, None)], "max_iter": [Interval(Integral, 1, None)],
+        "tol": [Interval(Real, 0, None)], "init_scale": [Interval(Real, 0, None, closed="neither")],
+    }  # fmt: skip
 
     _fitted_arrays = {"coef_": ("C", "m", "p"), "intercept_": ("C", "m")}
 
@@ -200,7 +188,7 @@ class LatentLogLinearClassifier(ArrayModelFile, ClassifierMixin, BaseEstimator):
 
     def fit(self: _Self, X: ArrayLike, y: ArrayLike) -> _Self:
         """Fit by the chosen solver to ``X (t, p)`` and class labels ``y (t,)``; returns self."""
-        self._check_settings()
+        check_params(self, self._param_checks)
         X, y = validate_data(self, X, y)
         check_classification_targets(y)
         self.classes_, y_index = np.unique(y, return_inverse=True)
@@ -276,19 +264,10 @@ def _fit_bound(problem, theta, max_iter, tol, clock):
 
 def _fit_lbfgs(problem, theta, max_iter, tol, clock):
     """L-BFGS-B: ``(theta, history, seconds)``."""
-    history, seconds = [-problem.value(theta)], [time.perf_counter() - clock]
-
-    def record(x):
-        """Note the objective and the seconds after an iteration."""
-        history.append(-problem.value(x))
-        seconds.append(time.perf_counter() - clock)
-
-    options = {"maxiter": int(max_iter), "ftol": tol, "gtol": 0.0}
-    result = minimize(problem.value_and_grad, theta, jac=True, method="L-BFGS-B", callback=record,
-                      options=options)
+    result, history, seconds = fit_lbfgs(problem, theta, max_iter, tol, clock)
     if result.nit >= max_iter:
         warnings.warn(f"L-BFGS did not converge in max_iter = {max_iter} iterations.", ConvergenceWarning)
-    return result.x, history, seconds
+    return result.x, [-value for value in history], seconds
 
 
 def _fit_em(X, y, problem, max_iter, tol, rng, clock):

@@ -9,6 +9,7 @@ booster's starting point (``base_model``).
 """
 
 import time
+from numbers import Integral, Real
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,6 +24,7 @@ from ..objectives.chain import SequenceBatch
 from ..transitions.chain import TransitionParams, TransitionProblem
 from .array_file import ArrayModelFile
 from .base import keep_params
+from .checks import Interval, Options, check_params
 
 __all__ = ["LINEAR_SOLVERS", "LinearChainCRF", "LinearChainProblem"]
 
@@ -45,12 +47,33 @@ def _check_inputs(X):
     return X
 
 
-def _with_ones(X):
+def with_ones(X):
     """``[X, 1]``: inputs with a constant column for the intercepts."""
     ones = np.ones((X.shape[0], 1))
     if scipy.sparse.issparse(X):
         return scipy.sparse.hstack([X, ones], format="csr")
     return np.hstack([X, ones])
+
+
+def fit_lbfgs(problem, theta, max_iter, tol, clock):
+    """L-BFGS-B on ``problem.value_and_grad`` from ``theta``.
+
+    Returns
+    -------
+    result : scipy.optimize.OptimizeResult
+    history, seconds : list of float
+        ``problem.value`` and the seconds since ``clock`` at the start and after every iteration.
+    """
+    history, seconds = [problem.value(theta)], [time.perf_counter() - clock]
+
+    def record(x):
+        """Note the objective and the seconds after an iteration."""
+        history.append(problem.value(x))
+        seconds.append(time.perf_counter() - clock)
+
+    result = minimize(problem.value_and_grad, theta, jac=True, method="L-BFGS-B", callback=record,
+                      options={"maxiter": int(max_iter), "ftol": tol, "gtol": 0.0})
+    return result, history, seconds
 
 
 class LinearChainProblem:
@@ -79,7 +102,7 @@ class LinearChainProblem:
     observed_score = 0.0
 
     def __init__(self, X, labels, lengths, num_labels, reg, weights=None):
-        inputs = _with_ones(_check_inputs(X))
+        inputs = with_ones(_check_inputs(X))
         if inputs.shape[0] != len(labels):
             raise ValueError(f"X has {inputs.shape[0]} rows but there are {len(labels)} labels; "
                              "they must match.")
@@ -213,30 +236,21 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
         self.transitions_ = TransitionParams(arrays["transitions"], arrays["start"], arrays["end"])
         self.num_labels_ = self.intercept_.shape[0]
 
-    def _check_settings(self):
-        """ValueError for a parameter out of range."""
-        if self.solver not in LINEAR_SOLVERS:
-            raise ValueError(f"solver must be one of {LINEAR_SOLVERS}; got {self.solver!r}.")
-        if not self.reg >= 0:
-            raise ValueError(f"reg must be >= 0; got {self.reg!r}.")
-        if int(self.max_iter) != self.max_iter or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}.")
-        if self.rank is not None:
-            if self.solver != "majorize":
-                raise ValueError('rank only applies to solver="majorize"; leave it None for '
-                                 "L-BFGS.")
-            if int(self.rank) != self.rank or self.rank < 1:
-                raise ValueError(f"rank must be a positive integer or None; got {self.rank!r}.")
-            if not self.reg > 0:
-                raise ValueError("a low-rank curvature needs reg > 0; pass a positive reg or "
-                                 "rank=None.")
+    _param_checks = {
+        "solver": [Options(*LINEAR_SOLVERS)], "reg": [Interval(Real, 0, None)],
+        "max_iter": [Interval(Integral, 1, None)], "rank": [None, Interval(Integral, 1, None)],
+    }  # fmt: skip
 
     def fit(self: _Self, X: Any, y: ArrayLike, lengths: ArrayLike,
             sample_weight: ArrayLike | None = None) -> _Self:
         """Fit all parameters to ``X (n, p)`` (array or sparse), labels ``y (n,)`` in 0..K-1 and
         ``lengths (m,)``, with one ``sample_weight`` per sequence.
         """
-        self._check_settings()
+        check_params(self, self._param_checks)
+        if self.rank is not None and self.solver != "majorize":
+            raise ValueError('rank only applies to solver="majorize"; leave it None for L-BFGS.')
+        if self.rank is not None and not self.reg > 0:
+            raise ValueError("a low-rank curvature needs reg > 0; pass a positive reg or rank=None.")
         y = np.asarray(y)
         if self.num_labels is not None:
             k = int(self.num_labels)
@@ -265,17 +279,7 @@ class LinearChainCRF(ArrayModelFile, BaseEstimator):
             theta, history = majorize.fit_majorize([problem], theta0, self.reg, self.max_iter,
                                                    self.tol, rank, record)
         else:
-            history = [problem.value(theta0)]
-            record()
-
-            def lbfgs_record(theta):
-                """Note the objective and the seconds after an iteration."""
-                history.append(problem.value(theta))
-                record()
-
-            options = {"maxiter": int(self.max_iter), "ftol": self.tol, "gtol": 0.0}
-            result = minimize(problem.value_and_grad, theta0, jac=True, method="L-BFGS-B",
-                              callback=lbfgs_record, options=options)
+            result, history, seconds = fit_lbfgs(problem, theta0, self.max_iter, self.tol, clock)
             theta = result.x
         coef, params = problem.split(theta)
         self.coef_ = np.ascontiguousarray(coef[:-1])

@@ -200,15 +200,14 @@ class PairwiseLabelModels:
         y = check_label_matrix(Y)
         n = x.shape[0]
         targets = 2 * y[:, self.pairs[:, 0]] + y[:, self.pairs[:, 1]]
-        if self.folds >= 2:
+        if self.folds >= 2:  # (trained on, predicted) rows of every fold
             fold = np.random.default_rng(self.random_state).permutation(n) % self.folds
+            splits = [(fold != f, fold == f) for f in range(self.folds)]
         else:
-            fold = np.full(n, -1)
-        parts = [fold != f for f in range(self.folds)] if self.folds >= 2 else [fold == -1]
+            splits = [(np.ones(n, dtype=bool),) * 2]  # in-sample
         joint = np.zeros((n, len(self.pairs), 4))
         self.models_ = []
-        for keep in parts:
-            held = ~keep if self.folds >= 2 else keep
+        for keep, held in splits:
             models = [self._fit_one(x[keep], targets[keep, p]) for p in range(len(self.pairs))]
             data = self._predictor_input(x[held])
             for p, model in enumerate(models):

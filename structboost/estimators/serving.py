@@ -141,8 +141,10 @@ def serving_path(est, threads):
     return path
 
 
-def _served(est, X, groups, lengths, finish):
-    """``(finish(margins, offsets, params), lengths, nested)`` by the serving path, or None."""
+def _served(est, X, groups, lengths, finish, as_lists):
+    """``finish(margins, offsets, params)`` by the serving path, one entry per sequence (lists
+    when ``as_lists``) where ``X`` was a list of sequences; None for the general route.
+    """
     threads = est._threads()
     path = serving_path(est, threads)
     if path is None:
@@ -156,25 +158,17 @@ def _served(est, X, groups, lengths, finish):
     with _config.threads(threads):  # the margins' check is a kernel too
         margins = path.margins(est, rows)
         result = finish(margins, offsets_from_lengths(lengths), path.params)
-    return result, lengths, nested
+    return nest(result, lengths, as_lists=as_lists) if nested else result
 
 
 def serving_predict(est, X, groups, lengths, decode):
     """``est.predict(X, ...)`` (no ``base_X``) by the serving path, or None (general route)."""
-    if not _servable(est):
-        return None
     decode = est.decode if decode is None else decode
     check_decode(decode)
-    codes, lengths, nested = _served(est, X, groups, lengths,
-                                     lambda m, o, p: decode_labels(m, o, p, decode))
-    labels = est.classes_[codes]
-    return nest(labels, lengths) if nested else labels
+    return _served(est, X, groups, lengths,
+                   lambda m, o, p: est.classes_[decode_labels(m, o, p, decode)], as_lists=True)
 
 
 def serving_marginals(est, X, groups, lengths):
     """``est.predict_marginals(X, ...)`` by the serving path, or None (general route)."""
-    served = _served(est, X, groups, lengths, node_marginals)
-    if served is None:
-        return None
-    marginals, lengths, nested = served
-    return nest(marginals, lengths, as_lists=False) if nested else marginals
+    return _served(est, X, groups, lengths, node_marginals, as_lists=False)

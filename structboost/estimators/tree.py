@@ -147,11 +147,15 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
                              f"potentials for {found} edge types.")
         self.n_edge_types_ = found
 
-    def _inputs(self, X, parents, edge_types, groups, lengths, y=None):
-        """LabelledRows of one prediction."""
+    def _run(self, engine_fn, X, parents, edge_types, groups, lengths, y=None):
+        """``engine_fn`` on one prediction's instances (label codes after ``X`` when ``y`` is
+        given): its result and the LabelledRows.
+        """
         check_is_fitted(self)
-        return self._rows(X, y, groups=groups, lengths=lengths, parents=parents,
-                          edge_types=edge_types)  # fmt: skip
+        r = self._rows(X, y, groups=groups, lengths=lengths, parents=parents,
+                       edge_types=edge_types)  # fmt: skip
+        codes = () if y is None else (r.codes,)
+        return engine_fn(self.booster_, r.X, *codes, r.lengths, r.parents, r.edge_types), r
 
     def predict(self, X: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
                 groups: ArrayLike | str | None = None, lengths: ArrayLike | None = None) -> Any:
@@ -161,9 +165,8 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         -------
         (n,) ndarray, or a list of label lists when ``X`` was a list of instances
         """
-        r = self._inputs(X, parents, edge_types, groups, lengths)
-        labels = self.classes_[predict_tree(self.booster_, r.X, r.lengths, r.parents, r.edge_types)]
-        return nest(labels, r.lengths) if r.nested else labels
+        codes, r = self._run(predict_tree, X, parents, edge_types, groups, lengths)
+        return nest(self.classes_[codes], r.lengths) if r.nested else self.classes_[codes]
 
     def predict_marginals(self, X: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
                           groups: ArrayLike | str | None = None,
@@ -174,8 +177,7 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
         -------
         (n, K) ndarray, or a list of ``(n_i, K)`` arrays when ``X`` was a list of instances
         """
-        r = self._inputs(X, parents, edge_types, groups, lengths)
-        marginals = predict_tree_marginals(self.booster_, r.X, r.lengths, r.parents, r.edge_types)
+        marginals, r = self._run(predict_tree_marginals, X, parents, edge_types, groups, lengths)
         return nest(marginals, r.lengths, as_lists=False) if r.nested else marginals
 
     def predict_proba(self, X: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
@@ -190,15 +192,13 @@ class TreeCRFClassifier(XGBoostTraining, BoostedCRFClassifier):
                                groups: ArrayLike | str | None = None,
                                lengths: ArrayLike | None = None) -> Floats:
         """``log P(y | x)`` of every instance, ``(m,)``."""
-        r = self._inputs(X, parents, edge_types, groups, lengths, y)
-        return tree_log_likelihood(self.booster_, r.X, r.codes, r.lengths, r.parents, r.edge_types)
+        return self._run(tree_log_likelihood, X, parents, edge_types, groups, lengths, y)[0]
 
     def score(self, X: Any, y: Any, *, parents: ArrayLike, edge_types: ArrayLike | None = None,
               groups: ArrayLike | str | None = None, lengths: ArrayLike | None = None,
               sample_weight: ArrayLike | None = None) -> float:
         """Node accuracy of the MAP labelling (weighted by ``sample_weight`` per row)."""
-        r = self._inputs(X, parents, edge_types, groups, lengths)
-        pred = self.classes_[predict_tree(self.booster_, r.X, r.lengths, r.parents, r.edge_types)]
+        codes, r = self._run(predict_tree, X, parents, edge_types, groups, lengths)
         truth = np.asarray(flatten_y(y, r.lengths) if r.nested else y)
         weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        return float(np.average(pred == truth, weights=weights))
+        return float(np.average(self.classes_[codes] == truth, weights=weights))

@@ -116,11 +116,6 @@ def token_attributes(token, kinds=KINDS, affix_lengths=(1, 2, 3)):
     return out
 
 
-def _offset_label(shift):
-    """``"0"``, ``"+1"``, ``"-2"``: an offset as feature names write it."""
-    return "0" if shift == 0 else f"{shift:+d}"
-
-
 def _check_int(name, value, low):
     """ValueError unless ``value`` is an integer ``>= low``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
@@ -449,7 +444,8 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "columns_")
         attrs = sorted(self.attributes_, key=self.attributes_.__getitem__)
         offset, attr = np.nonzero(self.columns_ >= 0)  # row-major: the column order
-        labels = [_offset_label(j - self.half_width) for j in range(self.columns_.shape[0])]
+        shifts = range(-self.half_width, self.columns_.shape[0] - self.half_width)
+        labels = [f"{shift:+d}" if shift else "0" for shift in shifts]  # offsets: -1, 0, +1
         pairs = zip(offset.tolist(), attr.tolist())
         names = [f"{attrs[a][0]}[{labels[j]}]={attrs[a][1]}" for j, a in pairs]
         return np.asarray(names, dtype=object)

@@ -109,15 +109,11 @@ def scheme_moves(tags, scheme):
     same = kind[:, None] == kind[None, :]
     to = {p: prefix == p for p in ("O", *SCHEME_PREFIXES[scheme])}
     frm = {p: m[:, None] for p, m in to.items()}
-    if scheme == "iob2":
-        inside = to["I"][None, :]
-        trans = ~inside | ((frm["B"] | frm["I"]) & same)
-        start = ~to["I"]
-        end = np.ones(tags.size, dtype=bool)
-    elif scheme == "iob1":
-        begin = to["B"][None, :]
-        trans = ~begin | ((frm["B"] | frm["I"]) & same)
-        start = ~to["B"]
+    if scheme in ("iob1", "iob2"):
+        # the prefix that only continues a chunk of its type: IOB2's I-, IOB1's B-
+        follows = to["I" if scheme == "iob2" else "B"]
+        trans = ~follows[None, :] | ((frm["B"] | frm["I"]) & same)
+        start = ~follows
         end = np.ones(tags.size, dtype=bool)
     else:
         open_chunk = frm["B"] | frm["I"]
