@@ -289,6 +289,4 @@ def lgb_crf_objective(
     ...     valid_sets=[dvalid], feval=obj.metric,
     ...     callbacks=[obj.callback(), lightgbm.early_stopping(10)])
     """
-    spec = ObjectiveSpec.build(spec, **params)
-    spec.check_route("linear", "lgb_crf_objective")
-    return LGBCRFObjective(CRFObjective(num_labels, spec))
+    return LGBCRFObjective(CRFObjective(num_labels, spec, **params))
