@@ -102,18 +102,6 @@ def listening():
                 _listening["clock"] = None
 
 
-def log_wait(what, since):
-    """Log how long ``what`` waited for compiling since ``CLOCK.seconds`` was ``since`` (silent if
-    none, or inside a marked call).
-    """
-    spent = CLOCK.seconds - since
-    if spent > 0 and not getattr(_active, "on", False):
-        logger.info(
-            "%s waited %.1f s for numba to compile structboost's kernels (cached on disk "
-            "for later runs)", what, spent,
-        )  # fmt: skip
-
-
 def reports(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """Decorate a function so that it logs the compile time it waited for, if any, naming the call
     ``what`` (e.g. ``"fit"``).
@@ -131,7 +119,11 @@ def reports(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
                     return func(*args, **kwargs)
             finally:
                 _active.on = False
-                log_wait(what, since)
+                if CLOCK.seconds > since:
+                    logger.info(
+                        "%s waited %.1f s for numba to compile structboost's kernels (cached on "
+                        "disk for later runs)", what, CLOCK.seconds - since,
+                    )  # fmt: skip
 
         return timed
 

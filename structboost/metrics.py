@@ -205,7 +205,6 @@ def span_prf(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
 
 def span_report(y_true, y_pred, lengths=None, scheme="iob2", tag_names=None):
     """Chunk scores as text laid out like conlleval's output (arguments as :func:`span_prf`)."""
-    scheme = check_scheme(scheme)
     y_true, y_pred, lengths = _flat(y_true, y_pred, lengths)
     true = as_tags(y_true, tag_names)
     pred = as_tags(y_pred, tag_names)

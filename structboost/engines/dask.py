@@ -63,14 +63,10 @@ class DaskXGBCRFObjective(XGBCRFObjective):
         self.__dict__.update(state)
         self._batches = weakref.WeakKeyDictionary()
 
-    def _use_worker_threads(self):
-        """Run the objective's kernels on the worker's threads when ``nthread`` is unset."""
-        threads = worker_threads() if self.crf.spec.nthread is None else None
-        if threads is not None:
-            self.crf.spec = self.crf.spec.replace(nthread=threads)
-
     def _build_batch(self, dmat):
-        self._use_worker_threads()
+        threads = worker_threads() if self.crf.spec.nthread is None else None
+        if threads is not None:  # the kernels on the worker's threads
+            self.crf.spec = self.crf.spec.replace(nthread=threads)
         if dmat.num_row() == 0:  # a worker without partitions: no labels, no groups
             empty = np.zeros(0, dtype=np.int64)
             return SequenceBatch.build(empty, empty, self.num_labels)

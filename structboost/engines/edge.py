@@ -176,11 +176,7 @@ def edge_crf_objective(
     -------
     XGBEdgeCRFObjective
     """
-    if spec is None:
-        params.setdefault("transitions_from", "input")
-    spec = ObjectiveSpec.build(spec, **params)
-    spec.check_route("input", "edge_crf_objective")
-    return XGBEdgeCRFObjective(EdgeCRFObjective(num_labels, spec))
+    return XGBEdgeCRFObjective(EdgeCRFObjective(num_labels, spec, **params))
 
 
 def is_edge_model(booster):

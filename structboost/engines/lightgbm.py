@@ -77,7 +77,8 @@ def kept_rounds(booster):
     return best if best is not None and best > 0 else booster.current_iteration()
 
 
-def _history(booster):
+def load_state(booster):
+    """The ``(num_labels, mode, TransitionParams)`` of the rounds the booster keeps."""
     history = getattr(booster, STATE_KEY, None)
     if not isinstance(history, TransitionHistory):
         raise ValueError(
@@ -86,12 +87,6 @@ def _history(booster):
             "with structboost.lightgbm.load_lgb_model, or unpickle it (a plain LightGBM model file "
             "holds no transitions)."
         )
-    return history
-
-
-def load_state(booster):
-    """The ``(num_labels, mode, TransitionParams)`` of the rounds the booster keeps."""
-    history = _history(booster)
     return history.num_labels, history.mode, history.for_rounds(kept_rounds(booster))
 
 
@@ -289,6 +284,4 @@ def lgb_crf_objective(
     ...     valid_sets=[dvalid], feval=obj.metric,
     ...     callbacks=[obj.callback(), lightgbm.early_stopping(10)])
     """
-    spec = ObjectiveSpec.build(spec, **params)
-    spec.check_route("linear", "lgb_crf_objective")
-    return LGBCRFObjective(CRFObjective(num_labels, spec))
+    return LGBCRFObjective(CRFObjective(num_labels, spec, **params))

@@ -277,10 +277,8 @@ def crf_objective(
     -------
     XGBCRFObjective
     """
-    spec = ObjectiveSpec.build(spec, **params)
-    spec.check_route("linear", "crf_objective")
     cls = CRFObjective
     if _check_device(device) == "cuda":
         require_gpu(f"crf_objective(device={device!r})")
         from ..objectives.gpu import DeviceCRFObjective as cls
-    return XGBCRFObjective(cls(num_labels, spec))
+    return XGBCRFObjective(cls(num_labels, spec, **params))

@@ -146,9 +146,7 @@ def tree_crf_objective(
     -------
     XGBTreeCRFObjective
     """
-    spec = ObjectiveSpec.build(spec, **params)
-    spec.check_route("linear", "tree_crf_objective")
-    return XGBTreeCRFObjective(TreeCRFObjective(num_labels, n_edge_types, spec))
+    return XGBTreeCRFObjective(TreeCRFObjective(num_labels, n_edge_types, spec, **params))
 
 
 __all__ = [

@@ -543,8 +543,6 @@ def gamma(unary: ArrayLike, lengths: ArrayLike, transitions: ArrayLike, start: A
     (n,) float64
         Always ``length >= mixing >= exact >= 2``.
     """
-    if method not in GAMMA_METHODS:
-        raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
     return posterior(*check_chain(unary, lengths, transitions, start, end), rates=True).node_gamma(method)
 
 

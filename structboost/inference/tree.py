@@ -296,8 +296,6 @@ def tree_gamma(unary: ArrayLike, lengths: ArrayLike, parents: ArrayLike, transit
     (n,) float64
         ``length >= mixing >= exact >= 2`` at every node.
     """
-    if method not in GAMMA_METHODS:
-        raise ValueError(f"gamma method must be one of {GAMMA_METHODS}; got {method!r}.")
     return posterior(check_tree(unary, lengths, parents, transitions, edge_types)).node_gamma(
         method
     )

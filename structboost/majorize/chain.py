@@ -21,6 +21,7 @@ Algorithm 1 over the labels ``v`` of the current one with
 import numpy as np
 import scipy.sparse
 
+from ..sequences import check_labels, check_lengths, check_unary
 from . import _bound
 from ._checks import as_float_array, check_finite, check_weights
 from .curvature import LowRankCurvature, QuadraticBound
@@ -172,20 +173,8 @@ def _check_curvature(curvature, num_labels=1, max_length=1):
 
 
 def _check_chain_data(unary, lengths):
-    unary = as_float_array("unary", unary, 2)
-    check_finite("unary", unary)
-    lengths = np.asarray(lengths)
-    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
-        raise ValueError(
-            f"lengths must be a 1-d integer array, got dtype {lengths.dtype} and shape {lengths.shape}."
-        )
-    if np.any(lengths < 1):
-        raise ValueError("lengths holds an empty or negative sequence length; every sequence needs >= 1 row.")
-    if lengths.sum() != unary.shape[0]:
-        raise ValueError(
-            f"lengths sum to {lengths.sum()} but unary has {unary.shape[0]} rows; they must match."
-        )
-    return unary, lengths.astype(np.int64)
+    unary = check_unary(unary)
+    return unary, check_lengths(lengths, unary.shape[0])
 
 
 def _check_chain_parameters(k, theta_T, theta_start, theta_end):
@@ -375,17 +364,11 @@ def chain_features(labels, lengths, num_labels, weights=None):
     ndarray, shape (K^2 + 2K,)
         ``sum_j w_j f(y_j)`` in the order of :func:`chain_bound`'s ``theta``.
     """
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(
-            f"labels must be a 1-d integer array, got dtype {labels.dtype} and shape {labels.shape}."
-        )
     k = int(num_labels)
-    if np.any((labels < 0) | (labels >= k)):
-        raise ValueError(f"labels must lie in 0..{k - 1}.")
+    labels = check_labels(labels, k, np.size(labels))
     if np.sum(lengths) != labels.size:
         raise ValueError(f"lengths sum to {np.sum(lengths)} but there are {labels.size} labels; they must match.")
-    _, lengths = _check_chain_data(np.zeros((labels.size, 1)), lengths)
+    lengths = check_lengths(lengths, labels.size)
     weights = check_weights(weights, lengths.size, "sequence")
     ends = np.cumsum(lengths)
     starts = ends - lengths

@@ -72,12 +72,3 @@ def row_blocks(offsets, shape):
     for s0, s1 in zip(bounds[:-1], bounds[1:]):
         yield slice(offsets[s0], offsets[s1]), slice(s0, s1)
 
-
-def softmax(margins):
-    """Row-wise softmax of ``(n, K)`` margins (the round takes
-    :func:`~structboost.inference.chain.node_softmax`).
-    """
-    z = margins - margins.max(axis=1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(axis=1, keepdims=True)
-    return z

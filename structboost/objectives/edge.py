@@ -132,38 +132,35 @@ class EdgeCRFObjective(CRFObjective):
         """Gradient and Hessian ``(r, K)`` of the weighted NLL in the edge-row scores."""
         self._check_allowed(batch)
         with self.threads():
-            return self._edge_grad_hess(margins, batch)
-
-    def _edge_grad_hess(self, margins, batch):
-        t0 = time.process_time()
-        k = self.num_labels
-        offsets, y = batch.offsets, batch.labels
-        first_row, is_first, n_rows = edge_layout(offsets, k)
-        post = self.posterior(margins, batch, rates=self._rates())
-        p_node = post.marginals()
-        pair = post.edge_marginals()
-        t1 = time.process_time()
-        first = np.flatnonzero(is_first)
-        inner = np.flatnonzero(~is_first)
-        rows_inner = first_row[inner][:, None] + np.arange(k)
-        prob = np.empty((n_rows, k))
-        prob[first_row[first]] = p_node[first]
-        prob[rows_inner] = pair[inner - 1]
-        grad = prob.copy()
-        grad[first_row[first], y[first]] -= 1.0
-        grad[first_row[inner] + y[inner - 1], y[inner]] -= 1.0
-        if self.hessian is Hessian.UNIT:
-            hess = np.ones_like(prob)
-        else:
-            hess = prob * (1.0 - prob)
-            hess *= self._edge_gamma(post, batch, first_row, is_first)[:, None]
-        np.maximum(hess, self.spec.hess_floor, out=hess)
-        row_w = np.repeat(batch.seq_weight, edge_row_counts(batch.lengths, k))[:, None]
-        grad *= row_w
-        hess *= row_w
-        self.timings["inference"] += t1 - t0
-        self.timings["gamma"] += time.process_time() - t1
-        return grad, hess
+            t0 = time.process_time()
+            k = self.num_labels
+            offsets, y = batch.offsets, batch.labels
+            first_row, is_first, n_rows = edge_layout(offsets, k)
+            post = self.posterior(margins, batch, rates=self._rates())
+            p_node = post.marginals()
+            pair = post.edge_marginals()
+            t1 = time.process_time()
+            first = np.flatnonzero(is_first)
+            inner = np.flatnonzero(~is_first)
+            rows_inner = first_row[inner][:, None] + np.arange(k)
+            prob = np.empty((n_rows, k))
+            prob[first_row[first]] = p_node[first]
+            prob[rows_inner] = pair[inner - 1]
+            grad = prob.copy()
+            grad[first_row[first], y[first]] -= 1.0
+            grad[first_row[inner] + y[inner - 1], y[inner]] -= 1.0
+            if self.hessian is Hessian.UNIT:
+                hess = np.ones_like(prob)
+            else:
+                hess = prob * (1.0 - prob)
+                hess *= self._edge_gamma(post, batch, first_row, is_first)[:, None]
+            np.maximum(hess, self.spec.hess_floor, out=hess)
+            row_w = np.repeat(batch.seq_weight, edge_row_counts(batch.lengths, k))[:, None]
+            grad *= row_w
+            hess *= row_w
+            self.timings["inference"] += t1 - t0
+            self.timings["gamma"] += time.process_time() - t1
+            return grad, hess
 
     def _edge_gamma(self, post, batch, first_row, is_first):
         """The bound ``gamma`` of every edge row ``(r,)`` (module notes)."""

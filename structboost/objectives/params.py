@@ -159,7 +159,7 @@ class ObjectiveSpec:
                 if value < 0:
                     raise ValueError(f"{f.name} must be >= 0; got {value!r}.")
             elif f.name == "transition_iter" and value is not None:
-                if not _is_int(value) or value < 0:
+                if not is_integer(value) or value < 0:
                     raise ValueError(f"transition_iter must be None or an int >= 0; got {value!r}.")
                 value = int(value)
             elif f.name == "nthread":
@@ -259,7 +259,8 @@ def metric_name(metric):
     return getattr(metric, "__name__", type(metric).__name__)
 
 
-def _is_int(value):
+def is_integer(value):
+    """Whether ``value`` is an integer (not a bool)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

@@ -25,7 +25,6 @@ A refit round refits before its pass instead. Arrays live on a backend:
 
 import contextlib
 import enum
-import numbers
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -42,7 +41,7 @@ from ..transitions.lbfgs import LBFGSMemory
 from ..transitions.onestep import OneStep
 from ._kernels import finish_bound_hess, node_grad_hess
 from .base import DIVERGED, check_margin_values, row_blocks
-from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, metric_name
+from .params import DEFAULT_ITER, SOLVERS, ObjectiveSpec, is_integer, metric_name
 from .step import SecantScale
 
 #: Rows per task of the G and H kernel's parallel loop
@@ -201,10 +200,6 @@ def _timed(items, clock, spent):
         yield item
 
 
-def _is_count(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
-
-
 class NodeObjective:
     """A CRF boosting objective for any structure: the round, its modes and its metric.
 
@@ -248,7 +243,7 @@ class NodeObjective:
     allreduce = staticmethod(identity)
 
     def __init__(self, num_labels, spec=None, **params):
-        if not _is_count(num_labels):
+        if not is_integer(num_labels) or num_labels < 1:
             raise ValueError(f"num_labels must be a positive integer; got {num_labels!r}.")
         self.spec = spec = ObjectiveSpec.build(spec, **params)
         spec.check_solver(self.solvers, type(self).__name__)

@@ -95,18 +95,10 @@ _FIELDS = ("transitions", "start", "end")
 
 def observed_counts(labels, offsets, seq_weight, num_labels):
     """Weighted observed transition, start and end counts ``(K*K + 2K,)`` (in
-    :meth:`TransitionParams.to_vector` order) of ``labels (n,)``.
+    :meth:`TransitionParams.to_vector` order) of ``labels (n,)``
+    (:func:`structboost.majorize.chain_features`).
     """
-    k = num_labels
-    lengths = np.diff(offsets)
-    row_w = np.repeat(seq_weight, lengths)
-    inner = np.ones(labels.shape[0], dtype=bool)
-    inner[offsets[1:] - 1] = False
-    idx = np.flatnonzero(inner)
-    trans = np.bincount(labels[idx] * k + labels[idx + 1], weights=row_w[idx], minlength=k * k)
-    start = np.bincount(labels[offsets[:-1]], weights=seq_weight, minlength=k)
-    end = np.bincount(labels[offsets[1:] - 1], weights=seq_weight, minlength=k)
-    return np.concatenate((trans, start, end)).astype(np.float64)
+    return majorize.chain_features(labels, np.diff(offsets), num_labels, seq_weight)
 
 
 @dataclass
