@@ -125,7 +125,7 @@ def cpu_per_round(train, timed, obj=None):
     state. The objective's timers and pass count restart with the timed
     rounds.
     """
-    warm = 1 + (onestep.WARMUP if obj is not None and obj.crf.one_pass else 0)
+    warm = 1 + (onestep.WARMUP if obj is not None and obj.crf.spec.one_pass else 0)
     stamps = []
 
     def tick(r):
