@@ -70,12 +70,15 @@ allowed_transitions : {"iob1", "iob2", "bioes"}, Constraints or (K, K) bool arra
     over ``classes_``. Forbidden transition, start and end scores stay at
     ``-inf`` in training and in every prediction, so no prediction makes a
     forbidden move. The training labels must obey them.
-decode : {"viterbi", "marginal"}
+decode : {"viterbi", "marginal", "auto"}
     What :meth:`predict` (and so ``score``) returns: ``"viterbi"``, the most
     probable label sequence (never a forbidden move), or ``"marginal"``,
     each position's most probable label under the posterior marginals (the
     labels of neighbours need not form an allowed path; automatic early
-    stopping with ``eval_metric=None`` then stops on the NLL).
+    stopping with ``eval_metric=None`` then stops on the NLL). ``"auto"``
+    picks the one with the lower token error on the sequences that automatic
+    early stopping held out (Viterbi without them, or with
+    ``allowed_transitions``); ``decode_`` is the choice.
     ``predict(decode=...)`` overrides it for one call.
 """
 #: Fitted attributes of the estimators on rows with boundaries (chains and trees).
@@ -120,6 +123,8 @@ CHAIN_ATTRIBUTES = FIT_ATTRIBUTES + """
 constraints_ : Constraints or None
     ``allowed_transitions`` resolved against ``classes_``.
 transitions_ : pandas.DataFrame
+decode_ : {"viterbi", "marginal"}
+    What :meth:`predict` decodes: ``decode``, or the choice of ``"auto"``.
 base_model_ : estimator or None
     The fitted clone of ``base_model``.
 """

@@ -44,7 +44,8 @@ ROUNDS_STOPPED, ROUNDS_FIXED = 1000, 100
 HELD_OUT_NAME = "validation"
 #: ``eval_metric=None`` on the held-out sequences of automatic early stopping,
 #: by the estimator's ``decode``: both recorded, the last drives the stop.
-AUTO_STOP_METRICS = {"viterbi": ("crf-nll", "crf-error"), "marginal": ("crf-error", "crf-nll")}
+AUTO_STOP_METRICS = {"viterbi": ("crf-nll", "crf-error"), "marginal": ("crf-error", "crf-nll"),
+                     "auto": ("crf-nll", "crf-error")}
 
 # Engine parameters the estimators set themselves.
 _RESERVED = ("objective", "num_class", "num_target", "metric")
@@ -269,6 +270,8 @@ class BoostedCRFClassifier(ModelFile, SequenceInputs, ClassifierMixin, BaseEstim
         verbose = bool(eval_set) if verbose is None else verbose  # None: print for an eval_set
         booster, evals_result = self._boost(rows, evals, names, stopping, spec, verbose, metrics)
         self._set_fitted(booster, evals_result, metrics, stopping.held_out)
+        if hasattr(self, "decode"):  # (chosen with the held-out run's model, before the refit)
+            self.decode_ = self._chosen_decode(rows, stopping.held_out)
         refit = self._refit_stopping(stopping)
         if refit is not None:
             self.booster_ = self._boost(rows, [], [], refit, spec, verbose, metrics)[0]

@@ -17,6 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 from .. import _config
 from .._compile_log import reports
 from .._typing import ArrayLike, Floats
+from ..engines.predict import DECODINGS
 from ..engines.predict import predict as _viterbi
 from ..engines.predict import predict_marginals as _marginals
 from ..engines.predict import sequence_log_likelihood as _log_likelihood
@@ -148,12 +149,30 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         """
         check_is_fitted(self)
         rows = self._rows(X, y, groups=groups, lengths=lengths, base_X=base_X)
+        return self._run_rows(engine_fn, rows, with_labels=y is not None, **options), rows
+
+    def _run_rows(self, engine_fn, rows, with_labels=False, **options):
+        """``engine_fn`` on LabelledRows ``rows`` (label codes first when ``with_labels``)."""
         data, margin = self._engine_data(rows.X), self._base_margin(rows)
-        codes = () if y is None else (rows.codes,)
+        codes = (rows.codes,) if with_labels else ()
         with _config.threads(self._threads()):  # numba's kernels
-            result = engine_fn(self.booster_, data, *codes, lengths=rows.lengths,
-                               base_margin=margin, allowed_transitions=self.constraints_, **options)
-        return result, rows
+            return engine_fn(self.booster_, data, *codes, lengths=rows.lengths,
+                             base_margin=margin, allowed_transitions=self.constraints_, **options)
+
+    def _chosen_decode(self, rows, held_out):
+        """``decode_``: ``decode``, or for ``"auto"`` the decoding with the lower weighted token
+        error on the ``held_out`` sequences of ``rows`` (Viterbi without them or on a tie, and
+        under ``allowed_transitions``, whose paths marginal labels need not follow).
+        """
+        if self.decode != "auto":
+            return self.decode
+        if held_out is None or self.constraints_ is not None:
+            return "viterbi"
+        held = rows.split(held_out)[1]
+        weight = None if held.seq_weight is None else np.repeat(held.seq_weight, held.lengths)
+        errors = [1.0 - accuracy_score(held.codes, self._run_rows(_viterbi, held, decode=d),
+                                       sample_weight=weight) for d in DECODINGS]
+        return DECODINGS[int(np.argmin(errors))]
 
     def predict(self, X: Any, *, groups: ArrayLike | str | None = None,
                 lengths: ArrayLike | None = None, decode: str | None = None,
@@ -167,7 +186,7 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         groups : array-like of shape (n,) or str, optional
         lengths : array-like of int, shape (m,), optional
         decode : {"viterbi", "marginal"}, optional
-            None: the estimator's ``decode``.
+            None: the fitted ``decode_``.
         base_X : array-like or scipy sparse matrix, shape (n, p), optional
             Input of the base model, when ``fit`` was given one.
 
@@ -176,11 +195,12 @@ class _CRFClassifier(ChainTransitions, BoostedCRFClassifier):
         (n,) ndarray of ``classes_`` values, or a list of label lists when
         ``X`` was a list of sequences
         """
+        check_is_fitted(self)
         if base_X is None:
             labels = serving_predict(self, X, groups, lengths, decode)
             if labels is not None:
                 return labels
-        decode = self.decode if decode is None else decode
+        decode = self.decode_ if decode is None else decode
         codes, rows = self._run(_viterbi, X, groups, lengths, base_X, decode=decode)
         labels = self.classes_[codes]
         return nest(labels, rows.lengths) if rows.nested else labels

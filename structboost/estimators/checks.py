@@ -121,7 +121,7 @@ BOOSTING = {
     "class_weight": [None, Options("balanced"), dict],
     "n_jobs": [None, Interval(Integral, None, None)],
     "sequence_column": [None, str],
-    "decode": [Options(*DECODINGS)],
+    "decode": [Options(*DECODINGS, "auto")],
     "callbacks": [None, list, tuple],
 }
 # LightGBM: max_depth=-1 is "no limit"; a tree needs two leaves to split.

@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..engines.model_io import (check_json_params, decode_labels, encode_labels, field,
                                 read_document, write_document)
+from ..engines.predict import DECODINGS
 from ..objectives.constraints import from_masks
 from ..objectives.constraints import resolve as resolve_constraints
 from .inputs import vectorizer_document, vectorizer_from_document
@@ -104,6 +105,7 @@ class ModelFile:
             "vectorizer": None if vectorizer is None else vectorizer_document(vectorizer),
             "validation_sequences": self.validation_sequences_.tolist(),
             "validation_best_iteration": self.validation_best_iteration_,
+            "decode": getattr(self, "decode_", None),
             "boundaries": getattr(self, "boundaries_", "sequences"),
             "id_column": getattr(self, "id_column_", None),
             "engine": self._engine_document(),
@@ -189,6 +191,9 @@ class ModelFile:
                 f"{where} is damaged: validation_best_iteration must be null, or a round "
                 "number (>= 0) when validation_sequences lists the held-out sequences."
             )
+        decode = doc.get("decode")
+        if decode not in (None, *DECODINGS):
+            raise ValueError(f"{where} is damaged: decode must be one of {DECODINGS} or null.")
         best_score = doc.get("best_score")
         if best_score is not None and (type(best_score) not in (int, float)
                                        or not np.isfinite(best_score)):
@@ -239,6 +244,8 @@ class ModelFile:
             staged.base_model_ = None
         if best_score is not None:
             staged.best_score_ = float(best_score)
+        if "decode" in staged._get_param_names():  # (files without it: decoded as configured)
+            staged.decode_ = decode or ("viterbi" if staged.decode == "auto" else staged.decode)
         return self._swap_in(staged)
 
     def _swap_in(self, staged):

@@ -163,7 +163,7 @@ def _served(est, X, groups, lengths, finish, as_lists):
 
 def serving_predict(est, X, groups, lengths, decode):
     """``est.predict(X, ...)`` (no ``base_X``) by the serving path, or None (general route)."""
-    decode = est.decode if decode is None else decode
+    decode = est.decode_ if decode is None else decode
     check_decode(decode)
     return _served(est, X, groups, lengths,
                    lambda m, o, p: est.classes_[decode_labels(m, o, p, decode)], as_lists=True)
