@@ -19,7 +19,11 @@ taken from the mean curve. Each decoding ("viterbi", Dietterich's -V, and
 all 111 proteins for the chosen number of rounds and scored once on the 17
 test proteins. Train seconds are those of that final fit. The 95% interval
 of the test accuracy comes from resampling the 17 test proteins (bootstrap):
-with so few proteins, differences of a point or two are within noise.
+with so few proteins, differences of a point or two are within noise. For
+comparison with the paper, which reports each method at its peak over
+training rounds on the test set, the boosted rows also give that peak (the
+chosen setting trained for ``--max-rounds``): a choice made on the test set,
+so not an honest estimate.
 
 The folds keep homologous proteins together. Qian & Sejnowski picked test
 proteins unrelated to the training ones, and it shows: no test protein
@@ -88,8 +92,8 @@ GRIDS = {
     "logitboost": [{**shape, "eta": 0.5} for shape in SHAPES],
     "treecrf": [{**shape, "eta": 1.0, "reg_lambda": lam}
                 for shape, lam in itertools.product(SHAPES, (10.0, 100.0))],
-    "gbcrf": [{**shape, "eta": 0.5, "reg_lambda": lam}
-              for shape, lam in itertools.product(SHAPES, (10.0, 100.0))],
+    "gbcrf": [{**shape, "eta": 0.5, "reg_lambda": lam, "crf": {"transition_solver": solver}}
+              for shape, lam, solver in itertools.product(SHAPES, (10.0, 100.0), ("lbfgs", "newton"))],
 }
 CRFSUITE_GRID = [
     {"c1": c1, "c2": c2} for c1, c2 in itertools.product((0.0, 0.1), (0.1, 1.0, 10.0, 30.0))
@@ -361,31 +365,53 @@ def run_mode(mode, data, args):
             booster, seconds = train(mode, config, dtrain, rounds, args.threads)
             fitted[key] = (hits(booster, dtest, yt), seconds)
         correct, seconds = fitted[key]
-        rows.append(result_row(mode, d, config, rounds, cv_acc, correct[d], lt, seconds))
+        row = result_row(mode, d, config, rounds, cv_acc, correct[d], lt, seconds)
+        peak_round, peak = test_peak(mode, config, dtrain, dtest, d, args)
+        rows.append({**row, "test_peak": round(100 * peak, 2), "peak_round": peak_round})
     return rows
+
+
+def test_peak(mode, config, dtrain, dtest, decode, args):
+    """The paper's figure: the chosen setting trained on all training proteins for
+    ``--max-rounds``, its best test accuracy over the rounds (a choice made on the test set).
+
+    Returns
+    -------
+    (int, float)
+        The round (1-based) and the accuracy.
+    """
+    params, obj = make_objective(mode, config, args.threads)
+    curve = {}
+    xgb.train({**params, "disable_default_eval_metric": 1}, dtrain,
+              num_boost_round=args.max_rounds, obj=obj, evals=[(dtest, "test")],
+              custom_metric=Accuracies(obj), evals_result=curve, verbose_eval=False,
+              callbacks=[obj.callback()])  # fmt: skip
+    acc = np.asarray(curve["test"][f"acc-{decode}"])
+    return int(np.argmax(acc)) + 1, float(acc.max())
 
 
 def markdown(rows):
     lines = [
         "| method | decode | chosen parameters | rounds | CV acc. (%) | test acc. (%) | "
-        "95% interval | train s |",
-        "|---|---|---|---|---|---|---|---|",
+        "95% interval | train s | peak test acc. over rounds (round) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        peak = f"{float(r['test_peak']):.2f} ({r['peak_round']})" if r.get("test_peak") else ""
         lines.append(
             f"| {r['method']} | {r['decode']} | `{r['params']}` | {r['rounds']} | "
             f"{r['cv_accuracy']:.2f} | {r['test_accuracy']:.2f} | "
-            f"{r['test_ci_low']:.1f}-{r['test_ci_high']:.1f} | {r['train_seconds']:.1f} |"
+            f"{r['test_ci_low']:.1f}-{r['test_ci_high']:.1f} | {r['train_seconds']:.1f} | {peak} |"
         )
     for name, acc in PUBLISHED:
-        lines.append(f"| {name} | published | | | | {acc:.2f} | | |")
+        lines.append(f"| {name} | published | | | | | | | {acc:.2f} |")
     return "\n".join(lines)
 
 
 def write_csv(rows, path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
         writer.writeheader()
         writer.writerows(rows)
 
