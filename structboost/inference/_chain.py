@@ -48,13 +48,9 @@ from .._config import CACHE, FINITE, KERNEL, PARALLEL, SAFE, TINY, njit
 from ._logspace import logsumexp
 
 # -- tables and node exponentials; the log-space fallback -----------------------------------------
-# exp(x) for x below this is under 2 ** -1022: returned as zero (any such
+# exp(x) for x below this is under 2 ** -1022: taken as zero (any such
 # entry of a possible label is below TINY and marks its sequence anyway).
 EXP_FLOOR = -708.0
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01
-_LN2_LO = 1.90821492927058770002e-10
-_EXP_BLOCK = 4096
 
 #: Sequences per chunk of the sweeps, run in lockstep (:func:`_chunk_messages`).
 CHUNK = 64
@@ -67,74 +63,30 @@ def table(n_tables, t):
 
 
 @njit(**KERNEL)
-def _exp_nonpositive(x, bits):
-    """In place ``x = exp(x)`` for entries ``<= 0``, vectorisable: Cody-Waite reduction, a
-    degree-13 Taylor polynomial, ``2 ** k`` in the exponent bits of the int64 scratch ``bits``.
+def _shift_row(src, t, w, row_max):
+    """Row ``t`` of :func:`exp_rows` before the exponential: ``w = src - max``, ``-inf`` at or
+    below :data:`EXP_FLOOR` (and where the row is all ``-inf``).
     """
-    scale = bits.view(np.float64)
-    for j in range(x.shape[0]):
-        v = x[j]
-        c = v if v > EXP_FLOOR else EXP_FLOOR
-        kf = np.floor(c * _LOG2E + 0.5)
-        r = c - kf * _LN2_HI - kf * _LN2_LO
-        p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        p = p * r + 1.0
-        bits[j] = (np.int64(kf) + 1023) << 52
-        x[j] = p if v > EXP_FLOOR else 0.0
-    for j in range(x.shape[0]):
-        x[j] *= scale[j]
-
-
-@njit(**KERNEL)
-def _exp_block(src, lo, hi, w, row_max, bits, normalise):
-    """Rows ``lo:hi`` of :func:`exp_rows` into the flat ``(n * K,)`` ``w`` (``bits``: scratch)."""
     k = src.shape[1]
-    for t in range(lo, hi):
-        top = -np.inf
-        for j in range(k):
-            top = max(top, np.float64(src[t, j]))
-        row_max[t] = top
-        for j in range(k):
-            w[t * k + j] = np.float64(src[t, j]) - top
-    _exp_nonpositive(w[lo * k : hi * k], bits[: (hi - lo) * k])
-    if normalise:
-        for t in range(lo, hi):
-            total = 0.0
-            for j in range(k):
-                total += w[t * k + j]
-            inv = 1.0 / total
-            for j in range(k):
-                w[t * k + j] *= inv
+    top = -np.inf
+    for j in range(k):
+        top = max(top, np.float64(src[t, j]))
+    row_max[t] = top
+    for j in range(k):
+        d = np.float64(src[t, j]) - top
+        w[t, j] = d if d > EXP_FLOOR else -np.inf
 
 
 @njit(**PARALLEL)
-def _exp_rows_parallel(src, w, row_max, normalise):
-    n, k = src.shape
-    rows = max(1, _EXP_BLOCK // max(1, k))
-    for b in prange((n + rows - 1) // rows):
-        bits = np.empty(rows * k, dtype=np.int64)
-        _exp_block(src, b * rows, min(n, (b + 1) * rows), w, row_max, bits, normalise)
+def _shift_rows_parallel(src, w, row_max):
+    for t in prange(src.shape[0]):
+        _shift_row(src, t, w, row_max)
 
 
 @njit(**KERNEL)
-def _exp_rows_serial(src, w, row_max, normalise):
-    n, k = src.shape
-    rows = max(1, _EXP_BLOCK // max(1, k))
-    bits = np.empty(rows * k, dtype=np.int64)  # one small scratch, not a fresh (n * K,) one
-    for lo in range(0, n, rows):
-        _exp_block(src, lo, min(n, lo + rows), w, row_max, bits, normalise)
+def _shift_rows_serial(src, w, row_max):
+    for t in range(src.shape[0]):
+        _shift_row(src, t, w, row_max)
 
 
 def exp_rows(src, w, row_max, parallel, normalise=False):
@@ -145,14 +97,15 @@ def exp_rows(src, w, row_max, parallel, normalise=False):
     src : (n, K) float32 or float64, any memory layout
         Finite or ``-inf`` entries, read in place (float32 widened exactly).
     w : (n, K) float64, output
-        C-contiguous.
     row_max : (n,) float64, output
     parallel : bool
     normalise : bool
         Divide each row of ``w`` by its sum: the row-wise softmax.
     """
-    run = _exp_rows_parallel if parallel else _exp_rows_serial
-    run(src, w.reshape(-1), row_max, normalise)
+    (_shift_rows_parallel if parallel else _shift_rows_serial)(src, w, row_max)
+    np.exp(w, out=w)
+    if normalise:
+        w /= w.sum(axis=1, keepdims=True)
 
 
 def exp_tables(trans, parallel=False):
