@@ -39,10 +39,7 @@ sequences are recomputed by :func:`log_space_posterior`.
 from typing import NamedTuple
 
 import numpy as np
-from llvmlite import ir
-from numba import get_num_threads, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import get_num_threads, prange
 
 from .._config import CACHE, FINITE, KERNEL, PARALLEL, SAFE, TINY, njit
 from ._logspace import logsumexp
@@ -214,38 +211,6 @@ _EXCLUDE = np.inf
 _HUGE = np.finfo(np.float64).max
 
 
-@intrinsic
-def _fmin(typingctx, a, b):
-    """``min(a, b)`` of two float64 as LLVM's ``minnum``, which vectorises."""
-    sig = types.float64(types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        d = ir.DoubleType()
-        fn = builder.module.declare_intrinsic("llvm.minnum", [d], ir.FunctionType(d, [d, d]))
-        return builder.call(fn, args)
-
-    return sig, codegen
-
-
-@intrinsic
-def _prefetch(typingctx, arr, row, col):
-    """Prefetch for writing the cache line of ``arr[row, col]`` (``llvm.prefetch``)."""
-    sig = types.void(arr, row, col)
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 @njit(**KERNEL)
 def _gather(src, idx, lo, act, step, plane):
     """``plane[a, s] = src[row_s + step, a]`` for the lanes ``lo <= s < act``."""
@@ -318,14 +283,14 @@ def _lanes_min(inv, pen, dst, mat, idx, act, shift, penalised):
                 e0, e1, e2, e3 = mat[0, a, b], mat[0, a1, b], mat[0, a2, b], mat[0, a3, b]
                 if penalised:
                     for s in range(act):
-                        m01 = _fmin(inv[a, s] * e0 + pen[a, s], inv[a1, s] * e1 + pen[a1, s])
-                        m23 = _fmin(inv[a2, s] * e2 + pen[a2, s], inv[a3, s] * e3 + pen[a3, s])
-                        dst[b, s] = _fmin(m01, m23) if a == 0 else _fmin(dst[b, s], _fmin(m01, m23))
+                        m01 = min(inv[a, s] * e0 + pen[a, s], inv[a1, s] * e1 + pen[a1, s])
+                        m23 = min(inv[a2, s] * e2 + pen[a2, s], inv[a3, s] * e3 + pen[a3, s])
+                        dst[b, s] = min(m01, m23) if a == 0 else min(dst[b, s], min(m01, m23))
                 else:
                     for s in range(act):
-                        m01 = _fmin(inv[a, s] * e0, inv[a1, s] * e1)
-                        m23 = _fmin(inv[a2, s] * e2, inv[a3, s] * e3)
-                        dst[b, s] = _fmin(m01, m23) if a == 0 else _fmin(dst[b, s], _fmin(m01, m23))
+                        m01 = min(inv[a, s] * e0, inv[a1, s] * e1)
+                        m23 = min(inv[a2, s] * e2, inv[a3, s] * e3)
+                        dst[b, s] = min(m01, m23) if a == 0 else min(dst[b, s], min(m01, m23))
         return
     for b in range(k):
         for s in range(act):
@@ -334,7 +299,7 @@ def _lanes_min(inv, pen, dst, mat, idx, act, shift, penalised):
         for b in range(k):
             for s in range(act):
                 v = inv[a, s] * mat[idx[_TAB, s] + shift, a, b] + pen[a, s]
-                dst[b, s] = _fmin(dst[b, s], v)
+                dst[b, s] = min(dst[b, s], v)
 
 
 @njit(**KERNEL)
@@ -438,17 +403,6 @@ def _lanes_edges(new, am, ro, vec, idx, seq_weight, buf, acc):
         for s in range(new):
             cy[b, s] = vec[_TOT, s] * ro[b, s]
     _lanes_outer(am, cy, new, acc)
-
-
-@njit(**KERNEL)
-def _prefetch_rows(idx, act, step, dst):
-    """Prefetch the rows ``row_s + step`` of ``dst (n, K)`` of the first ``act`` lanes."""
-    last = dst.shape[1] - 1
-    for s in range(act):
-        row = idx[_ROW, s] + step
-        for a in range(0, last, 8):
-            _prefetch(dst, row, a)
-        _prefetch(dst, row, last)
 
 
 @njit(**KERNEL)
@@ -899,10 +853,6 @@ def _chunk_messages(c, msg, nodes, tab, rates, keep, scratch):
                 aj[a, s] *= inv[s]
         if keep or j >= cap:
             _scatter(aj, idx, 0, act, alpha)
-        if j + 1 < top:
-            if keep or j + 1 >= cap:
-                _prefetch_rows(idx, act, 1, alpha)
-            _prefetch_rows(idx, act, 1, w)
         _forward_log_z(j, act, aj, vec, idx, nodes, tab)
         prev = aj
     # Backward: into = E_{t+1} @ r[t + 1] (or end) with its sums, then
@@ -979,9 +929,6 @@ def _chunk_messages(c, msg, nodes, tab, rates, keep, scratch):
             _lanes_rates(j, new, act, am, pm, ro, wj, True, tab, scratch, msg.right, msg.left)
         rn, ro = ro, rn  # ro = r[t], the r[t + 1] of the next position
         if j > 0:
-            if keep:
-                _prefetch_rows(idx, act, -1, r)
-            _prefetch_rows(idx, act, -1, marg)
             _lanes_times(ro, into, emat_t, idx, act)
             _lanes_sums(into, act, sums)
     if sum_edges:
