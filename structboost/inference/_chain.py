@@ -245,29 +245,18 @@ def _lanes_times(src, dst, mat, idx, act):
     ``act`` lanes.
     """
     k = mat.shape[1]
-    if mat.shape[0] == 1:
-        for a in range(0, k, 4):
-            a1, a2, a3 = min(a + 1, k - 1), min(a + 2, k - 1), min(a + 3, k - 1)
-            for b in range(k):
-                e0 = mat[0, a, b]
-                e1 = mat[0, a1, b] if a + 1 < k else 0.0
-                e2 = mat[0, a2, b] if a + 2 < k else 0.0
-                e3 = mat[0, a3, b] if a + 3 < k else 0.0
-                if a == 0:
-                    for s in range(act):
-                        dst[b, s] = src[0, s] * e0 + src[a1, s] * e1 + src[a2, s] * e2 + src[a3, s] * e3
-                else:
-                    for s in range(act):
-                        dst[b, s] += (src[a, s] * e0 + src[a1, s] * e1
-                                      + src[a2, s] * e2 + src[a3, s] * e3)
-        return
     for b in range(k):
         for s in range(act):
             dst[b, s] = 0.0
     for a in range(k):
         for b in range(k):
-            for s in range(act):
-                dst[b, s] += src[a, s] * mat[idx[_TAB, s], a, b]
+            if mat.shape[0] == 1:  # one table: its entry out of the lanes' loop
+                e = mat[0, a, b]
+                for s in range(act):
+                    dst[b, s] += src[a, s] * e
+            else:
+                for s in range(act):
+                    dst[b, s] += src[a, s] * mat[idx[_TAB, s], a, b]
 
 
 @njit(**FINITE)
