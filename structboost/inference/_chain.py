@@ -22,7 +22,7 @@ Hence ``P(y_t = k) ~ alpha[t, k] * beta[t, k]`` and
 
 The sweeps run a chunk of :data:`CHUNK` sequences in lockstep, longest
 first: the sequences are the lanes (innermost axis) of planes ``(K, lanes)``,
-rows of ``vec (8, lanes)`` and ``idx (5, lanes)`` named by the constants
+rows of ``vec (7, lanes)`` and ``idx (5, lanes)`` named by the constants
 below; the lane kernels (``_lanes_*``) run over the first ``act`` lanes at
 once, with no horizontal sums.
 
@@ -199,10 +199,10 @@ def log_space_posterior(unary, offsets, sequences, trans, start, end):
 # previous alpha, second r, the rates' inverses and penalties, edges' weighted r.
 _IN, _MSG, _W, _R, _MARG, _PREV, _R2, _RINV, _RPEN, _EDGE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 _PLANES = 10
-# Rows of ``vec (8, lanes)``: sums, inverses, overlaps, log Z's running sum and
-# product, beta_scale, the rates' totals (and edge weights), forward normaliser.
-_SUM, _INV, _OV, _ACC, _RUN, _BS, _TOT, _FS = 0, 1, 2, 3, 4, 5, 6, 7
-_VECS = 8
+# Rows of ``vec (7, lanes)``: sums, inverses, overlaps, log Z's running sum,
+# beta_scale, the rates' totals (and edge weights), forward normaliser.
+_SUM, _INV, _OV, _ACC, _BS, _TOT, _FS = 0, 1, 2, 3, 4, 5, 6
+_VECS = 7
 # Rows of ``idx (5, lanes)`` int64: sequence, first row, length, current row, table.
 _SEQ, _FIRST, _LEN, _ROW, _TAB = 0, 1, 2, 3, 4
 # Penalty of a label of zero probability in the rates' minima: above every finite value.
@@ -629,12 +629,6 @@ def pairwise_rates(pairwise, offsets):
 
 
 # -- the scaled forward and backward sweeps -------------------------------------------------------
-# log Z adds the logarithm of a running product of the normalisers once the
-# product leaves [LOG_LO, LOG_HI], not one logarithm per position; a
-# normaliser below LOG_LO (at least TINY) is logged alone, so that the
-# product never leaves float64's normal range.
-LOG_LO = 1e-100
-LOG_HI = 1e100
 # Entries of each of a task's arrays of cached planes (``Scratch.w_at``,
 # ``Scratch.alpha_at``): 256 KiB, so that both stay in a core's cache.
 _CACHE_ENTRIES = 1 << 15
@@ -720,7 +714,7 @@ class Scratch(NamedTuple):
     Attributes
     ----------
     buf : (10, K, lanes) float64
-    vec : (8, lanes) float64
+    vec : (7, lanes) float64
     idx : (5, lanes) int64
     w_at, alpha_at : (cap, K, lanes) float64
         The forward sweep's planes of ``w`` and ``alpha`` at positions ``j < cap``.
@@ -808,7 +802,6 @@ def _chunk_messages(c, msg, nodes, tab, rates, keep, scratch):
     for s in range(lanes):
         lost[idx[_SEQ, s]] = False
         vec[_ACC, s] = start_max
-        vec[_RUN, s] = 1.0
     top = idx[_LEN, 0]
     e_sum = 0.0
     for a in range(k):
@@ -936,39 +929,18 @@ def _forward_log_z(j, act, aj, vec, idx, nodes, tab):
     """The forward sweep's bookkeeping at position ``j`` of the first ``act`` lanes.
 
     The normalisers ``vec[_SUM]`` of ``alpha[t]`` go to ``nodes.overlap[t]``
-    and into log Z's running sum and product (see :data:`LOG_LO`); lanes whose
-    sequence ends at ``j`` get their ``log_z``.
+    and their logarithms into log Z's running sum; lanes whose sequence ends
+    at ``j`` get their ``log_z``.
     """
     row_max, log_z, overlap, lost = nodes.row_max, nodes.log_z, nodes.overlap, nodes.lost
     emax, end_e, end_max = tab.emax, tab.end_e, tab.end_max
-    odd = False
     for s in range(act):
         row = idx[_ROW, s]
         sm = vec[_SUM, s]
         overlap[row] = sm
-        vec[_ACC, s] = vec[_ACC, s] + row_max[row] + (emax[idx[_TAB, s]] if j > 0 else 0.0)
-        run = vec[_RUN, s] * sm
-        plain = (sm >= LOG_LO) & (run >= LOG_LO) & (run <= LOG_HI)
-        vec[_RUN, s] = run if plain else vec[_RUN, s]
-        vec[_OV, s] = 0.0 if plain else 1.0
-        odd |= not plain
-    if odd:
-        for s in range(act):
-            if vec[_OV, s] == 0.0:
-                continue
-            sm = vec[_SUM, s]
-            if not sm >= TINY:
-                lost[idx[_SEQ, s]] = True
-            acc, run = vec[_ACC, s], vec[_RUN, s]
-            if sm >= LOG_LO:
-                run *= sm
-            else:
-                acc += np.log(sm)
-            if not LOG_LO <= run <= LOG_HI:
-                acc += np.log(run)
-                run = 1.0
-            vec[_ACC, s] = acc
-            vec[_RUN, s] = run
+        if not sm >= TINY:
+            lost[idx[_SEQ, s]] = True
+        vec[_ACC, s] += row_max[row] + (emax[idx[_TAB, s]] if j > 0 else 0.0) + np.log(sm)
     ends = act
     while ends > 0 and idx[_LEN, ends - 1] == j + 1:
         ends -= 1
@@ -979,7 +951,7 @@ def _forward_log_z(j, act, aj, vec, idx, nodes, tab):
             last += aj[a, s] * end_e[a]
         if not last >= TINY:
             lost[i] = True
-        log_z[i] = vec[_ACC, s] + np.log(vec[_RUN, s]) + end_max + np.log(last)
+        log_z[i] = vec[_ACC, s] + end_max + np.log(last)
 
 
 @njit(**KERNEL)
