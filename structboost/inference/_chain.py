@@ -22,7 +22,7 @@ Hence ``P(y_t = k) ~ alpha[t, k] * beta[t, k]`` and
 
 The sweeps run a chunk of :data:`CHUNK` sequences in lockstep, longest
 first: the sequences are the lanes (innermost axis) of planes ``(K, lanes)``,
-rows of ``vec (8, lanes)`` and ``idx (5, lanes)`` named by the constants
+rows of ``vec (7, lanes)`` and ``idx (5, lanes)`` named by the constants
 below; the lane kernels (``_lanes_*``) run over the first ``act`` lanes at
 once, with no horizontal sums.
 
@@ -39,22 +39,15 @@ sequences are recomputed by :func:`log_space_posterior`.
 from typing import NamedTuple
 
 import numpy as np
-from llvmlite import ir
-from numba import get_num_threads, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import get_num_threads, prange
 
 from .._config import CACHE, FINITE, KERNEL, PARALLEL, SAFE, TINY, njit
 from ._logspace import logsumexp
 
 # -- tables and node exponentials; the log-space fallback -----------------------------------------
-# exp(x) for x below this is under 2 ** -1022: returned as zero (any such
+# exp(x) for x below this is under 2 ** -1022: taken as zero (any such
 # entry of a possible label is below TINY and marks its sequence anyway).
 EXP_FLOOR = -708.0
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01
-_LN2_LO = 1.90821492927058770002e-10
-_EXP_BLOCK = 4096
 
 #: Sequences per chunk of the sweeps, run in lockstep (:func:`_chunk_messages`).
 CHUNK = 64
@@ -67,74 +60,30 @@ def table(n_tables, t):
 
 
 @njit(**KERNEL)
-def _exp_nonpositive(x, bits):
-    """In place ``x = exp(x)`` for entries ``<= 0``, vectorisable: Cody-Waite reduction, a
-    degree-13 Taylor polynomial, ``2 ** k`` in the exponent bits of the int64 scratch ``bits``.
+def _shift_row(src, t, w, row_max):
+    """Row ``t`` of :func:`exp_rows` before the exponential: ``w = src - max``, ``-inf`` at or
+    below :data:`EXP_FLOOR` (and where the row is all ``-inf``).
     """
-    scale = bits.view(np.float64)
-    for j in range(x.shape[0]):
-        v = x[j]
-        c = v if v > EXP_FLOOR else EXP_FLOOR
-        kf = np.floor(c * _LOG2E + 0.5)
-        r = c - kf * _LN2_HI - kf * _LN2_LO
-        p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        p = p * r + 1.0
-        bits[j] = (np.int64(kf) + 1023) << 52
-        x[j] = p if v > EXP_FLOOR else 0.0
-    for j in range(x.shape[0]):
-        x[j] *= scale[j]
-
-
-@njit(**KERNEL)
-def _exp_block(src, lo, hi, w, row_max, bits, normalise):
-    """Rows ``lo:hi`` of :func:`exp_rows` into the flat ``(n * K,)`` ``w`` (``bits``: scratch)."""
     k = src.shape[1]
-    for t in range(lo, hi):
-        top = -np.inf
-        for j in range(k):
-            top = max(top, np.float64(src[t, j]))
-        row_max[t] = top
-        for j in range(k):
-            w[t * k + j] = np.float64(src[t, j]) - top
-    _exp_nonpositive(w[lo * k : hi * k], bits[: (hi - lo) * k])
-    if normalise:
-        for t in range(lo, hi):
-            total = 0.0
-            for j in range(k):
-                total += w[t * k + j]
-            inv = 1.0 / total
-            for j in range(k):
-                w[t * k + j] *= inv
+    top = -np.inf
+    for j in range(k):
+        top = max(top, np.float64(src[t, j]))
+    row_max[t] = top
+    for j in range(k):
+        d = np.float64(src[t, j]) - top
+        w[t, j] = d if d > EXP_FLOOR else -np.inf
 
 
 @njit(**PARALLEL)
-def _exp_rows_parallel(src, w, row_max, normalise):
-    n, k = src.shape
-    rows = max(1, _EXP_BLOCK // max(1, k))
-    for b in prange((n + rows - 1) // rows):
-        bits = np.empty(rows * k, dtype=np.int64)
-        _exp_block(src, b * rows, min(n, (b + 1) * rows), w, row_max, bits, normalise)
+def _shift_rows_parallel(src, w, row_max):
+    for t in prange(src.shape[0]):
+        _shift_row(src, t, w, row_max)
 
 
 @njit(**KERNEL)
-def _exp_rows_serial(src, w, row_max, normalise):
-    n, k = src.shape
-    rows = max(1, _EXP_BLOCK // max(1, k))
-    bits = np.empty(rows * k, dtype=np.int64)  # one small scratch, not a fresh (n * K,) one
-    for lo in range(0, n, rows):
-        _exp_block(src, lo, min(n, lo + rows), w, row_max, bits, normalise)
+def _shift_rows_serial(src, w, row_max):
+    for t in range(src.shape[0]):
+        _shift_row(src, t, w, row_max)
 
 
 def exp_rows(src, w, row_max, parallel, normalise=False):
@@ -145,14 +94,15 @@ def exp_rows(src, w, row_max, parallel, normalise=False):
     src : (n, K) float32 or float64, any memory layout
         Finite or ``-inf`` entries, read in place (float32 widened exactly).
     w : (n, K) float64, output
-        C-contiguous.
     row_max : (n,) float64, output
     parallel : bool
     normalise : bool
         Divide each row of ``w`` by its sum: the row-wise softmax.
     """
-    run = _exp_rows_parallel if parallel else _exp_rows_serial
-    run(src, w.reshape(-1), row_max, normalise)
+    (_shift_rows_parallel if parallel else _shift_rows_serial)(src, w, row_max)
+    np.exp(w, out=w)
+    if normalise:
+        w /= w.sum(axis=1, keepdims=True)
 
 
 def exp_tables(trans, parallel=False):
@@ -249,48 +199,16 @@ def log_space_posterior(unary, offsets, sequences, trans, start, end):
 # previous alpha, second r, the rates' inverses and penalties, edges' weighted r.
 _IN, _MSG, _W, _R, _MARG, _PREV, _R2, _RINV, _RPEN, _EDGE = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
 _PLANES = 10
-# Rows of ``vec (8, lanes)``: sums, inverses, overlaps, log Z's running sum and
-# product, beta_scale, the rates' totals (and edge weights), forward normaliser.
-_SUM, _INV, _OV, _ACC, _RUN, _BS, _TOT, _FS = 0, 1, 2, 3, 4, 5, 6, 7
-_VECS = 8
+# Rows of ``vec (7, lanes)``: sums, inverses, overlaps, log Z's running sum,
+# beta_scale, the rates' totals (and edge weights), forward normaliser.
+_SUM, _INV, _OV, _ACC, _BS, _TOT, _FS = 0, 1, 2, 3, 4, 5, 6
+_VECS = 7
 # Rows of ``idx (5, lanes)`` int64: sequence, first row, length, current row, table.
 _SEQ, _FIRST, _LEN, _ROW, _TAB = 0, 1, 2, 3, 4
 # Penalty of a label of zero probability in the rates' minima: above every finite value.
 _EXCLUDE = np.inf
 # The largest inverse of a possible label's weight: keeps conditionals finite (FINITE's ``nnan``).
 _HUGE = np.finfo(np.float64).max
-
-
-@intrinsic
-def _fmin(typingctx, a, b):
-    """``min(a, b)`` of two float64 as LLVM's ``minnum``, which vectorises."""
-    sig = types.float64(types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        d = ir.DoubleType()
-        fn = builder.module.declare_intrinsic("llvm.minnum", [d], ir.FunctionType(d, [d, d]))
-        return builder.call(fn, args)
-
-    return sig, codegen
-
-
-@intrinsic
-def _prefetch(typingctx, arr, row, col):
-    """Prefetch for writing the cache line of ``arr[row, col]`` (``llvm.prefetch``)."""
-    sig = types.void(arr, row, col)
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(1), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 
 @njit(**KERNEL)
@@ -327,29 +245,18 @@ def _lanes_times(src, dst, mat, idx, act):
     ``act`` lanes.
     """
     k = mat.shape[1]
-    if mat.shape[0] == 1:
-        for a in range(0, k, 4):
-            a1, a2, a3 = min(a + 1, k - 1), min(a + 2, k - 1), min(a + 3, k - 1)
-            for b in range(k):
-                e0 = mat[0, a, b]
-                e1 = mat[0, a1, b] if a + 1 < k else 0.0
-                e2 = mat[0, a2, b] if a + 2 < k else 0.0
-                e3 = mat[0, a3, b] if a + 3 < k else 0.0
-                if a == 0:
-                    for s in range(act):
-                        dst[b, s] = src[0, s] * e0 + src[a1, s] * e1 + src[a2, s] * e2 + src[a3, s] * e3
-                else:
-                    for s in range(act):
-                        dst[b, s] += (src[a, s] * e0 + src[a1, s] * e1
-                                      + src[a2, s] * e2 + src[a3, s] * e3)
-        return
     for b in range(k):
         for s in range(act):
             dst[b, s] = 0.0
     for a in range(k):
         for b in range(k):
-            for s in range(act):
-                dst[b, s] += src[a, s] * mat[idx[_TAB, s], a, b]
+            if mat.shape[0] == 1:  # one table: its entry out of the lanes' loop
+                e = mat[0, a, b]
+                for s in range(act):
+                    dst[b, s] += src[a, s] * e
+            else:
+                for s in range(act):
+                    dst[b, s] += src[a, s] * mat[idx[_TAB, s], a, b]
 
 
 @njit(**FINITE)
@@ -365,14 +272,14 @@ def _lanes_min(inv, pen, dst, mat, idx, act, shift, penalised):
                 e0, e1, e2, e3 = mat[0, a, b], mat[0, a1, b], mat[0, a2, b], mat[0, a3, b]
                 if penalised:
                     for s in range(act):
-                        m01 = _fmin(inv[a, s] * e0 + pen[a, s], inv[a1, s] * e1 + pen[a1, s])
-                        m23 = _fmin(inv[a2, s] * e2 + pen[a2, s], inv[a3, s] * e3 + pen[a3, s])
-                        dst[b, s] = _fmin(m01, m23) if a == 0 else _fmin(dst[b, s], _fmin(m01, m23))
+                        m01 = min(inv[a, s] * e0 + pen[a, s], inv[a1, s] * e1 + pen[a1, s])
+                        m23 = min(inv[a2, s] * e2 + pen[a2, s], inv[a3, s] * e3 + pen[a3, s])
+                        dst[b, s] = min(m01, m23) if a == 0 else min(dst[b, s], min(m01, m23))
                 else:
                     for s in range(act):
-                        m01 = _fmin(inv[a, s] * e0, inv[a1, s] * e1)
-                        m23 = _fmin(inv[a2, s] * e2, inv[a3, s] * e3)
-                        dst[b, s] = _fmin(m01, m23) if a == 0 else _fmin(dst[b, s], _fmin(m01, m23))
+                        m01 = min(inv[a, s] * e0, inv[a1, s] * e1)
+                        m23 = min(inv[a2, s] * e2, inv[a3, s] * e3)
+                        dst[b, s] = min(m01, m23) if a == 0 else min(dst[b, s], min(m01, m23))
         return
     for b in range(k):
         for s in range(act):
@@ -381,7 +288,7 @@ def _lanes_min(inv, pen, dst, mat, idx, act, shift, penalised):
         for b in range(k):
             for s in range(act):
                 v = inv[a, s] * mat[idx[_TAB, s] + shift, a, b] + pen[a, s]
-                dst[b, s] = _fmin(dst[b, s], v)
+                dst[b, s] = min(dst[b, s], v)
 
 
 @njit(**KERNEL)
@@ -485,17 +392,6 @@ def _lanes_edges(new, am, ro, vec, idx, seq_weight, buf, acc):
         for s in range(new):
             cy[b, s] = vec[_TOT, s] * ro[b, s]
     _lanes_outer(am, cy, new, acc)
-
-
-@njit(**KERNEL)
-def _prefetch_rows(idx, act, step, dst):
-    """Prefetch the rows ``row_s + step`` of ``dst (n, K)`` of the first ``act`` lanes."""
-    last = dst.shape[1] - 1
-    for s in range(act):
-        row = idx[_ROW, s] + step
-        for a in range(0, last, 8):
-            _prefetch(dst, row, a)
-        _prefetch(dst, row, last)
 
 
 @njit(**KERNEL)
@@ -733,12 +629,6 @@ def pairwise_rates(pairwise, offsets):
 
 
 # -- the scaled forward and backward sweeps -------------------------------------------------------
-# log Z adds the logarithm of a running product of the normalisers once the
-# product leaves [LOG_LO, LOG_HI], not one logarithm per position; a
-# normaliser below LOG_LO (at least TINY) is logged alone, so that the
-# product never leaves float64's normal range.
-LOG_LO = 1e-100
-LOG_HI = 1e100
 # Entries of each of a task's arrays of cached planes (``Scratch.w_at``,
 # ``Scratch.alpha_at``): 256 KiB, so that both stay in a core's cache.
 _CACHE_ENTRIES = 1 << 15
@@ -824,7 +714,7 @@ class Scratch(NamedTuple):
     Attributes
     ----------
     buf : (10, K, lanes) float64
-    vec : (8, lanes) float64
+    vec : (7, lanes) float64
     idx : (5, lanes) int64
     w_at, alpha_at : (cap, K, lanes) float64
         The forward sweep's planes of ``w`` and ``alpha`` at positions ``j < cap``.
@@ -912,7 +802,6 @@ def _chunk_messages(c, msg, nodes, tab, rates, keep, scratch):
     for s in range(lanes):
         lost[idx[_SEQ, s]] = False
         vec[_ACC, s] = start_max
-        vec[_RUN, s] = 1.0
     top = idx[_LEN, 0]
     e_sum = 0.0
     for a in range(k):
@@ -946,10 +835,6 @@ def _chunk_messages(c, msg, nodes, tab, rates, keep, scratch):
                 aj[a, s] *= inv[s]
         if keep or j >= cap:
             _scatter(aj, idx, 0, act, alpha)
-        if j + 1 < top:
-            if keep or j + 1 >= cap:
-                _prefetch_rows(idx, act, 1, alpha)
-            _prefetch_rows(idx, act, 1, w)
         _forward_log_z(j, act, aj, vec, idx, nodes, tab)
         prev = aj
     # Backward: into = E_{t+1} @ r[t + 1] (or end) with its sums, then
@@ -1026,9 +911,6 @@ def _chunk_messages(c, msg, nodes, tab, rates, keep, scratch):
             _lanes_rates(j, new, act, am, pm, ro, wj, True, tab, scratch, msg.right, msg.left)
         rn, ro = ro, rn  # ro = r[t], the r[t + 1] of the next position
         if j > 0:
-            if keep:
-                _prefetch_rows(idx, act, -1, r)
-            _prefetch_rows(idx, act, -1, marg)
             _lanes_times(ro, into, emat_t, idx, act)
             _lanes_sums(into, act, sums)
     if sum_edges:
@@ -1047,39 +929,18 @@ def _forward_log_z(j, act, aj, vec, idx, nodes, tab):
     """The forward sweep's bookkeeping at position ``j`` of the first ``act`` lanes.
 
     The normalisers ``vec[_SUM]`` of ``alpha[t]`` go to ``nodes.overlap[t]``
-    and into log Z's running sum and product (see :data:`LOG_LO`); lanes whose
-    sequence ends at ``j`` get their ``log_z``.
+    and their logarithms into log Z's running sum; lanes whose sequence ends
+    at ``j`` get their ``log_z``.
     """
     row_max, log_z, overlap, lost = nodes.row_max, nodes.log_z, nodes.overlap, nodes.lost
     emax, end_e, end_max = tab.emax, tab.end_e, tab.end_max
-    odd = False
     for s in range(act):
         row = idx[_ROW, s]
         sm = vec[_SUM, s]
         overlap[row] = sm
-        vec[_ACC, s] = vec[_ACC, s] + row_max[row] + (emax[idx[_TAB, s]] if j > 0 else 0.0)
-        run = vec[_RUN, s] * sm
-        plain = (sm >= LOG_LO) & (run >= LOG_LO) & (run <= LOG_HI)
-        vec[_RUN, s] = run if plain else vec[_RUN, s]
-        vec[_OV, s] = 0.0 if plain else 1.0
-        odd |= not plain
-    if odd:
-        for s in range(act):
-            if vec[_OV, s] == 0.0:
-                continue
-            sm = vec[_SUM, s]
-            if not sm >= TINY:
-                lost[idx[_SEQ, s]] = True
-            acc, run = vec[_ACC, s], vec[_RUN, s]
-            if sm >= LOG_LO:
-                run *= sm
-            else:
-                acc += np.log(sm)
-            if not LOG_LO <= run <= LOG_HI:
-                acc += np.log(run)
-                run = 1.0
-            vec[_ACC, s] = acc
-            vec[_RUN, s] = run
+        if not sm >= TINY:
+            lost[idx[_SEQ, s]] = True
+        vec[_ACC, s] += row_max[row] + (emax[idx[_TAB, s]] if j > 0 else 0.0) + np.log(sm)
     ends = act
     while ends > 0 and idx[_LEN, ends - 1] == j + 1:
         ends -= 1
@@ -1090,7 +951,7 @@ def _forward_log_z(j, act, aj, vec, idx, nodes, tab):
             last += aj[a, s] * end_e[a]
         if not last >= TINY:
             lost[i] = True
-        log_z[i] = vec[_ACC, s] + np.log(vec[_RUN, s]) + end_max + np.log(last)
+        log_z[i] = vec[_ACC, s] + end_max + np.log(last)
 
 
 @njit(**KERNEL)

@@ -157,40 +157,15 @@ class LogSpacePart:
     pairwise: np.ndarray
 
 
-#: Rows per block of :func:`_edge_products` (its temporaries stay in cache).
-EDGE_BLOCK = 4096
-
-
 def _edge_products(a, r, coef):
     """``(len(coef), K, K)``: ``A' diag(coef[0]) R``, with three rows of ``coef`` also
     ``A' diag(coef[1]) R`` and ``(A^2)' diag(coef[2]) R^2``, from ``a, r (e, K)``
     (``alpha`` rows and ``r`` one row ahead).
     """
-    e, k = a.shape
-    curv = coef.shape[0] == 3
-    out = np.zeros((coef.shape[0], k, k))
-    width = 2 * k if curv else k
-    rows = min(EDGE_BLOCK, e)
-    scaled = np.empty((rows, width))
-    squares = np.empty((2, rows, k)) if curv else None
-    for lo in range(0, e, EDGE_BLOCK):
-        hi = min(e, lo + EDGE_BLOCK)
-        c = hi - lo
-        ab, rb, sb = a[lo:hi], r[lo:hi], scaled[:c]
-        np.multiply(rb, coef[0, lo:hi, None], out=sb[:, :k])
-        if curv:
-            np.multiply(rb, coef[1, lo:hi, None], out=sb[:, k:])
-            both = ab.T @ sb
-            out[0] += both[:, :k]
-            out[1] += both[:, k:]
-            a2, r2 = squares[0, :c], squares[1, :c]
-            np.multiply(ab, ab, out=a2)
-            np.multiply(rb, rb, out=r2)
-            r2 *= coef[2, lo:hi, None]
-            out[2] += a2.T @ r2
-        else:
-            out[0] += ab.T @ sb
-    return out
+    out = [a.T @ (r * coef[0, :, None])]
+    if coef.shape[0] == 3:
+        out += [a.T @ (r * coef[1, :, None]), (a * a).T @ (r * r * coef[2, :, None])]
+    return np.stack(out)
 
 
 @dataclass

@@ -545,9 +545,8 @@ def test_position_transitions_equal_to_one_table_give_its_results():
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 
-def test_edge_sums_in_blocks_are_sums_of_pairwise_marginals(monkeypatch):
-    """Shared-table edge sums taken over blocks of two rows equal the weighted pairwise sums."""
-    monkeypatch.setattr(chain_inference, "EDGE_BLOCK", 2)
+def test_edge_sums_are_sums_of_pairwise_marginals():
+    """Shared-table edge sums equal the weighted pairwise sums."""
     unary, lengths, transitions, start, end = make_crf(5, [4, 1, 6, 3], 3, scale=2.0)
     post = chain_inference.posterior(*chain_inference.check_chain(unary, lengths, transitions, start, end))
     edges = np.array([0, 1, 2, 5, 6, 7, 9, 11, 12])
