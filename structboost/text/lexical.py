@@ -49,9 +49,9 @@ Windows never cross a sentence boundary: offsets outside the sentence give
 ``w[offset]=<S>`` / ``w[offset]=</S>``. Affixes of length ``L`` exist only for
 words of at least ``L`` characters. ``document`` features read only the
 tokens of the same document (no labels), so they are as legal at test time as
-the others. A feature becomes a column when it fires
-on at least ``min_count`` training tokens; others are ignored at transform
-time. The matrix is built directly in CSR form (float32 ones, int32 indices).
+the others. A feature becomes a column when it fires on at least
+``min_count`` training tokens; others are ignored at transform time. The
+matrix is built directly in CSR form (float32 ones, int32 indices).
 """
 
 import itertools
@@ -86,8 +86,6 @@ CAPS = ("mixed", "initial", "acronym", "upper_digit")
 
 LENGTH_BUCKETS = (1, 2, 3, 4, 7, 13)
 """Lower ends of the sentence-length buckets of the ``position`` kind: 1, 2, 3, 4-6, 7-12, 13+."""
-
-_TOKEN_KINDS = ("position", "document")  # from a token's context, not its string
 
 _BEFORE = ("w", "<S>")
 _AFTER = ("w", "</S>")
