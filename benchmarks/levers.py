@@ -24,12 +24,16 @@ Datasets (all read by path from ``--data-dir``, never copied):
 * ``conll``: CoNLL-2003 English, IOB2 tags under the IOB2 constraints,
   ``TokenFeatures`` as in ``conll2003.py``; training on the first
   ``--max-sentences`` sentences of eng.train, validation on testa, test on
-  testb; span F1 (conlleval semantics).
+  testb; span F1 (conlleval semantics). ``--features`` adds to those
+  features: ``base`` (none) or a ``+``-joined list of the names of
+  ``FEATURES`` (e.g. ``affix4+document``); the rows name it in ``features``.
 
 Usage::
 
     python benchmarks/levers.py --dataset protein --data-dir ../shared/data/protein-qs
     python benchmarks/levers.py --dataset ocr --data-dir ../shared/data/ocr --configs defaults,newton
+    python benchmarks/levers.py --dataset conll --data-dir ../shared/data/conll2003 \
+        --configs "preset sparse-text" --features affix4+document
     python benchmarks/levers.py --summarize        # markdown tables of results/levers.csv
 """
 
@@ -50,7 +54,7 @@ from structboost import XGBCRFClassifier
 from structboost.datasets import convert_tags, load_ocr, ocr_split, read_conll
 from structboost.metrics import span_prf, token_accuracy
 from structboost.presets import preset
-from structboost.text.lexical import TokenFeatures
+from structboost.text.lexical import KINDS, TokenFeatures
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from protein_qs import homology_clusters, load_part, protein_folds, windowed  # noqa: E402
@@ -128,6 +132,25 @@ LEVERS = {
     },
 }
 CONFIGS = {**AS_SHIPPED, **LEVERS}
+#: Additions to the CoNLL features (``--features``): TokenFeatures parameters,
+#: ``kinds`` appended to the defaults.
+FEATURES = {
+    "affix4": {"affix_lengths": (1, 2, 3, 4)},
+    "short-shape": {"kinds": ("short_shape",)},
+    "caps": {"kinds": ("caps",)},
+    "position": {"kinds": ("position",)},
+    "document": {"kinds": ("document",)},
+}
+
+
+def token_features(spec):
+    """The CoNLL TokenFeatures of a ``--features`` value (``base`` or ``a+b+...``)."""
+    kwargs = {"half_width": 2, "extra_columns": ("pos", "chunk"), "min_count": 3, "kinds": KINDS}
+    for name in [] if spec == "base" else spec.split("+"):
+        addition = dict(FEATURES[name])
+        kwargs["kinds"] = kwargs["kinds"] + addition.pop("kinds", ())
+        kwargs.update(addition)
+    return TokenFeatures(**kwargs)
 
 
 def load_ocr_parts(args):
@@ -157,13 +180,13 @@ def load_conll_parts(args):
         ("valid", "eng.testa", None),
         ("test", "eng.testb", None),
     ):
-        df = read_conll(args.data_dir / fname)
+        df = read_conll(args.data_dir / fname, documents=True)
         if cap is not None:
             df = df[df["sentence"] < cap].reset_index(drop=True)
         lengths = np.bincount(df["sentence"])
         tags = np.asarray(convert_tags(df["tag"], "iob1", "iob2", lengths), dtype=str)
         frames[name] = (df, tags, lengths)
-    features = TokenFeatures(half_width=2, extra_columns=("pos", "chunk"), min_count=3)
+    features = token_features(args.features)
     X = features.fit_transform(frames["train"][0])
     valid, test = ((features.transform(df), tags, lengths)
                    for df, tags, lengths in (frames["valid"], frames["test"]))
@@ -218,7 +241,8 @@ def run_config(name, splits, test, args):
             tested[decode].append(score(yt, est.predict(Xt, lengths=lt, decode=chosen), lt))
     return [
         {
-            "dataset": args.dataset, "config": name, "kwargs": json.dumps(config),
+            "dataset": args.dataset, "config": name, "features": args.features,
+            "kwargs": json.dumps(config),
             "decode": decode, "metric": metric,
             "valid": round(float(np.mean(valid[decode])), 3),
             "test": round(float(np.mean(tested[decode])), 3),
@@ -249,7 +273,11 @@ def append_rows(path, rows):
 
 def summarize(path):
     """Print one markdown table per dataset: the last run of every configuration."""
-    frame = pd.read_csv(path).drop_duplicates(["dataset", "config", "decode"], keep="last")
+    frame = pd.read_csv(path)
+    if "features" in frame:  # rows of added features named "config [features]"
+        extra = frame["features"].fillna("base") != "base"
+        frame.loc[extra, "config"] += " [" + frame.loc[extra, "features"] + "]"
+    frame = frame.drop_duplicates(["dataset", "config", "decode"], keep="last")
     for dataset, part in frame.groupby("dataset", sort=False):
         wide = part.pivot(index="config", columns="decode", values=["valid", "test"])
         info = part.groupby("config")[["rounds", "fit_cpu_s"]].first()
@@ -277,6 +305,8 @@ def main(argv=None):
     ap.add_argument("--patience", type=int, default=30, help="early-stopping rounds")
     ap.add_argument("--max-sentences", type=int, default=3000,
                     help="conll: training sentences kept (of 14,041)")
+    ap.add_argument("--features", default="base",
+                    help="conll: 'base' or a '+' list of FEATURES names added to the features")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--csv", type=Path, default=RESULTS / "levers.csv")
     ap.add_argument("--summarize", action="store_true", help="print the tables and exit")
@@ -290,6 +320,10 @@ def main(argv=None):
     unknown = sorted(set(names) - set(CONFIGS))
     if unknown:
         ap.error(f"unknown configurations {unknown}; choose from {list(CONFIGS)}")
+    additions = [] if args.features == "base" else args.features.split("+")
+    if not set(additions) <= set(FEATURES) or len(set(additions)) != len(additions):
+        ap.error(f"--features must be 'base' or distinct names from {list(FEATURES)} joined "
+                 f"by '+'; got {args.features!r}")
     splits, test = DATASETS[args.dataset][0](args)
     for name in names:
         rows = run_config(name, splits, test, args)

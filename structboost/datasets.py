@@ -341,7 +341,8 @@ def read_protein_qs(path):
     return np.array(residues, "<U1"), np.array(labels, "<U1"), np.array(lengths, np.int64)
 
 
-def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8", line_numbers=False):
+def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8", line_numbers=False,
+               documents=False):
     """Read a CoNLL column file (CoNLL-2000 chunking, CoNLL-2003 NER).
 
     One token per line, whitespace-separated fields; a blank line or a
@@ -357,23 +358,28 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8",
         ``ValueError`` naming the file and line.
     line_numbers : bool
         Add a ``line`` column: the 1-based line of every token.
+    documents : bool
+        Add a ``document`` column: int64 id in file order, a ``-DOCSTART-``
+        line starting the next document (0 throughout a file without one).
 
     Returns
     -------
     pandas.DataFrame
         One row per token: ``sentence`` (int64 id in file order), the named
-        columns (strings) and, with ``line_numbers``, ``line``.
+        columns (strings) and, with ``line_numbers``, ``line``; with
+        ``documents``, ``document`` after ``sentence``.
 
     """
     columns = tuple(columns)
-    if not columns or len(set(columns)) != len(columns) or {"sentence", "line"} & set(columns):
+    if not columns or len(set(columns)) != len(columns) \
+            or {"sentence", "line", "document"} & set(columns):
         raise ValueError(
-            "columns must be distinct names other than 'sentence' and 'line', at least one; "
-            f"got {columns!r}."
+            "columns must be distinct names other than 'sentence', 'document' and 'line', at "
+            f"least one; got {columns!r}."
         )
-    rows, sentence_ids, lines = [], [], []  # per token: its fields, sentence and line
-    sentence = 0
-    in_sentence = False
+    rows, sentence_ids, lines, document_ids = [], [], [], []  # per token
+    sentence = document = 0
+    in_sentence = in_document = False
     raw = Path(path).read_bytes()
     try:
         text = raw.decode(encoding)
@@ -391,6 +397,9 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8",
         if not fields or fields[0] == "-DOCSTART-":
             sentence += in_sentence
             in_sentence = False
+            if fields:
+                document += in_document
+                in_document = False
             continue
         if len(fields) != len(columns):
             raise ValueError(
@@ -400,10 +409,13 @@ def read_conll(path, columns=("token", "pos", "chunk", "tag"), encoding="utf-8",
         rows.append(fields)
         sentence_ids.append(sentence)
         lines.append(lineno)
-        in_sentence = True
+        document_ids.append(document)
+        in_sentence = in_document = True
     table = np.array(rows, dtype=object).reshape(len(rows), len(columns))
-    data = {"sentence": np.array(sentence_ids, dtype=np.int64),
-            **{name: table[:, j] for j, name in enumerate(columns)}}
+    data = {"sentence": np.array(sentence_ids, dtype=np.int64)}
+    if documents:
+        data["document"] = np.array(document_ids, dtype=np.int64)
+    data.update({name: table[:, j] for j, name in enumerate(columns)})
     if line_numbers:
         data["line"] = np.array(lines, dtype=np.int64)
     return pd.DataFrame(data)

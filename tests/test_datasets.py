@@ -301,6 +301,16 @@ def test_read_conll(tmp_path):
     assert np.bincount(df["sentence"]).tolist() == [2, 2, 1]
 
 
+def test_read_conll_documents(tmp_path):
+    path = tmp_path / "eng.tiny"
+    path.write_text(CONLL_FILE)
+    df = read_conll(path, documents=True, line_numbers=True)
+    assert list(df.columns) == ["sentence", "document", "token", "pos", "chunk", "tag", "line"]
+    assert df["document"].dtype == np.int64 and df["document"].tolist() == [0, 0, 0, 0, 1]
+    path.write_text("a NN I-NP O\n\nb NN I-NP O\n")  # no -DOCSTART-: one document
+    assert read_conll(path, documents=True)["document"].tolist() == [0, 0]
+
+
 def test_read_conll_custom_columns_and_empty(tmp_path):
     path = tmp_path / "two.txt"
     path.write_text("a\tB-X\nb\tI-X\n\nc\tO")  # tabs, no final newline
@@ -319,6 +329,8 @@ def test_read_conll_errors(tmp_path):
         read_conll(path)
     with pytest.raises(ValueError, match="distinct names other than 'sentence'"):
         read_conll(path, columns=("sentence", "tag"))
+    with pytest.raises(ValueError, match="'document'"):
+        read_conll(path, columns=("document", "tag"))
     with pytest.raises(ValueError, match="distinct"):
         read_conll(path, columns=("tag", "tag"))
 

@@ -22,11 +22,36 @@ kind            value                           example
 extra column    its value (e.g. POS, chunk)     ``pos[+2]=NNP``
 ==============  ==============================  =====================
 
+Opt-in kinds (:data:`OPTIONAL_KINDS`, off by default):
+
+===============  ==============================  =====================
+kind             value                           example
+===============  ==============================  =====================
+``short_shape``  the shape with runs cut at 1    ``sshape[0]=Xx``
+``caps``         :data:`CAPS` that hold:         ``caps[0]=acronym``
+                 ``mixed`` (upper and lower,
+                 not title case), ``initial``
+                 (``J.``), ``acronym``
+                 (``U.S.``), ``upper_digit``
+``position``     ``first`` / ``last`` / ``only``  ``sent[-1]=first``
+                 token of its sentence, and the  ``sentlen[0]=4-6``
+                 sentence length in buckets
+                 :data:`LENGTH_BUCKETS`
+``document``     the lower-cased word occurs     ``doc[0]=title``
+                 elsewhere in the token's
+                 document title-cased (not
+                 sentence-initial), ``upper``
+                 or ``lower`` (Ratinov & Roth
+                 2009); needs a document column
+===============  ==============================  =====================
+
 Windows never cross a sentence boundary: offsets outside the sentence give
 ``w[offset]=<S>`` / ``w[offset]=</S>``. Affixes of length ``L`` exist only for
-words of at least ``L`` characters. A feature becomes a column when it fires
-on at least ``min_count`` training tokens; others are ignored at transform
-time. The matrix is built directly in CSR form (float32 ones, int32 indices).
+words of at least ``L`` characters. ``document`` features read only the
+tokens of the same document (no labels), so they are as legal at test time as
+the others. A feature becomes a column when it fires on at least
+``min_count`` training tokens; others are ignored at transform time. The
+matrix is built directly in CSR form (float32 ones, int32 indices).
 """
 
 import itertools
@@ -44,23 +69,33 @@ from .._typing import ArrayLike
 from ._lexical import window_columns
 from ..sequences import offsets_from_lengths, resolve_lengths
 
-__all__ = ["TokenFeatures", "word_shape", "token_attributes", "KINDS", "FLAGS"]
+__all__ = ["TokenFeatures", "word_shape", "token_attributes", "KINDS", "OPTIONAL_KINDS", "FLAGS",
+           "CAPS", "LENGTH_BUCKETS"]
 
 KINDS = ("word", "shape", "prefix", "suffix", "flags")
-"""Attribute groups :class:`TokenFeatures` can extract from a token."""
+"""Attribute groups :class:`TokenFeatures` extracts by default."""
+
+OPTIONAL_KINDS = ("short_shape", "caps", "position", "document")
+"""Further attribute groups, extracted only when named in ``kinds``."""
 
 FLAGS = ("title", "upper", "lower", "digit", "has_digit", "punct", "hyphen")
 """Flag values, in the order :func:`token_attributes` emits them."""
+
+CAPS = ("mixed", "initial", "acronym", "upper_digit")
+"""Capitalisation patterns of the ``caps`` kind, in emission order."""
+
+LENGTH_BUCKETS = (1, 2, 3, 4, 7, 13)
+"""Lower ends of the sentence-length buckets of the ``position`` kind: 1, 2, 3, 4-6, 7-12, 13+."""
 
 _BEFORE = ("w", "<S>")
 _AFTER = ("w", "</S>")
 _MAX_RUN = 4
 
 
-def word_shape(token):
-    """Shape of a token: ``X`` upper, ``x`` lower, ``d`` digit, others kept, runs cut at 4.
+def word_shape(token, max_run=_MAX_RUN):
+    """Shape of a token: ``X`` upper, ``x`` lower, ``d`` digit, others kept, runs cut at ``max_run``.
 
-    ``"Washington"`` -> ``"Xxxxx"``, ``"U.S."`` -> ``"X.X."``.
+    ``"Washington"`` -> ``"Xxxxx"`` (``max_run=1``: ``"Xx"``), ``"U.S."`` -> ``"X.X."``.
     """
     out = []
     prev, run = "", 0
@@ -68,7 +103,7 @@ def word_shape(token):
         sym = "X" if ch.isupper() else "x" if ch.islower() else "d" if ch.isdigit() else ch
         run = run + 1 if sym == prev else 1
         prev = sym
-        if run <= _MAX_RUN:
+        if run <= max_run:
             out.append(sym)
     return "".join(out)
 
@@ -82,6 +117,17 @@ def _flags(token):
     return [name for name, ok in zip(FLAGS, holds) if ok]
 
 
+def _caps(token):
+    """The :data:`CAPS` patterns that hold for ``token``, in order."""
+    upper = sum(ch.isupper() for ch in token)
+    lower = any(ch.islower() for ch in token)
+    holds = (upper > 0 and lower and not token.istitle(),
+             len(token) == 2 and token[0].isupper() and token[1] == ".",
+             upper >= 2 and "." in token and all(ch.isupper() or ch == "." for ch in token),
+             upper > 0 and any(ch.isdigit() for ch in token))
+    return [name for name, ok in zip(CAPS, holds) if ok]
+
+
 def token_attributes(token, kinds=KINDS, affix_lengths=(1, 2, 3)):
     """The ``(kind, value)`` attributes of one token, before any window offset.
 
@@ -89,7 +135,8 @@ def token_attributes(token, kinds=KINDS, affix_lengths=(1, 2, 3)):
     ----------
     token : str
     kinds : sequence of str
-        A subset of :data:`KINDS`.
+        Names from :data:`KINDS` and :data:`OPTIONAL_KINDS`; ``"position"``
+        and ``"document"`` depend on the context and give nothing here.
     affix_lengths : sequence of int
         Prefix and suffix lengths.
 
@@ -113,7 +160,50 @@ def token_attributes(token, kinds=KINDS, affix_lengths=(1, 2, 3)):
             )
     if "flags" in kinds:
         out.extend(("flag", name) for name in _flags(token))
+    if "short_shape" in kinds:
+        out.append(("sshape", word_shape(token, max_run=1)))
+    if "caps" in kinds:
+        out.extend(("caps", name) for name in _caps(token))
     return out
+
+
+def _position_values(lengths):
+    """``sent`` and ``sentlen`` values of every token, ``(n,)`` object each (None: no feature)."""
+    n = int(lengths.sum())
+    index = np.arange(n) - np.repeat(offsets_from_lengths(lengths)[:-1], lengths)
+    length = np.repeat(lengths, lengths)
+    first, last = index == 0, index == length - 1
+    sent = np.full(n, None, dtype=object)
+    sent[first], sent[last], sent[first & last] = "first", "last", "only"
+    bounds = np.asarray(LENGTH_BUCKETS)
+    names = [f"{lo}" if hi == lo + 1 else f"{lo}-{hi - 1}"
+             for lo, hi in zip(bounds[:-1], bounds[1:])] + [f"{bounds[-1]}+"]
+    sentlen = np.asarray(names, dtype=object)[np.searchsorted(bounds, length, side="right") - 1]
+    return [("sent", sent), ("sentlen", sentlen)]
+
+
+def _document_values(tokens, documents, lengths):
+    """``doc`` values of every token: its lower-cased word's case elsewhere in its document.
+
+    Returns three ``(name, (n,) object)`` slots, ``title`` (title case, not
+    sentence-initial), ``upper`` and ``lower``, each None where the word has
+    no other occurrence of that case in the document.
+    """
+    n = tokens.size
+    codes, types = pd.factorize(tokens)
+    lowered, low_types = pd.factorize(np.asarray([t.lower() for t in types], dtype=object))
+    doc_codes, _ = pd.factorize(documents)
+    key, _ = pd.factorize(doc_codes.astype(np.int64) * len(low_types) + lowered[codes])
+    initial = np.zeros(n, dtype=bool)
+    initial[offsets_from_lengths(lengths)[:-1]] = True
+    slots = []
+    for name, test in (("title", str.istitle), ("upper", str.isupper), ("lower", str.islower)):
+        holds = np.fromiter(map(test, types), dtype=bool, count=len(types))[codes]
+        if name == "title":
+            holds &= ~initial
+        elsewhere = np.bincount(key, weights=holds)[key] - holds > 0
+        slots.append(("doc", np.where(elsewhere, name, None).astype(object)))
+    return slots
 
 
 def _check_int(name, value, low):
@@ -133,8 +223,10 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
     half_width : int
         ``w >= 0``: features of the tokens at offsets ``-w .. +w``.
     kinds : sequence of str
-        Attribute groups to extract, a subset of :data:`KINDS`:
-        ``"word"``, ``"shape"``, ``"prefix"``, ``"suffix"``, ``"flags"``.
+        Attribute groups to extract, names from :data:`KINDS` (``"word"``,
+        ``"shape"``, ``"prefix"``, ``"suffix"``, ``"flags"``) and
+        :data:`OPTIONAL_KINDS` (``"short_shape"``, ``"caps"``,
+        ``"position"``, ``"document"``; see the module notes).
     affix_lengths : sequence of int
         Lengths of the prefixes and suffixes (distinct, >= 1).
     extra_columns : sequence of str
@@ -147,6 +239,10 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
     sentence_column : str or None
         DataFrame column holding a per-token sentence id (rows of a sentence
         contiguous), read when neither ``lengths`` nor ``groups`` is given.
+    document_column : str
+        DataFrame column holding a per-token document id (e.g.
+        ``read_conll(path, documents=True)``), read only with the
+        ``"document"`` kind, which needs X as a DataFrame.
 
     Attributes
     ----------
@@ -173,7 +269,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
     def __init__(self, half_width: int = 2, kinds: Sequence[Any] = KINDS,
                  affix_lengths: Sequence[Any] = (1, 2, 3), extra_columns: Sequence[str] = (),
                  min_count: int = 1, token_column: str = "token",
-                 sentence_column: str = "sentence") -> None:
+                 sentence_column: str = "sentence", document_column: str = "document") -> None:
         self.half_width = half_width
         self.kinds = kinds
         self.affix_lengths = affix_lengths
@@ -181,6 +277,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         self.min_count = min_count
         self.token_column = token_column
         self.sentence_column = sentence_column
+        self.document_column = document_column
 
     # -- checks -----------------------------------------------------------
     def _check_params(self):
@@ -188,9 +285,11 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         _check_int("half_width", self.half_width, 0)
         _check_int("min_count", self.min_count, 1)
         kinds = tuple(self.kinds)
-        unknown = [k for k in kinds if k not in KINDS]
+        unknown = [k for k in kinds if k not in KINDS + OPTIONAL_KINDS]
         if unknown or len(set(kinds)) != len(kinds):
-            raise ValueError(f"kinds must be distinct names from {KINDS}; got {kinds!r}.")
+            raise ValueError(
+                f"kinds must be distinct names from {KINDS + OPTIONAL_KINDS}; got {kinds!r}."
+            )
         affixes = tuple(self.affix_lengths)
         for n in affixes:
             _check_int("every affix length", n, 1)
@@ -205,15 +304,29 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
             )
         return kinds, affixes, extra
 
-    def _inputs(self, X, lengths, groups, extra_names):
-        """Tokens ``(n,)`` object, extra column values (each ``(n,)``), lengths ``(m,)``."""
+    def _inputs(self, X, lengths, groups, kinds, extra_names):
+        """Tokens ``(n,)`` object, per-token slots, lengths ``(m,)``.
+
+        The slots are ``(name, (n,) object values)`` pairs: the extra columns,
+        then the ``position`` and ``document`` values; None gives no feature.
+        """
+        documents = None
         if isinstance(X, pd.DataFrame):
-            missing = [c for c in (self.token_column, *extra_names) if c not in X.columns]
+            needed = (self.token_column, *extra_names)
+            if "document" in kinds:
+                needed += (self.document_column,)
+            missing = [c for c in needed if c not in X.columns]
             if missing:
                 raise ValueError(f"X lacks the columns {missing}; it has {list(X.columns)}. Set "
-                                 "token_column= and extra_columns= to columns of X.")
+                                 "token_column=, extra_columns= and document_column= to columns "
+                                 "of X (read_conll(path, documents=True) gives 'document').")
             tokens = X[self.token_column].to_numpy(dtype=object)
-            extra = [X[c].to_numpy(dtype=object) for c in extra_names]
+            slots = [(c, X[c].to_numpy(dtype=object)) for c in extra_names]
+            if "document" in kinds:
+                documents = X[self.document_column].to_numpy()
+                if pd.isna(documents).any():
+                    raise ValueError(f"the document column {self.document_column!r} has "
+                                     "missing values: give every token a document id.")
             if lengths is None and groups is None:
                 if self.sentence_column is None or self.sentence_column not in X.columns:
                     raise ValueError(
@@ -222,11 +335,9 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
                     )
                 groups = X[self.sentence_column].to_numpy()
         else:
-            if extra_names:
-                raise ValueError(
-                    f"extra_columns={extra_names!r} needs X as a pandas DataFrame holding "
-                    "those columns."
-                )
+            if extra_names or "document" in kinds:
+                what = f"extra_columns={extra_names!r}" if extra_names else "the 'document' kind"
+                raise ValueError(f"{what} needs X as a pandas DataFrame holding those columns.")
             if isinstance(X, str):
                 raise ValueError("X is a single string: pass a sequence of tokens.")
             if len(X) and isinstance(X[0], (list, tuple, np.ndarray)):
@@ -239,16 +350,26 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
                 X = list(itertools.chain.from_iterable(X))
             tokens = np.empty(len(X), dtype=object)
             tokens[:] = list(X)
-            extra = []
+            slots = []
         if tokens.size == 0:
             raise ValueError("X holds no tokens.")
         lengths = resolve_lengths(tokens.size, groups=groups, lengths=lengths)
-        return tokens, extra, lengths
+        bad = [t for t in pd.unique(tokens) if not isinstance(t, str)]
+        if bad:
+            raise ValueError(
+                f"every token must be a string; found {bad[0]!r}. Drop or fill missing tokens."
+            )
+        if "position" in kinds:
+            slots += _position_values(lengths)
+        if documents is not None:
+            slots += _document_values(tokens, documents, lengths)
+        return tokens, slots, lengths
 
     # -- attributes -------------------------------------------------------
-    def _row_attributes(self, tokens, extra, extra_names, kinds, affixes, lookup):
+    def _row_attributes(self, tokens, slots, kinds, affixes, lookup):
         """Attribute ids of every token, CSR-like, plus the two boundary rows.
 
+        ``slots`` are :meth:`_inputs`'s per-token ``(name, values)`` pairs;
         ``lookup((kind, value))`` returns an id (``-1`` for unknown).
 
         Returns
@@ -257,12 +378,6 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         row_attr : (row_ptr[-1],) int64
         """
         codes, types = pd.factorize(tokens)
-        bad = [t for t in types if not isinstance(t, str)]
-        if (codes < 0).any() or bad:
-            example = bad[0] if bad else None
-            raise ValueError(
-                f"every token must be a string; found {example!r}. Drop or fill missing tokens."
-            )
         per_type = [[lookup(a) for a in token_attributes(t, kinds, affixes)] for t in types]
         type_len = np.fromiter(map(len, per_type), dtype=np.int64, count=len(per_type))
         type_attr = np.fromiter(itertools.chain.from_iterable(per_type), dtype=np.int64)
@@ -271,7 +386,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         n = codes.size
         lens = type_len[codes]
         row_ptr = np.empty(n + 3, dtype=np.int64)
-        row_ptr[: n + 1] = offsets_from_lengths(lens + len(extra))
+        row_ptr[: n + 1] = offsets_from_lengths(lens + len(slots))
         row_ptr[n + 1] = row_ptr[n] + 1
         row_ptr[n + 2] = row_ptr[n] + 2
         row_attr = np.empty(row_ptr[-1], dtype=np.int64)
@@ -279,7 +394,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         row_attr[np.repeat(row_ptr[:n], lens) + within] = type_attr[
             np.repeat(type_ptr[codes], lens) + within
         ]
-        for c, (name, values) in enumerate(zip(extra_names, extra)):
+        for c, (name, values) in enumerate(slots):
             value_codes, uniques = pd.factorize(values)  # missing values get code -1
             ids = np.array([lookup((name, str(v))) for v in uniques] + [-1], dtype=np.int64)
             row_attr[row_ptr[:n] + lens + c] = ids[value_codes]
@@ -305,13 +420,13 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
     def _fit(self, X, lengths, groups):
         """Fit the vocabulary; return what :meth:`_assemble` needs for ``X``."""
         kinds, affixes, extra_names = self._check_params()
-        tokens, extra, lengths = self._inputs(X, lengths, groups, extra_names)
+        tokens, slots, lengths = self._inputs(X, lengths, groups, kinds, extra_names)
         seen = {}
 
         def lookup(key):
             return seen.setdefault(key, len(seen))
 
-        row_ptr, row_attr = self._row_attributes(tokens, extra, extra_names, kinds, affixes, lookup)
+        row_ptr, row_attr = self._row_attributes(tokens, slots, kinds, affixes, lookup)
         width = 2 * self.half_width + 1
         n_seen = len(seen)
         every = np.arange(width * n_seen, dtype=np.int64).reshape(width, n_seen)
@@ -381,9 +496,9 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
             raise ValueError(
                 f"half_width was changed to {self.half_width} after fit: refit the transformer."
             )
-        tokens, extra, lengths = self._inputs(X, lengths, groups, extra_names)
+        tokens, slots, lengths = self._inputs(X, lengths, groups, kinds, extra_names)
         row_ptr, row_attr = self._row_attributes(
-            tokens, extra, extra_names, kinds, affixes, lambda key: self.attributes_.get(key, -1)
+            tokens, slots, kinds, affixes, lambda key: self.attributes_.get(key, -1)
         )
         return self._assemble(row_ptr, row_attr, lengths)
 
