@@ -136,9 +136,6 @@ CONFIGS = {**AS_SHIPPED, **LEVERS}
 #: ``kinds`` appended to the defaults.
 FEATURES = {
     "affix4": {"affix_lengths": (1, 2, 3, 4)},
-    "short-shape": {"kinds": ("short_shape",)},
-    "caps": {"kinds": ("caps",)},
-    "position": {"kinds": ("position",)},
     "document": {"kinds": ("document",)},
 }
 

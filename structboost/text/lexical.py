@@ -27,16 +27,6 @@ Opt-in kinds (:data:`OPTIONAL_KINDS`, off by default):
 ===============  ==============================  =====================
 kind             value                           example
 ===============  ==============================  =====================
-``short_shape``  the shape with runs cut at 1    ``sshape[0]=Xx``
-``caps``         :data:`CAPS` that hold:         ``caps[0]=acronym``
-                 ``mixed`` (upper and lower,
-                 not title case), ``initial``
-                 (``J.``), ``acronym``
-                 (``U.S.``), ``upper_digit``
-``position``     ``first`` / ``last`` / ``only``  ``sent[-1]=first``
-                 token of its sentence, and the  ``sentlen[0]=4-6``
-                 sentence length in buckets
-                 :data:`LENGTH_BUCKETS`
 ``document``     the lower-cased word occurs     ``doc[0]=title``
                  elsewhere in the token's
                  document title-cased (not
@@ -69,33 +59,26 @@ from .._typing import ArrayLike
 from ._lexical import window_columns
 from ..sequences import offsets_from_lengths, resolve_lengths
 
-__all__ = ["TokenFeatures", "word_shape", "token_attributes", "KINDS", "OPTIONAL_KINDS", "FLAGS",
-           "CAPS", "LENGTH_BUCKETS"]
+__all__ = ["TokenFeatures", "word_shape", "token_attributes", "KINDS", "OPTIONAL_KINDS", "FLAGS"]
 
 KINDS = ("word", "shape", "prefix", "suffix", "flags")
 """Attribute groups :class:`TokenFeatures` extracts by default."""
 
-OPTIONAL_KINDS = ("short_shape", "caps", "position", "document")
+OPTIONAL_KINDS = ("document",)
 """Further attribute groups, extracted only when named in ``kinds``."""
 
 FLAGS = ("title", "upper", "lower", "digit", "has_digit", "punct", "hyphen")
 """Flag values, in the order :func:`token_attributes` emits them."""
-
-CAPS = ("mixed", "initial", "acronym", "upper_digit")
-"""Capitalisation patterns of the ``caps`` kind, in emission order."""
-
-LENGTH_BUCKETS = (1, 2, 3, 4, 7, 13)
-"""Lower ends of the sentence-length buckets of the ``position`` kind: 1, 2, 3, 4-6, 7-12, 13+."""
 
 _BEFORE = ("w", "<S>")
 _AFTER = ("w", "</S>")
 _MAX_RUN = 4
 
 
-def word_shape(token, max_run=_MAX_RUN):
-    """Shape of a token: ``X`` upper, ``x`` lower, ``d`` digit, others kept, runs cut at ``max_run``.
+def word_shape(token):
+    """Shape of a token: ``X`` upper, ``x`` lower, ``d`` digit, others kept, runs cut at 4.
 
-    ``"Washington"`` -> ``"Xxxxx"`` (``max_run=1``: ``"Xx"``), ``"U.S."`` -> ``"X.X."``.
+    ``"Washington"`` -> ``"Xxxxx"``, ``"U.S."`` -> ``"X.X."``.
     """
     out = []
     prev, run = "", 0
@@ -103,7 +86,7 @@ def word_shape(token, max_run=_MAX_RUN):
         sym = "X" if ch.isupper() else "x" if ch.islower() else "d" if ch.isdigit() else ch
         run = run + 1 if sym == prev else 1
         prev = sym
-        if run <= max_run:
+        if run <= _MAX_RUN:
             out.append(sym)
     return "".join(out)
 
@@ -117,17 +100,6 @@ def _flags(token):
     return [name for name, ok in zip(FLAGS, holds) if ok]
 
 
-def _caps(token):
-    """The :data:`CAPS` patterns that hold for ``token``, in order."""
-    upper = sum(ch.isupper() for ch in token)
-    lower = any(ch.islower() for ch in token)
-    holds = (upper > 0 and lower and not token.istitle(),
-             len(token) == 2 and token[0].isupper() and token[1] == ".",
-             upper >= 2 and "." in token and all(ch.isupper() or ch == "." for ch in token),
-             upper > 0 and any(ch.isdigit() for ch in token))
-    return [name for name, ok in zip(CAPS, holds) if ok]
-
-
 def token_attributes(token, kinds=KINDS, affix_lengths=(1, 2, 3)):
     """The ``(kind, value)`` attributes of one token, before any window offset.
 
@@ -135,8 +107,8 @@ def token_attributes(token, kinds=KINDS, affix_lengths=(1, 2, 3)):
     ----------
     token : str
     kinds : sequence of str
-        Names from :data:`KINDS` and :data:`OPTIONAL_KINDS`; ``"position"``
-        and ``"document"`` depend on the context and give nothing here.
+        Names from :data:`KINDS` and :data:`OPTIONAL_KINDS`; ``"document"``
+        depends on the context and gives nothing here.
     affix_lengths : sequence of int
         Prefix and suffix lengths.
 
@@ -160,26 +132,7 @@ def token_attributes(token, kinds=KINDS, affix_lengths=(1, 2, 3)):
             )
     if "flags" in kinds:
         out.extend(("flag", name) for name in _flags(token))
-    if "short_shape" in kinds:
-        out.append(("sshape", word_shape(token, max_run=1)))
-    if "caps" in kinds:
-        out.extend(("caps", name) for name in _caps(token))
     return out
-
-
-def _position_values(lengths):
-    """``sent`` and ``sentlen`` values of every token, ``(n,)`` object each (None: no feature)."""
-    n = int(lengths.sum())
-    index = np.arange(n) - np.repeat(offsets_from_lengths(lengths)[:-1], lengths)
-    length = np.repeat(lengths, lengths)
-    first, last = index == 0, index == length - 1
-    sent = np.full(n, None, dtype=object)
-    sent[first], sent[last], sent[first & last] = "first", "last", "only"
-    bounds = np.asarray(LENGTH_BUCKETS)
-    names = [f"{lo}" if hi == lo + 1 else f"{lo}-{hi - 1}"
-             for lo, hi in zip(bounds[:-1], bounds[1:])] + [f"{bounds[-1]}+"]
-    sentlen = np.asarray(names, dtype=object)[np.searchsorted(bounds, length, side="right") - 1]
-    return [("sent", sent), ("sentlen", sentlen)]
 
 
 def _document_values(tokens, documents, lengths):
@@ -225,8 +178,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
     kinds : sequence of str
         Attribute groups to extract, names from :data:`KINDS` (``"word"``,
         ``"shape"``, ``"prefix"``, ``"suffix"``, ``"flags"``) and
-        :data:`OPTIONAL_KINDS` (``"short_shape"``, ``"caps"``,
-        ``"position"``, ``"document"``; see the module notes).
+        :data:`OPTIONAL_KINDS` (``"document"``; see the module notes).
     affix_lengths : sequence of int
         Lengths of the prefixes and suffixes (distinct, >= 1).
     extra_columns : sequence of str
@@ -308,7 +260,7 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
         """Tokens ``(n,)`` object, per-token slots, lengths ``(m,)``.
 
         The slots are ``(name, (n,) object values)`` pairs: the extra columns,
-        then the ``position`` and ``document`` values; None gives no feature.
+        then the ``document`` values; None gives no feature.
         """
         documents = None
         if isinstance(X, pd.DataFrame):
@@ -359,8 +311,6 @@ class TokenFeatures(TransformerMixin, BaseEstimator):
             raise ValueError(
                 f"every token must be a string; found {bad[0]!r}. Drop or fill missing tokens."
             )
-        if "position" in kinds:
-            slots += _position_values(lengths)
         if documents is not None:
             slots += _document_values(tokens, documents, lengths)
         return tokens, slots, lengths

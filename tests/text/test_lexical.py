@@ -214,34 +214,9 @@ def test_bad_input_is_a_clear_value_error(frame, kwargs, call, match):
 
 
 def test_optional_token_kinds():
-    assert word_shape("Washington", max_run=1) == "Xx"
-    assert word_shape("1996-08-22", max_run=1) == "d-d-d"
-    assert token_attributes("U.S.", kinds=("short_shape", "caps")) == [
-        ("sshape", "X.X."), ("caps", "acronym")
-    ]
-    assert token_attributes("McDonald", kinds=("caps",)) == [("caps", "mixed")]
-    assert token_attributes("J.", kinds=("caps",)) == [("caps", "initial")]
-    assert token_attributes("F16", kinds=("caps",)) == [("caps", "upper_digit")]
-    assert token_attributes("Paris", kinds=("caps",)) == []
-    # context kinds give nothing from the string alone; defaults unchanged by them
-    assert token_attributes("Paris", kinds=("position", "document")) == []
+    # the document kind gives nothing from the string alone; defaults unchanged by it
+    assert token_attributes("Paris", kinds=("document",)) == []
     assert TokenFeatures().kinds == KINDS and not set(KINDS) & set(OPTIONAL_KINDS)
-
-
-def test_position_kind_marks_sentence_ends_and_length():
-    tf = TokenFeatures(half_width=0, kinds=("position",))
-    X = tf.fit_transform([["Peter", "Blackburn"], ["BRUSSELS"], ["a", "b", "c", "d", "e"]])
-    assert [row_names(tf, X, r) for r in range(4)] == [
-        {"sent[0]=first", "sentlen[0]=2"}, {"sent[0]=last", "sentlen[0]=2"},
-        {"sent[0]=only", "sentlen[0]=1"}, {"sent[0]=first", "sentlen[0]=4-6"},
-    ]
-    assert row_names(tf, X, 4) == {"sentlen[0]=4-6"}  # a middle token
-    wide = TokenFeatures(half_width=1, kinds=("position",)).fit([["a", "b"]])
-    assert "sent[-1]=first" in wide.get_feature_names_out().tolist()
-    long = tf.fit_transform([["x"] * 3, ["x"] * 12, ["x"] * 13])
-    lengths = [name.split("=")[1] for r in (0, 3, 15)
-               for name in row_names(tf, long, r) if name.startswith("sentlen")]
-    assert lengths == ["3", "7-12", "13+"]
 
 
 def test_document_kind_reads_the_case_elsewhere_in_the_same_document():
@@ -265,7 +240,7 @@ def test_document_kind_reads_the_case_elsewhere_in_the_same_document():
 
 def test_document_kind_round_trips_and_checks_its_input():
     df = pd.DataFrame({"document": [0, 0], "sentence": [0, 1], "token": ["x", "X"]})
-    tf = TokenFeatures(half_width=1, kinds=("word", "document", "position")).fit(df)
+    tf = TokenFeatures(half_width=1, kinds=("word", "document")).fit(df)
     again = TokenFeatures.from_document(tf.to_document())
     np.testing.assert_array_equal(again.transform(df).toarray(), tf.transform(df).toarray())
     with pytest.raises(ValueError, match=r"lacks the columns \['document'\]"):
