@@ -77,6 +77,7 @@ AS_SHIPPED = {
     "defaults stop-error patience30": {"eval_metric": "crf-error", "n_iter_no_change": 30},
     "defaults decode-auto": {"decode": "auto"},  # Viterbi or marginal, chosen on the held-out part
     "newton decode-auto": {"transition_solver": "newton", "decode": "auto"},
+    "defaults multi-output": {"multi_strategy": "multi_output_tree"},  # one tree a round, depth 6
     # the named presets (structboost.presets.preset), automatic early stopping as the defaults
     "preset dense": preset("dense"),
     "preset dense eta0.3": preset("dense", learning_rate=0.3),
