@@ -1,4 +1,7 @@
-"""The ``decode`` parameter: what ``predict`` (and so ``score``) returns, and what stops a fit."""
+"""The ``decode`` parameter: what ``predict`` (and so ``score``) returns, and what stops a fit;
+``decode="auto"``: the decoding with the lower token error on the held-out sequences."""
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -84,3 +87,64 @@ def test_the_model_file_keeps_the_decoding(hmm, tmp_path):
     loaded.load_model(tmp_path / "m.json")
     assert loaded.decode == "marginal"
     np.testing.assert_array_equal(loaded.predict(X, lengths=lengths), est.predict(X, lengths=lengths))
+
+
+def held_rows(lengths, held):
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    return np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in held])
+
+
+@ESTIMATORS
+@pytest.mark.parametrize("seed", [0, 1])
+def test_auto_takes_the_lower_held_out_error_viterbi_on_a_tie(cls, seed):
+    X, y, lengths = make_hmm_sequences(60, 20, random_state=seed)
+    est = cls(**SMALL[cls], decode="auto", early_stopping=True, refit=False)
+    est.fit(X, y, lengths=lengths)
+    held = est.validation_sequences_
+    assert len(held) > 0
+    rows = held_rows(lengths, held)
+    error = {d: np.mean(est.predict(X[rows], lengths=lengths[held], decode=d) != y[rows])
+             for d in ("viterbi", "marginal")}
+    expected = "marginal" if error["marginal"] < error["viterbi"] else "viterbi"
+    assert est.decode_ == expected
+    assert np.array_equal(est.predict(X, lengths=lengths),
+                          est.predict(X, lengths=lengths, decode=expected))
+
+
+@ESTIMATORS
+def test_auto_is_viterbi_without_held_out_sequences(cls, hmm):
+    X, y, lengths = hmm
+    est = cls(**SMALL[cls], decode="auto").fit(X, y, lengths=lengths)  # 1,200 rows: none held out
+    assert est.decode_ == "viterbi"
+
+
+def test_auto_is_viterbi_under_allowed_transitions(hmm):
+    X, y, lengths = hmm
+    allowed = np.ones((len(np.unique(y)),) * 2, dtype=bool)
+    est = XGBCRFClassifier(**SMALL[XGBCRFClassifier], decode="auto", early_stopping=True,
+                           allowed_transitions=allowed).fit(X, y, lengths=lengths)
+    assert est.decode_ == "viterbi"
+
+
+@pytest.mark.parametrize("decode", ["viterbi", "marginal"])
+def test_a_set_decoding_is_kept(decode, hmm):
+    X, y, lengths = hmm
+    est = XGBCRFClassifier(**SMALL[XGBCRFClassifier], decode=decode, early_stopping=True)
+    assert est.fit(X, y, lengths=lengths).decode_ == decode
+
+
+def test_the_model_file_keeps_the_choice(hmm, tmp_path):
+    X, y, lengths = hmm
+    est = XGBCRFClassifier(**SMALL[XGBCRFClassifier], decode="auto", early_stopping=True)
+    est.fit(X, y, lengths=lengths)
+    est.decode_ = "marginal"  # whatever the fit chose, the file must give it back
+    path = tmp_path / "model.json"
+    est.save_model(path)
+    back = XGBCRFClassifier().load_model(path)
+    assert back.decode_ == "marginal"
+    assert np.array_equal(back.predict(X, lengths=lengths), est.predict(X, lengths=lengths))
+    doc = json.loads(path.read_text())
+    doc["decode"] = "beam"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="decode must be one of"):
+        XGBCRFClassifier().load_model(path)
