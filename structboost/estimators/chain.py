@@ -44,6 +44,11 @@ from .crfsuite import SEQUENCE_DOC, SequenceSamples
 from .xgboost_training import XGBoostTraining
 
 
+#: The fewest labels at which dense features get multi-output trees by default (OCR's 26
+#: letters gain from them, protein's 3 states lose: ``benchmarks/README.md``).
+MULTI_OUTPUT_LABELS = 10
+
+
 @fill_doc(
     "mode", "hessian_bound", "step", "transition_solver", "reg_transitions", "transitions_from",
     rounds_params=ROUNDS_PARAMS, shared_params=CHAIN_PARAMS, shared_attributes=CHAIN_ATTRIBUTES,
@@ -70,6 +75,13 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         the threads of XGBoost and of the objective's numba kernels (None:
         one, -1: every core). With ``device="cuda"`` the CRF objective runs
         on the GPU as well (needs ``structboost-crf[gpu]``).
+        ``multi_strategy`` defaults to one multi-output tree per round
+        (``"multi_output_tree"``) where that measured better: dense numeric
+        features, at least ``MULTI_OUTPUT_LABELS`` (10) labels, chain
+        transitions, ``hist`` trees on the CPU; to a tree per label
+        otherwise. XGBoost gives no SHAP values (``pred_contribs``) for
+        multi-output trees: pass ``multi_strategy="one_output_per_tree"``
+        for them.
 
     Attributes
     ----------
@@ -124,6 +136,23 @@ class XGBCRFClassifier(XGBoostTraining, _CRFClassifier):
         obj = crf_objective(n_classes, spec, device=self._engine_kwargs().get("device", "cpu"))
         self._start_transitions(obj)
         return obj
+
+    def _run_params(self, train):
+        """The user's engine parameters, with multi-output trees where they pay: dense
+        numeric features, at least ``MULTI_OUTPUT_LABELS`` labels, chain transitions, and
+        XGBoost's ``hist`` trees on the CPU (``gbtree``), unless ``multi_strategy`` is given.
+        """
+        params = super()._run_params(train)
+        dense = isinstance(train.X, np.ndarray) or (isinstance(train.X, pd.DataFrame) and all(
+            pd.api.types.is_numeric_dtype(dtype) for dtype in train.X.dtypes))
+        cpu_hist_trees = (params.get("multi_strategy") is None
+                          and params.get("booster", "gbtree") == "gbtree"
+                          and params.get("tree_method", "hist") in ("hist", "auto")
+                          and str(params.get("device", "cpu")).lower() == "cpu")
+        if dense and cpu_hist_trees and not self._edges and (
+                len(self.classes_) >= MULTI_OUTPUT_LABELS):
+            params["multi_strategy"] = "multi_output_tree"
+        return params
 
     def _device_rows(self, train):
         """Dense features on the GPU when XGBoost trains there (margins kept on the device)."""

@@ -43,7 +43,7 @@ class XGBoostTraining:
         n_classes = len(self.classes_)
         obj = self._objective(n_classes, spec)
         params = xgb_params(
-            n_classes, eta=self.learning_rate, max_depth=self.max_depth, **self._engine_params()
+            n_classes, eta=self.learning_rate, max_depth=self.max_depth, **self._run_params(train)
         )
         dtrain = self._dmatrix(train, n_classes)
         dvalid = [self._dmatrix(rows, n_classes) for rows in evals]
@@ -62,6 +62,10 @@ class XGBoostTraining:
         else:
             booster = train_kept_margins(params, dtrain, device_rows, stopping.rounds, obj, **options)
         return booster, evals_result
+
+    def _run_params(self, train):
+        """The engine parameters of a run on ``train`` (LabelledRows): the user's."""
+        return self._engine_params()
 
     def _device_rows(self, train):
         """The training features on the GPU, where the margins then stay, or None (see
