@@ -19,9 +19,9 @@ Datasets (all read by path from ``--data-dir``, never copied):
   merges the 26 letters into K classes (the same pixels with fewer labels).
 * ``protein``: Qian & Sejnowski, window of 11 residues; three splits of the
   111 training proteins into two thirds for training and one third for
-  validation (homologous proteins in one third, as in ``protein_qs.py``),
-  one model per split, each scored on the 17 test proteins; residue
-  accuracy, averaged over the three models.
+  validation (homologous proteins in one third, as in ``protein_qs.py``;
+  ``--seed`` draws other splits), one model per split, each scored on the
+  17 test proteins; residue accuracy, averaged over the three models.
 * ``conll``: CoNLL-2003 English, IOB2 tags under the IOB2 constraints,
   ``TokenFeatures`` as in ``conll2003.py``; training on the first
   ``--max-sentences`` sentences of eng.train, validation on testa, test on
@@ -175,7 +175,7 @@ def load_protein_parts(args):
     X, y, lengths, residues = load_part(args.data_dir, "train", with_residues=True)
     Xt, yt, lt = load_part(args.data_dir, "test")
     X, Xt = windowed(X, lengths, 5), windowed(Xt, lt, 5)
-    folds = protein_folds(homology_clusters(residues, lengths, 0.1), lengths, 3, seed=0)
+    folds = protein_folds(homology_clusters(residues, lengths, 0.1), lengths, 3, seed=args.seed)
     splits = []
     for f in range(3):
         rows = np.repeat(folds != f, lengths)
@@ -252,7 +252,8 @@ def run_config(name, splits, test, args):
             tested[decode].append(score(yt, est.predict(Xt, lengths=lt, decode=chosen), lt))
     return [
         {
-            "dataset": args.dataset + (f"-{args.merge_labels}-classes" if args.merge_labels else ""),
+            "dataset": args.dataset + (f"-{args.merge_labels}-classes" if args.merge_labels else "")
+            + (f" seed {args.seed}" if args.seed else ""),
             "config": name, "features": args.features,
             "kwargs": json.dumps(config),
             "decode": decode, "metric": metric,
@@ -319,6 +320,8 @@ def main(argv=None):
                     help="conll: training sentences kept (of 14,041)")
     ap.add_argument("--features", default="base",
                     help="conll: 'base' or a '+' list of FEATURES names added to the features")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="protein: the seed of the three homology splits")
     ap.add_argument("--merge-labels", type=int, default=None,
                     help="ocr: merge the 26 letters into this many classes")
     ap.add_argument("--threads", type=int, default=1)
