@@ -1,4 +1,4 @@
-"""OCR 10-fold cross-validation with the library's defaults only (issue 30, item 2).
+"""OCR 10-fold cross-validation with the library's defaults only.
 
 For each test fold k of Taskar's letters (``--data-dir``), trains
 ``XGBCRFClassifier(n_jobs=1)`` (nothing else set: the automatic early
@@ -13,7 +13,7 @@ Usage::
 
     python benchmarks/ocr_defaults.py --data-dir ../shared/data/ocr [--folds 0,1,2]
     python benchmarks/ocr_defaults.py --data-dir ../shared/data/ocr \
-        --params '{"multi_strategy": "multi_output_tree"}' --csv benchmarks/results/ocr_defaults_multi_output.csv
+        --params '{"multi_strategy": "one_output_per_tree"}' --csv benchmarks/results/ocr_defaults_per_label.csv
 """
 
 import argparse
