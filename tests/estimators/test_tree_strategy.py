@@ -50,3 +50,12 @@ def test_sparse_or_categorical_features_keep_a_tree_per_label(X, kind):
     else:
         data = pd.DataFrame(X, columns=list("abcd")).assign(code=pd.Categorical(np.arange(len(X)) % 3))
     assert tree_strategy(data, MULTI_OUTPUT_LABELS) == "per label"
+
+
+def test_a_default_multi_output_model_keeps_importances_and_saves(X, tmp_path):
+    y = np.arange(LENGTHS.sum()) % MULTI_OUTPUT_LABELS
+    est = XGBCRFClassifier(n_estimators=2, n_jobs=1).fit(X, y, lengths=LENGTHS)
+    assert est.feature_importances_.shape == (X.shape[1],)
+    est.save_model(tmp_path / "model.json")
+    back = XGBCRFClassifier().load_model(tmp_path / "model.json")
+    np.testing.assert_array_equal(back.predict(X, lengths=LENGTHS), est.predict(X, lengths=LENGTHS))
