@@ -48,6 +48,9 @@ class LGBMCRFClassifier(_CRFClassifier):
         ``fit``. ``n_jobs`` sets the threads of LightGBM and of the
         objective's numba kernels (None: one, -1: every core). The safe defaults of
         :func:`structboost.lightgbm.lgb_params` apply (``min_child_weight=1``).
+        LightGBM grows one tree per label and round: it has no multi-output
+        trees (:class:`structboost.XGBCRFClassifier` grows them by default on
+        dense features with many labels).
 
     Attributes
     ----------
