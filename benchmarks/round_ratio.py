@@ -31,6 +31,9 @@ generator in this one process (N rows, sequences of 20, K = 10 noisy one-hot
 features and labels), per-label trees of depth 6 (as ``dask_scaling.py``),
 with the objective's own CPU seconds per round beside.
 
+``--newton`` adds GBCRF with the Newton transition step
+(``transition_solver="newton"``) to the same lockstep.
+
 ``--kept-messages`` adds GBCRF whose passes all keep their stored
 messages (``TransitionProblem.keep_messages``, as before the objective's
 passes left them out where nothing reads them) to the same lockstep: the
@@ -254,6 +257,8 @@ def main():
     ap.add_argument("--warm", type=int, default=WARMUP + 1)
     ap.add_argument("--threads", type=int, default=1,
                     help="threads of XGBoost and of the objective (wall time decides above 1)")
+    ap.add_argument("--newton", action="store_true",
+                    help="add GBCRF with transition_solver='newton' to the lockstep")
     ap.add_argument("--kept-messages", action="store_true",
                     help="also train GBCRF with passes that keep their stored messages")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
@@ -277,6 +282,11 @@ def main():
             "gbcrf (defaults)": (sb.xgb_params(k, **base, **tree),
                                  lambda: sb.crf_objective(k, nthread=threads)),
         }
+        if args.newton:
+            runs[shape]["gbcrf, Newton transitions"] = (
+                sb.xgb_params(k, **base, **tree),
+                lambda: sb.crf_objective(k, transition_solver="newton", nthread=threads),
+            )
         if args.kept_messages:
             runs[shape]["gbcrf, messages kept"] = (
                 sb.xgb_params(k, **base, **tree),

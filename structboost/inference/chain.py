@@ -160,11 +160,13 @@ class LogSpacePart:
 def _edge_products(a, r, coef):
     """``(len(coef), K, K)``: ``A' diag(coef[0]) R``, with three rows of ``coef`` also
     ``A' diag(coef[1]) R`` and ``(A^2)' diag(coef[2]) R^2``, from ``a, r (e, K)``
-    (``alpha`` rows and ``r`` one row ahead).
+    (``alpha`` rows and ``r`` one row ahead). ``einsum`` keeps them on the calling thread:
+    threaded BLAS would add its own threads, spinning, to the ``n_jobs`` the user chose.
     """
-    out = [a.T @ (r * coef[0, :, None])]
+    out = [np.einsum("ta,tb->ab", a, r * coef[0, :, None])]
     if coef.shape[0] == 3:
-        out += [a.T @ (r * coef[1, :, None]), (a * a).T @ (r * r * coef[2, :, None])]
+        out += [np.einsum("ta,tb->ab", a, r * coef[1, :, None]),
+                np.einsum("ta,tb->ab", a * a, r * r * coef[2, :, None])]
     return np.stack(out)
 
 

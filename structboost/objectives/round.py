@@ -267,7 +267,7 @@ class NodeObjective:
         return self.spec.mode
 
     def threads(self) -> contextlib.AbstractContextManager[None]:
-        """Context: numba on ``spec.nthread`` threads and BLAS on one (see :class:`ObjectiveSpec`)."""
+        """Context: numba on ``spec.nthread`` threads (the round calls no threaded BLAS)."""
         return _config.threads(self.spec.nthread)
 
     @property
